@@ -1,0 +1,30 @@
+//! What Rota's scheduler and executor say to each other, defined once.
+//!
+//! The scheduler dispatches runs to executors over HTTP and executors report back over
+//! HTTP; both sides depend on this crate for the paths, the JSON bodies and the request
+//! signing, so the two can never drift apart. It has no I/O and no async: the HTTP
+//! clients and servers live in `rota-scheduler` and `rota-executor`.
+//!
+//! `docs/protocol.md` describes the protocol end to end (endpoints, heartbeat, batching,
+//! idempotency, crash reconcile).
+//!
+//! # Layout
+//!
+//! - [`wire`]: the endpoint paths and every request and answer body
+//!   ([`Trigger`], [`RunReport`], [`Registration`], …), serde types with a pinned JSON
+//!   shape.
+//! - [`sign`](mod@sign): HMAC-SHA256 request signing with the shared executor secret
+//!   ([`sign()`](sign::sign), [`verify`], [`Secret`]) and its headers.
+
+pub mod sign;
+pub mod wire;
+
+pub use sign::{
+    HEADER_SIGNATURE, HEADER_TIMESTAMP, MAX_SKEW_MS, Secret, SignatureError, sign, verify,
+};
+pub use wire::{
+    BeatAck, BlockStrategy, CallbackAck, CallbackBatch, Deregistration, ErrorBody, IdleBeatAck,
+    IdleBeatRequest, KillAck, KillRequest, KnownRun, LogPage, LogRequest, PluginRef, Registration,
+    RegistrationAck, ReportStatus, RunReport, RunsKnownAck, RunsKnownRequest, TaskAttempt, Trigger,
+    TriggerAck, TriggerBatch, TriggerBatchAck, TriggerOutcome, UnknownBlockStrategy,
+};

@@ -1,0 +1,131 @@
+//! The command line: subcommands, their flags and environment variables.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use rota_proto::Secret;
+use rota_scheduler::Config;
+use tokio::net::TcpListener;
+
+#[derive(Parser)]
+#[command(
+    name = "rota",
+    version,
+    about = "Rota: a distributed job scheduler and delay queue with WebAssembly job handlers"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scheduler node (scan, wheel, dispatch, REST API) against MySQL or SQLite.
+    Server(ServerArgs),
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// `mysql://user:pass@host:3306/db` or `sqlite:path/to/rota.db`.
+    #[arg(long, env = "ROTA_DATABASE_URL")]
+    database_url: String,
+    /// Address to listen on.
+    #[arg(long, env = "ROTA_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// This node's stable name; defaults to the listen address.
+    #[arg(long, env = "ROTA_NODE_NAME")]
+    node_name: Option<String>,
+    /// URL executors and other nodes reach this node at; defaults to http://<listen>.
+    #[arg(long, env = "ROTA_ADVERTISE_URL")]
+    advertise_url: Option<String>,
+    /// Admin API bearer token.
+    #[arg(long, env = "ROTA_API_TOKEN", hide_env_values = true)]
+    api_token: Option<String>,
+    /// Shared secret signing scheduler ↔ executor requests (required).
+    #[arg(long, env = "ROTA_EXECUTOR_SECRET", hide_env_values = true)]
+    executor_secret: String,
+    /// Concurrent dispatches of the fast pool.
+    #[arg(long, env = "ROTA_FAST_POOL", default_value_t = 64)]
+    fast_pool: usize,
+    /// Concurrent dispatches of the slow pool.
+    #[arg(long, env = "ROTA_SLOW_POOL", default_value_t = 16)]
+    slow_pool: usize,
+    /// A dispatch slower than this (ms) counts against its job.
+    #[arg(long, env = "ROTA_SLOW_DISPATCH_MS", default_value_t = 500)]
+    slow_dispatch_ms: u64,
+    /// Slow dispatches per minute after which a job moves to the slow pool.
+    #[arg(long, env = "ROTA_SLOW_DISPATCH_COUNT", default_value_t = 10)]
+    slow_dispatch_count: u32,
+    /// Executors are dead after this long without a heartbeat (ms).
+    #[arg(long, env = "ROTA_EXECUTOR_DEAD_AFTER_MS", default_value_t = 90_000)]
+    executor_dead_after_ms: i64,
+    /// Largest task payload accepted (bytes).
+    #[arg(long, env = "ROTA_MAX_PAYLOAD_BYTES", default_value_t = 64 * 1024)]
+    max_payload_bytes: usize,
+}
+
+impl ServerArgs {
+    fn config(&self) -> anyhow::Result<Config> {
+        if self.executor_secret.len() < 16 {
+            anyhow::bail!("ROTA_EXECUTOR_SECRET must be at least 16 characters");
+        }
+        let mut c = Config::new(
+            self.database_url.clone(),
+            Secret::new(self.executor_secret.as_bytes()),
+        );
+        c.node_name = self
+            .node_name
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string());
+        c.advertise_url = self
+            .advertise_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.listen));
+        c.api_token = self.api_token.clone().filter(|t| !t.is_empty());
+        c.fast_pool_size = self.fast_pool;
+        c.slow_pool_size = self.slow_pool;
+        c.slow_dispatch_ms = self.slow_dispatch_ms;
+        c.slow_dispatch_count = self.slow_dispatch_count;
+        c.executor_dead_after_ms = self.executor_dead_after_ms;
+        c.max_payload_bytes = self.max_payload_bytes;
+        Ok(c)
+    }
+}
+
+impl Cli {
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Server(args) => {
+                let config = args.config()?;
+                let listener = TcpListener::bind(args.listen)
+                    .await
+                    .with_context(|| format!("listening on {}", args.listen))?;
+                tracing::info!(listen = %args.listen, "rota server listening");
+                rota_scheduler::run(config, listener, shutdown_signal()).await
+            }
+        }
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,24 @@
+//! `rota`: one binary for every Rota process. `main` only parses the command line, starts
+//! tracing and hands over to the libraries (`rota-scheduler`, `rota-executor`).
+
+mod cli;
+
+use clap::Parser;
+
+fn main() -> anyhow::Result<()> {
+    let cli = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ROTA_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(
+                    "info,sqlx=warn,wasmtime=warn,cranelift=warn,tower_http=info",
+                )
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(cli.run())
+}

@@ -1,0 +1,319 @@
+//! Extractors that answer every way a request can be malformed with an [`ApiError`] (the
+//! JSON error shape, a message naming the problem) instead of axum's plain-text rejections.
+
+use std::fmt;
+use std::str::FromStr;
+
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+
+use super::error::{ApiError, NOT_JSON};
+
+/// A JSON body. Wrong content type, bad syntax, wrong types, missing or unknown fields are
+/// 400s whose message carries serde's field path; a body over the limit is a 413.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        if !is_json(req.headers()) {
+            return Err(ApiError::BadRequest(NOT_JSON.into()));
+        }
+        let bytes = Bytes::from_request(req, state).await?;
+        Ok(Json(parse_json(&bytes)?))
+    }
+}
+
+impl<T: Serialize> axum::response::IntoResponse for Json<T> {
+    fn into_response(self) -> axum::response::Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// A JSON body that may be left out: an empty body is `None`; anything else is read like
+/// [`Json`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptionalJson<T>(pub Option<T>);
+
+impl<T, S> FromRequest<S> for OptionalJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let json = is_json(req.headers());
+        let bytes = Bytes::from_request(req, state).await?;
+        if bytes.trim_ascii().is_empty() {
+            return Ok(OptionalJson(None));
+        }
+        if !json {
+            return Err(ApiError::BadRequest(NOT_JSON.into()));
+        }
+        Ok(OptionalJson(Some(parse_json(&bytes)?)))
+    }
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    Ok(axum::Json::<T>::from_bytes(bytes)?.0)
+}
+
+/// `application/json` or any `application/*+json`, parameters allowed.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// A query string. Malformed ones are 400s in the JSON error shape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        Ok(Query(
+            axum::extract::Query::<T>::try_from_uri(&parts.uri)?.0,
+        ))
+    }
+}
+
+/// A route's only path parameter, unparsed (percent-decoded).
+#[derive(Debug, Clone)]
+pub struct PathParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let (_, value) = only_path_param(parts, state).await?;
+        Ok(PathParam(value))
+    }
+}
+
+/// A route's only path parameter as an id: anything but an integer is a 400 naming it.
+#[derive(Debug, Clone, Copy)]
+pub struct PathId(pub i64);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let (name, value) = only_path_param(parts, state).await?;
+        value.parse().map(PathId).map_err(|_| {
+            ApiError::BadRequest(format!(
+                "path parameter `{name}` must be an integer id, not `{value}`"
+            ))
+        })
+    }
+}
+
+async fn only_path_param<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+) -> Result<(String, String), ApiError> {
+    let params = RawPathParams::from_request_parts(parts, state)
+        .await
+        .map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    params
+        .iter()
+        .next()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("route has no path parameter")))
+}
+
+/// Parses a query parameter, naming it in the error.
+pub fn query_param<T: FromStr>(
+    name: &str,
+    value: Option<&str>,
+    expected: &str,
+) -> Result<Option<T>, ApiError> {
+    match value {
+        None | Some("") => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|_| {
+            ApiError::BadRequest(format!(
+                "query parameter `{name}` must be {expected}, not `{v}`"
+            ))
+        }),
+    }
+}
+
+/// A query parameter that must be `true` or `false`.
+pub fn query_flag(name: &str, value: Option<&str>) -> Result<bool, ApiError> {
+    Ok(query_param(name, value, "`true` or `false`")?.unwrap_or(false))
+}
+
+/// `limit` and `after` of a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageParams {
+    pub limit: u32,
+    pub before_id: Option<i64>,
+}
+
+impl PageParams {
+    pub const DEFAULT_LIMIT: u32 = 50;
+    pub const MAX_LIMIT: u32 = 1000;
+
+    /// Default 50; over 1,000 is capped; 0 is a 400.
+    pub fn parse(limit: Option<&str>, after: Option<&str>) -> Result<Self, ApiError> {
+        let limit = match query_param::<u64>("limit", limit, "a positive integer")? {
+            None => Self::DEFAULT_LIMIT,
+            Some(0) => {
+                return Err(ApiError::BadRequest(
+                    "query parameter `limit` must be at least 1".into(),
+                ));
+            }
+            Some(n) => n.min(u64::from(Self::MAX_LIMIT)) as u32,
+        };
+        let before_id = query_param("after", after, "the `next` cursor of a previous page")?;
+        Ok(PageParams { limit, before_id })
+    }
+}
+
+/// A reference to a job or plugin in a body: a JSON number is an id, a string a name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum NameOrId {
+    Id(i64),
+    Name(String),
+}
+
+impl fmt::Display for NameOrId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Id(id) => write!(f, "{id}"),
+            Self::Name(name) => write!(f, "`{name}`"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NameOrId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = NameOrId;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a name (string) or an id (integer)")
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<NameOrId, E> {
+                Ok(NameOrId::Id(v))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<NameOrId, E> {
+                i64::try_from(v)
+                    .map(NameOrId::Id)
+                    .map_err(|_| E::custom(format!("id {v} is out of range")))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NameOrId, E> {
+                Ok(NameOrId::Name(v.to_owned()))
+            }
+
+            fn visit_string<E: de::Error>(self, v: String) -> Result<NameOrId, E> {
+                Ok(NameOrId::Name(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// For `PATCH` bodies: tells "absent" (`None`) from "null" (`Some(None)`).
+pub fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_params_default_cap_and_errors() {
+        assert_eq!(
+            PageParams::parse(None, None).unwrap(),
+            PageParams {
+                limit: 50,
+                before_id: None
+            }
+        );
+        assert_eq!(
+            PageParams::parse(Some("5000"), Some("7")).unwrap(),
+            PageParams {
+                limit: 1000,
+                before_id: Some(7)
+            }
+        );
+        assert!(PageParams::parse(Some("0"), None).is_err());
+        assert!(
+            PageParams::parse(Some("-1"), None)
+                .unwrap_err()
+                .to_string()
+                .contains("`limit`")
+        );
+        assert!(
+            PageParams::parse(None, Some("x"))
+                .unwrap_err()
+                .to_string()
+                .contains("`after`")
+        );
+    }
+
+    #[test]
+    fn name_or_id_reads_numbers_and_strings() {
+        assert_eq!(
+            serde_json::from_str::<NameOrId>("42").unwrap(),
+            NameOrId::Id(42)
+        );
+        assert_eq!(
+            serde_json::from_str::<NameOrId>("\"42\"").unwrap(),
+            NameOrId::Name("42".into())
+        );
+        assert!(serde_json::from_str::<NameOrId>("1.5").is_err());
+        assert!(serde_json::from_str::<NameOrId>("18446744073709551615").is_err());
+    }
+
+    #[test]
+    fn json_content_types() {
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, v.parse().unwrap());
+            is_json(&h)
+        };
+        assert!(with("application/json"));
+        assert!(with("Application/JSON; charset=utf-8"));
+        assert!(with("application/merge-patch+json"));
+        assert!(!with("text/plain"));
+        assert!(!is_json(&HeaderMap::new()));
+    }
+}

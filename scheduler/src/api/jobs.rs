@@ -1,0 +1,441 @@
+//! `/api/v1/jobs`: creating, reading, changing, deleting and triggering jobs.
+
+use std::collections::HashSet;
+use std::str::FromStr;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use rota_proto::BlockStrategy;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::{ApiError, ApiResult};
+use super::extract::{
+    Json, NameOrId, OptionalJson, PageParams, PathParam, Query, nullable, query_flag,
+};
+use super::tasks::store_tasks;
+use super::validate::{self, invalid};
+use super::views::{JobView, PageView};
+use crate::backoff::Backoff;
+use crate::model::{Job, JobSpec, Millis, NewTask, TaskKind, now_ms};
+use crate::route::Route;
+use crate::schedule::{CompiledSchedule, Misfire, Schedule};
+use crate::store::{self, Store};
+
+const DEFAULT_TIMEOUT_MS: i64 = 300_000;
+const MAX_TIMEOUT_MS: i64 = 86_400_000;
+const DEFAULT_MAX_ATTEMPTS: i64 = 1;
+const MAX_ATTEMPTS: i64 = 100;
+const DEFAULT_MEMORY_MB: i64 = 64;
+const MAX_MEMORY_MB: i64 = 4096;
+const MAX_CONCURRENCY: i64 = 1_000_000;
+const MAX_CHILD_JOBS: usize = 100;
+
+/// A job's settings as sent to `POST` (name, app, plugin and schedule required) or `PATCH`
+/// (any subset, merged onto the stored job). Integers are read as `i64` so that an
+/// out-of-range value is a 422 naming its range rather than a serde overflow.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFields {
+    name: Option<String>,
+    app: Option<String>,
+    plugin: Option<NameOrId>,
+    schedule: Option<Schedule>,
+    #[serde(default, deserialize_with = "nullable")]
+    params: Option<Option<String>>,
+    route: Option<String>,
+    block: Option<String>,
+    misfire: Option<String>,
+    timeout_ms: Option<i64>,
+    max_attempts: Option<i64>,
+    backoff: Option<Backoff>,
+    memory_mb: Option<i64>,
+    #[serde(default, deserialize_with = "nullable")]
+    max_concurrency: Option<Option<i64>>,
+    child_jobs: Option<Vec<NameOrId>>,
+    enabled: Option<bool>,
+}
+
+/// `POST /api/v1/jobs`.
+pub async fn create(
+    State(state): State<AppState>,
+    Json(fields): Json<JobFields>,
+) -> ApiResult<(StatusCode, Json<JobView>)> {
+    let now = now_ms();
+    let (spec, schedule) = build_spec(&state, fields, None).await?;
+    let next_fire_at = first_fire(&spec, &schedule, now);
+    let job = state
+        .node
+        .store()
+        .insert_job(&spec, next_fire_at, now)
+        .await?;
+    state.node.job_changed(job.id).await;
+    tracing::info!(job.id = job.id, job.name = %job.spec.name, "job created");
+    Ok((StatusCode::CREATED, Json(job.into())))
+}
+
+/// `GET /api/v1/jobs/{id}` (an id or a name).
+pub async fn get(
+    State(state): State<AppState>,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<JobView>> {
+    Ok(Json(find_job(state.node.store(), &id).await?.into()))
+}
+
+/// `PATCH /api/v1/jobs/{id}`: the given fields replace the stored ones; everything is
+/// validated again. The next fire time is recomputed when the schedule or `enabled`
+/// changed, and kept otherwise (so an unrelated edit does not shift a fixed-rate phase).
+pub async fn update(
+    State(state): State<AppState>,
+    PathParam(id): PathParam,
+    Json(fields): Json<JobFields>,
+) -> ApiResult<Json<JobView>> {
+    let store = state.node.store();
+    let job = find_job(store, &id).await?;
+    let now = now_ms();
+    let (spec, schedule) = build_spec(&state, fields, Some(&job)).await?;
+    let next_fire_at = if spec.schedule != job.spec.schedule || spec.enabled != job.spec.enabled {
+        first_fire(&spec, &schedule, now)
+    } else {
+        job.next_fire_at
+    };
+    let job = store.update_job(job.id, &spec, next_fire_at, now).await?;
+    state.node.job_changed(job.id).await;
+    Ok(Json(job.into()))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DeleteQuery {
+    force: Option<String>,
+}
+
+/// `DELETE /api/v1/jobs/{id}[?force=true]`: a job with pending or running tasks is a 409
+/// unless forced, which cancels the pending ones first.
+pub async fn delete(
+    State(state): State<AppState>,
+    PathParam(id): PathParam,
+    Query(q): Query<DeleteQuery>,
+) -> ApiResult<StatusCode> {
+    let force = query_flag("force", q.force.as_deref())?;
+    let store = state.node.store();
+    let job = find_job(store, &id).await?;
+    let cancelled = store.delete_job(job.id, force, now_ms()).await?;
+    state.node.job_changed(job.id).await;
+    tracing::info!(
+        job.id = job.id,
+        cancelled_tasks = cancelled.len(),
+        "job deleted"
+    );
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerBody {
+    params: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Triggered {
+    task_id: i64,
+}
+
+/// `POST /api/v1/jobs/{id}/trigger` with an optional `{"params": "…"}`: a task due now,
+/// run with these params (or the job's) under the job's retry policy.
+pub async fn trigger(
+    State(state): State<AppState>,
+    PathParam(id): PathParam,
+    OptionalJson(body): OptionalJson<TriggerBody>,
+) -> ApiResult<(StatusCode, Json<Triggered>)> {
+    let body = body.unwrap_or_default();
+    if let Some(params) = &body.params {
+        validate::max_bytes("params", params, state.node.config().max_payload_bytes)?;
+    }
+    let store = state.node.store();
+    let job = find_job(store, &id).await?;
+    let now = now_ms();
+    let task = NewTask {
+        job_id: job.id,
+        kind: TaskKind::Manual,
+        key: None,
+        payload: None,
+        params: body.params.or(job.spec.params),
+        due_at: now,
+        max_attempts: None,
+        backoff: None,
+        priority: 0,
+    };
+    let (task_id, _) = *store_tasks(&state, std::slice::from_ref(&task), now)
+        .await?
+        .first()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
+    tracing::info!(job.id = job.id, task.id = task_id, "job triggered");
+    Ok((StatusCode::CREATED, Json(Triggered { task_id })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    app: Option<String>,
+    q: Option<String>,
+    limit: Option<String>,
+    after: Option<String>,
+}
+
+/// `GET /api/v1/jobs?app=&q=&limit=&after=`: newest first; `q` matches part of the name.
+pub async fn list(
+    State(state): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<PageView<JobView>>> {
+    let page = PageParams::parse(q.limit.as_deref(), q.after.as_deref())?;
+    let non_empty = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
+    let (app, search) = (non_empty(&q.app), non_empty(&q.q));
+    let jobs = state
+        .node
+        .store()
+        .list_jobs(
+            app.as_deref(),
+            search.as_deref(),
+            page.before_id,
+            page.limit,
+        )
+        .await?;
+    Ok(Json(PageView::of(jobs, JobView::from)))
+}
+
+/// A job named in a path: an integer is tried as an id first, then as a name (names are
+/// any text, digits included).
+pub(super) async fn find_job(store: &Store, id_or_name: &str) -> ApiResult<Job> {
+    if let Ok(id) = id_or_name.parse::<i64>() {
+        match store.get_job(id).await {
+            Err(store::Error::NotFound(_)) => {}
+            other => return Ok(other?),
+        }
+    }
+    match store.get_job_by_name(id_or_name).await {
+        Err(store::Error::NotFound(_)) => {
+            Err(ApiError::NotFound(format!("job `{id_or_name}` not found")))
+        }
+        other => Ok(other?),
+    }
+}
+
+/// The `job` filter of a list: an id is used as it is (so the tasks and runs of a deleted
+/// job stay listable), a name must name an existing job.
+pub(super) async fn job_filter(store: &Store, job: Option<&str>) -> ApiResult<Option<i64>> {
+    match job.filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(job) => match job.parse::<i64>() {
+            Ok(id) => Ok(Some(id)),
+            Err(_) => Ok(Some(find_job(store, job).await?.id)),
+        },
+    }
+}
+
+/// A job referenced from a body (`job`, `child_jobs`): one that does not exist is a 422
+/// about `field`.
+pub(super) async fn job_ref(store: &Store, field: &str, r: &NameOrId) -> ApiResult<Job> {
+    let found = match r {
+        NameOrId::Id(id) => store.get_job(*id).await,
+        NameOrId::Name(name) => store.get_job_by_name(name).await,
+    };
+    match found {
+        Err(store::Error::NotFound(_)) => Err(invalid(field, format!("job {r} does not exist"))),
+        other => Ok(other?),
+    }
+}
+
+/// The job's first fire time from `now`: none for schedule `none` or a disabled job.
+fn first_fire(spec: &JobSpec, schedule: &CompiledSchedule, now: Millis) -> Option<Millis> {
+    if spec.enabled {
+        schedule.next_after(now)
+    } else {
+        None
+    }
+}
+
+/// Merges `fields` onto `base` (or the defaults, for a new job) and validates the result.
+async fn build_spec(
+    state: &AppState,
+    f: JobFields,
+    base: Option<&Job>,
+) -> ApiResult<(JobSpec, CompiledSchedule)> {
+    let store = state.node.store();
+    let config = state.node.config();
+    let required = |field: &str| {
+        ApiError::BadRequest(format!(
+            "missing field `{field}`: a new job needs `name`, `app`, `plugin` and `schedule`"
+        ))
+    };
+    let old = base.map(|j| &j.spec);
+
+    let name = f
+        .name
+        .or_else(|| old.map(|s| s.name.clone()))
+        .ok_or_else(|| required("name"))?;
+    validate::name("name", &name)?;
+    let app = f
+        .app
+        .or_else(|| old.map(|s| s.app.clone()))
+        .ok_or_else(|| required("app"))?;
+    validate::name("app", &app)?;
+
+    let plugin = match (f.plugin, old) {
+        (Some(r), _) => plugin_ref(store, &r).await?,
+        (None, Some(old)) => old.plugin.clone(),
+        (None, None) => return Err(required("plugin")),
+    };
+
+    let schedule = f
+        .schedule
+        .or_else(|| old.map(|s| s.schedule.clone()))
+        .ok_or_else(|| required("schedule"))?;
+    let compiled = schedule.compile().map_err(|e| invalid("schedule", e))?;
+
+    let params = match f.params {
+        Some(p) => p,
+        None => old.and_then(|s| s.params.clone()),
+    };
+    if let Some(p) = &params {
+        validate::max_bytes("params", p, config.max_payload_bytes)?;
+    }
+
+    let route = match f.route {
+        Some(r) => Route::from_str(&r).map_err(|e| invalid("route", e))?,
+        None => old.map(|s| s.route).unwrap_or_default(),
+    };
+    let block = match f.block {
+        Some(b) => BlockStrategy::from_str(&b).map_err(|e| invalid("block", e))?,
+        None => old.map(|s| s.block).unwrap_or_default(),
+    };
+    let misfire = match f.misfire {
+        Some(m) => Misfire::from_str(&m).map_err(|e| invalid("misfire", e))?,
+        None => old.map(|s| s.misfire).unwrap_or_default(),
+    };
+
+    let timeout_ms = f
+        .timeout_ms
+        .or(old.map(|s| s.timeout_ms))
+        .unwrap_or(DEFAULT_TIMEOUT_MS);
+    validate::within("timeout_ms", timeout_ms, 1..=MAX_TIMEOUT_MS)?;
+    let max_attempts = f
+        .max_attempts
+        .or(old.map(|s| i64::from(s.max_attempts)))
+        .unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    validate::within("max_attempts", max_attempts, 1..=MAX_ATTEMPTS)?;
+    let memory_mb = f
+        .memory_mb
+        .or(old.map(|s| i64::from(s.memory_mb)))
+        .unwrap_or(DEFAULT_MEMORY_MB);
+    validate::within("memory_mb", memory_mb, 1..=MAX_MEMORY_MB)?;
+    let max_concurrency = match f.max_concurrency {
+        Some(m) => m,
+        None => old.and_then(|s| s.max_concurrency).map(i64::from),
+    };
+    if let Some(m) = max_concurrency {
+        validate::within("max_concurrency", m, 1..=MAX_CONCURRENCY)?;
+    }
+
+    let backoff = f
+        .backoff
+        .or_else(|| old.map(|s| s.backoff.clone()))
+        .unwrap_or_default();
+    backoff.validate().map_err(|e| invalid("backoff", e))?;
+
+    let child_jobs = match f.child_jobs {
+        Some(refs) => child_jobs(store, &refs, base.map(|j| j.id)).await?,
+        None => old.map(|s| s.child_jobs.clone()).unwrap_or_default(),
+    };
+
+    let spec = JobSpec {
+        name,
+        app,
+        plugin,
+        schedule,
+        params,
+        route,
+        block,
+        misfire,
+        timeout_ms,
+        max_attempts: max_attempts as i32,
+        backoff,
+        memory_mb: memory_mb as i32,
+        max_concurrency: max_concurrency.map(|m| m as i32),
+        child_jobs,
+        enabled: f.enabled.or(old.map(|s| s.enabled)).unwrap_or(true),
+    };
+    Ok((spec, compiled))
+}
+
+/// The name of the plugin `r` refers to; it must have been uploaded.
+async fn plugin_ref(store: &Store, r: &NameOrId) -> ApiResult<String> {
+    let found = match r {
+        NameOrId::Id(id) => store.get_plugin(*id).await,
+        NameOrId::Name(name) => store.latest_plugin(name).await,
+    };
+    match found {
+        Ok(plugin) => Ok(plugin.name),
+        Err(store::Error::NotFound(_)) => Err(invalid(
+            "plugin",
+            format!("plugin {r} does not exist; upload it first with POST /api/v1/plugins?name=…"),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Resolves child job references to ids, in order, without repeats; a job cannot be its
+/// own child.
+async fn child_jobs(
+    store: &Store,
+    refs: &[NameOrId],
+    this_job: Option<i64>,
+) -> ApiResult<Vec<i64>> {
+    if refs.len() > MAX_CHILD_JOBS {
+        return Err(invalid(
+            "child_jobs",
+            format!("at most {MAX_CHILD_JOBS} child jobs (got {})", refs.len()),
+        ));
+    }
+    let mut ids = Vec::with_capacity(refs.len());
+    let mut seen = HashSet::new();
+    for (i, r) in refs.iter().enumerate() {
+        let field = format!("child_jobs[{i}]");
+        let child = job_ref(store, &field, r).await?;
+        if Some(child.id) == this_job {
+            return Err(invalid(&field, "a job cannot be its own child"));
+        }
+        if seen.insert(child.id) {
+            ids.push(child.id);
+        }
+    }
+    if let Some(this_job) = this_job {
+        reject_cycle(store, &ids, this_job).await?;
+    }
+    Ok(ids)
+}
+
+/// A chain of child jobs that leads back to `this_job` would run forever: follow the
+/// children of `children` and refuse one that does.
+async fn reject_cycle(store: &Store, children: &[i64], this_job: i64) -> ApiResult<()> {
+    let mut stack = children.to_vec();
+    let mut visited = HashSet::new();
+    while let Some(id) = stack.pop() {
+        if !visited.insert(id) {
+            continue;
+        }
+        let job = match store.get_job(id).await {
+            Err(store::Error::NotFound(_)) => continue,
+            other => other?,
+        };
+        if job.spec.child_jobs.contains(&this_job) {
+            return Err(invalid(
+                "child_jobs",
+                format!(
+                    "job {id} (`{}`) already runs job {this_job} after it: child jobs must not form a cycle",
+                    job.spec.name
+                ),
+            ));
+        }
+        stack.extend(job.spec.child_jobs);
+    }
+    Ok(())
+}

@@ -1,0 +1,330 @@
+//! `/api/v1/tasks`: the delay queue — creating tasks one at a time or in batches, reading,
+//! listing and cancelling them.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::{ApiError, ApiResult};
+use super::extract::{Json, NameOrId, PageParams, PathId, Query};
+use super::jobs::{find_job, job_filter, job_ref};
+use super::validate::{self, invalid};
+use super::views::{PageView, TASK_STATUSES, TaskView, parse_rfc3339};
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::model::{Millis, NewTask, Page, Task, TaskFilter, TaskKind, TaskStatus, now_ms};
+use crate::schedule::FIRE_HORIZON_MS;
+use crate::store::Store;
+
+/// Most tasks in one batch.
+pub const MAX_BATCH: usize = 10_000;
+const MAX_ATTEMPTS: i64 = 100;
+const MAX_PRIORITY: i64 = 1000;
+
+/// One task to create. Integers are read as `i64` so an out-of-range value is a 422 naming
+/// its range rather than a serde overflow.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskFields {
+    job: NameOrId,
+    payload: Option<String>,
+    delay_ms: Option<i64>,
+    run_at: Option<String>,
+    key: Option<String>,
+    max_attempts: Option<i64>,
+    backoff: Option<Backoff>,
+    priority: Option<i64>,
+}
+
+/// `POST /api/v1/tasks`: 201 with the new task, or 200 with the existing one when a task
+/// of the job already has this `key`.
+pub async fn create(
+    State(state): State<AppState>,
+    Json(fields): Json<TaskFields>,
+) -> ApiResult<(StatusCode, Json<TaskView>)> {
+    // Delays count from the moment the request is accepted.
+    let now = now_ms();
+    let store = state.node.store();
+    let job_id = job_ref(store, "job", &fields.job).await?.id;
+    let task = new_task(fields, job_id, now, state.node.config())?;
+    let (id, created) = *store_tasks(&state, std::slice::from_ref(&task), now)
+        .await?
+        .first()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
+    let task = store.get_task(id).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(task.into())))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchBody {
+    tasks: Vec<TaskFields>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BatchCreated {
+    ids: Vec<i64>,
+}
+
+/// `POST /api/v1/tasks/batch`: all or nothing. An invalid item fails the whole batch with
+/// its index in the message; an existing key yields the existing task's id.
+pub async fn create_batch(
+    State(state): State<AppState>,
+    Json(body): Json<BatchBody>,
+) -> ApiResult<(StatusCode, Json<BatchCreated>)> {
+    let now = now_ms();
+    if body.tasks.len() > MAX_BATCH {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "tasks: a batch holds at most {MAX_BATCH} tasks (got {}); split it",
+            body.tasks.len()
+        )));
+    }
+    let store = state.node.store();
+    let config = state.node.config();
+    let mut jobs: HashMap<NameOrId, i64> = HashMap::new();
+    let mut keys: HashMap<(i64, String), usize> = HashMap::new();
+    let mut tasks = Vec::with_capacity(body.tasks.len());
+    for (i, fields) in body.tasks.into_iter().enumerate() {
+        let prefix = format!("tasks[{i}].");
+        let job_id = match jobs.entry(fields.job.clone()) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => *e.insert(
+                job_ref(store, "job", &fields.job)
+                    .await
+                    .map_err(|e| e.prefixed(&prefix))?
+                    .id,
+            ),
+        };
+        let task = new_task(fields, job_id, now, config).map_err(|e| e.prefixed(&prefix))?;
+        if let Some(key) = &task.key
+            && let Some(first) = keys.insert((job_id, key.clone()), i)
+        {
+            return Err(invalid(
+                &format!("tasks[{i}].key"),
+                format!(
+                    "`{key}` is already used by tasks[{first}] of the same job; keys must be unique in a batch"
+                ),
+            ));
+        }
+        tasks.push(task);
+    }
+    let ids = store_tasks(&state, &tasks, now)
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    Ok((StatusCode::CREATED, Json(BatchCreated { ids })))
+}
+
+/// Stores tasks and hands the new ones to the node (those due within its window go
+/// straight into the wheel).
+pub(super) async fn store_tasks(
+    state: &AppState,
+    tasks: &[NewTask],
+    now: Millis,
+) -> ApiResult<Vec<(i64, bool)>> {
+    let ids = state.node.store().insert_tasks(tasks, now).await?;
+    let created: Vec<(i64, Millis)> = ids
+        .iter()
+        .zip(tasks)
+        .filter(|((_, created), _)| *created)
+        .map(|((id, _), t)| (*id, t.due_at))
+        .collect();
+    if !created.is_empty() {
+        state.node.tasks_created(&created).await;
+    }
+    Ok(ids)
+}
+
+/// Validates one task; error messages start with the field.
+fn new_task(f: TaskFields, job_id: i64, now: Millis, config: &Config) -> ApiResult<NewTask> {
+    let due_at = match (f.delay_ms, f.run_at) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "delay_ms",
+                "give either `delay_ms` or `run_at`, not both",
+            ));
+        }
+        (Some(delay), None) => {
+            if delay < 0 {
+                return Err(invalid(
+                    "delay_ms",
+                    format!("must not be negative (got {delay})"),
+                ));
+            }
+            not_too_far("delay_ms", now.saturating_add(delay), now)?
+        }
+        (None, Some(at)) => {
+            let at = parse_rfc3339(&at).ok_or_else(|| {
+                invalid(
+                    "run_at",
+                    format!("`{at}` is not an RFC 3339 time such as `2026-11-30T03:29:00.123Z`"),
+                )
+            })?;
+            // In the past: due at once.
+            not_too_far("run_at", at.max(now), now)?
+        }
+        (None, None) => now,
+    };
+    if let Some(payload) = &f.payload {
+        validate::max_bytes("payload", payload, config.max_payload_bytes)?;
+    }
+    if let Some(key) = &f.key {
+        validate::name("key", key)?;
+    }
+    let max_attempts = f
+        .max_attempts
+        .map(|n| validate::within("max_attempts", n, 1..=MAX_ATTEMPTS).map(|n| n as i32))
+        .transpose()?;
+    let priority = validate::within(
+        "priority",
+        f.priority.unwrap_or(0),
+        -MAX_PRIORITY..=MAX_PRIORITY,
+    )? as i32;
+    if let Some(backoff) = &f.backoff {
+        backoff.validate().map_err(|e| invalid("backoff", e))?;
+    }
+    Ok(NewTask {
+        job_id,
+        kind: TaskKind::Delayed,
+        key: f.key,
+        payload: f.payload,
+        params: None,
+        due_at,
+        max_attempts,
+        backoff: f.backoff,
+        priority,
+    })
+}
+
+fn not_too_far(field: &str, due_at: Millis, now: Millis) -> ApiResult<Millis> {
+    if due_at - now > FIRE_HORIZON_MS {
+        return Err(invalid(field, "is more than 10 years ahead"));
+    }
+    Ok(due_at)
+}
+
+/// `GET /api/v1/tasks/{id}`.
+pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> ApiResult<Json<TaskView>> {
+    Ok(Json(state.node.store().get_task(id).await?.into()))
+}
+
+/// `DELETE /api/v1/tasks/{id}`: cancels a task that has not started (also one already in
+/// a node's wheel); cancelling it again is a 200, a running or finished one a 409.
+pub async fn cancel(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+) -> ApiResult<Json<TaskView>> {
+    let (task, _) = state.node.cancel_task(id).await?;
+    Ok(Json(task.into()))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CancelByKeyQuery {
+    job: Option<String>,
+    key: Option<String>,
+}
+
+/// `DELETE /api/v1/tasks?job=J&key=K`: cancels the task of job `J` created with key `K`.
+pub async fn cancel_by_key(
+    State(state): State<AppState>,
+    Query(q): Query<CancelByKeyQuery>,
+) -> ApiResult<Json<TaskView>> {
+    let (Some(job), Some(key)) = (
+        q.job.filter(|s| !s.is_empty()),
+        q.key.filter(|s| !s.is_empty()),
+    ) else {
+        return Err(ApiError::BadRequest(
+            "query parameters `job` and `key` are required: DELETE /api/v1/tasks?job=…&key=… (or DELETE /api/v1/tasks/{id})".into(),
+        ));
+    };
+    let store = state.node.store();
+    let job = find_job(store, &job).await?;
+    let task = store.get_task_by_key(job.id, &key).await?;
+    let (task, _) = state.node.cancel_task(task.id).await?;
+    Ok(Json(task.into()))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    job: Option<String>,
+    status: Option<String>,
+    key: Option<String>,
+    limit: Option<String>,
+    after: Option<String>,
+}
+
+/// `GET /api/v1/tasks?job=&status=&key=&limit=&after=`: newest first.
+pub async fn list(
+    State(state): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<PageView<TaskView>>> {
+    let page = PageParams::parse(q.limit.as_deref(), q.after.as_deref())?;
+    let store = state.node.store();
+    let job_id = job_filter(store, q.job.as_deref()).await?;
+    let filter = TaskFilter {
+        job_id,
+        status: None,
+        key: q.key.filter(|k| !k.is_empty()),
+        before_id: page.before_id,
+        limit: page.limit,
+    };
+    let tasks =
+        list_by_api_status(store, filter, q.status.as_deref().filter(|s| !s.is_empty())).await?;
+    Ok(Json(PageView::of(tasks, TaskView::from)))
+}
+
+/// Lists tasks by the status the API shows (see [`super::views::task_status`]). `pending`
+/// and `failed` are not single database states, so they are read as the states they are
+/// made of and filtered here; a page can then hold fewer than `limit` tasks while `next`
+/// still points further.
+async fn list_by_api_status(
+    store: &Store,
+    mut f: TaskFilter,
+    status: Option<&str>,
+) -> ApiResult<Page<Task>> {
+    match status {
+        None => Ok(store.list_tasks(&f).await?),
+        Some("failed") => {
+            f.status = Some(TaskStatus::Pending);
+            let mut page = store.list_tasks(&f).await?;
+            page.items.retain(|t| t.attempt > 1);
+            Ok(page)
+        }
+        Some("pending") => {
+            f.status = Some(TaskStatus::Pending);
+            let pending = store.list_tasks(&f).await?;
+            f.status = Some(TaskStatus::Claimed);
+            let claimed = store.list_tasks(&f).await?;
+            let more = pending.next.is_some() || claimed.next.is_some();
+            let mut items: Vec<Task> = pending.items.into_iter().chain(claimed.items).collect();
+            items.sort_by_key(|t| std::cmp::Reverse(t.id));
+            let more = more || items.len() > f.limit as usize;
+            items.truncate(f.limit as usize);
+            let next = if more {
+                items.last().map(|t| t.id)
+            } else {
+                None
+            };
+            items.retain(|t| t.status == TaskStatus::Claimed || t.attempt <= 1);
+            Ok(Page { items, next })
+        }
+        Some(s @ ("running" | "succeeded" | "dead" | "cancelled")) => {
+            f.status = Some(s.parse().map_err(ApiError::BadRequest)?);
+            Ok(store.list_tasks(&f).await?)
+        }
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "query parameter `status` must be one of {}, not `{other}`",
+            TASK_STATUSES.join(", ")
+        ))),
+    }
+}

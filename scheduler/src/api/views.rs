@@ -1,0 +1,276 @@
+//! The JSON the API answers with: the model's types rendered for users (times as RFC 3339
+//! UTC with milliseconds, ids as integers, the API's task statuses).
+
+use chrono::{DateTime, SecondsFormat};
+use serde::Serialize;
+
+use crate::backoff::Backoff;
+use crate::model::{Executor, Job, Millis, Page, Plugin, Run, Task, TaskStatus};
+use crate::schedule::Schedule;
+
+/// `2026-11-30T03:29:00.123Z`.
+pub fn rfc3339(ms: Millis) -> String {
+    match DateTime::from_timestamp_millis(ms) {
+        Some(t) => t.to_rfc3339_opts(SecondsFormat::Millis, true),
+        // Out of chrono's range (±262,000 years): never stored by Rota, but never a panic.
+        None => ms.to_string(),
+    }
+}
+
+pub fn rfc3339_opt(ms: Option<Millis>) -> Option<String> {
+    ms.map(rfc3339)
+}
+
+/// Parses an RFC 3339 time into epoch milliseconds.
+pub fn parse_rfc3339(s: &str) -> Option<Millis> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
+/// A list page: `next` is the cursor (an id, as a string) to pass back as `after`.
+#[derive(Debug, Serialize)]
+pub struct PageView<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
+
+impl<T> PageView<T> {
+    pub fn of<M>(page: Page<M>, view: impl Fn(M) -> T) -> Self {
+        PageView {
+            items: page.items.into_iter().map(view).collect(),
+            next: page.next.map(|id| id.to_string()),
+        }
+    }
+
+    pub fn all(items: Vec<T>) -> Self {
+        PageView { items, next: None }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct PluginView {
+    pub id: i64,
+    pub name: String,
+    pub version: i32,
+    pub sha256: String,
+    pub size: i64,
+    pub created_at: String,
+}
+
+impl From<Plugin> for PluginView {
+    fn from(p: Plugin) -> Self {
+        PluginView {
+            id: p.id,
+            name: p.name,
+            version: p.version,
+            sha256: p.sha256,
+            size: p.size,
+            created_at: rfc3339(p.created_at),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    pub id: i64,
+    pub name: String,
+    pub app: String,
+    pub plugin: String,
+    pub schedule: Schedule,
+    pub params: Option<String>,
+    pub route: &'static str,
+    pub block: &'static str,
+    pub misfire: &'static str,
+    pub timeout_ms: i64,
+    pub max_attempts: i32,
+    pub backoff: Backoff,
+    pub memory_mb: i32,
+    pub max_concurrency: Option<i32>,
+    pub child_jobs: Vec<i64>,
+    pub enabled: bool,
+    pub next_fire_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl From<Job> for JobView {
+    fn from(j: Job) -> Self {
+        let s = j.spec;
+        JobView {
+            id: j.id,
+            name: s.name,
+            app: s.app,
+            plugin: s.plugin,
+            schedule: s.schedule,
+            params: s.params,
+            route: s.route.as_str(),
+            block: s.block.as_str(),
+            misfire: s.misfire.as_str(),
+            timeout_ms: s.timeout_ms,
+            max_attempts: s.max_attempts,
+            backoff: s.backoff,
+            memory_mb: s.memory_mb,
+            max_concurrency: s.max_concurrency,
+            child_jobs: s.child_jobs,
+            enabled: s.enabled,
+            next_fire_at: rfc3339_opt(j.next_fire_at),
+            created_at: rfc3339(j.created_at),
+            updated_at: rfc3339(j.updated_at),
+        }
+    }
+}
+
+/// A task's status as the API shows it, and how many attempts have started.
+///
+/// The database knows more states than users do: `claimed` (a node holds the task in its
+/// wheel) is still `pending` to them, and a `pending` task past its first attempt is
+/// waiting for a retry, which the API calls `failed`.
+pub fn task_status(status: TaskStatus, attempt: i32) -> (&'static str, i32) {
+    match status {
+        TaskStatus::Pending if attempt > 1 => ("failed", attempt - 1),
+        TaskStatus::Pending => ("pending", attempt - 1),
+        TaskStatus::Claimed => ("pending", attempt - 1),
+        other => (other.as_str(), attempt),
+    }
+}
+
+/// The API's task statuses, in the order the docs list them.
+pub const TASK_STATUSES: [&str; 6] = [
+    "pending",
+    "running",
+    "succeeded",
+    "failed",
+    "dead",
+    "cancelled",
+];
+
+#[derive(Debug, Serialize)]
+pub struct TaskView {
+    pub id: i64,
+    pub job: i64,
+    pub kind: &'static str,
+    pub status: &'static str,
+    pub due_at: String,
+    pub attempts: i32,
+    pub max_attempts: Option<i32>,
+    pub key: Option<String>,
+    pub priority: i32,
+    pub payload: Option<String>,
+    pub last_run_id: Option<i64>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl From<Task> for TaskView {
+    fn from(t: Task) -> Self {
+        let (status, attempts) = task_status(t.status, t.attempt);
+        TaskView {
+            id: t.id,
+            job: t.job_id,
+            kind: t.kind.as_str(),
+            status,
+            due_at: rfc3339(t.due_at),
+            attempts,
+            max_attempts: t.max_attempts,
+            key: t.key,
+            priority: t.priority,
+            payload: t.payload,
+            last_run_id: t.last_run_id,
+            created_at: rfc3339(t.created_at),
+            updated_at: rfc3339(t.updated_at),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    pub id: i64,
+    pub job: i64,
+    pub task: i64,
+    pub attempt: i32,
+    pub shard_index: i32,
+    pub shard_total: i32,
+    pub executor: Option<String>,
+    pub scheduled_at: String,
+    pub dispatched_at: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub status: &'static str,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
+}
+
+impl From<Run> for RunView {
+    fn from(r: Run) -> Self {
+        RunView {
+            id: r.id,
+            job: r.job_id,
+            task: r.task_id,
+            attempt: r.attempt,
+            shard_index: r.shard_index,
+            shard_total: r.shard_total,
+            executor: r.executor,
+            scheduled_at: rfc3339(r.scheduled_at),
+            dispatched_at: rfc3339_opt(r.dispatched_at),
+            started_at: rfc3339_opt(r.started_at),
+            finished_at: rfc3339_opt(r.finished_at),
+            status: r.status.as_str(),
+            exit_code: r.exit_code,
+            message: r.message,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ExecutorView {
+    pub app: String,
+    pub address: String,
+    pub registered_at: String,
+    pub last_heartbeat_at: String,
+    pub running: i32,
+    pub capacity: i32,
+}
+
+impl From<Executor> for ExecutorView {
+    fn from(e: Executor) -> Self {
+        ExecutorView {
+            app: e.app,
+            address: e.address,
+            registered_at: rfc3339(e.registered_at),
+            last_heartbeat_at: rfc3339(e.last_heartbeat_at),
+            running: e.running,
+            capacity: e.capacity,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_with_milliseconds() {
+        assert_eq!(rfc3339(1_795_922_940_123), "2026-11-30T03:29:00.123Z");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_opt(None), None);
+        assert_eq!(rfc3339(i64::MAX), i64::MAX.to_string());
+        assert_eq!(
+            parse_rfc3339("2026-11-30T11:29:00.123+08:00"),
+            Some(1_795_922_940_123)
+        );
+        assert_eq!(parse_rfc3339("tomorrow"), None);
+    }
+
+    #[test]
+    fn internal_task_states_map_to_api_states() {
+        assert_eq!(task_status(TaskStatus::Pending, 1), ("pending", 0));
+        assert_eq!(task_status(TaskStatus::Claimed, 1), ("pending", 0));
+        assert_eq!(task_status(TaskStatus::Claimed, 3), ("pending", 2));
+        assert_eq!(task_status(TaskStatus::Pending, 2), ("failed", 1));
+        assert_eq!(task_status(TaskStatus::Running, 2), ("running", 2));
+        assert_eq!(task_status(TaskStatus::Dead, 5), ("dead", 5));
+        assert_eq!(task_status(TaskStatus::Succeeded, 1), ("succeeded", 1));
+        assert_eq!(task_status(TaskStatus::Cancelled, 1), ("cancelled", 1));
+    }
+}

@@ -1,0 +1,147 @@
+//! The scheduler's HTTP client to executors: every request signed with the executor secret
+//! (see `docs/protocol.md`), one shared connection pool, a bounded timeout.
+
+use std::time::Duration;
+
+use rota_proto::wire::{
+    PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER,
+};
+use rota_proto::{
+    BeatAck, HEADER_SIGNATURE, HEADER_TIMESTAMP, IdleBeatAck, IdleBeatRequest, KillAck,
+    KillRequest, LogPage, LogRequest, RunsKnownAck, RunsKnownRequest, Secret, TriggerBatch,
+    TriggerBatchAck,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::model::now_ms;
+
+/// Why a call to an executor did not get an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("executor {address} is unreachable: {reason}")]
+    Unreachable { address: String, reason: String },
+    #[error("executor {address} answered {status}: {body}")]
+    Refused {
+        address: String,
+        status: u16,
+        body: String,
+    },
+    #[error("executor {address} sent an answer Rota cannot read: {reason}")]
+    BadAnswer { address: String, reason: String },
+}
+
+#[derive(Clone)]
+pub struct ExecutorClient {
+    http: reqwest::Client,
+    secret: Secret,
+}
+
+impl ExecutorClient {
+    pub fn new(secret: Secret, timeout: Duration) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(1)))
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            .build()
+            .unwrap_or_default();
+        ExecutorClient { http, secret }
+    }
+
+    async fn post<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        address: &str,
+        path: &str,
+        body: &Req,
+    ) -> Result<Resp, ClientError> {
+        let url = format!("{}{}", address.trim_end_matches('/'), path);
+        let signed_path = reqwest::Url::parse(&url)
+            .map(|u| u.path().to_owned())
+            .map_err(|e| ClientError::Unreachable {
+                address: address.into(),
+                reason: format!("bad address: {e}"),
+            })?;
+        let body = serde_json::to_vec(body).map_err(|e| ClientError::BadAnswer {
+            address: address.into(),
+            reason: e.to_string(),
+        })?;
+        let ts = now_ms();
+        let signature = rota_proto::sign(self.secret.as_bytes(), "POST", &signed_path, ts, &body);
+        let resp = self
+            .http
+            .post(&url)
+            .header(HEADER_TIMESTAMP, ts.to_string())
+            .header(HEADER_SIGNATURE, signature)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| ClientError::Unreachable {
+                address: address.into(),
+                reason: error_chain(&e),
+            })?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| ClientError::Unreachable {
+            address: address.into(),
+            reason: error_chain(&e),
+        })?;
+        if !status.is_success() {
+            let body = String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned();
+            return Err(ClientError::Refused {
+                address: address.into(),
+                status: status.as_u16(),
+                body,
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::BadAnswer {
+            address: address.into(),
+            reason: e.to_string(),
+        })
+    }
+
+    pub async fn trigger(
+        &self,
+        address: &str,
+        batch: &TriggerBatch,
+    ) -> Result<TriggerBatchAck, ClientError> {
+        self.post(address, PATH_TRIGGER, batch).await
+    }
+
+    pub async fn kill(&self, address: &str, run_id: i64) -> Result<KillAck, ClientError> {
+        self.post(address, PATH_KILL, &KillRequest { run_id }).await
+    }
+
+    pub async fn log(&self, address: &str, req: &LogRequest) -> Result<LogPage, ClientError> {
+        self.post(address, PATH_LOG, req).await
+    }
+
+    pub async fn beat(&self, address: &str) -> Result<BeatAck, ClientError> {
+        self.post(address, PATH_BEAT, &serde_json::json!({})).await
+    }
+
+    pub async fn idle_beat(&self, address: &str, job_id: i64) -> Result<IdleBeatAck, ClientError> {
+        self.post(address, PATH_IDLE_BEAT, &IdleBeatRequest { job_id })
+            .await
+    }
+
+    pub async fn runs_known(
+        &self,
+        address: &str,
+        req: &RunsKnownRequest,
+    ) -> Result<RunsKnownAck, ClientError> {
+        self.post(address, PATH_RUNS_KNOWN, req).await
+    }
+}
+
+/// reqwest's errors hide the useful part (connection refused, timed out) in their sources.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}

@@ -1,0 +1,291 @@
+//! Completion: what happens when a run ends — reported by an executor, failed at dispatch,
+//! or lost with a dead executor — and the retry policy that decides a task's next step.
+//!
+//! Reports are applied in batches and idempotently (see [`Store::apply_run_updates`]): a
+//! repeated report changes nothing. A failed attempt is retried after the task's (or job's)
+//! backoff until `max_attempts` failures, then the task is `dead`; a lost attempt (its
+//! executor died) is retried at once and does not count as a failure of the plugin, up to
+//! [`MAX_LOST`] losses; a killed run cancels its task; success fires the job's children.
+//!
+//! [`Store::apply_run_updates`]: crate::store::Store::apply_run_updates
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use crate::model::*;
+use crate::node::Shared;
+use crate::store::Applied;
+
+/// Losses (executor died mid-run) a task survives before it is declared dead: a plugin that
+/// crashes its executor every time must not loop forever.
+pub const MAX_LOST: i32 = 5;
+
+/// The retry policy: what happens to a task whose attempt ended with `a.status`.
+pub fn decide(a: &AttemptEnded, now: Millis, rng: &mut impl rand::Rng) -> TaskNext {
+    match a.status {
+        RunStatus::Succeeded => TaskNext::Succeeded,
+        RunStatus::Killed => TaskNext::Cancelled,
+        RunStatus::Lost => {
+            if a.lost_count + 1 < MAX_LOST {
+                TaskNext::Retry {
+                    due_at: now,
+                    lost: true,
+                }
+            } else {
+                TaskNext::Dead
+            }
+        }
+        RunStatus::Failed | RunStatus::Timeout | RunStatus::Dispatched | RunStatus::Running => {
+            // Attempts that failed in the plugin (losses don't count against it).
+            let failures = (a.attempt - a.lost_count).max(1);
+            if failures < a.max_attempts {
+                let delay = a.backoff.delay_ms(failures as u32, rng);
+                TaskNext::Retry {
+                    due_at: now.saturating_add(delay),
+                    lost: false,
+                }
+            } else {
+                TaskNext::Dead
+            }
+        }
+    }
+}
+
+/// Applies run updates and reacts: metrics, and a scan wake-up when a retry or a child is
+/// due inside the window (so it fires on time rather than at the next scan).
+pub(crate) async fn apply(shared: &Shared, updates: &[RunUpdate]) -> anyhow::Result<Applied> {
+    let now = now_ms();
+    let mut rng = StdRng::from_os_rng();
+    let applied = shared
+        .store
+        .apply_run_updates(updates, now, &mut |a| decide(a, now, &mut rng))
+        .await?;
+    for u in updates {
+        if let (
+            Some(started),
+            RunStatus::Running | RunStatus::Succeeded | RunStatus::Failed | RunStatus::Timeout,
+        ) = (u.started_at, u.status)
+        {
+            metrics::histogram!("rota_run_start_lateness_seconds")
+                .record((started - u.scheduled_at).max(0) as f64 / 1000.0);
+        }
+        if u.status.is_final() {
+            metrics::counter!("rota_runs_finished_total", "status" => u.status.as_str())
+                .increment(1);
+        }
+    }
+    let soon = now + shared.config.window_ms;
+    let wake = applied.children > 0
+        || applied
+            .tasks
+            .iter()
+            .any(|(_, n)| matches!(n, TaskNext::Retry { due_at, .. } if *due_at <= soon));
+    if wake {
+        shared.scan_wake.notify_one();
+    }
+    Ok(applied)
+}
+
+/// Runs an executor was given that it no longer has after a restart are lost at once, not
+/// after the heartbeat timeout.
+pub(crate) async fn reconcile_executor(
+    shared: &Shared,
+    address: &str,
+    active: &[i64],
+    now: Millis,
+) -> anyhow::Result<()> {
+    let active: HashSet<i64> = active.iter().copied().collect();
+    let runs = shared
+        .store
+        .unfinished_runs_on(&[address.to_owned()])
+        .await?;
+    let lost: Vec<RunUpdate> = runs
+        .into_iter()
+        .filter(|r| !active.contains(&r.id))
+        .map(|r| {
+            lost_update(
+                &r,
+                now,
+                format!("executor {address} restarted without this run"),
+            )
+        })
+        .collect();
+    if !lost.is_empty() {
+        tracing::warn!(
+            executor = address,
+            runs = lost.len(),
+            "runs lost by a restarted executor"
+        );
+        apply(shared, &lost).await?;
+    }
+    Ok(())
+}
+
+fn lost_update(r: &Run, now: Millis, message: String) -> RunUpdate {
+    RunUpdate {
+        run_id: r.id,
+        job_id: r.job_id,
+        task_id: r.task_id,
+        attempt: r.attempt,
+        shard_index: r.shard_index,
+        shard_total: r.shard_total,
+        executor: r.executor.clone(),
+        scheduled_at: r.scheduled_at,
+        dispatched_at: r.dispatched_at,
+        started_at: r.started_at,
+        finished_at: Some(now),
+        status: RunStatus::Lost,
+        exit_code: None,
+        message: Some(message),
+    }
+}
+
+/// Every second: refresh the executor registry; every few seconds: executors silent for
+/// longer than the dead timeout lose their unfinished runs (marked `lost`, retried) and leave
+/// the registry. Runs are marked before the executor row is removed, so a crash in between
+/// repeats the marking instead of forgetting it.
+pub(crate) async fn liveness_loop(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        n += 1;
+        let now = now_ms();
+        let alive_after = now - shared.config.executor_dead_after_ms;
+        if let Err(e) = shared.executors.refresh(&shared.store, alive_after).await {
+            tracing::warn!(error = %e, "refreshing the executor registry failed");
+        }
+        if n % 5 == 0
+            && let Err(e) = reap_dead_executors(&shared, alive_after, now).await
+        {
+            tracing::warn!(error = %format!("{e:#}"), "reaping dead executors failed");
+        }
+    }
+}
+
+async fn reap_dead_executors(
+    shared: &Shared,
+    alive_after: Millis,
+    now: Millis,
+) -> anyhow::Result<()> {
+    let dead = shared.store.dead_executors(alive_after).await?;
+    if dead.is_empty() {
+        return Ok(());
+    }
+    let addresses: Vec<String> = dead.iter().map(|e| e.address.clone()).collect();
+    let runs = shared.store.unfinished_runs_on(&addresses).await?;
+    if !runs.is_empty() {
+        let lost: Vec<RunUpdate> = runs
+            .iter()
+            .map(|r| {
+                let who = r.executor.as_deref().unwrap_or("?");
+                lost_update(r, now, format!("executor {who} stopped heartbeating"))
+            })
+            .collect();
+        tracing::warn!(
+            runs = lost.len(),
+            executors = dead.len(),
+            "marking runs of dead executors lost"
+        );
+        apply(shared, &lost).await?;
+    }
+    for e in &dead {
+        tracing::warn!(app = %e.app, executor = %e.address, "executor is dead; removing it");
+        shared.store.remove_executor(&e.app, &e.address).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::Backoff;
+
+    fn ended(status: RunStatus, attempt: i32, lost_count: i32, max_attempts: i32) -> AttemptEnded {
+        AttemptEnded {
+            task_id: 1,
+            job_id: 1,
+            attempt,
+            lost_count,
+            status,
+            max_attempts,
+            backoff: Backoff::Exponential {
+                base_ms: 60_000,
+                factor: 2.0,
+                max_ms: 3_600_000,
+                jitter: false,
+            },
+            child_jobs: vec![],
+        }
+    }
+
+    #[test]
+    fn retries_follow_the_backoff_then_the_task_is_dead() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let now = 1_000_000;
+        // "retry in 1 min, then 2, then 4, up to 4 attempts"
+        let mut dues = Vec::new();
+        for attempt in 1..=3 {
+            match decide(&ended(RunStatus::Failed, attempt, 0, 4), now, &mut rng) {
+                TaskNext::Retry {
+                    due_at,
+                    lost: false,
+                } => dues.push(due_at - now),
+                other => panic!("attempt {attempt}: {other:?}"),
+            }
+        }
+        assert_eq!(dues, vec![60_000, 120_000, 240_000]);
+        assert_eq!(
+            decide(&ended(RunStatus::Failed, 4, 0, 4), now, &mut rng),
+            TaskNext::Dead
+        );
+        assert_eq!(
+            decide(&ended(RunStatus::Timeout, 1, 0, 1), now, &mut rng),
+            TaskNext::Dead
+        );
+    }
+
+    #[test]
+    fn losses_retry_at_once_without_spending_attempts() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let now = 5;
+        assert_eq!(
+            decide(&ended(RunStatus::Lost, 1, 0, 1), now, &mut rng),
+            TaskNext::Retry {
+                due_at: now,
+                lost: true
+            }
+        );
+        // Attempt 2 after one loss is the first real failure: with max_attempts 2 it retries.
+        assert!(matches!(
+            decide(&ended(RunStatus::Failed, 2, 1, 2), now, &mut rng),
+            TaskNext::Retry { lost: false, .. }
+        ));
+        assert_eq!(
+            decide(&ended(RunStatus::Lost, 5, MAX_LOST - 1, 1), now, &mut rng),
+            TaskNext::Dead
+        );
+    }
+
+    #[test]
+    fn success_and_kill() {
+        let mut rng = StdRng::seed_from_u64(1);
+        assert_eq!(
+            decide(&ended(RunStatus::Succeeded, 1, 0, 1), 0, &mut rng),
+            TaskNext::Succeeded
+        );
+        assert_eq!(
+            decide(&ended(RunStatus::Killed, 1, 0, 3), 0, &mut rng),
+            TaskNext::Cancelled
+        );
+    }
+}

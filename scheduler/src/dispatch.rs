@@ -1,0 +1,586 @@
+//! Dispatch: the fast and slow pools, routing, the trigger requests to executors and the
+//! batched record of what was sent.
+//!
+//! The ring thread hands each tick's due tasks to [`Pools::fire`], which splits them by job
+//! into the fast pool or — for jobs whose dispatches keep being slow — the slow pool. Both
+//! are bounded queues feeding a bounded number of concurrent dispatches; a full queue blocks
+//! the ring thread (back-pressure, never a silent drop).
+//!
+//! A dispatch resolves each task's job, picks executors with the job's route strategy, and
+//! sends **one request per executor** carrying every trigger for it. Executors that cannot
+//! be reached, or answer `busy`/`full`, are skipped for the next candidate where the strategy
+//! allows failover; a trigger nobody can take fails its run with the reason (and the retry
+//! policy applies), except when every executor is merely full: then it waits in the wheel.
+//! What was sent is recorded by [`record_loop`] in batches after the send, so the fire path
+//! has no database write; the claim made by the scan keeps a crash from losing it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use rota_proto::{PluginRef, Trigger, TriggerBatch, TriggerOutcome};
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::model::*;
+use crate::node::{JobEntry, Shared};
+use crate::route::Route;
+
+/// How long a trigger waits in the wheel when every executor of its app is full.
+const FULL_RETRY_MS: i64 = 200;
+
+/// Records dispatches in batches of at most this many rows…
+const RECORD_BATCH: usize = 2_000;
+/// …or after this long.
+const RECORD_LINGER: Duration = Duration::from_millis(20);
+
+/// Counts slow dispatches per job in the current minute (XXL-JOB's rule, configurable).
+pub(crate) struct SlowTracker {
+    state: Mutex<(i64, HashMap<i64, u32>)>,
+    slow_ms: u64,
+    max_count: u32,
+}
+
+impl SlowTracker {
+    pub(crate) fn new(slow_ms: u64, max_count: u32) -> Self {
+        SlowTracker {
+            state: Mutex::new((0, HashMap::new())),
+            slow_ms,
+            max_count,
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<i64, u32>) -> R) -> R {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let minute = now_ms() / 60_000;
+        if g.0 != minute {
+            g.0 = minute;
+            g.1.clear();
+        }
+        f(&mut g.1)
+    }
+
+    pub(crate) fn is_slow(&self, job_id: i64) -> bool {
+        self.with(|m| m.get(&job_id).is_some_and(|&n| n > self.max_count))
+    }
+
+    pub(crate) fn record(&self, job_ids: impl IntoIterator<Item = i64>, elapsed: Duration) {
+        if elapsed < Duration::from_millis(self.slow_ms) {
+            return;
+        }
+        self.with(|m| {
+            for id in job_ids {
+                *m.entry(id).or_default() += 1;
+            }
+        });
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    Fast,
+    Slow,
+}
+
+impl Lane {
+    fn as_str(self) -> &'static str {
+        match self {
+            Lane::Fast => "fast",
+            Lane::Slow => "slow",
+        }
+    }
+}
+
+/// The fast and slow pools.
+#[derive(Clone)]
+pub(crate) struct Pools {
+    fast: mpsc::Sender<Vec<DueTask>>,
+    slow: mpsc::Sender<Vec<DueTask>>,
+    capacity: usize,
+}
+
+impl Pools {
+    pub(crate) fn start(shared: &Arc<Shared>, tasks: &mut tokio::task::JoinSet<()>) -> Pools {
+        let capacity = shared.config.pool_queue.max(1);
+        let (fast, fast_rx) = mpsc::channel(capacity);
+        let (slow, slow_rx) = mpsc::channel(capacity);
+        tasks.spawn(pool_loop(
+            shared.clone(),
+            Lane::Fast,
+            fast_rx,
+            shared.config.fast_pool_size,
+        ));
+        tasks.spawn(pool_loop(
+            shared.clone(),
+            Lane::Slow,
+            slow_rx,
+            shared.config.slow_pool_size,
+        ));
+        Pools {
+            fast,
+            slow,
+            capacity,
+        }
+    }
+
+    /// Called on the ring thread with one tick's due tasks (highest priority first).
+    pub(crate) fn fire(&self, shared: &Shared, batch: Vec<DueTask>) {
+        let now = now_ms();
+        for t in &batch {
+            metrics::histogram!("rota_fire_lateness_seconds")
+                .record((now - t.due_at).max(0) as f64 / 1000.0);
+        }
+        metrics::counter!("rota_fires_total").increment(batch.len() as u64);
+        let (slow, fast): (Vec<DueTask>, Vec<DueTask>) = batch
+            .into_iter()
+            .partition(|t| shared.slow.is_slow(t.job_id));
+        for (lane, tasks) in [(Lane::Fast, fast), (Lane::Slow, slow)] {
+            if tasks.is_empty() {
+                continue;
+            }
+            let tx = match lane {
+                Lane::Fast => &self.fast,
+                Lane::Slow => &self.slow,
+            };
+            metrics::gauge!("rota_pool_queue_depth", "pool" => lane.as_str())
+                .set((self.capacity - tx.capacity()) as f64);
+            // Blocks the ring thread while the pool is saturated: back-pressure.
+            if let Err(e) = tx.blocking_send(tasks) {
+                // Only when the node is stopping: hand the claims back through the ring.
+                let tasks = e.0;
+                shared.ring.defer(tasks, now);
+            }
+        }
+    }
+}
+
+async fn pool_loop(
+    shared: Arc<Shared>,
+    lane: Lane,
+    mut rx: mpsc::Receiver<Vec<DueTask>>,
+    size: usize,
+) {
+    let permits = Arc::new(Semaphore::new(size.max(1)));
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        let batch = tokio::select! {
+            b = rx.recv() => b,
+            _ = shutdown.wait_for(|s| *s) => None,
+        };
+        let Some(batch) = batch else { break };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            dispatch_batch(&shared, batch).await;
+            drop(permit);
+        });
+        metrics::gauge!("rota_pool_queue_depth", "pool" => lane.as_str()).set(rx.len() as f64);
+    }
+    // Whatever is still queued goes back to the wheel, to be handed back as claims.
+    rx.close();
+    while let Some(batch) = rx.recv().await {
+        shared.ring.defer(batch, now_ms());
+    }
+    // Wait for in-flight dispatches.
+    let _ = permits.acquire_many(size.max(1) as u32).await;
+}
+
+/// One trigger on its way: the task, its run, and where it may still go.
+struct Pending {
+    task: DueTask,
+    job: Arc<JobEntry>,
+    run_id: i64,
+    shard_index: i32,
+    shard_total: i32,
+    candidates: Vec<String>,
+    next: usize,
+    failover: bool,
+    last_error: Option<String>,
+    all_full: bool,
+}
+
+/// Dispatches one tick's tasks of one pool.
+#[tracing::instrument(skip_all, fields(tasks = batch.len()))]
+pub(crate) async fn dispatch_batch(shared: &Shared, batch: Vec<DueTask>) {
+    let now = now_ms();
+    let mut failed: Vec<RunUpdate> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut plans: Vec<(DueTask, Arc<JobEntry>, Vec<(String, i32, i32, Vec<String>)>)> = Vec::new();
+
+    // Resolve jobs and executors, choose candidates.
+    for task in batch {
+        let job = match shared.jobs.get(&shared.store, task.job_id).await {
+            Ok(Some(job)) => job,
+            Ok(None) => {
+                failed.push(failure(
+                    &task,
+                    0,
+                    1,
+                    None,
+                    now,
+                    format!("job {} no longer exists", task.job_id),
+                ));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "loading a job for dispatch failed; retrying shortly");
+                shared.ring.defer(vec![task], now + FULL_RETRY_MS);
+                continue;
+            }
+        };
+        let spec = &job.job.spec;
+        if job.plugin.is_none() {
+            failed.push(failure(
+                &task,
+                0,
+                1,
+                None,
+                now,
+                format!("plugin `{}` does not exist", spec.plugin),
+            ));
+            continue;
+        }
+        let executors = shared.executors.of_app(&spec.app);
+        if executors.is_empty() {
+            failed.push(failure(
+                &task,
+                0,
+                1,
+                None,
+                now,
+                format!("no live executor in app `{}`", spec.app),
+            ));
+            continue;
+        }
+        let addresses: Vec<String> = executors.into_iter().map(|e| e.address).collect();
+        let order = shared.router.order(spec.route, task.job_id, &addresses);
+        let mut shards = Vec::new();
+        if spec.route == Route::ShardingBroadcast {
+            let total = addresses.len() as i32;
+            for (i, address) in addresses.iter().enumerate() {
+                shards.push((address.clone(), i as i32, total, vec![address.clone()]));
+            }
+        } else {
+            let candidates: Vec<String> = order.iter().map(|&i| addresses[i].clone()).collect();
+            shards.push((String::new(), 0, 1, candidates));
+        }
+        plans.push((task, job, shards));
+    }
+
+    // Run ids for every shard of every trigger, from the node's reserved block.
+    let needed: usize = plans.iter().map(|(_, _, s)| s.len()).sum();
+    let ids = match shared.run_ids.take(&shared.store, needed).await {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::warn!(error = %e, "reserving run ids failed; retrying shortly");
+            shared.ring.defer(
+                plans.into_iter().map(|(t, _, _)| t).collect(),
+                now + FULL_RETRY_MS,
+            );
+            complete_failures(shared, failed).await;
+            return;
+        }
+    };
+    let mut ids = ids.into_iter();
+    for (task, job, shards) in plans {
+        let failover = job.job.spec.route.allows_failover();
+        for (_, shard_index, shard_total, candidates) in shards {
+            let Some(run_id) = ids.next() else { break };
+            pending.push(Pending {
+                task: task.clone(),
+                job: job.clone(),
+                run_id,
+                shard_index,
+                shard_total,
+                candidates,
+                next: 0,
+                failover,
+                last_error: None,
+                all_full: true,
+            });
+        }
+    }
+
+    let mut sent: Vec<Dispatched> = Vec::new();
+    let mut deferred: Vec<DueTask> = Vec::new();
+    // Rounds: each round sends every remaining trigger to its next candidate, one request
+    // per executor.
+    while !pending.is_empty() {
+        let mut by_executor: HashMap<String, Vec<Pending>> = HashMap::new();
+        for p in pending.drain(..) {
+            match p.candidates.get(p.next).cloned() {
+                Some(address) => by_executor.entry(address).or_default().push(p),
+                None => {
+                    if p.all_full && p.last_error.is_some() && p.shard_total == 1 {
+                        deferred.push(p.task);
+                    } else {
+                        let reason = p
+                            .last_error
+                            .clone()
+                            .unwrap_or_else(|| "no executor could take it".into());
+                        failed.push(
+                            failure(&p.task, p.run_id, p.shard_total, None, now, reason)
+                                .with_shard(p.shard_index),
+                        );
+                    }
+                }
+            }
+        }
+        if by_executor.is_empty() {
+            break;
+        }
+        let requests = by_executor.into_iter().map(|(address, group)| async move {
+            let triggers: Vec<Trigger> = group.iter().map(to_trigger).collect();
+            let started = Instant::now();
+            let result = shared
+                .client
+                .trigger(&address, &TriggerBatch { triggers })
+                .await;
+            let elapsed = started.elapsed();
+            metrics::histogram!("rota_dispatch_seconds").record(elapsed.as_secs_f64());
+            shared
+                .slow
+                .record(group.iter().map(|p| p.task.job_id), elapsed);
+            (address, group, result)
+        });
+        for (address, group, result) in join_all(requests).await {
+            let dispatched_at = now_ms();
+            match result {
+                Ok(ack) if ack.acks.len() == group.len() => {
+                    for (mut p, a) in group.into_iter().zip(ack.acks) {
+                        match a.outcome {
+                            TriggerOutcome::Accepted | TriggerOutcome::Duplicate => {
+                                sent.push(dispatched(&p, &address, dispatched_at));
+                            }
+                            TriggerOutcome::Full => {
+                                p.last_error = Some(format!("executor {address} is at capacity"));
+                                p.next += 1;
+                                pending.push(p);
+                            }
+                            TriggerOutcome::Busy => {
+                                p.all_full = false;
+                                p.last_error = Some(format!(
+                                    "executor {address} is still running this job (block strategy discard_later)"
+                                ));
+                                p.next = if p.job.job.spec.route == Route::Busyover {
+                                    p.next + 1
+                                } else {
+                                    usize::MAX
+                                };
+                                pending.push(p);
+                            }
+                            TriggerOutcome::Rejected { reason } => {
+                                failed.push(
+                                    failure(
+                                        &p.task,
+                                        p.run_id,
+                                        p.shard_total,
+                                        Some(&address),
+                                        dispatched_at,
+                                        reason,
+                                    )
+                                    .with_shard(p.shard_index),
+                                );
+                            }
+                        }
+                    }
+                }
+                Ok(ack) => {
+                    let reason = format!(
+                        "executor {address} answered {} acks for {} triggers",
+                        ack.acks.len(),
+                        group.len()
+                    );
+                    requeue(&mut pending, group, reason);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "dispatch failed");
+                    requeue(&mut pending, group, e.to_string());
+                }
+            }
+        }
+    }
+
+    if !sent.is_empty() {
+        metrics::counter!("rota_dispatched_total").increment(sent.len() as u64);
+        for d in sent {
+            // The recorder is bounded; waiting here is back-pressure on the pool.
+            if shared.recorder.send(d).await.is_err() {
+                break;
+            }
+        }
+    }
+    if !deferred.is_empty() {
+        metrics::counter!("rota_deferred_total").increment(deferred.len() as u64);
+        shared.ring.defer(deferred, now_ms() + FULL_RETRY_MS);
+    }
+    complete_failures(shared, failed).await;
+}
+
+/// Triggers whose request failed go to their next candidate if the strategy allows it.
+fn requeue(pending: &mut Vec<Pending>, group: Vec<Pending>, reason: String) {
+    for mut p in group {
+        p.all_full = false;
+        p.last_error = Some(reason.clone());
+        p.next = if p.failover { p.next + 1 } else { usize::MAX };
+        pending.push(p);
+    }
+}
+
+async fn complete_failures(shared: &Shared, failed: Vec<RunUpdate>) {
+    if failed.is_empty() {
+        return;
+    }
+    metrics::counter!("rota_dispatch_failures_total").increment(failed.len() as u64);
+    let task_ids: Vec<i64> = failed.iter().map(|u| u.task_id).collect();
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match crate::complete::apply(shared, &failed).await {
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "recording failed dispatches failed; retrying");
+                if *shared.shutdown.borrow() {
+                    // The claims stay in the database; the next start recovers them.
+                    break;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    shared.ring.fired(task_ids);
+}
+
+fn to_trigger(p: &Pending) -> Trigger {
+    let spec = &p.job.job.spec;
+    let params = p.task.params.clone().or_else(|| spec.params.clone());
+    let exclusive = !matches!(p.task.kind, TaskKind::Delayed);
+    let input = match p.task.kind {
+        TaskKind::Delayed => p.task.payload.clone().unwrap_or_default(),
+        _ => params.clone().unwrap_or_default(),
+    };
+    let plugin = p.job.plugin.as_ref();
+    Trigger {
+        run_id: p.run_id,
+        job_id: p.job.job.id,
+        job_name: spec.name.clone(),
+        task_id: p.task.task_id,
+        attempt: p.task.attempt,
+        scheduled_at: p.task.due_at,
+        plugin: PluginRef {
+            name: plugin.map(|p| p.name.clone()).unwrap_or_default(),
+            sha256: plugin.map(|p| p.sha256.clone()).unwrap_or_default(),
+        },
+        input,
+        params,
+        shard_index: p.shard_index,
+        shard_total: p.shard_total,
+        timeout_ms: spec.timeout_ms,
+        memory_mb: u32::try_from(spec.memory_mb).unwrap_or(64),
+        block: spec.block,
+        exclusive,
+    }
+}
+
+fn dispatched(p: &Pending, address: &str, at: Millis) -> Dispatched {
+    Dispatched {
+        run_id: p.run_id,
+        job_id: p.task.job_id,
+        task_id: p.task.task_id,
+        attempt: p.task.attempt,
+        shard_index: p.shard_index,
+        shard_total: p.shard_total,
+        executor: address.to_owned(),
+        scheduled_at: p.task.due_at,
+        dispatched_at: at,
+    }
+}
+
+/// A run that ended at the scheduler: it never reached a plugin.
+fn failure(
+    task: &DueTask,
+    run_id: i64,
+    shard_total: i32,
+    executor: Option<&str>,
+    at: Millis,
+    message: String,
+) -> RunUpdate {
+    RunUpdate {
+        run_id,
+        job_id: task.job_id,
+        task_id: task.task_id,
+        attempt: task.attempt,
+        shard_index: 0,
+        shard_total,
+        executor: executor.map(str::to_owned),
+        scheduled_at: task.due_at,
+        dispatched_at: None,
+        started_at: None,
+        finished_at: Some(at),
+        status: RunStatus::Failed,
+        exit_code: None,
+        message: Some(message),
+    }
+}
+
+impl RunUpdate {
+    fn with_shard(mut self, shard_index: i32) -> Self {
+        self.shard_index = shard_index;
+        self
+    }
+}
+
+/// Writes what was sent, in batches, after the fact; then the ring forgets those tasks.
+pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Dispatched>) {
+    let mut buf: Vec<Dispatched> = Vec::with_capacity(RECORD_BATCH);
+    let mut shutdown = shared.shutdown.clone();
+    // After shutdown, in-flight dispatches still report here; stop once it has been quiet
+    // for longer than a dispatch can take.
+    let quiet =
+        Duration::from_millis(shared.config.dispatch_timeout_ms) + Duration::from_millis(500);
+    loop {
+        let got = if *shutdown.borrow() {
+            match tokio::time::timeout(quiet, rx.recv_many(&mut buf, RECORD_BATCH)).await {
+                Ok(n) => n,
+                Err(_) => return,
+            }
+        } else {
+            tokio::select! {
+                n = rx.recv_many(&mut buf, RECORD_BATCH) => n,
+                r = shutdown.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        };
+        if got == 0 {
+            return;
+        }
+        // Linger briefly to fill the batch: fewer, larger statements.
+        let deadline = tokio::time::Instant::now() + RECORD_LINGER;
+        while buf.len() < RECORD_BATCH {
+            let room = RECORD_BATCH - buf.len();
+            match tokio::time::timeout_at(deadline, rx.recv_many(&mut buf, room)).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match shared.store.record_dispatches(&buf, now_ms()).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, rows = buf.len(), "recording dispatches failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        shared.ring.fired(buf.iter().map(|d| d.task_id));
+        buf.clear();
+    }
+}

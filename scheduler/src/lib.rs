@@ -1,0 +1,71 @@
+//! Rota's scheduler node: storage, the scan → wheel → ring → pools → dispatch pipeline,
+//! callbacks and the REST API. `docs/architecture.md` walks the pipeline end to end.
+//!
+//! # Layout
+//!
+//! - [`config`]: a node's settings.
+//! - [`model`]: the domain's nouns (jobs, tasks, runs, executors, plugins).
+//! - [`store`]: every row, on MySQL or SQLite; the scan's claim and batched writes.
+//! - [`schedule`]: cron (Quartz, seconds, time zones) and fixed-rate fire times, misfires.
+//! - [`backoff`]: retry delays.
+//! - [`route`]: the ten route strategies that pick executors.
+//! - [`wheel`]: the millisecond timing wheel.
+//! - [`scan`]: claims what is due in the next window; recovers claims after a crash.
+//! - [`ring`]: the wheel of claimed tasks and the thread that fires each tick.
+//! - [`dispatch`]: fast and slow pools, routing, trigger requests, the dispatch record.
+//! - [`client`]: signed HTTP calls to executors.
+//! - [`complete`]: run reports, the retry policy, executor liveness and lost runs.
+//! - [`node`]: a running node — shared state, start-up, shutdown.
+//! - [`api`]: the REST API, the executor protocol endpoints, `/healthz`, `/metrics`.
+//! - [`metrics`]: the Prometheus recorder.
+
+pub mod api;
+pub mod backoff;
+pub mod client;
+pub mod complete;
+pub mod config;
+pub mod dispatch;
+pub mod metrics;
+pub mod model;
+pub mod node;
+pub mod ring;
+pub mod route;
+pub mod scan;
+pub mod schedule;
+pub mod store;
+pub mod wheel;
+
+use std::future::Future;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+pub use config::Config;
+pub use node::Node;
+pub use store::Store;
+
+/// Runs a scheduler node on `listener` until `shutdown` completes, then drains everything.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = Store::connect(&config.database_url)
+        .await
+        .context("opening the database")?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let node = Node::start(config, store, stop_rx.clone()).await?;
+    let app = api::router(api::AppState { node: node.clone() });
+    let mut server_stop = stop_rx.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = server_stop.wait_for(|s| *s).await;
+    });
+    let server = tokio::spawn(async move { server.await });
+    shutdown.await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    node.stopped().await;
+    node.store().close().await;
+    Ok(())
+}

@@ -1,0 +1,34 @@
+//! Prometheus metrics: one recorder per process, rendered by every node's `/metrics`.
+//!
+//! Names: `rota_fires_total`, `rota_fire_lateness_seconds` (ring fire time − due time),
+//! `rota_run_start_lateness_seconds` (plugin start − due time, from executor reports),
+//! `rota_dispatch_seconds` (one trigger request), `rota_pool_queue_depth{pool}`,
+//! `rota_scan_seconds`, `rota_claimed_total`, `rota_misfires_total`, `rota_wheel_tasks`,
+//! `rota_dispatched_total`, `rota_dispatch_failures_total`, `rota_deferred_total`,
+//! `rota_runs_finished_total{status}`.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Buckets for latency histograms, in seconds: sub-millisecond to tens of seconds.
+const BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The process-wide recorder, installed on first use.
+pub fn handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            match builder.install_recorder() {
+                Ok(handle) => handle,
+                // Another recorder is installed (a host program's): render ours unattached.
+                Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+            }
+        })
+        .clone()
+}

@@ -1,0 +1,369 @@
+//! The domain's nouns as the scheduler holds them: apps, executors, plugins, jobs, tasks and
+//! runs. The store reads and writes these; the API turns them into JSON; the pipeline moves
+//! [`DueTask`]s from the scan through the wheel to dispatch.
+//!
+//! Times are epoch milliseconds ([`Millis`]) everywhere inside Rota; only the API renders them
+//! as RFC 3339 strings.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rota_proto::BlockStrategy;
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::Backoff;
+use crate::route::Route;
+use crate::schedule::{Misfire, Schedule};
+
+/// Epoch milliseconds.
+pub type Millis = i64;
+
+/// The wall clock, in epoch milliseconds.
+pub fn now_ms() -> Millis {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Defines a string-backed enum with `as_str`, `Display` and a `FromStr` whose error lists the
+/// valid names, so the database, the API and error messages use one spelling.
+macro_rules! named_enum {
+    ($(#[$meta:meta])* pub enum $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(format!(
+                        "`{other}` is not a valid {}; expected one of: {}",
+                        stringify!($name).to_lowercase(),
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// Where a task came from.
+    pub enum TaskKind {
+        Delayed => "delayed",
+        Manual => "manual",
+        Cron => "cron",
+        Child => "child",
+    }
+}
+
+named_enum! {
+    /// A task's state in the database. `Claimed` is internal (a node holds it in its wheel) and
+    /// shows as `pending` in the API; a `Pending` task with `attempt > 1` waits for a retry and
+    /// shows as `failed`.
+    pub enum TaskStatus {
+        Pending => "pending",
+        Claimed => "claimed",
+        Running => "running",
+        Succeeded => "succeeded",
+        Dead => "dead",
+        Cancelled => "cancelled",
+    }
+}
+
+impl TaskStatus {
+    /// True once the task will never run again.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Dead | Self::Cancelled)
+    }
+}
+
+named_enum! {
+    /// A run's state.
+    pub enum RunStatus {
+        Dispatched => "dispatched",
+        Running => "running",
+        Succeeded => "succeeded",
+        Failed => "failed",
+        Timeout => "timeout",
+        Killed => "killed",
+        Lost => "lost",
+    }
+}
+
+impl RunStatus {
+    pub fn is_final(self) -> bool {
+        !matches!(self, Self::Dispatched | Self::Running)
+    }
+}
+
+impl From<rota_proto::ReportStatus> for RunStatus {
+    fn from(s: rota_proto::ReportStatus) -> Self {
+        use rota_proto::ReportStatus as R;
+        match s {
+            R::Running => Self::Running,
+            R::Succeeded => Self::Succeeded,
+            R::Failed => Self::Failed,
+            R::Timeout => Self::Timeout,
+            R::Killed => Self::Killed,
+        }
+    }
+}
+
+/// A group of executors that run the same jobs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct App {
+    pub id: i64,
+    pub name: String,
+    pub created_at: Millis,
+}
+
+/// A registered executor node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Executor {
+    pub app: String,
+    pub address: String,
+    pub capacity: i32,
+    pub running: i32,
+    pub registered_at: Millis,
+    pub last_heartbeat_at: Millis,
+}
+
+/// One uploaded version of a plugin (the module bytes are fetched separately).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plugin {
+    pub id: i64,
+    pub name: String,
+    pub version: i32,
+    pub sha256: String,
+    pub size: i64,
+    pub created_at: Millis,
+}
+
+/// A job's settings, as created or replaced through the API (already validated).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub name: String,
+    pub app: String,
+    /// The plugin's name: runs use its newest version.
+    pub plugin: String,
+    pub schedule: Schedule,
+    pub params: Option<String>,
+    pub route: Route,
+    pub block: BlockStrategy,
+    pub misfire: Misfire,
+    pub timeout_ms: i64,
+    pub max_attempts: i32,
+    pub backoff: Backoff,
+    pub memory_mb: i32,
+    pub max_concurrency: Option<i32>,
+    pub child_jobs: Vec<i64>,
+    pub enabled: bool,
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub id: i64,
+    pub spec: JobSpec,
+    /// The next recurring fire time; `None` for schedule `none` or a disabled job.
+    pub next_fire_at: Option<Millis>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// A task to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewTask {
+    pub job_id: i64,
+    pub kind: TaskKind,
+    pub key: Option<String>,
+    pub payload: Option<String>,
+    pub params: Option<String>,
+    pub due_at: Millis,
+    pub max_attempts: Option<i32>,
+    pub backoff: Option<Backoff>,
+    pub priority: i32,
+}
+
+/// A stored task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub id: i64,
+    pub job_id: i64,
+    pub kind: TaskKind,
+    pub key: Option<String>,
+    pub payload: Option<String>,
+    pub params: Option<String>,
+    pub status: TaskStatus,
+    pub due_at: Millis,
+    pub attempt: i32,
+    pub max_attempts: Option<i32>,
+    pub backoff: Option<Backoff>,
+    pub priority: i32,
+    pub last_run_id: Option<i64>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// A run: one attempt of a task on one executor (one per shard for sharding broadcast).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub id: i64,
+    pub job_id: i64,
+    pub task_id: i64,
+    pub attempt: i32,
+    pub shard_index: i32,
+    pub shard_total: i32,
+    pub executor: Option<String>,
+    pub status: RunStatus,
+    pub scheduled_at: Millis,
+    pub dispatched_at: Option<Millis>,
+    pub started_at: Option<Millis>,
+    pub finished_at: Option<Millis>,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
+}
+
+/// A task a node has claimed for its wheel: everything dispatch needs except the job itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueTask {
+    pub task_id: i64,
+    pub job_id: i64,
+    pub kind: TaskKind,
+    pub due_at: Millis,
+    pub attempt: i32,
+    pub priority: i32,
+    pub payload: Option<String>,
+    pub params: Option<String>,
+}
+
+/// A scheduler node's identity and the epoch of its current incarnation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeLease {
+    pub node_id: i64,
+    pub epoch: i64,
+}
+
+/// A run the scheduler has sent to an executor (recorded after the send, in batches).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatched {
+    pub run_id: i64,
+    pub job_id: i64,
+    pub task_id: i64,
+    pub attempt: i32,
+    pub shard_index: i32,
+    pub shard_total: i32,
+    pub executor: String,
+    pub scheduled_at: Millis,
+    pub dispatched_at: Millis,
+}
+
+/// The end (or start) of a run, from an executor's report or from the scheduler itself (a
+/// dispatch that could not be delivered, an executor declared dead).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunUpdate {
+    pub run_id: i64,
+    pub job_id: i64,
+    pub task_id: i64,
+    pub attempt: i32,
+    pub shard_index: i32,
+    pub shard_total: i32,
+    pub executor: Option<String>,
+    pub scheduled_at: Millis,
+    pub dispatched_at: Option<Millis>,
+    pub started_at: Option<Millis>,
+    pub finished_at: Option<Millis>,
+    pub status: RunStatus,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
+}
+
+impl RunUpdate {
+    pub fn from_report(r: &rota_proto::RunReport) -> Self {
+        Self {
+            run_id: r.run_id,
+            job_id: r.job_id,
+            task_id: r.task_id,
+            attempt: r.attempt,
+            shard_index: r.shard_index,
+            shard_total: r.shard_total,
+            executor: Some(r.executor.clone()),
+            scheduled_at: r.scheduled_at,
+            dispatched_at: None,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            status: r.status.into(),
+            exit_code: r.exit_code,
+            message: r.message.clone(),
+        }
+    }
+}
+
+/// What the retry policy needs to know about a task whose attempt just ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptEnded {
+    pub task_id: i64,
+    pub job_id: i64,
+    pub attempt: i32,
+    pub lost_count: i32,
+    pub status: RunStatus,
+    pub max_attempts: i32,
+    pub backoff: Backoff,
+    pub child_jobs: Vec<i64>,
+}
+
+/// The retry policy's verdict for a task after an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskNext {
+    Succeeded,
+    Retry { due_at: Millis, lost: bool },
+    Dead,
+    Cancelled,
+}
+
+/// A page of a list, newest first, with the cursor of the next page.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<i64>,
+}
+
+/// Filters for task lists.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskFilter {
+    pub job_id: Option<i64>,
+    pub status: Option<TaskStatus>,
+    pub key: Option<String>,
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// Filters for run lists.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFilter {
+    pub job_id: Option<i64>,
+    pub task_id: Option<i64>,
+    pub status: Option<RunStatus>,
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}

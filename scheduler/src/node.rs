@@ -1,0 +1,468 @@
+//! A running scheduler node: the shared state of the pipeline and the loops that drive it.
+//!
+//! [`Node::start`] registers the node (a new epoch), recovers what an earlier incarnation had
+//! claimed, and starts the loops: the scan ([`crate::scan`]), the ring thread
+//! ([`crate::ring`]), the fast and slow pools with the dispatch recorder
+//! ([`crate::dispatch`]) and the liveness loop (executors that stop heartbeating lose their
+//! runs, [`crate::complete`]). One shutdown signal stops them all; [`Node::stopped`] waits until
+//! they drained.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rota_proto::{Deregistration, KillAck, LogPage, LogRequest, Registration, RunReport};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::client::{ClientError, ExecutorClient};
+use crate::config::Config;
+use crate::dispatch::{self, Pools, SlowTracker};
+use crate::model::*;
+use crate::ring::{CancelState, Ring};
+use crate::route::Router;
+use crate::store::{self, Store};
+
+/// What a job needs at dispatch time: the job and the newest version of its plugin.
+#[derive(Debug)]
+pub struct JobEntry {
+    pub job: Job,
+    pub plugin: Option<Plugin>,
+}
+
+/// Jobs by id, re-read at most every few seconds (other nodes may change them) and at once
+/// when this node changes one.
+pub(crate) struct JobCache {
+    map: Mutex<HashMap<i64, (Instant, Option<Arc<JobEntry>>)>>,
+    ttl: Duration,
+}
+
+impl JobCache {
+    fn new(ttl: Duration) -> Self {
+        JobCache {
+            map: Mutex::new(HashMap::new()),
+            ttl,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (Instant, Option<Arc<JobEntry>>)>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) async fn get(&self, store: &Store, id: i64) -> store::Result<Option<Arc<JobEntry>>> {
+        if let Some((at, entry)) = self.lock().get(&id)
+            && at.elapsed() < self.ttl
+        {
+            return Ok(entry.clone());
+        }
+        let entry = match store.get_job(id).await {
+            Ok(job) => {
+                let plugin = match store.latest_plugin(&job.spec.plugin).await {
+                    Ok(p) => Some(p),
+                    Err(store::Error::NotFound(_)) => None,
+                    Err(e) => return Err(e),
+                };
+                Some(Arc::new(JobEntry { job, plugin }))
+            }
+            Err(store::Error::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        self.lock().insert(id, (Instant::now(), entry.clone()));
+        Ok(entry)
+    }
+
+    pub(crate) fn invalidate(&self, id: i64) {
+        self.lock().remove(&id);
+    }
+
+    pub(crate) fn clear(&self) {
+        self.lock().clear();
+    }
+}
+
+/// Live executors by app, sorted by address; refreshed from the database every second (the
+/// registry lives there, so every node sees every executor).
+pub(crate) struct ExecutorCache {
+    by_app: Mutex<Arc<HashMap<String, Vec<Executor>>>>,
+}
+
+impl ExecutorCache {
+    pub(crate) fn of_app(&self, app: &str) -> Vec<Executor> {
+        let map = self
+            .by_app
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        map.get(app).cloned().unwrap_or_default()
+    }
+
+    pub(crate) async fn refresh(&self, store: &Store, alive_after: Millis) -> store::Result<()> {
+        let mut map: HashMap<String, Vec<Executor>> = HashMap::new();
+        for e in store.list_executors(None, alive_after).await? {
+            map.entry(e.app.clone()).or_default().push(e);
+        }
+        *self.by_app.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(map);
+        Ok(())
+    }
+}
+
+/// A block of run ids reserved from the database, handed out without a statement each.
+pub(crate) struct RunIds {
+    next: Mutex<(i64, i64)>,
+    refill: tokio::sync::Mutex<()>,
+}
+
+const RUN_ID_BLOCK: i64 = 10_000;
+
+impl RunIds {
+    pub(crate) async fn take(&self, store: &Store, n: usize) -> store::Result<Vec<i64>> {
+        let n = n as i64;
+        loop {
+            {
+                let mut g = self.next.lock().unwrap_or_else(|e| e.into_inner());
+                let (next, end) = *g;
+                if end - next >= n {
+                    g.0 += n;
+                    return Ok((next..next + n).collect());
+                }
+            }
+            let _refill = self.refill.lock().await;
+            let (next, end) = *self.next.lock().unwrap_or_else(|e| e.into_inner());
+            if end - next >= n {
+                continue;
+            }
+            let size = RUN_ID_BLOCK.max(n);
+            let first = store.allocate_ids("run", size).await?;
+            *self.next.lock().unwrap_or_else(|e| e.into_inner()) = (first, first + size);
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub store: Store,
+    pub config: Config,
+    pub lease: NodeLease,
+    pub ring: Ring,
+    pub jobs: JobCache,
+    pub executors: ExecutorCache,
+    pub router: Router,
+    pub client: ExecutorClient,
+    pub run_ids: RunIds,
+    pub slow: SlowTracker,
+    pub recorder: mpsc::Sender<Dispatched>,
+    pub scan_wake: Notify,
+    pub engine: wasmtime::Engine,
+    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Errors of node operations that reach an executor.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("run {0} has no executor yet")]
+    NoExecutor(i64),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// A handle on the running node; cheap to clone.
+#[derive(Clone)]
+pub struct Node {
+    pub(crate) shared: Arc<Shared>,
+    tasks: Arc<tokio::sync::Mutex<Option<JoinSet<()>>>>,
+    ring_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+impl Node {
+    /// Starts the node on an open store. The loops run until `shutdown` turns true; then
+    /// [`Node::stopped`] drains them.
+    pub async fn start(
+        config: Config,
+        store: Store,
+        shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<Node> {
+        let now = now_ms();
+        let lease = store
+            .start_node(&config.node_name, &config.advertise_url, now)
+            .await
+            .context("registering this scheduler node")?;
+        tracing::info!(node = %config.node_name, node.id = lease.node_id, epoch = lease.epoch, "scheduler node starting");
+        let (recorder, recorder_rx) = mpsc::channel(65_536);
+        let shared = Arc::new(Shared {
+            client: ExecutorClient::new(
+                config.executor_secret.clone(),
+                Duration::from_millis(config.dispatch_timeout_ms),
+            ),
+            slow: SlowTracker::new(config.slow_dispatch_ms, config.slow_dispatch_count),
+            ring: Ring::new(now),
+            jobs: JobCache::new(Duration::from_secs(5)),
+            executors: ExecutorCache {
+                by_app: Mutex::new(Arc::new(HashMap::new())),
+            },
+            router: Router::default(),
+            run_ids: RunIds {
+                next: Mutex::new((0, 0)),
+                refill: tokio::sync::Mutex::new(()),
+            },
+            recorder,
+            scan_wake: Notify::new(),
+            engine: validation_engine()?,
+            metrics: crate::metrics::handle(),
+            shutdown: shutdown.clone(),
+            store,
+            config,
+            lease,
+        });
+        shared
+            .executors
+            .refresh(&shared.store, now - shared.config.executor_dead_after_ms)
+            .await
+            .context("loading the executor registry")?;
+
+        let mut tasks = JoinSet::new();
+        let pools = Pools::start(&shared, &mut tasks);
+        let ring_thread = {
+            let shared = shared.clone();
+            let pools = pools.clone();
+            shared
+                .ring
+                .clone()
+                .spawn(move |batch| pools.fire(&shared, batch))
+                .context("starting the ring thread")?
+        };
+        tasks.spawn(dispatch::record_loop(shared.clone(), recorder_rx));
+        tasks.spawn(crate::complete::liveness_loop(shared.clone()));
+        tasks.spawn(node_heartbeat_loop(shared.clone()));
+        {
+            let shared = shared.clone();
+            tasks.spawn(async move {
+                if let Err(e) = crate::scan::recover(&shared).await {
+                    tracing::error!(error = %format!("{e:#}"), "recovering claims of an earlier run failed");
+                }
+                crate::scan::scan_loop(shared).await;
+            });
+        }
+        Ok(Node {
+            shared,
+            tasks: Arc::new(tokio::sync::Mutex::new(Some(tasks))),
+            ring_thread: Arc::new(Mutex::new(Some(ring_thread))),
+        })
+    }
+
+    /// Waits until every loop has stopped (after the shutdown signal) and hands unfired
+    /// claims back to the database.
+    pub async fn stopped(&self) {
+        let tasks = self.tasks.lock().await.take();
+        if let Some(mut tasks) = tasks {
+            while tasks.join_next().await.is_some() {}
+        }
+        let left = self.shared.ring.stop();
+        if let Some(t) = self
+            .ring_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        if !left.is_empty() {
+            let ids: Vec<i64> = left.iter().map(|t| t.task_id).collect();
+            match self
+                .shared
+                .store
+                .release_claims(self.shared.lease, &ids)
+                .await
+            {
+                Ok(()) => tracing::info!(tasks = ids.len(), "handed unfired claims back"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not hand claims back; the next start recovers them")
+                }
+            }
+        }
+        tracing::info!("scheduler node stopped");
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    pub fn lease(&self) -> NodeLease {
+        self.shared.lease
+    }
+
+    /// The engine plugin uploads are validated with.
+    pub fn engine(&self) -> &wasmtime::Engine {
+        &self.shared.engine
+    }
+
+    /// Tasks in this node's wheel.
+    pub fn wheel_len(&self) -> usize {
+        self.shared.ring.len()
+    }
+
+    /// A job was created, changed or deleted here.
+    pub async fn job_changed(&self, job_id: i64) {
+        self.shared.jobs.invalidate(job_id);
+        self.shared.scan_wake.notify_one();
+    }
+
+    /// A plugin got a new version: jobs bound to it must see it.
+    pub fn plugin_changed(&self, _name: &str) {
+        self.shared.jobs.clear();
+    }
+
+    /// Tasks were just committed: those due inside the window go straight into the wheel
+    /// instead of waiting for the next scan.
+    pub async fn tasks_created(&self, tasks: &[(i64, Millis)]) {
+        let until = now_ms() + self.shared.config.window_ms;
+        let due: Vec<i64> = tasks
+            .iter()
+            .filter(|(_, at)| *at <= until)
+            .map(|(id, _)| *id)
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        match self
+            .shared
+            .store
+            .claim_tasks(self.shared.lease, &due, until)
+            .await
+        {
+            Ok(claimed) => {
+                self.shared.ring.insert(claimed);
+            }
+            Err(e) => {
+                // Still pending in the database: the next scan takes them.
+                tracing::warn!(error = %e, "claiming new tasks failed; the scan will pick them up");
+                self.shared.scan_wake.notify_one();
+            }
+        }
+    }
+
+    /// Cancels a task that has not started, even if it sits in this node's wheel.
+    pub async fn cancel_task(&self, id: i64) -> Result<(Task, bool), store::Error> {
+        match self.shared.ring.begin_cancel(id) {
+            CancelState::Firing => {
+                return Err(store::Error::Conflict(format!(
+                    "task {id} is being dispatched; only a pending task can be cancelled"
+                )));
+            }
+            CancelState::Held | CancelState::Absent => {}
+        }
+        let result = self.shared.store.cancel_task(id, now_ms()).await;
+        self.shared.ring.finish_cancel(id, result.is_ok());
+        result
+    }
+
+    pub async fn executor_registered(&self, reg: &Registration) -> anyhow::Result<()> {
+        let now = now_ms();
+        self.upsert_executor(reg, now).await?;
+        // A (re)started executor lists the runs it still has; the others it was given are lost.
+        crate::complete::reconcile_executor(&self.shared, &reg.address, &reg.active_runs, now)
+            .await?;
+        self.refresh_executors().await
+    }
+
+    pub async fn executor_heartbeat(&self, reg: &Registration) -> anyhow::Result<()> {
+        self.upsert_executor(reg, now_ms()).await?;
+        Ok(())
+    }
+
+    pub async fn executor_deregistered(&self, d: &Deregistration) -> anyhow::Result<()> {
+        self.shared
+            .store
+            .remove_executor(&d.app, &d.address)
+            .await?;
+        self.refresh_executors().await
+    }
+
+    async fn upsert_executor(&self, reg: &Registration, now: Millis) -> anyhow::Result<()> {
+        let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        self.shared
+            .store
+            .upsert_executor(
+                &reg.app,
+                &reg.address,
+                clamp(reg.capacity),
+                clamp(reg.running),
+                now,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn refresh_executors(&self) -> anyhow::Result<()> {
+        let alive_after = now_ms() - self.shared.config.executor_dead_after_ms;
+        self.shared
+            .executors
+            .refresh(&self.shared.store, alive_after)
+            .await?;
+        Ok(())
+    }
+
+    /// Applies executor reports; returns how many changed something.
+    pub async fn apply_reports(&self, reports: &[RunReport]) -> anyhow::Result<usize> {
+        let updates: Vec<RunUpdate> = reports.iter().map(RunUpdate::from_report).collect();
+        let applied = crate::complete::apply(&self.shared, &updates).await?;
+        Ok(applied.changed)
+    }
+
+    pub async fn kill_run(&self, run: &Run) -> Result<KillAck, NodeError> {
+        let address = run
+            .executor
+            .as_deref()
+            .ok_or(NodeError::NoExecutor(run.id))?;
+        Ok(self.shared.client.kill(address, run.id).await?)
+    }
+
+    pub async fn read_log(
+        &self,
+        run: &Run,
+        from_line: u64,
+        max_lines: u32,
+    ) -> Result<LogPage, NodeError> {
+        let address = run
+            .executor
+            .as_deref()
+            .ok_or(NodeError::NoExecutor(run.id))?;
+        let req = LogRequest {
+            run_id: run.id,
+            from_line,
+            max_lines,
+        };
+        Ok(self.shared.client.log(address, &req).await?)
+    }
+
+    pub fn render_metrics(&self) -> String {
+        metrics::gauge!("rota_wheel_tasks").set(self.shared.ring.len() as f64);
+        self.shared.metrics.render()
+    }
+}
+
+/// The engine used to validate uploads: compiles like the executors do, but runs nothing.
+fn validation_engine() -> anyhow::Result<wasmtime::Engine> {
+    let mut config = wasmtime::Config::new();
+    config.epoch_interruption(true);
+    wasmtime::Engine::new(&config).map_err(|e| anyhow::anyhow!("creating the wasm engine: {e:#}"))
+}
+
+/// Keeps this node's row fresh (cluster membership builds on it).
+async fn node_heartbeat_loop(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if let Err(e) = shared.store.heartbeat_node(shared.lease, now_ms()).await {
+            tracing::warn!(error = %e, "node heartbeat failed");
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The ring: the wheel of claimed tasks and the thread that fires each due tick.
+//!
+//! The scan puts claimed tasks in; a dedicated OS thread (not a tokio task, so a busy runtime
+//! cannot delay a tick) sleeps until the earliest due time, takes every task due by now — the
+//! highest priority first — and hands them to the pools. Cancelling goes through the same
+//! lock, so a task is either still in the wheel (and removed), being fired (too late), or
+//! not here; a cancelled task is never handed out.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::model::{DueTask, Millis};
+use crate::wheel::Wheel;
+
+/// Slots of the wheel: a power of two above the 5 s window in milliseconds.
+const SLOTS: usize = 8192;
+
+/// Longest the ring thread sleeps without looking (also bounds how late a stop is noticed).
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+#[derive(Clone)]
+pub struct Ring {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+struct State {
+    wheel: Wheel<DueTask>,
+    /// Due time of every task in the wheel, by task id.
+    index: HashMap<i64, Millis>,
+    /// Handed to a pool and not yet recorded as dispatched.
+    firing: HashSet<i64>,
+    /// Being cancelled: must not fire, whatever arrives meanwhile.
+    cancelling: HashSet<i64>,
+    stopping: bool,
+}
+
+/// Where a task was when a cancel looked for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelState {
+    /// It was in the wheel and is now held out of it until the cancel is settled.
+    Held,
+    /// It is being dispatched: too late to cancel.
+    Firing,
+    /// Not in this node's wheel.
+    Absent,
+}
+
+impl Ring {
+    pub fn new(now: Millis) -> Self {
+        Ring {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    wheel: Wheel::new(now, SLOTS),
+                    index: HashMap::new(),
+                    firing: HashSet::new(),
+                    cancelling: HashSet::new(),
+                    stopping: false,
+                }),
+                wake: Condvar::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere must not stop the ring: the state stays consistent per operation.
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts claimed tasks in the wheel (a task already here or firing is not added twice).
+    /// Returns how many went in.
+    pub fn insert(&self, tasks: impl IntoIterator<Item = DueTask>) -> usize {
+        let mut st = self.lock();
+        let mut n = 0;
+        for t in tasks {
+            if st.index.contains_key(&t.task_id) || st.firing.contains(&t.task_id) {
+                continue;
+            }
+            st.index.insert(t.task_id, t.due_at);
+            st.wheel.insert(t.due_at, t);
+            n += 1;
+        }
+        drop(st);
+        if n > 0 {
+            self.shared.wake.notify_one();
+        }
+        n
+    }
+
+    /// Tasks in the wheel (not counting those being fired).
+    pub fn len(&self) -> usize {
+        self.lock().index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Is this task in the wheel or being fired?
+    pub fn holds(&self, task_id: i64) -> bool {
+        let st = self.lock();
+        st.index.contains_key(&task_id) || st.firing.contains(&task_id)
+    }
+
+    /// First half of a cancel: stops the task from firing from now on.
+    pub fn begin_cancel(&self, task_id: i64) -> CancelState {
+        let mut st = self.lock();
+        if st.firing.contains(&task_id) {
+            return CancelState::Firing;
+        }
+        st.cancelling.insert(task_id);
+        if st.index.contains_key(&task_id) {
+            CancelState::Held
+        } else {
+            CancelState::Absent
+        }
+    }
+
+    /// Second half: if the database cancelled the task, drop it from the wheel; otherwise let
+    /// it fire as planned.
+    pub fn finish_cancel(&self, task_id: i64, cancelled: bool) {
+        let mut st = self.lock();
+        st.cancelling.remove(&task_id);
+        if cancelled && let Some(due) = st.index.remove(&task_id) {
+            st.wheel.remove(due, |t| t.task_id == task_id);
+        }
+    }
+
+    /// Tasks handed out by the ring are recorded as dispatched (or failed): forget them.
+    pub fn fired(&self, task_ids: impl IntoIterator<Item = i64>) {
+        let mut st = self.lock();
+        for id in task_ids {
+            st.firing.remove(&id);
+        }
+    }
+
+    /// Puts tasks that could not go out yet (every executor full) back, due at `due_at`.
+    pub fn defer(&self, tasks: Vec<DueTask>, due_at: Millis) {
+        let mut st = self.lock();
+        for mut t in tasks {
+            st.firing.remove(&t.task_id);
+            t.due_at = t.due_at.max(due_at);
+            st.index.insert(t.task_id, t.due_at);
+            st.wheel.insert(t.due_at, t);
+        }
+        drop(st);
+        self.shared.wake.notify_one();
+    }
+
+    /// Stops the ring thread and returns what was left in the wheel (to hand the claims back).
+    pub fn stop(&self) -> Vec<DueTask> {
+        let mut st = self.lock();
+        st.stopping = true;
+        let mut out = Vec::new();
+        st.wheel.advance(Millis::MAX, &mut out);
+        st.index.clear();
+        drop(st);
+        self.shared.wake.notify_all();
+        out.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Starts the ring thread. `fire` gets every batch of due tasks, highest priority first;
+    /// it may block (the pools apply back-pressure by blocking it).
+    pub fn spawn(
+        &self,
+        mut fire: impl FnMut(Vec<DueTask>) + Send + 'static,
+    ) -> std::io::Result<JoinHandle<()>> {
+        let ring = self.clone();
+        std::thread::Builder::new()
+            .name("rota-ring".into())
+            .spawn(move || ring.run(&mut fire))
+    }
+
+    fn run(&self, fire: &mut dyn FnMut(Vec<DueTask>)) {
+        let mut due = Vec::new();
+        loop {
+            let mut st = self.lock();
+            if st.stopping {
+                return;
+            }
+            let now_us = now_us();
+            let now = now_us / 1000;
+            st.wheel.advance(now, &mut due);
+            let mut batch = Vec::with_capacity(due.len());
+            for (_, t) in due.drain(..) {
+                if st.index.remove(&t.task_id).is_none() {
+                    continue; // cancelled out of the index already
+                }
+                if st.cancelling.contains(&t.task_id) {
+                    // Settled by finish_cancel: keep it in the wheel, out of reach.
+                    st.index.insert(t.task_id, t.due_at);
+                    st.wheel.insert(now + 1, t);
+                    continue;
+                }
+                st.firing.insert(t.task_id);
+                batch.push(t);
+            }
+            if batch.is_empty() {
+                let wait = match st.wheel.next_due() {
+                    Some(next) => {
+                        let us = (next.saturating_mul(1000)).saturating_sub(now_us).max(0) as u64;
+                        Duration::from_micros(us).min(MAX_SLEEP)
+                    }
+                    None => MAX_SLEEP,
+                };
+                if !wait.is_zero() {
+                    drop(self.shared.wake.wait_timeout(st, wait));
+                }
+                continue;
+            }
+            drop(st);
+            batch.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.due_at, t.task_id));
+            metrics::histogram!("rota_ring_batch_size").record(batch.len() as f64);
+            fire(batch);
+        }
+    }
+}
+
+fn now_us() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{TaskKind, now_ms};
+    use std::sync::mpsc;
+
+    fn task(id: i64, due_at: Millis, priority: i32) -> DueTask {
+        DueTask {
+            task_id: id,
+            job_id: 1,
+            kind: TaskKind::Delayed,
+            due_at,
+            attempt: 1,
+            priority,
+            payload: None,
+            params: None,
+        }
+    }
+
+    #[test]
+    fn fires_due_tasks_in_priority_order_and_never_early() {
+        let now = now_ms();
+        let ring = Ring::new(now);
+        let (tx, rx) = mpsc::channel();
+        let handle = ring
+            .spawn(move |batch| {
+                let at = now_ms();
+                tx.send((at, batch)).unwrap();
+            })
+            .unwrap();
+        let due = now + 30;
+        ring.insert([task(1, due, 0), task(2, due, 5), task(3, due, -1)]);
+        let (fired_at, batch) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(fired_at >= due, "fired at {fired_at}, due {due}");
+        let ids: Vec<i64> = batch.iter().map(|t| t.task_id).collect();
+        assert_eq!(ids, vec![2, 1, 3]);
+        assert!(ring.holds(1), "firing until recorded");
+        ring.fired(ids);
+        assert!(!ring.holds(1));
+        ring.stop();
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn a_cancelled_task_never_fires() {
+        let now = now_ms();
+        let ring = Ring::new(now);
+        let (tx, rx) = mpsc::channel();
+        let handle = ring.spawn(move |batch| tx.send(batch).unwrap()).unwrap();
+        ring.insert([task(1, now + 40, 0), task(2, now + 40, 0)]);
+        assert_eq!(ring.begin_cancel(1), CancelState::Held);
+        ring.finish_cancel(1, true);
+        let batch = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(batch.iter().map(|t| t.task_id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(ring.begin_cancel(2), CancelState::Firing);
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        ring.stop();
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn a_task_being_cancelled_is_held_until_settled() {
+        let now = now_ms();
+        let ring = Ring::new(now);
+        let (tx, rx) = mpsc::channel();
+        let handle = ring.spawn(move |batch| tx.send(batch).unwrap()).unwrap();
+        assert_eq!(ring.begin_cancel(7), CancelState::Absent);
+        // The scan claims it concurrently: it must not fire while the cancel is open.
+        ring.insert([task(7, now, 0)]);
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        // The database said no (it was not cancellable): it fires after all.
+        ring.finish_cancel(7, false);
+        let batch = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(batch[0].task_id, 7);
+        ring.stop();
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn stop_returns_what_is_left() {
+        let now = now_ms();
+        let ring = Ring::new(now);
+        ring.insert([task(1, now + 60_000, 0), task(2, now + 10, 0)]);
+        assert_eq!(ring.insert([task(1, now + 60_000, 0)]), 0, "no duplicates");
+        let mut left: Vec<i64> = ring.stop().into_iter().map(|t| t.task_id).collect();
+        left.sort();
+        assert_eq!(left, vec![1, 2]);
+    }
+}

@@ -1,0 +1,198 @@
+//! The scan: once a second (sooner when woken) it claims everything due in the next window —
+//! recurring fire times turned into task rows and pending tasks — and puts it in the wheel.
+//!
+//! Also the start-up recovery: claims an earlier incarnation of this node made and never
+//! recorded as dispatched are checked with the executors (`/runs/known`) so that what
+//! reached one is not sent again, and the rest is fired now.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rota_proto::{RunsKnownRequest, TaskAttempt};
+
+use crate::model::*;
+use crate::node::Shared;
+use crate::schedule::{CompiledSchedule, plan_fires};
+use crate::store::{DueJob, JobFires};
+
+/// Fire times one job may add in one scan (a 1 ms fixed-rate job must not flood the wheel;
+/// the rest come with the next scan).
+const MAX_FIRES_PER_JOB: usize = 10_000;
+
+pub(crate) async fn scan_loop(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.clone();
+    let interval = Duration::from_millis(shared.config.scan_interval_ms);
+    let mut compiled: HashMap<i64, (String, Option<CompiledSchedule>)> = HashMap::new();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let started = Instant::now();
+        let full = match scan_once(&shared, &mut compiled).await {
+            Ok(full) => full,
+            Err(e) => {
+                tracing::warn!(error = %e, "scan failed; retrying");
+                false
+            }
+        };
+        metrics::histogram!("rota_scan_seconds").record(started.elapsed().as_secs_f64());
+        if full {
+            // The batch limit was hit: more is due. Go again at once (the wheel's capacity
+            // bounds how far ahead this runs).
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval.saturating_sub(started.elapsed())) => {}
+            _ = shared.scan_wake.notified() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// One scan. Returns true if it claimed a full batch (more may be due).
+#[tracing::instrument(skip_all, fields(claimed))]
+async fn scan_once(
+    shared: &Shared,
+    compiled: &mut HashMap<i64, (String, Option<CompiledSchedule>)>,
+) -> crate::store::Result<bool> {
+    let room = shared
+        .config
+        .wheel_capacity
+        .saturating_sub(shared.ring.len());
+    if room == 0 {
+        return Ok(false);
+    }
+    let limit = (shared.config.scan_batch as usize).min(room) as u32;
+    let now = now_ms();
+    let until = now + shared.config.window_ms;
+    let threshold = shared.config.misfire_threshold_ms;
+    let mut misfired = 0u64;
+    let mut plan = |job: &DueJob| -> JobFires {
+        let key = serde_json::to_string(&job.schedule).unwrap_or_default();
+        let entry = compiled
+            .entry(job.id)
+            .or_insert_with(|| (String::new(), None));
+        if entry.0 != key {
+            *entry = (key, job.schedule.compile().ok());
+        }
+        let Some(schedule) = &entry.1 else {
+            // Validated at write time; a stored schedule that no longer compiles stops firing.
+            tracing::error!(
+                job.id = job.id,
+                "stored schedule does not compile; job stops firing"
+            );
+            return JobFires {
+                fires: Vec::new(),
+                next_fire_at: None,
+            };
+        };
+        let p = plan_fires(
+            schedule,
+            job.next_fire_at,
+            now,
+            until,
+            job.misfire,
+            threshold,
+            MAX_FIRES_PER_JOB,
+        );
+        misfired += u64::from(p.misfired);
+        JobFires {
+            fires: p.fires,
+            next_fire_at: p.next_fire_at,
+        }
+    };
+    let claimed = shared
+        .store
+        .claim_due(shared.lease, now, until, limit, &mut plan)
+        .await?;
+    if misfired > 0 {
+        metrics::counter!("rota_misfires_total").increment(misfired);
+    }
+    let n = claimed.tasks.len();
+    tracing::Span::current().record("claimed", n);
+    metrics::counter!("rota_claimed_total").increment(n as u64);
+    shared.ring.insert(claimed.tasks);
+    Ok(n as u32 >= limit)
+}
+
+/// Recovers the claims of this node's earlier incarnations (it was killed after a scan).
+/// Attempts an executor already has are recorded as dispatched; the others are fired again,
+/// each exactly once.
+pub(crate) async fn recover(shared: &Shared) -> anyhow::Result<()> {
+    let claims = shared.store.claims_of(shared.lease).await?;
+    if claims.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(
+        tasks = claims.len(),
+        "recovering claims of an earlier run of this node"
+    );
+    // Ask every live executor of each involved app which of these attempts it has.
+    let mut by_app: HashMap<String, Vec<&DueTask>> = HashMap::new();
+    for t in &claims {
+        if let Some(entry) = shared.jobs.get(&shared.store, t.job_id).await? {
+            by_app
+                .entry(entry.job.spec.app.clone())
+                .or_default()
+                .push(t);
+        }
+    }
+    let mut known: Vec<Dispatched> = Vec::new();
+    let now = now_ms();
+    for (app, tasks) in by_app {
+        let req = RunsKnownRequest {
+            runs: tasks
+                .iter()
+                .map(|t| TaskAttempt {
+                    task_id: t.task_id,
+                    attempt: t.attempt,
+                })
+                .collect(),
+        };
+        for executor in shared.executors.of_app(&app) {
+            match shared.client.runs_known(&executor.address, &req).await {
+                Ok(ack) => {
+                    for k in ack.known {
+                        let Some(t) = tasks
+                            .iter()
+                            .find(|t| t.task_id == k.task_id && t.attempt == k.attempt)
+                        else {
+                            continue;
+                        };
+                        known.push(Dispatched {
+                            run_id: k.run_id,
+                            job_id: t.job_id,
+                            task_id: t.task_id,
+                            attempt: t.attempt,
+                            shard_index: k.shard_index,
+                            shard_total: 1,
+                            executor: executor.address.clone(),
+                            scheduled_at: t.due_at,
+                            dispatched_at: now,
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "executor did not answer the recovery check"),
+            }
+        }
+    }
+    if !known.is_empty() {
+        shared.store.record_dispatches(&known, now).await?;
+    }
+    let known_ids: std::collections::HashSet<i64> = known.iter().map(|d| d.task_id).collect();
+    let refire: Vec<DueTask> = claims
+        .into_iter()
+        .filter(|t| !known_ids.contains(&t.task_id))
+        .collect();
+    let ids: Vec<i64> = refire.iter().map(|t| t.task_id).collect();
+    shared.store.adopt_claims(shared.lease, &ids).await?;
+    tracing::info!(
+        already_dispatched = known_ids.len(),
+        refired = ids.len(),
+        "recovered claims"
+    );
+    shared.ring.insert(refire);
+    Ok(())
+}

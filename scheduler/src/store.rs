@@ -1,0 +1,1818 @@
+//! Storage: every row Rota keeps, on MySQL (8.0.1+ / MariaDB 10.6+) or SQLite.
+//!
+//! [`Store`] is one type over two backends. Almost every statement is the same SQL on both
+//! (`?` placeholders, epoch-millisecond integers), so each method is written once and the
+//! [`on_pool!`] macro compiles its body against each backend's concrete pool; the few
+//! dialect differences (`INSERT IGNORE` vs `INSERT OR IGNORE`, upserts, `SKIP LOCKED`) are
+//! spelled out where they occur. One contract suite (`tests/store_contract.rs`) runs on both.
+//!
+//! Batching is the rule on hot paths: the scan claims a whole window in one transaction,
+//! dispatches and run reports are written many rows per statement (`IN (…)`, `CASE id …`,
+//! multi-row `VALUES`), so the statements per fire stay flat however large the backlog.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{FromRow, MySqlPool, QueryBuilder, SqlitePool};
+
+use crate::backoff::Backoff;
+use crate::model::*;
+use crate::schedule::{Misfire, Schedule};
+
+/// Rows per multi-row statement: under both backends' placeholder limits for our widest rows.
+const CHUNK: usize = 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("unsupported database url `{0}`: use mysql://… or sqlite:…")]
+    UnsupportedUrl(String),
+    #[error("database error: {0}")]
+    Database(sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored value is invalid: {0}")]
+    Corrupt(String),
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::RowNotFound => Error::NotFound("row".into()),
+            sqlx::Error::Database(d) if d.is_unique_violation() => {
+                Error::Conflict(format!("already exists ({})", d.message()))
+            }
+            _ => Error::Database(e),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which database a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    MySql,
+    Sqlite,
+}
+
+#[derive(Clone)]
+enum Pool {
+    MySql(MySqlPool),
+    Sqlite(SqlitePool),
+}
+
+/// Runs `$body` with `$pool` bound to the concrete pool and `$db` naming its database type.
+macro_rules! on_pool {
+    ($store:expr, |$pool:ident, $db:ident| $body:expr) => {
+        match &$store.pool {
+            Pool::MySql($pool) => {
+                #[allow(dead_code)]
+                type $db = sqlx::MySql;
+                $body
+            }
+            Pool::Sqlite($pool) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Sqlite;
+                $body
+            }
+        }
+    };
+}
+
+/// The id of the row an `INSERT` created, on either backend.
+trait InsertId {
+    fn insert_id(&self) -> i64;
+    fn affected(&self) -> u64;
+}
+
+impl InsertId for sqlx::mysql::MySqlQueryResult {
+    fn insert_id(&self) -> i64 {
+        i64::try_from(self.last_insert_id()).unwrap_or(i64::MAX)
+    }
+    fn affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+impl InsertId for sqlx::sqlite::SqliteQueryResult {
+    fn insert_id(&self) -> i64 {
+        self.last_insert_rowid()
+    }
+    fn affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+/// Pushes `(?, ?, …)` binding each id, for `IN` lists.
+fn push_ids<DB: sqlx::Database>(qb: &mut QueryBuilder<DB>, ids: impl IntoIterator<Item = i64>)
+where
+    i64: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    qb.push("(");
+    let mut sep = qb.separated(", ");
+    for id in ids {
+        sep.push_bind(id);
+    }
+    qb.push(")");
+}
+
+/// Pushes `CASE id WHEN ? THEN ? … END`.
+fn push_case<DB: sqlx::Database, V>(
+    qb: &mut QueryBuilder<DB>,
+    pairs: impl IntoIterator<Item = (i64, V)>,
+) where
+    i64: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    V: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    qb.push("CASE id");
+    for (id, v) in pairs {
+        qb.push(" WHEN ").push_bind(id).push(" THEN ").push_bind(v);
+    }
+    qb.push(" END");
+}
+
+fn parse<T: FromStr>(s: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    s.parse().map_err(|e: T::Err| Error::Corrupt(e.to_string()))
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(s: &str) -> Result<T> {
+    serde_json::from_str(s).map_err(|e| Error::Corrupt(format!("{e}: {s}")))
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+const JOB_COLUMNS: &str = "j.id, j.name, a.name AS app, j.plugin, j.schedule, j.params, j.route, \
+     j.block_strategy, j.misfire, j.timeout_ms, j.max_attempts, j.backoff, j.memory_mb, \
+     j.max_concurrency, j.child_jobs, j.enabled, j.next_fire_at, j.created_at, j.updated_at";
+
+#[derive(FromRow)]
+struct JobRow {
+    id: i64,
+    name: String,
+    app: String,
+    plugin: String,
+    schedule: String,
+    params: Option<String>,
+    route: String,
+    block_strategy: String,
+    misfire: String,
+    timeout_ms: i64,
+    max_attempts: i32,
+    backoff: String,
+    memory_mb: i32,
+    max_concurrency: Option<i32>,
+    child_jobs: String,
+    enabled: bool,
+    next_fire_at: Option<i64>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl TryFrom<JobRow> for Job {
+    type Error = Error;
+    fn try_from(r: JobRow) -> Result<Job> {
+        Ok(Job {
+            id: r.id,
+            spec: JobSpec {
+                name: r.name,
+                app: r.app,
+                plugin: r.plugin,
+                schedule: parse_json(&r.schedule)?,
+                params: r.params,
+                route: parse(&r.route)?,
+                block: parse(&r.block_strategy)?,
+                misfire: parse(&r.misfire)?,
+                timeout_ms: r.timeout_ms,
+                max_attempts: r.max_attempts,
+                backoff: parse_json(&r.backoff)?,
+                memory_mb: r.memory_mb,
+                max_concurrency: r.max_concurrency,
+                child_jobs: parse_json(&r.child_jobs)?,
+                enabled: r.enabled,
+            },
+            next_fire_at: r.next_fire_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+const TASK_COLUMNS: &str = "id, job_id, kind, idem_key, payload, params, status, due_at, attempt, \
+     max_attempts, backoff, priority, last_run_id, created_at, updated_at";
+
+#[derive(FromRow)]
+struct TaskRow {
+    id: i64,
+    job_id: i64,
+    kind: String,
+    idem_key: Option<String>,
+    payload: Option<String>,
+    params: Option<String>,
+    status: String,
+    due_at: i64,
+    attempt: i32,
+    max_attempts: Option<i32>,
+    backoff: Option<String>,
+    priority: i32,
+    last_run_id: Option<i64>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl TryFrom<TaskRow> for Task {
+    type Error = Error;
+    fn try_from(r: TaskRow) -> Result<Task> {
+        Ok(Task {
+            id: r.id,
+            job_id: r.job_id,
+            kind: parse(&r.kind)?,
+            key: r.idem_key,
+            payload: r.payload,
+            params: r.params,
+            status: parse(&r.status)?,
+            due_at: r.due_at,
+            attempt: r.attempt,
+            max_attempts: r.max_attempts,
+            backoff: r.backoff.as_deref().map(parse_json).transpose()?,
+            priority: r.priority,
+            last_run_id: r.last_run_id,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+#[derive(FromRow)]
+struct DueRow {
+    id: i64,
+    job_id: i64,
+    kind: String,
+    due_at: i64,
+    attempt: i32,
+    priority: i32,
+    payload: Option<String>,
+    params: Option<String>,
+}
+
+impl TryFrom<DueRow> for DueTask {
+    type Error = Error;
+    fn try_from(r: DueRow) -> Result<DueTask> {
+        Ok(DueTask {
+            task_id: r.id,
+            job_id: r.job_id,
+            kind: parse(&r.kind)?,
+            due_at: r.due_at,
+            attempt: r.attempt,
+            priority: r.priority,
+            payload: r.payload,
+            params: r.params,
+        })
+    }
+}
+
+const RUN_COLUMNS: &str = "id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
+     scheduled_at, dispatched_at, started_at, finished_at, exit_code, message";
+
+#[derive(FromRow)]
+struct RunRow {
+    id: i64,
+    job_id: i64,
+    task_id: i64,
+    attempt: i32,
+    shard_index: i32,
+    shard_total: i32,
+    executor: Option<String>,
+    status: String,
+    scheduled_at: i64,
+    dispatched_at: Option<i64>,
+    started_at: Option<i64>,
+    finished_at: Option<i64>,
+    exit_code: Option<i32>,
+    message: Option<String>,
+}
+
+impl TryFrom<RunRow> for Run {
+    type Error = Error;
+    fn try_from(r: RunRow) -> Result<Run> {
+        Ok(Run {
+            id: r.id,
+            job_id: r.job_id,
+            task_id: r.task_id,
+            attempt: r.attempt,
+            shard_index: r.shard_index,
+            shard_total: r.shard_total,
+            executor: r.executor,
+            status: parse(&r.status)?,
+            scheduled_at: r.scheduled_at,
+            dispatched_at: r.dispatched_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            exit_code: r.exit_code,
+            message: r.message,
+        })
+    }
+}
+
+#[derive(FromRow)]
+struct ExecutorRow {
+    app: String,
+    address: String,
+    capacity: i32,
+    running: i32,
+    registered_at: i64,
+    last_heartbeat_at: i64,
+}
+
+impl From<ExecutorRow> for Executor {
+    fn from(r: ExecutorRow) -> Self {
+        Executor {
+            app: r.app,
+            address: r.address,
+            capacity: r.capacity,
+            running: r.running,
+            registered_at: r.registered_at,
+            last_heartbeat_at: r.last_heartbeat_at,
+        }
+    }
+}
+
+#[derive(FromRow)]
+struct PluginRow {
+    id: i64,
+    name: String,
+    version: i32,
+    sha256: String,
+    size: i64,
+    created_at: i64,
+}
+
+impl From<PluginRow> for Plugin {
+    fn from(r: PluginRow) -> Self {
+        Plugin {
+            id: r.id,
+            name: r.name,
+            version: r.version,
+            sha256: r.sha256,
+            size: r.size,
+            created_at: r.created_at,
+        }
+    }
+}
+
+/// A job whose next fire time falls inside the scan window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueJob {
+    pub id: i64,
+    pub schedule: Schedule,
+    pub misfire: Misfire,
+    pub next_fire_at: Millis,
+}
+
+/// The fire times the scan decided for one [`DueJob`] and its next fire time after them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobFires {
+    pub fires: Vec<Millis>,
+    pub next_fire_at: Option<Millis>,
+}
+
+/// What a scan claimed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Claimed {
+    pub tasks: Vec<DueTask>,
+    /// Recurring fire times the scan turned into tasks.
+    pub cron_fires: usize,
+}
+
+#[derive(FromRow)]
+struct EndedRow {
+    id: i64,
+    job_id: i64,
+    attempt: i32,
+    lost_count: i32,
+    status: String,
+    max_attempts: Option<i32>,
+    backoff: Option<String>,
+    job_max_attempts: Option<i32>,
+    job_backoff: Option<String>,
+    child_jobs: Option<String>,
+    shards_final: i64,
+}
+
+/// The outcome of applying a batch of run updates.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Applied {
+    /// Reports that changed a run (repeats and stale reports are not counted).
+    pub changed: usize,
+    /// Tasks whose attempt ended, with what happens next.
+    pub tasks: Vec<(i64, TaskNext)>,
+    /// Child-job tasks created because a parent succeeded.
+    pub children: usize,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+}
+
+impl Store {
+    /// Connects, creating the SQLite file if needed, and applies pending migrations (under the
+    /// migrator's lock, so several nodes starting at once on an empty database is safe).
+    pub async fn connect(url: &str) -> Result<Store> {
+        let pool = if url.starts_with("mysql:") || url.starts_with("mariadb:") {
+            let url = url.replacen("mariadb:", "mysql:", 1);
+            let opts = MySqlConnectOptions::from_str(&url)?;
+            let pool = MySqlPoolOptions::new()
+                .max_connections(16)
+                .min_connections(2)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(opts)
+                .await?;
+            sqlx::migrate!("../migrations/mysql").run(&pool).await?;
+            Pool::MySql(pool)
+        } else if url.starts_with("sqlite:") {
+            let opts = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                // WAL + NORMAL survives a process crash (SIGKILL); only a power cut can lose
+                // the last commits. Use MySQL where that matters.
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(10));
+            // One connection: SQLite has one writer anyway, and a single connection never
+            // meets SQLITE_BUSY on a read-then-write transaction.
+            let pool = SqlitePoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(opts)
+                .await?;
+            sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+            Pool::Sqlite(pool)
+        } else {
+            return Err(Error::UnsupportedUrl(url.chars().take(40).collect()));
+        };
+        Ok(Store { pool })
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::MySql(_) => Backend::MySql,
+            Pool::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    fn is_mysql(&self) -> bool {
+        self.backend() == Backend::MySql
+    }
+
+    fn insert_ignore(&self) -> &'static str {
+        if self.is_mysql() {
+            "INSERT IGNORE"
+        } else {
+            "INSERT OR IGNORE"
+        }
+    }
+
+    /// Row locks for a claim: MySQL skips rows another node is claiming; SQLite has one writer.
+    fn skip_locked(&self) -> &'static str {
+        if self.is_mysql() {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        }
+    }
+
+    pub async fn close(&self) {
+        on_pool!(self, |pool, Db| pool.close().await)
+    }
+
+    /// Is the database answering?
+    pub async fn ping(&self) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            sqlx::query("SELECT 1").execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    // ----- ids -------------------------------------------------------------------------
+
+    /// Reserves `n` consecutive ids of sequence `name` and returns the first. Ids are chosen
+    /// before rows are written, so a batch needs no read-back and a run id can travel to the
+    /// executor before the run row exists.
+    pub async fn allocate_ids(&self, name: &str, n: i64) -> Result<i64> {
+        let n = n.max(1);
+        let end: i64 = on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            sqlx::query("UPDATE sequences SET next_value = next_value + ? WHERE name = ?")
+                .bind(n)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+            let end: i64 = sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = ?")
+                .bind(name)
+                .fetch_one(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            end
+        });
+        Ok(end - n)
+    }
+
+    // ----- nodes -----------------------------------------------------------------------
+
+    /// Registers this scheduler node (by its stable name) and starts a new epoch for it.
+    pub async fn start_node(&self, name: &str, address: &str, now: Millis) -> Result<NodeLease> {
+        let upsert = if self.is_mysql() {
+            "INSERT INTO nodes (name, address, epoch, heartbeat_at, started_at) VALUES (?, ?, 1, ?, ?) \
+             ON DUPLICATE KEY UPDATE epoch = epoch + 1, address = VALUES(address), \
+             heartbeat_at = VALUES(heartbeat_at), started_at = VALUES(started_at)"
+        } else {
+            "INSERT INTO nodes (name, address, epoch, heartbeat_at, started_at) VALUES (?, ?, 1, ?, ?) \
+             ON CONFLICT(name) DO UPDATE SET epoch = epoch + 1, address = excluded.address, \
+             heartbeat_at = excluded.heartbeat_at, started_at = excluded.started_at"
+        };
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            sqlx::query(upsert)
+                .bind(name)
+                .bind(address)
+                .bind(now)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            let (node_id, epoch): (i64, i64) =
+                sqlx::query_as("SELECT id, epoch FROM nodes WHERE name = ?")
+                    .bind(name)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            tx.commit().await?;
+            Ok(NodeLease { node_id, epoch })
+        })
+    }
+
+    pub async fn heartbeat_node(&self, lease: NodeLease, now: Millis) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            sqlx::query("UPDATE nodes SET heartbeat_at = ? WHERE id = ? AND epoch = ?")
+                .bind(now)
+                .bind(lease.node_id)
+                .bind(lease.epoch)
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    // ----- apps and executors ----------------------------------------------------------
+
+    /// The id of app `name`, creating it on first use.
+    pub async fn ensure_app(&self, name: &str, now: Millis) -> Result<i64> {
+        let insert = format!(
+            "{} INTO apps (name, created_at) VALUES (?, ?)",
+            self.insert_ignore()
+        );
+        on_pool!(self, |pool, Db| {
+            sqlx::query(sqlx::AssertSqlSafe(insert))
+                .bind(name)
+                .bind(now)
+                .execute(pool)
+                .await?;
+            let id: i64 = sqlx::query_scalar("SELECT id FROM apps WHERE name = ?")
+                .bind(name)
+                .fetch_one(pool)
+                .await?;
+            Ok(id)
+        })
+    }
+
+    pub async fn list_apps(&self) -> Result<Vec<App>> {
+        on_pool!(self, |pool, Db| {
+            let rows: Vec<(i64, String, i64)> =
+                sqlx::query_as("SELECT id, name, created_at FROM apps ORDER BY name")
+                    .fetch_all(pool)
+                    .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(id, name, created_at)| App {
+                    id,
+                    name,
+                    created_at,
+                })
+                .collect())
+        })
+    }
+
+    /// Registers an executor or refreshes its heartbeat.
+    pub async fn upsert_executor(
+        &self,
+        app: &str,
+        address: &str,
+        capacity: i32,
+        running: i32,
+        now: Millis,
+    ) -> Result<()> {
+        let app_id = self.ensure_app(app, now).await?;
+        let sql = if self.is_mysql() {
+            "INSERT INTO executors (app_id, address, capacity, running, registered_at, last_heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE capacity = VALUES(capacity), \
+             running = VALUES(running), last_heartbeat_at = VALUES(last_heartbeat_at)"
+        } else {
+            "INSERT INTO executors (app_id, address, capacity, running, registered_at, last_heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(app_id, address) DO UPDATE SET \
+             capacity = excluded.capacity, running = excluded.running, \
+             last_heartbeat_at = excluded.last_heartbeat_at"
+        };
+        on_pool!(self, |pool, Db| {
+            sqlx::query(sql)
+                .bind(app_id)
+                .bind(address)
+                .bind(capacity)
+                .bind(running)
+                .bind(now)
+                .bind(now)
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    /// Removes an executor from the registry; false if it was not registered.
+    pub async fn remove_executor(&self, app: &str, address: &str) -> Result<bool> {
+        on_pool!(self, |pool, Db| {
+            let r = sqlx::query(
+                "DELETE FROM executors WHERE address = ? AND app_id = (SELECT id FROM apps WHERE name = ?)",
+            )
+            .bind(address)
+            .bind(app)
+            .execute(pool)
+            .await?;
+            Ok(r.affected() > 0)
+        })
+    }
+
+    /// Executors whose last heartbeat is after `alive_after`, of one app or all, sorted by
+    /// app then address (route strategies rely on a stable order).
+    pub async fn list_executors(
+        &self,
+        app: Option<&str>,
+        alive_after: Millis,
+    ) -> Result<Vec<Executor>> {
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new(
+                "SELECT a.name AS app, e.address, e.capacity, e.running, e.registered_at, \
+                 e.last_heartbeat_at FROM executors e JOIN apps a ON a.id = e.app_id \
+                 WHERE e.last_heartbeat_at > ",
+            );
+            qb.push_bind(alive_after);
+            if let Some(app) = app {
+                qb.push(" AND a.name = ").push_bind(app);
+            }
+            qb.push(" ORDER BY a.name, e.address");
+            let rows: Vec<ExecutorRow> = qb.build_query_as().fetch_all(pool).await?;
+            Ok(rows.into_iter().map(Executor::from).collect())
+        })
+    }
+
+    /// Executors whose last heartbeat is at or before `alive_after` (dead).
+    pub async fn dead_executors(&self, alive_after: Millis) -> Result<Vec<Executor>> {
+        on_pool!(self, |pool, Db| {
+            let rows: Vec<ExecutorRow> = sqlx::query_as(
+                "SELECT a.name AS app, e.address, e.capacity, e.running, e.registered_at, \
+                 e.last_heartbeat_at FROM executors e JOIN apps a ON a.id = e.app_id \
+                 WHERE e.last_heartbeat_at <= ? ORDER BY e.address",
+            )
+            .bind(alive_after)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows.into_iter().map(Executor::from).collect())
+        })
+    }
+
+    // ----- plugins ---------------------------------------------------------------------
+
+    /// Stores a validated module under `name`. The same bytes under the same name return the
+    /// existing version (`false`); new bytes make the next version (`true`).
+    pub async fn insert_plugin(
+        &self,
+        name: &str,
+        sha256: &str,
+        module: &[u8],
+        now: Millis,
+    ) -> Result<(Plugin, bool)> {
+        let size = i64::try_from(module.len()).unwrap_or(i64::MAX);
+        for _ in 0..3 {
+            let attempt: Result<(Plugin, bool)> = on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin().await?;
+                let existing: Option<PluginRow> = sqlx::query_as(
+                    "SELECT id, name, version, sha256, size, created_at FROM plugins \
+                     WHERE name = ? AND sha256 = ? ORDER BY version DESC LIMIT 1",
+                )
+                .bind(name)
+                .bind(sha256)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some(row) = existing {
+                    return Ok((row.into(), false));
+                }
+                let latest: Option<i32> = sqlx::query_scalar(
+                    "SELECT version FROM plugins WHERE name = ? ORDER BY version DESC LIMIT 1",
+                )
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let version = latest.unwrap_or(0) + 1;
+                let r = sqlx::query(
+                    "INSERT INTO plugins (name, version, sha256, size, module, created_at) \
+                     VALUES (?, ?, ?, ?, ?, ?)",
+                )
+                .bind(name)
+                .bind(version)
+                .bind(sha256)
+                .bind(size)
+                .bind(module)
+                .bind(now)
+                .execute(&mut *tx)
+                .await;
+                let id = match r {
+                    Ok(r) => r.insert_id(),
+                    Err(e) => return Err(e.into()),
+                };
+                tx.commit().await?;
+                Ok((
+                    Plugin {
+                        id,
+                        name: name.to_owned(),
+                        version,
+                        sha256: sha256.to_owned(),
+                        size,
+                        created_at: now,
+                    },
+                    true,
+                ))
+            });
+            match attempt {
+                // A concurrent upload took this version number: try the next.
+                Err(Error::Conflict(_)) => continue,
+                other => return other,
+            }
+        }
+        Err(Error::Conflict(format!(
+            "plugin `{name}` is being uploaded concurrently; try again"
+        )))
+    }
+
+    pub async fn list_plugins(&self) -> Result<Vec<Plugin>> {
+        on_pool!(self, |pool, Db| {
+            let rows: Vec<PluginRow> = sqlx::query_as(
+                "SELECT id, name, version, sha256, size, created_at FROM plugins ORDER BY name, version DESC",
+            )
+            .fetch_all(pool)
+            .await?;
+            Ok(rows.into_iter().map(Plugin::from).collect())
+        })
+    }
+
+    pub async fn get_plugin(&self, id: i64) -> Result<Plugin> {
+        on_pool!(self, |pool, Db| {
+            let row: Option<PluginRow> = sqlx::query_as(
+                "SELECT id, name, version, sha256, size, created_at FROM plugins WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+            row.map(Plugin::from)
+                .ok_or_else(|| Error::NotFound(format!("plugin {id}")))
+        })
+    }
+
+    /// The newest version of plugin `name`.
+    pub async fn latest_plugin(&self, name: &str) -> Result<Plugin> {
+        on_pool!(self, |pool, Db| {
+            let row: Option<PluginRow> = sqlx::query_as(
+                "SELECT id, name, version, sha256, size, created_at FROM plugins \
+                 WHERE name = ? ORDER BY version DESC LIMIT 1",
+            )
+            .bind(name)
+            .fetch_optional(pool)
+            .await?;
+            row.map(Plugin::from)
+                .ok_or_else(|| Error::NotFound(format!("plugin `{name}`")))
+        })
+    }
+
+    /// The module bytes with this SHA-256.
+    pub async fn plugin_module(&self, sha256: &str) -> Result<Vec<u8>> {
+        on_pool!(self, |pool, Db| {
+            let bytes: Option<Vec<u8>> =
+                sqlx::query_scalar("SELECT module FROM plugins WHERE sha256 = ? LIMIT 1")
+                    .bind(sha256)
+                    .fetch_optional(pool)
+                    .await?;
+            bytes.ok_or_else(|| Error::NotFound(format!("plugin module {sha256}")))
+        })
+    }
+
+    // ----- jobs ------------------------------------------------------------------------
+
+    pub async fn insert_job(
+        &self,
+        spec: &JobSpec,
+        next_fire_at: Option<Millis>,
+        now: Millis,
+    ) -> Result<Job> {
+        let app_id = self.ensure_app(&spec.app, now).await?;
+        let id = on_pool!(self, |pool, Db| {
+            let r = sqlx::query(
+                "INSERT INTO jobs (name, app_id, plugin, schedule, params, route, block_strategy, misfire, \
+                 timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, child_jobs, enabled, \
+                 next_fire_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&spec.name)
+            .bind(app_id)
+            .bind(&spec.plugin)
+            .bind(to_json(&spec.schedule))
+            .bind(&spec.params)
+            .bind(spec.route.as_str())
+            .bind(spec.block.as_str())
+            .bind(spec.misfire.as_str())
+            .bind(spec.timeout_ms)
+            .bind(spec.max_attempts)
+            .bind(to_json(&spec.backoff))
+            .bind(spec.memory_mb)
+            .bind(spec.max_concurrency)
+            .bind(to_json(&spec.child_jobs))
+            .bind(spec.enabled)
+            .bind(next_fire_at)
+            .bind(now)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map_err(|e| match Error::from(e) {
+                Error::Conflict(_) => Error::Conflict(format!("a job named `{}` already exists", spec.name)),
+                other => other,
+            })?;
+            r.insert_id()
+        });
+        self.get_job(id).await
+    }
+
+    /// Replaces a job's settings and its next fire time.
+    pub async fn update_job(
+        &self,
+        id: i64,
+        spec: &JobSpec,
+        next_fire_at: Option<Millis>,
+        now: Millis,
+    ) -> Result<Job> {
+        let app_id = self.ensure_app(&spec.app, now).await?;
+        let affected = on_pool!(self, |pool, Db| {
+            sqlx::query(
+                "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
+                 block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
+                 memory_mb = ?, max_concurrency = ?, child_jobs = ?, enabled = ?, next_fire_at = ?, \
+                 updated_at = ? WHERE id = ?",
+            )
+            .bind(&spec.name)
+            .bind(app_id)
+            .bind(&spec.plugin)
+            .bind(to_json(&spec.schedule))
+            .bind(&spec.params)
+            .bind(spec.route.as_str())
+            .bind(spec.block.as_str())
+            .bind(spec.misfire.as_str())
+            .bind(spec.timeout_ms)
+            .bind(spec.max_attempts)
+            .bind(to_json(&spec.backoff))
+            .bind(spec.memory_mb)
+            .bind(spec.max_concurrency)
+            .bind(to_json(&spec.child_jobs))
+            .bind(spec.enabled)
+            .bind(next_fire_at)
+            .bind(now)
+            .bind(id)
+            .execute(pool)
+            .await
+            .map_err(|e| match Error::from(e) {
+                Error::Conflict(_) => Error::Conflict(format!("a job named `{}` already exists", spec.name)),
+                other => other,
+            })?
+            .affected()
+        });
+        if affected == 0 {
+            // MySQL counts only changed rows; tell "unchanged" from "missing".
+            return self.get_job(id).await;
+        }
+        self.get_job(id).await
+    }
+
+    pub async fn get_job(&self, id: i64) -> Result<Job> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs j JOIN apps a ON a.id = j.app_id WHERE j.id = ?"
+        );
+        on_pool!(self, |pool, Db| {
+            let row: Option<JobRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            row.ok_or_else(|| Error::NotFound(format!("job {id}")))?
+                .try_into()
+        })
+    }
+
+    pub async fn get_job_by_name(&self, name: &str) -> Result<Job> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs j JOIN apps a ON a.id = j.app_id WHERE j.name = ?"
+        );
+        on_pool!(self, |pool, Db| {
+            let row: Option<JobRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(name)
+                .fetch_optional(pool)
+                .await?;
+            row.ok_or_else(|| Error::NotFound(format!("job `{name}`")))?
+                .try_into()
+        })
+    }
+
+    /// Jobs, newest first, `limit` per page, optionally of one app or whose name contains
+    /// `search`.
+    pub async fn list_jobs(
+        &self,
+        app: Option<&str>,
+        search: Option<&str>,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Page<Job>> {
+        let limit = limit.clamp(1, 1000);
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new(format!(
+                "SELECT {JOB_COLUMNS} FROM jobs j JOIN apps a ON a.id = j.app_id WHERE 1 = 1"
+            ));
+            if let Some(app) = app {
+                qb.push(" AND a.name = ").push_bind(app);
+            }
+            if let Some(search) = search {
+                // `!` escapes LIKE metacharacters the same way on both backends (a backslash
+                // would itself need escaping in MySQL string literals).
+                let pattern = format!(
+                    "%{}%",
+                    search
+                        .replace('!', "!!")
+                        .replace('%', "!%")
+                        .replace('_', "!_")
+                );
+                qb.push(" AND j.name LIKE ")
+                    .push_bind(pattern)
+                    .push(" ESCAPE '!'");
+            }
+            if let Some(before) = before_id {
+                qb.push(" AND j.id < ").push_bind(before);
+            }
+            qb.push(" ORDER BY j.id DESC LIMIT ")
+                .push_bind(i64::from(limit) + 1);
+            let rows: Vec<JobRow> = qb.build_query_as().fetch_all(pool).await?;
+            page(rows, limit, |r| r.id)
+        })
+    }
+
+    /// Deletes a job. With pending or running tasks it is a conflict unless `force`, which
+    /// cancels the pending ones first (running ones finish on their own).
+    pub async fn delete_job(&self, id: i64, force: bool, now: Millis) -> Result<Vec<i64>> {
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM jobs WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if exists.is_none() {
+                return Err(Error::NotFound(format!("job {id}")));
+            }
+            let active: Vec<(i64, String)> = sqlx::query_as(
+                "SELECT id, status FROM tasks WHERE job_id = ? AND status IN ('pending', 'claimed', 'running')",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+            if !active.is_empty() && !force {
+                return Err(Error::Conflict(format!(
+                    "job {id} has {} pending or running task(s); cancel them or delete with ?force=true",
+                    active.len()
+                )));
+            }
+            let cancelled: Vec<i64> = active
+                .iter()
+                .filter(|(_, s)| s != "running")
+                .map(|(id, _)| *id)
+                .collect();
+            for chunk in cancelled.chunks(CHUNK) {
+                let mut qb =
+                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'cancelled', updated_at = ");
+                qb.push_bind(now)
+                    .push(" WHERE status IN ('pending', 'claimed') AND id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.build().execute(&mut *tx).await?;
+            }
+            sqlx::query("DELETE FROM jobs WHERE id = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(cancelled)
+        })
+    }
+
+    // ----- tasks -----------------------------------------------------------------------
+
+    /// Creates tasks in one transaction, all or nothing. A task whose `key` already exists for
+    /// its job is not created again: its existing id comes back with `false`.
+    pub async fn insert_tasks(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<(i64, bool)>> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let first_id = self.allocate_ids("task", tasks.len() as i64).await?;
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            // Existing keys, looked up in chunks.
+            let keyed: Vec<(i64, &str)> = tasks
+                .iter()
+                .filter_map(|t| t.key.as_deref().map(|k| (t.job_id, k)))
+                .collect();
+            let mut existing: HashMap<(i64, String), i64> = HashMap::new();
+            for chunk in keyed.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT id, job_id, idem_key FROM tasks WHERE (job_id, idem_key) IN (",
+                );
+                let mut sep = qb.separated(", ");
+                for (job, key) in chunk {
+                    sep.push("(")
+                        .push_bind_unseparated(*job)
+                        .push_unseparated(", ")
+                        .push_bind_unseparated(*key)
+                        .push_unseparated(")");
+                }
+                qb.push(")");
+                let rows: Vec<(i64, i64, String)> = qb.build_query_as().fetch_all(&mut *tx).await?;
+                existing.extend(rows.into_iter().map(|(id, job, key)| ((job, key), id)));
+            }
+            let mut out = Vec::with_capacity(tasks.len());
+            let mut fresh = Vec::with_capacity(tasks.len());
+            for (i, t) in tasks.iter().enumerate() {
+                match t
+                    .key
+                    .as_ref()
+                    .and_then(|k| existing.get(&(t.job_id, k.clone())))
+                {
+                    Some(&id) => out.push((id, false)),
+                    None => {
+                        let id = first_id + i as i64;
+                        out.push((id, true));
+                        fresh.push((id, t));
+                    }
+                }
+            }
+            for chunk in fresh.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "INSERT INTO tasks (id, job_id, kind, idem_key, payload, params, status, due_at, attempt, \
+                     lost_count, max_attempts, backoff, priority, created_at, updated_at) ",
+                );
+                qb.push_values(chunk, |mut b, (id, t)| {
+                    b.push_bind(*id)
+                        .push_bind(t.job_id)
+                        .push_bind(t.kind.as_str())
+                        .push_bind(t.key.as_deref())
+                        .push_bind(t.payload.as_deref())
+                        .push_bind(t.params.as_deref())
+                        .push_bind("pending")
+                        .push_bind(t.due_at)
+                        .push_bind(1_i32)
+                        .push_bind(0_i32)
+                        .push_bind(t.max_attempts)
+                        .push_bind(t.backoff.as_ref().map(to_json))
+                        .push_bind(t.priority)
+                        .push_bind(now)
+                        .push_bind(now);
+                });
+                qb.build()
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| match Error::from(e) {
+                        Error::Conflict(_) => Error::Conflict(
+                            "a task with this key was created concurrently; retry".into(),
+                        ),
+                        other => other,
+                    })?;
+            }
+            tx.commit().await?;
+            Ok(out)
+        })
+    }
+
+    pub async fn get_task(&self, id: i64) -> Result<Task> {
+        let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?");
+        on_pool!(self, |pool, Db| {
+            let row: Option<TaskRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            row.ok_or_else(|| Error::NotFound(format!("task {id}")))?
+                .try_into()
+        })
+    }
+
+    /// The task of `job_id` created with `key`.
+    pub async fn get_task_by_key(&self, job_id: i64, key: &str) -> Result<Task> {
+        let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE job_id = ? AND idem_key = ?");
+        on_pool!(self, |pool, Db| {
+            let row: Option<TaskRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(job_id)
+                .bind(key)
+                .fetch_optional(pool)
+                .await?;
+            row.ok_or_else(|| Error::NotFound(format!("task with key `{key}` of job {job_id}")))?
+                .try_into()
+        })
+    }
+
+    /// Tasks, newest first.
+    pub async fn list_tasks(&self, f: &TaskFilter) -> Result<Page<Task>> {
+        let limit = f.limit.clamp(1, 1000);
+        on_pool!(self, |pool, Db| {
+            let mut qb =
+                QueryBuilder::<Db>::new(format!("SELECT {TASK_COLUMNS} FROM tasks WHERE 1 = 1"));
+            if let Some(job) = f.job_id {
+                qb.push(" AND job_id = ").push_bind(job);
+            }
+            if let Some(status) = f.status {
+                qb.push(" AND status = ").push_bind(status.as_str());
+            }
+            if let Some(key) = &f.key {
+                qb.push(" AND idem_key = ").push_bind(key.as_str());
+            }
+            if let Some(before) = f.before_id {
+                qb.push(" AND id < ").push_bind(before);
+            }
+            qb.push(" ORDER BY id DESC LIMIT ")
+                .push_bind(i64::from(limit) + 1);
+            let rows: Vec<TaskRow> = qb.build_query_as().fetch_all(pool).await?;
+            page(rows, limit, |r| r.id)
+        })
+    }
+
+    /// Cancels a task that has not started. Returns the task as it now is and whether this
+    /// call cancelled it (false: it was already cancelled). Running or finished → conflict.
+    pub async fn cancel_task(&self, id: i64, now: Millis) -> Result<(Task, bool)> {
+        let changed = on_pool!(self, |pool, Db| {
+            sqlx::query(
+                "UPDATE tasks SET status = 'cancelled', updated_at = ? \
+                 WHERE id = ? AND status IN ('pending', 'claimed')",
+            )
+            .bind(now)
+            .bind(id)
+            .execute(pool)
+            .await?
+            .affected()
+                > 0
+        });
+        let task = self.get_task(id).await?;
+        match task.status {
+            TaskStatus::Cancelled => Ok((task, changed)),
+            s => Err(Error::Conflict(format!(
+                "task {id} is {s}; only a pending task can be cancelled"
+            ))),
+        }
+    }
+
+    // ----- the scan --------------------------------------------------------------------
+
+    /// One scan, in one transaction: turns the recurring fire times due by `until` into task
+    /// rows (one per job and fire time, whatever races), advances those jobs' next fire times,
+    /// and claims up to `limit` pending tasks due by `until` for this node's wheel.
+    ///
+    /// The claim is durable: a claimed task stays `claimed` by `lease` until its dispatch is
+    /// recorded, so a node that restarts finds it again ([`Store::claims_of`]) instead of losing
+    /// it, and no other node takes it while the lease holds.
+    pub async fn claim_due(
+        &self,
+        lease: NodeLease,
+        now: Millis,
+        until: Millis,
+        limit: u32,
+        plan: &mut (dyn FnMut(&DueJob) -> JobFires + Send),
+    ) -> Result<Claimed> {
+        let skip_locked = self.skip_locked();
+        let insert_ignore = self.insert_ignore();
+        let mut claimed = Claimed::default();
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            let jobs: Vec<(i64, String, String, Option<i64>)> =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT id, schedule, misfire, next_fire_at FROM jobs \
+                 WHERE enabled = 1 AND next_fire_at <= ? ORDER BY next_fire_at LIMIT ?{skip_locked}"
+                )))
+                .bind(until)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?;
+
+            let mut fires: Vec<(i64, Millis)> = Vec::new();
+            let mut next: Vec<(i64, Option<Millis>)> = Vec::with_capacity(jobs.len());
+            for (id, schedule, misfire, next_fire_at) in jobs {
+                let Some(next_fire_at) = next_fire_at else {
+                    continue;
+                };
+                let job = DueJob {
+                    id,
+                    schedule: parse_json(&schedule)?,
+                    misfire: parse(&misfire)?,
+                    next_fire_at,
+                };
+                let planned = plan(&job);
+                fires.extend(planned.fires.iter().map(|&t| (id, t)));
+                next.push((id, planned.next_fire_at));
+            }
+            if !fires.is_empty() {
+                let n = fires.len() as i64;
+                // Ids inside this transaction: SQLite has a single connection, and on MySQL the
+                // sequence row is held only for the scan's few milliseconds.
+                sqlx::query("UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'")
+                    .bind(n)
+                    .execute(&mut *tx)
+                    .await?;
+                let end: i64 =
+                    sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                let first = end - n;
+                for (chunk_no, chunk) in fires.chunks(CHUNK).enumerate() {
+                    let mut qb = QueryBuilder::<Db>::new(format!(
+                        "{insert_ignore} INTO tasks (id, job_id, kind, idem_key, status, due_at, attempt, \
+                         lost_count, priority, created_at, updated_at) "
+                    ));
+                    let base = first + (chunk_no * CHUNK) as i64;
+                    qb.push_values(chunk.iter().enumerate(), |mut b, (i, (job, t))| {
+                        b.push_bind(base + i as i64)
+                            .push_bind(*job)
+                            .push_bind(TaskKind::Cron.as_str())
+                            .push_bind(format!("cron:{t}"))
+                            .push_bind("pending")
+                            .push_bind(*t)
+                            .push_bind(1_i32)
+                            .push_bind(0_i32)
+                            .push_bind(0_i32)
+                            .push_bind(now)
+                            .push_bind(now);
+                    });
+                    qb.build().execute(&mut *tx).await?;
+                }
+                claimed.cron_fires = fires.len();
+            }
+            for chunk in next.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new("UPDATE jobs SET next_fire_at = ");
+                push_case(&mut qb, chunk.iter().copied());
+                qb.push(" WHERE id IN ");
+                push_ids(&mut qb, chunk.iter().map(|(id, _)| *id));
+                qb.build().execute(&mut *tx).await?;
+            }
+
+            let sql = format!(
+                "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks \
+                 WHERE status = 'pending' AND due_at <= ? ORDER BY due_at LIMIT ?{skip_locked}"
+            );
+            let rows: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(until)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?;
+            for chunk in rows.chunks(CHUNK) {
+                let mut qb =
+                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'claimed', owner_node = ");
+                qb.push_bind(lease.node_id)
+                    .push(", owner_epoch = ")
+                    .push_bind(lease.epoch)
+                    .push(" WHERE id IN ");
+                push_ids(&mut qb, chunk.iter().map(|r| r.id));
+                qb.build().execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            claimed.tasks = rows
+                .into_iter()
+                .map(DueTask::try_from)
+                .collect::<Result<_>>()?;
+            Ok(claimed)
+        })
+    }
+
+    /// Claims these tasks for `lease` if they are still pending and due by `until` (tasks
+    /// just created through the API go straight into the creating node's wheel).
+    pub async fn claim_tasks(
+        &self,
+        lease: NodeLease,
+        task_ids: &[i64],
+        until: Millis,
+    ) -> Result<Vec<DueTask>> {
+        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
+        let mut out = Vec::new();
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            for chunk in task_ids.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks \
+                     WHERE status = 'pending' AND due_at <= ",
+                );
+                qb.push_bind(until).push(" AND id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.push(lock);
+                let rows: Vec<DueRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
+                if rows.is_empty() {
+                    continue;
+                }
+                let mut qb =
+                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'claimed', owner_node = ");
+                qb.push_bind(lease.node_id)
+                    .push(", owner_epoch = ")
+                    .push_bind(lease.epoch)
+                    .push(" WHERE id IN ");
+                push_ids(&mut qb, rows.iter().map(|r| r.id));
+                qb.build().execute(&mut *tx).await?;
+                for r in rows {
+                    out.push(DueTask::try_from(r)?);
+                }
+            }
+            tx.commit().await?;
+        });
+        Ok(out)
+    }
+
+    /// Tasks still claimed by an earlier epoch of this node (it crashed or was killed after
+    /// claiming them and before recording their dispatch).
+    pub async fn claims_of(&self, lease: NodeLease) -> Result<Vec<DueTask>> {
+        on_pool!(self, |pool, Db| {
+            let rows: Vec<DueRow> = sqlx::query_as(
+                "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks \
+                 WHERE status = 'claimed' AND owner_node = ? AND owner_epoch < ? ORDER BY due_at",
+            )
+            .bind(lease.node_id)
+            .bind(lease.epoch)
+            .fetch_all(pool)
+            .await?;
+            rows.into_iter().map(DueTask::try_from).collect()
+        })
+    }
+
+    /// Moves claims to `lease` (adopting an earlier epoch's claims after a restart).
+    pub async fn adopt_claims(&self, lease: NodeLease, task_ids: &[i64]) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            for chunk in task_ids.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET owner_node = ");
+                qb.push_bind(lease.node_id)
+                    .push(", owner_epoch = ")
+                    .push_bind(lease.epoch)
+                    .push(" WHERE status = 'claimed' AND id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.build().execute(pool).await?;
+            }
+        });
+        Ok(())
+    }
+
+    /// Hands claims back (graceful shutdown): the tasks become pending for any node.
+    pub async fn release_claims(&self, lease: NodeLease, task_ids: &[i64]) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            for chunk in task_ids.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "UPDATE tasks SET status = 'pending', owner_node = NULL, owner_epoch = NULL \
+                     WHERE status = 'claimed' AND owner_node = ",
+                );
+                qb.push_bind(lease.node_id)
+                    .push(" AND owner_epoch = ")
+                    .push_bind(lease.epoch)
+                    .push(" AND id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.build().execute(pool).await?;
+            }
+        });
+        Ok(())
+    }
+
+    // ----- dispatch and runs -----------------------------------------------------------
+
+    /// Records runs that were sent to executors: the run rows (kept if a report created them
+    /// first) and their tasks' move from `claimed` to `running`.
+    pub async fn record_dispatches(&self, runs: &[Dispatched], now: Millis) -> Result<()> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let upsert_tail = if self.is_mysql() {
+            " ON DUPLICATE KEY UPDATE dispatched_at = VALUES(dispatched_at), \
+             executor = COALESCE(executor, VALUES(executor))"
+        } else {
+            " ON CONFLICT(id) DO UPDATE SET dispatched_at = excluded.dispatched_at, \
+             executor = COALESCE(runs.executor, excluded.executor)"
+        };
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            for chunk in runs.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
+                     scheduled_at, dispatched_at) ",
+                );
+                qb.push_values(chunk, |mut b, r| {
+                    b.push_bind(r.run_id)
+                        .push_bind(r.job_id)
+                        .push_bind(r.task_id)
+                        .push_bind(r.attempt)
+                        .push_bind(r.shard_index)
+                        .push_bind(r.shard_total)
+                        .push_bind(r.executor.as_str())
+                        .push_bind(RunStatus::Dispatched.as_str())
+                        .push_bind(r.scheduled_at)
+                        .push_bind(r.dispatched_at);
+                });
+                qb.push(upsert_tail);
+                qb.build().execute(&mut *tx).await?;
+
+                // One row per task: for a broadcast, any shard's run id will do as `last_run_id`.
+                let mut seen = HashSet::new();
+                let pairs: Vec<(i64, i64)> = chunk
+                    .iter()
+                    .filter(|r| seen.insert(r.task_id))
+                    .map(|r| (r.task_id, r.run_id))
+                    .collect();
+                let mut qb =
+                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'running', updated_at = ");
+                qb.push_bind(now).push(", last_run_id = ");
+                push_case(&mut qb, pairs.iter().copied());
+                qb.push(" WHERE status = 'claimed' AND id IN ");
+                push_ids(&mut qb, pairs.iter().map(|(t, _)| *t));
+                qb.build().execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// Applies run updates (executor reports, undeliverable dispatches, lost runs) in one
+    /// transaction, idempotently: an update for a run that already ended changes nothing. For
+    /// every attempt that ended, `decide` says what happens to its task (retry, dead, …), and
+    /// children of succeeded tasks are created.
+    pub async fn apply_run_updates(
+        &self,
+        updates: &[RunUpdate],
+        now: Millis,
+        decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
+    ) -> Result<Applied> {
+        if updates.is_empty() {
+            return Ok(Applied::default());
+        }
+        let upsert_tail = if self.is_mysql() {
+            " ON DUPLICATE KEY UPDATE status = VALUES(status), \
+             executor = COALESCE(VALUES(executor), executor), \
+             dispatched_at = COALESCE(dispatched_at, VALUES(dispatched_at)), \
+             started_at = COALESCE(VALUES(started_at), started_at), \
+             finished_at = VALUES(finished_at), exit_code = VALUES(exit_code), message = VALUES(message)"
+        } else {
+            " ON CONFLICT(id) DO UPDATE SET status = excluded.status, \
+             executor = COALESCE(excluded.executor, runs.executor), \
+             dispatched_at = COALESCE(runs.dispatched_at, excluded.dispatched_at), \
+             started_at = COALESCE(excluded.started_at, runs.started_at), \
+             finished_at = excluded.finished_at, exit_code = excluded.exit_code, message = excluded.message"
+        };
+        let mut applied = Applied::default();
+        let mut child_tasks: Vec<NewTask> = Vec::new();
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            // Current state of these runs: final ones are left alone (idempotency).
+            let mut current: HashMap<i64, RunStatus> = HashMap::new();
+            for chunk in updates.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new("SELECT id, status FROM runs WHERE id IN ");
+                push_ids(&mut qb, chunk.iter().map(|u| u.run_id));
+                let rows: Vec<(i64, String)> = qb.build_query_as().fetch_all(&mut *tx).await?;
+                for (id, status) in rows {
+                    current.insert(id, parse(&status)?);
+                }
+            }
+            // Keep the last update per run, dropping those that would not change anything.
+            let mut latest: HashMap<i64, &RunUpdate> = HashMap::new();
+            for u in updates {
+                let cur = current.get(&u.run_id).copied();
+                let stale = match cur {
+                    Some(s) if s.is_final() => true,
+                    Some(RunStatus::Running) => {
+                        u.status == RunStatus::Running || u.status == RunStatus::Dispatched
+                    }
+                    _ => false,
+                };
+                if stale {
+                    continue;
+                }
+                match latest.get(&u.run_id) {
+                    Some(prev) if prev.status.is_final() => {}
+                    _ => {
+                        latest.insert(u.run_id, u);
+                    }
+                }
+            }
+            let mut changes: Vec<&RunUpdate> = latest.into_values().collect();
+            changes.sort_by_key(|u| u.run_id);
+            applied.changed = changes.len();
+            for chunk in changes.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
+                     scheduled_at, dispatched_at, started_at, finished_at, exit_code, message) ",
+                );
+                qb.push_values(chunk, |mut b, u| {
+                    b.push_bind(u.run_id)
+                        .push_bind(u.job_id)
+                        .push_bind(u.task_id)
+                        .push_bind(u.attempt)
+                        .push_bind(u.shard_index)
+                        .push_bind(u.shard_total)
+                        .push_bind(u.executor.as_deref())
+                        .push_bind(u.status.as_str())
+                        .push_bind(u.scheduled_at)
+                        .push_bind(u.dispatched_at)
+                        .push_bind(u.started_at)
+                        .push_bind(u.finished_at)
+                        .push_bind(u.exit_code)
+                        .push_bind(u.message.as_deref().map(truncate_message));
+                });
+                qb.push(upsert_tail);
+                qb.build().execute(&mut *tx).await?;
+            }
+
+            // Attempts that ended.
+            let ended: Vec<&RunUpdate> = changes
+                .iter()
+                .copied()
+                .filter(|u| u.status.is_final())
+                .collect();
+            let mut by_task: HashMap<i64, &RunUpdate> = HashMap::new();
+            for u in &ended {
+                by_task.insert(u.task_id, u);
+            }
+            let task_ids: Vec<i64> = by_task.keys().copied().collect();
+            let mut next_by_outcome: Vec<(i64, TaskNext)> = Vec::new();
+            for chunk in task_ids.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT t.id, t.job_id, t.attempt, t.lost_count, t.status, t.max_attempts, t.backoff, \
+                     j.max_attempts AS job_max_attempts, j.backoff AS job_backoff, j.child_jobs, \
+                     (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.id AND r.attempt = t.attempt \
+                      AND r.status NOT IN ('dispatched', 'running')) AS shards_final \
+                     FROM tasks t LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().copied());
+                let rows: Vec<EndedRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
+                for row in rows {
+                    let Some(u) = by_task.get(&row.id) else {
+                        continue;
+                    };
+                    let status: TaskStatus = parse(&row.status)?;
+                    // A report for an older attempt, or for a task cancelled meanwhile, ends nothing.
+                    if row.attempt != u.attempt
+                        || !matches!(status, TaskStatus::Claimed | TaskStatus::Running)
+                    {
+                        continue;
+                    }
+                    // A broadcast attempt ends when its last shard does.
+                    if i64::from(u.shard_total) > row.shards_final {
+                        continue;
+                    }
+                    let verdict_status = if u.shard_total > 1 {
+                        let statuses: Vec<String> = sqlx::query_scalar(
+                            "SELECT status FROM runs WHERE task_id = ? AND attempt = ?",
+                        )
+                        .bind(row.id)
+                        .bind(row.attempt)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                        combine_shards(
+                            statuses
+                                .iter()
+                                .map(|s| parse(s))
+                                .collect::<Result<Vec<RunStatus>>>()?,
+                        )
+                    } else {
+                        u.status
+                    };
+                    let view = AttemptEnded {
+                        task_id: row.id,
+                        job_id: row.job_id,
+                        attempt: row.attempt,
+                        lost_count: row.lost_count,
+                        status: verdict_status,
+                        max_attempts: row.max_attempts.or(row.job_max_attempts).unwrap_or(1),
+                        backoff: match row.backoff.as_deref().or(row.job_backoff.as_deref()) {
+                            Some(s) => parse_json(s)?,
+                            None => Backoff::default(),
+                        },
+                        child_jobs: match row.child_jobs.as_deref() {
+                            Some(s) => parse_json(s)?,
+                            None => Vec::new(),
+                        },
+                    };
+                    let verdict = decide(&view);
+                    if verdict == TaskNext::Succeeded {
+                        for &child in &view.child_jobs {
+                            child_tasks.push(NewTask {
+                                job_id: child,
+                                kind: TaskKind::Child,
+                                key: None,
+                                payload: None,
+                                params: None,
+                                due_at: now,
+                                max_attempts: None,
+                                backoff: None,
+                                priority: 0,
+                            });
+                        }
+                    }
+                    next_by_outcome.push((row.id, verdict));
+                }
+            }
+            let last_run: HashMap<i64, i64> = by_task.iter().map(|(t, u)| (*t, u.run_id)).collect();
+            for (status, ids) in [
+                (
+                    "succeeded",
+                    collect_ids(&next_by_outcome, |n| *n == TaskNext::Succeeded),
+                ),
+                (
+                    "dead",
+                    collect_ids(&next_by_outcome, |n| *n == TaskNext::Dead),
+                ),
+                (
+                    "cancelled",
+                    collect_ids(&next_by_outcome, |n| *n == TaskNext::Cancelled),
+                ),
+            ] {
+                for chunk in ids.chunks(CHUNK) {
+                    let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET status = ");
+                    qb.push_bind(status)
+                        .push(", updated_at = ")
+                        .push_bind(now)
+                        .push(", last_run_id = ");
+                    push_case(
+                        &mut qb,
+                        chunk
+                            .iter()
+                            .map(|t| (*t, last_run.get(t).copied().unwrap_or(0))),
+                    );
+                    qb.push(", owner_node = NULL, owner_epoch = NULL WHERE id IN ");
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.build().execute(&mut *tx).await?;
+                }
+            }
+            let retries: Vec<(i64, Millis, bool)> = next_by_outcome
+                .iter()
+                .filter_map(|(t, n)| match n {
+                    TaskNext::Retry { due_at, lost } => Some((*t, *due_at, *lost)),
+                    _ => None,
+                })
+                .collect();
+            for chunk in retries.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "UPDATE tasks SET status = 'pending', attempt = attempt + 1, owner_node = NULL, \
+                     owner_epoch = NULL, updated_at = ",
+                );
+                qb.push_bind(now).push(", due_at = ");
+                push_case(&mut qb, chunk.iter().map(|(t, due, _)| (*t, *due)));
+                qb.push(", lost_count = lost_count + ");
+                push_case(
+                    &mut qb,
+                    chunk.iter().map(|(t, _, lost)| (*t, i32::from(*lost))),
+                );
+                qb.push(", last_run_id = ");
+                push_case(
+                    &mut qb,
+                    chunk
+                        .iter()
+                        .map(|(t, _, _)| (*t, last_run.get(t).copied().unwrap_or(0))),
+                );
+                qb.push(" WHERE id IN ");
+                push_ids(&mut qb, chunk.iter().map(|(t, _, _)| *t));
+                qb.build().execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            applied.tasks = next_by_outcome;
+        });
+        if !child_tasks.is_empty() {
+            // Children whose job was deleted meanwhile are still created; dispatch fails them
+            // with a clear message. Created after the parent's commit: a crash in between loses
+            // the children of one batch, never a parent's result.
+            applied.children = child_tasks.len();
+            self.insert_tasks(&child_tasks, now).await?;
+        }
+        Ok(applied)
+    }
+
+    pub async fn get_run(&self, id: i64) -> Result<Run> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?");
+        on_pool!(self, |pool, Db| {
+            let row: Option<RunRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            row.ok_or_else(|| Error::NotFound(format!("run {id}")))?
+                .try_into()
+        })
+    }
+
+    /// Runs, newest first.
+    pub async fn list_runs(&self, f: &RunFilter) -> Result<Page<Run>> {
+        let limit = f.limit.clamp(1, 1000);
+        on_pool!(self, |pool, Db| {
+            let mut qb =
+                QueryBuilder::<Db>::new(format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1"));
+            if let Some(job) = f.job_id {
+                qb.push(" AND job_id = ").push_bind(job);
+            }
+            if let Some(task) = f.task_id {
+                qb.push(" AND task_id = ").push_bind(task);
+            }
+            if let Some(status) = f.status {
+                qb.push(" AND status = ").push_bind(status.as_str());
+            }
+            if let Some(before) = f.before_id {
+                qb.push(" AND id < ").push_bind(before);
+            }
+            qb.push(" ORDER BY id DESC LIMIT ")
+                .push_bind(i64::from(limit) + 1);
+            let rows: Vec<RunRow> = qb.build_query_as().fetch_all(pool).await?;
+            page(rows, limit, |r| r.id)
+        })
+    }
+
+    /// Runs not yet finished on any of these executors (to mark them lost when they die).
+    pub async fn unfinished_runs_on(&self, addresses: &[String]) -> Result<Vec<Run>> {
+        if addresses.is_empty() {
+            return Ok(Vec::new());
+        }
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new(format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('dispatched', 'running') AND executor IN ("
+            ));
+            let mut sep = qb.separated(", ");
+            for a in addresses {
+                sep.push_bind(a.as_str());
+            }
+            qb.push(")");
+            let rows: Vec<RunRow> = qb.build_query_as().fetch_all(pool).await?;
+            rows.into_iter().map(Run::try_from).collect()
+        })
+    }
+}
+
+/// The combined outcome of a broadcast attempt: succeeded only if every shard did; a failure
+/// outranks a loss (the plugin failed somewhere), a loss outranks success.
+fn combine_shards(statuses: impl IntoIterator<Item = RunStatus>) -> RunStatus {
+    let mut worst = RunStatus::Succeeded;
+    for s in statuses {
+        worst = match (worst, s) {
+            (_, RunStatus::Succeeded) => worst,
+            (RunStatus::Succeeded, s) => s,
+            (RunStatus::Lost, s) => s,
+            (w, _) => w,
+        };
+    }
+    worst
+}
+
+fn collect_ids(outcomes: &[(i64, TaskNext)], pred: impl Fn(&TaskNext) -> bool) -> Vec<i64> {
+    outcomes
+        .iter()
+        .filter(|(_, n)| pred(n))
+        .map(|(t, _)| *t)
+        .collect()
+}
+
+/// Run messages are for people; keep them bounded (XXL-JOB truncates at 15,000 chars too).
+fn truncate_message(m: &str) -> String {
+    const MAX: usize = 4000;
+    if m.len() <= MAX {
+        return m.to_owned();
+    }
+    let mut end = MAX;
+    while !m.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… (truncated)", &m[..end])
+}
+
+/// Turns `limit + 1` rows into a page and its cursor.
+fn page<R, T>(mut rows: Vec<R>, limit: u32, id: impl Fn(&R) -> i64) -> Result<Page<T>>
+where
+    T: TryFrom<R, Error = Error>,
+{
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next = if more { rows.last().map(&id) } else { None };
+    let items = rows.into_iter().map(T::try_from).collect::<Result<_>>()?;
+    Ok(Page { items, next })
+}

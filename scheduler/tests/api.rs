@@ -1,0 +1,1101 @@
+//! The HTTP API through `router(state).oneshot(req)`, on a real SQLite store in a temp dir.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use bytes::Bytes;
+use rota_proto::wire::{PATH_HEARTBEAT, PATH_REGISTER, plugin_path};
+use rota_scheduler::api::{AppState, router};
+use rota_scheduler::{Config, Node, Store};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+const TOKEN: &str = "test-token";
+const SECRET: &[u8] = b"test-secret";
+const START: &str = r#"(module (func (export "_start")))"#;
+
+/// A started node and its router; [`TestApp::stop`] drains it.
+struct TestApp {
+    app: Router,
+    node: Node,
+    stop: watch::Sender<bool>,
+    _dir: tempfile::TempDir,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The `error` message; the answer must have the error shape.
+    fn error(&self) -> String {
+        let v = self.json();
+        assert_eq!(v.as_object().map(|o| o.len()), Some(1), "error shape: {v}");
+        v["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error message: {v}"))
+            .to_owned()
+    }
+
+    #[track_caller]
+    fn expect(&self, status: StatusCode) -> &Self {
+        assert_eq!(
+            self.status,
+            status,
+            "body: {}",
+            String::from_utf8_lossy(&self.body)
+        );
+        self
+    }
+
+    /// Asserts a 4xx/5xx with this status whose message contains `needle`.
+    #[track_caller]
+    fn expect_error(&self, status: StatusCode, needle: &str) {
+        self.expect(status);
+        let message = self.error();
+        assert!(
+            message.contains(needle),
+            "`{message}` should mention `{needle}`"
+        );
+    }
+}
+
+async fn start() -> TestApp {
+    start_with(|_| {}).await
+}
+
+async fn start_with(change: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("rota.db").display());
+    let mut config = Config::for_tests(url.clone());
+    change(&mut config);
+    let store = Store::connect(&url).await.expect("store");
+    let (stop, stop_rx) = watch::channel(false);
+    let node = Node::start(config, store, stop_rx).await.expect("node");
+    let app = router(AppState { node: node.clone() });
+    TestApp {
+        app,
+        node,
+        stop,
+        _dir: dir,
+    }
+}
+
+impl TestApp {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.node.stopped().await;
+    }
+
+    async fn send(&self, req: Request<Body>) -> Answer {
+        let res = self.app.clone().oneshot(req).await.expect("infallible");
+        let status = res.status();
+        let headers = res.headers().clone();
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Answer {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"));
+        let body = match body {
+            Some(v) => {
+                req = req.header(header::CONTENT_TYPE, "application/json");
+                Body::from(v.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.send(req.body(body).unwrap()).await
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.call(Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Answer {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    async fn patch(&self, path: &str, body: Value) -> Answer {
+        self.call(Method::PATCH, path, Some(body)).await
+    }
+
+    async fn delete(&self, path: &str) -> Answer {
+        self.call(Method::DELETE, path, None).await
+    }
+
+    /// A POST with a raw body and content type.
+    async fn post_raw(&self, path: &str, content_type: &str, body: impl Into<Body>) -> Answer {
+        let req = Request::post(path)
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .header(header::CONTENT_TYPE, content_type)
+            .body(body.into())
+            .unwrap();
+        self.send(req).await
+    }
+
+    async fn upload(&self, name: &str, module: &str) -> Answer {
+        self.post_raw(
+            &format!("/api/v1/plugins?name={name}"),
+            "application/wasm",
+            module.to_owned(),
+        )
+        .await
+    }
+
+    /// Uploads the `echo` plugin and creates a job `name` running it on schedule `none`.
+    async fn job(&self, name: &str) -> i64 {
+        self.upload("echo", START).await;
+        let job = self
+            .post("/api/v1/jobs", json!({"name": name, "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}))
+            .await;
+        job.expect(StatusCode::CREATED);
+        job.json()["id"].as_i64().unwrap()
+    }
+
+    /// A signed executor-protocol request.
+    async fn signed(&self, method: Method, path: &str, body: &[u8], secret: &[u8]) -> Answer {
+        let ts = chrono::Utc::now().timestamp_millis();
+        let signature = rota_proto::sign(secret, method.as_str(), path, ts, body);
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(rota_proto::HEADER_TIMESTAMP, ts.to_string())
+            .header(rota_proto::HEADER_SIGNATURE, signature)
+            .body(Body::from(body.to_vec()))
+            .unwrap();
+        self.send(req).await
+    }
+}
+
+/// Parses an RFC 3339 answer, checking the millisecond UTC form.
+#[track_caller]
+fn time(v: &Value) -> i64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a time: {v}"));
+    assert!(
+        s.ends_with('Z') && s.len() == "2026-11-30T03:29:00.123Z".len(),
+        "not RFC 3339 ms UTC: {s}"
+    );
+    chrono::DateTime::parse_from_rfc3339(s)
+        .unwrap()
+        .timestamp_millis()
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+#[tokio::test]
+async fn healthz_is_open() {
+    let t = start().await;
+    let res = t
+        .send(Request::get("/healthz").body(Body::empty()).unwrap())
+        .await;
+    res.expect(StatusCode::OK);
+    assert_eq!(res.json(), json!({"status": "ok"}));
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn api_and_metrics_want_the_token() {
+    let t = start().await;
+    for path in ["/api/v1/jobs", "/api/v1/no-such-route", "/metrics"] {
+        let anonymous = t
+            .send(Request::get(path).body(Body::empty()).unwrap())
+            .await;
+        anonymous.expect_error(StatusCode::UNAUTHORIZED, "Authorization");
+        let wrong = Request::get(path)
+            .header(header::AUTHORIZATION, "Bearer nope")
+            .body(Body::empty())
+            .unwrap();
+        t.send(wrong)
+            .await
+            .expect_error(StatusCode::UNAUTHORIZED, "invalid API token");
+        let basic = Request::get(path)
+            .header(header::AUTHORIZATION, "Basic abc")
+            .body(Body::empty())
+            .unwrap();
+        t.send(basic)
+            .await
+            .expect_error(StatusCode::UNAUTHORIZED, "Bearer");
+    }
+    t.get("/api/v1/jobs").await.expect(StatusCode::OK);
+    let metrics = t.get("/metrics").await;
+    metrics.expect(StatusCode::OK);
+    assert!(
+        metrics.headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn api_without_a_configured_token_is_closed() {
+    let t = start_with(|c| c.api_token = None).await;
+    t.get("/api/v1/jobs")
+        .await
+        .expect_error(StatusCode::UNAUTHORIZED, "ROTA_API_TOKEN");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_json() {
+    let t = start().await;
+    t.get("/nope")
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "/nope");
+    t.get("/api/v1/nope")
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "/api/v1/nope");
+    t.call(Method::PUT, "/api/v1/plugins", None)
+        .await
+        .expect_error(StatusCode::METHOD_NOT_ALLOWED, "PUT");
+    t.call(Method::POST, "/healthz", None)
+        .await
+        .expect_error(StatusCode::METHOD_NOT_ALLOWED, "POST");
+    t.get("/api/v1/tasks/abc")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "`id`");
+    t.get("/api/v1/runs/1.5")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "`id`");
+    t.get("/api/v1/tasks?limit=many")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "`limit`");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn plugin_upload() {
+    let t = start().await;
+    let first = t.upload("echo", START).await;
+    first.expect(StatusCode::CREATED);
+    let p = first.json();
+    assert_eq!(p["name"], "echo");
+    assert_eq!(p["version"], 1);
+    let sha = p["sha256"].as_str().unwrap().to_owned();
+    assert_eq!(sha.len(), 64);
+    assert!(p["size"].as_i64().unwrap() > 8);
+    time(&p["created_at"]);
+
+    let again = t.upload("echo", START).await;
+    again.expect(StatusCode::OK);
+    assert_eq!(again.json()["id"], p["id"]);
+
+    let second = t
+        .upload("echo", r#"(module (func (export "_start") nop))"#)
+        .await;
+    second.expect(StatusCode::CREATED);
+    assert_eq!(second.json()["version"], 2);
+
+    t.upload("bad", "this is not wasm")
+        .await
+        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "WebAssembly");
+    t.upload("bad", "(module)")
+        .await
+        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "_start");
+    t.upload("bad", "")
+        .await
+        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "empty");
+    t.post_raw("/api/v1/plugins", "application/wasm", START)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "`name`");
+    t.upload("", START)
+        .await
+        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "name");
+    t.upload(&"x".repeat(201), START)
+        .await
+        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "200");
+
+    let list = t.get("/api/v1/plugins").await;
+    list.expect(StatusCode::OK);
+    assert_eq!(list.json()["items"].as_array().unwrap().len(), 2);
+    assert_eq!(list.json()["next"], Value::Null);
+
+    // Executors fetch modules by hash, signed.
+    let module = t.signed(Method::GET, &plugin_path(&sha), b"", SECRET).await;
+    module.expect(StatusCode::OK);
+    assert_eq!(module.headers[header::CONTENT_TYPE], "application/wasm");
+    assert!(module.body.starts_with(b"\0asm"));
+    t.signed(Method::GET, &plugin_path("ABC"), b"", SECRET)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "sha256");
+    t.signed(Method::GET, &plugin_path(&"0".repeat(64)), b"", SECRET)
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn bodies_over_the_caps_are_413() {
+    let t = start_with(|c| {
+        c.max_plugin_bytes = 1_000;
+        c.max_body_bytes = 2_000;
+    })
+    .await;
+    let big = format!(
+        "(module (func (export \"_start\")) (; {} ;))",
+        "x".repeat(2_000)
+    );
+    t.upload("big", &big)
+        .await
+        .expect_error(StatusCode::PAYLOAD_TOO_LARGE, "larger");
+    let tasks: Vec<Value> = (0..200).map(|_| json!({"job": 1})).collect();
+    t.post("/api/v1/tasks/batch", json!({ "tasks": tasks }))
+        .await
+        .expect(StatusCode::PAYLOAD_TOO_LARGE);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn job_create_read_list() {
+    let t = start().await;
+    t.upload("echo", START).await.expect(StatusCode::CREATED);
+    let before = now();
+    let res = t
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "every-5s", "app": "default", "plugin": "echo",
+                   "schedule": {"kind": "cron", "expr": "0/5 * * * * ?"}, "params": "a b"}),
+        )
+        .await;
+    res.expect(StatusCode::CREATED);
+    let job = res.json();
+    let next = time(&job["next_fire_at"]);
+    assert!(
+        next > before && next <= before + 5_000 + 1_000,
+        "next fire {next} vs now {before}"
+    );
+    assert_eq!(next % 5_000, 0);
+    assert_eq!(job["timeout_ms"], 300_000);
+    assert_eq!(job["max_attempts"], 1);
+    assert_eq!(job["memory_mb"], 64);
+    assert_eq!(job["route"], "first");
+    assert_eq!(job["block"], "serial");
+    assert_eq!(job["misfire"], "do_nothing");
+    assert_eq!(job["enabled"], true);
+    assert_eq!(job["plugin"], "echo");
+    assert_eq!(job["params"], "a b");
+    assert_eq!(job["child_jobs"], json!([]));
+    assert_eq!(
+        job["backoff"],
+        json!({"kind": "exponential", "base_ms": 1000, "factor": 2.0, "max_ms": 3600000, "jitter": false})
+    );
+    let id = job["id"].as_i64().unwrap();
+
+    // By id, by name, and an unknown one.
+    assert_eq!(
+        t.get(&format!("/api/v1/jobs/{id}")).await.json()["name"],
+        "every-5s"
+    );
+    assert_eq!(t.get("/api/v1/jobs/every-5s").await.json()["id"], id);
+    t.get("/api/v1/jobs/nope")
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "nope");
+
+    // The plugin by id; schedule none and disabled jobs have no next fire time.
+    let plugin_id = t.get("/api/v1/plugins").await.json()["items"][0]["id"].clone();
+    let none = t
+        .post("/api/v1/jobs", json!({"name": "manual", "app": "default", "plugin": plugin_id, "schedule": {"kind": "none"}}))
+        .await;
+    none.expect(StatusCode::CREATED);
+    assert_eq!(none.json()["next_fire_at"], Value::Null);
+    let off = t
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "off", "app": "other", "plugin": "echo", "enabled": false,
+                   "schedule": {"kind": "fixed_rate", "every_ms": 1000}}),
+        )
+        .await;
+    off.expect(StatusCode::CREATED);
+    assert_eq!(off.json()["next_fire_at"], Value::Null);
+
+    // Same name again: 409.
+    t.post(
+        "/api/v1/jobs",
+        json!({"name": "off", "app": "other", "plugin": "echo", "schedule": {"kind": "none"}}),
+    )
+    .await
+    .expect_error(StatusCode::CONFLICT, "off");
+
+    // Pages of 2, newest first, then the rest.
+    let page = t.get("/api/v1/jobs?limit=2").await.json();
+    let names: Vec<&str> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["off", "manual"]);
+    let cursor = page["next"].as_str().expect("a cursor").to_owned();
+    let rest = t
+        .get(&format!("/api/v1/jobs?limit=2&after={cursor}"))
+        .await
+        .json();
+    assert_eq!(rest["items"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["next"], Value::Null);
+    assert_eq!(
+        t.get("/api/v1/jobs?app=other").await.json()["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        t.get("/api/v1/jobs?q=every").await.json()["items"][0]["id"],
+        id
+    );
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn bad_job_input_is_a_4xx_naming_the_problem() {
+    let t = start().await;
+    t.upload("echo", START).await.expect(StatusCode::CREATED);
+    let base = json!({"name": "j", "app": "default", "plugin": "echo", "schedule": {"kind": "cron", "expr": "0 * * * * ?"}});
+    let with = |key: &str, value: Value| {
+        let mut v = base.clone();
+        v[key] = value;
+        v
+    };
+    let cases: Vec<(Value, StatusCode, &str)> = vec![
+        (
+            with("schedule", json!({"kind": "cron", "expr": "not a cron"})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "cron",
+        ),
+        (
+            with(
+                "schedule",
+                json!({"kind": "cron", "expr": "0 * * * * ?", "time_zone": "Mars/Olympus"}),
+            ),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "time zone",
+        ),
+        (
+            with(
+                "schedule",
+                json!({"kind": "cron", "expr": "0 0 0 1 1 ? 2001"}),
+            ),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "never",
+        ),
+        (
+            with("schedule", json!({"kind": "fixed_rate", "every_ms": 0})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "every_ms",
+        ),
+        (
+            with("schedule", json!({"kind": "hourly"})),
+            StatusCode::BAD_REQUEST,
+            "schedule",
+        ),
+        (
+            with("plugin", json!("nope")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "plugin",
+        ),
+        (
+            with("plugin", json!(999)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "plugin",
+        ),
+        (
+            with("route", json!("sideways")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "route",
+        ),
+        (
+            with("block", json!("maybe")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "block",
+        ),
+        (
+            with("misfire", json!("panic")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "misfire",
+        ),
+        (
+            with("timeout_ms", json!(0)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "timeout_ms",
+        ),
+        (
+            with("timeout_ms", json!(86_400_001)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "timeout_ms",
+        ),
+        (
+            with("timeout_ms", json!("soon")),
+            StatusCode::BAD_REQUEST,
+            "timeout_ms",
+        ),
+        (
+            with("max_attempts", json!(101)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "max_attempts",
+        ),
+        (
+            with("memory_mb", json!(0)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "memory_mb",
+        ),
+        (
+            with("max_concurrency", json!(0)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "max_concurrency",
+        ),
+        (
+            with(
+                "backoff",
+                json!({"kind": "exponential", "base_ms": 1000, "factor": 0.5, "max_ms": 5000}),
+            ),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "factor",
+        ),
+        (
+            with("child_jobs", json!([12345])),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "child_jobs[0]",
+        ),
+        (
+            with("name", json!("x".repeat(201))),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "name",
+        ),
+        (
+            with("name", json!("two\nlines")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "control",
+        ),
+        (
+            with("app", json!("")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "app",
+        ),
+        (
+            with("colour", json!("blue")),
+            StatusCode::BAD_REQUEST,
+            "unknown field `colour`",
+        ),
+        (
+            json!({"name": "j", "app": "default", "plugin": "echo"}),
+            StatusCode::BAD_REQUEST,
+            "schedule",
+        ),
+        (json!([1, 2]), StatusCode::BAD_REQUEST, "invalid JSON"),
+    ];
+    for (body, status, needle) in cases {
+        let res = t.post("/api/v1/jobs", body.clone()).await;
+        assert_eq!(
+            res.status,
+            status,
+            "{body} → {}",
+            String::from_utf8_lossy(&res.body)
+        );
+        let message = res.error();
+        assert!(
+            message.contains(needle),
+            "{body}: `{message}` should mention `{needle}`"
+        );
+    }
+    t.post_raw("/api/v1/jobs", "application/json", "{\"name\":")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "malformed JSON");
+    t.post_raw("/api/v1/jobs", "text/plain", base.to_string())
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "Content-Type");
+    // Nothing was created.
+    assert_eq!(t.get("/api/v1/jobs").await.json()["items"], json!([]));
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn job_patch_and_delete() {
+    let t = start().await;
+    let id = t.job("j").await;
+    let other = t.job("child").await;
+    let path = format!("/api/v1/jobs/{id}");
+
+    let res = t
+        .patch(&path, json!({"schedule": {"kind": "cron", "expr": "0 0 * * * ?"}, "params": "x", "child_jobs": ["child"]}))
+        .await;
+    res.expect(StatusCode::OK);
+    let job = res.json();
+    assert_eq!(time(&job["next_fire_at"]) % 3_600_000, 0);
+    assert_eq!(job["params"], "x");
+    assert_eq!(job["child_jobs"], json!([other]));
+    assert_eq!(job["name"], "j");
+
+    let job = t
+        .patch(&path, json!({"enabled": false, "params": null}))
+        .await
+        .json();
+    assert_eq!(job["next_fire_at"], Value::Null);
+    assert_eq!(job["params"], Value::Null);
+
+    t.patch(&path, json!({"timeout_ms": -1}))
+        .await
+        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "timeout_ms");
+    t.patch(&path, json!({"child_jobs": [id]}))
+        .await
+        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "own child");
+    t.patch(
+        &format!("/api/v1/jobs/{other}"),
+        json!({"child_jobs": [id]}),
+    )
+    .await
+    .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "cycle");
+    t.patch("/api/v1/jobs/999", json!({"enabled": true}))
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    assert_eq!(t.get(&path).await.json()["timeout_ms"], 300_000);
+
+    // A pending task blocks the delete unless forced.
+    t.post("/api/v1/tasks", json!({"job": id, "delay_ms": 3_600_000}))
+        .await
+        .expect(StatusCode::CREATED);
+    t.delete(&path)
+        .await
+        .expect_error(StatusCode::CONFLICT, "force");
+    t.delete(&format!("{path}?force=maybe"))
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "`force`");
+    let gone = t.delete(&format!("{path}?force=true")).await;
+    gone.expect(StatusCode::NO_CONTENT);
+    assert!(gone.body.is_empty());
+    t.get(&path).await.expect(StatusCode::NOT_FOUND);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn trigger_creates_a_task_due_now() {
+    let t = start().await;
+    let id = t.job("j").await;
+    let before = now();
+    let res = t
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/trigger"), None)
+        .await;
+    res.expect(StatusCode::CREATED);
+    let task_id = res.json()["task_id"].as_i64().expect("task_id");
+    let task = t.get(&format!("/api/v1/tasks/{task_id}")).await.json();
+    assert_eq!(task["job"], id);
+    assert!(time(&task["due_at"]) >= before && time(&task["due_at"]) <= now());
+
+    let res = t
+        .post("/api/v1/jobs/j/trigger", json!({"params": "--dry-run"}))
+        .await;
+    res.expect(StatusCode::CREATED);
+    assert_ne!(res.json()["task_id"].as_i64(), Some(task_id));
+    t.post("/api/v1/jobs/j/trigger", json!({"parms": "x"}))
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "parms");
+    t.post("/api/v1/jobs/nope/trigger", json!({}))
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn task_create_get_list_cancel() {
+    let t = start().await;
+    let job = t.job("close-order").await;
+    let before = now();
+    let res = t
+        .post("/api/v1/tasks", json!({"job": "close-order", "payload": "order 42", "delay_ms": 1_800_000, "priority": 5}))
+        .await;
+    res.expect(StatusCode::CREATED);
+    let task = res.json();
+    let id = task["id"].as_i64().unwrap();
+    assert_eq!(task["job"], job);
+    assert_eq!(task["status"], "pending");
+    assert_eq!(task["attempts"], 0);
+    assert_eq!(task["payload"], "order 42");
+    assert_eq!(task["priority"], 5);
+    assert_eq!(task["last_run_id"], Value::Null);
+    let due = time(&task["due_at"]);
+    assert!(due >= before + 1_800_000 && due <= now() + 1_800_000);
+    time(&task["created_at"]);
+
+    let run_at = (chrono::Utc::now() + chrono::Duration::days(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let later = t
+        .post("/api/v1/tasks", json!({"job": job, "run_at": run_at}))
+        .await;
+    later.expect(StatusCode::CREATED);
+    assert_eq!(later.json()["due_at"], run_at);
+    let later_id = later.json()["id"].as_i64().unwrap();
+
+    assert_eq!(t.get(&format!("/api/v1/tasks/{id}")).await.json()["id"], id);
+    t.get("/api/v1/tasks/999999")
+        .await
+        .expect(StatusCode::NOT_FOUND);
+
+    let list = t
+        .get(&format!("/api/v1/tasks?job={job}&status=pending"))
+        .await
+        .json();
+    let ids: Vec<i64> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [later_id, id]);
+    let page = t.get("/api/v1/tasks?limit=1").await.json();
+    assert_eq!(page["items"][0]["id"], later_id);
+    let cursor = page["next"].as_str().unwrap().to_owned();
+    assert_eq!(
+        t.get(&format!("/api/v1/tasks?limit=1&after={cursor}"))
+            .await
+            .json()["items"][0]["id"],
+        id
+    );
+    assert_eq!(
+        t.get("/api/v1/tasks?status=failed").await.json()["items"],
+        json!([])
+    );
+    t.get("/api/v1/tasks?status=lost")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "status");
+    t.get("/api/v1/tasks?job=nope")
+        .await
+        .expect(StatusCode::NOT_FOUND);
+
+    let cancelled = t.delete(&format!("/api/v1/tasks/{id}")).await;
+    cancelled.expect(StatusCode::OK);
+    assert_eq!(cancelled.json()["status"], "cancelled");
+    assert_eq!(cancelled.json()["id"], id);
+    t.delete(&format!("/api/v1/tasks/{id}"))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(
+        t.get(&format!("/api/v1/tasks/{id}")).await.json()["status"],
+        "cancelled"
+    );
+    assert_eq!(
+        t.get("/api/v1/tasks?status=cancelled").await.json()["items"][0]["id"],
+        id
+    );
+    t.delete("/api/v1/tasks/999999")
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn bad_task_input() {
+    let t = start().await;
+    let job = t.job("j").await;
+    let cases: Vec<(Value, StatusCode, &str)> = vec![
+        (
+            json!({"job": job, "delay_ms": 10, "run_at": "2099-01-01T00:00:00Z"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "run_at",
+        ),
+        (
+            json!({"job": job, "delay_ms": -1}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "delay_ms",
+        ),
+        (
+            json!({"job": job, "delay_ms": 11_i64 * 366 * 86_400_000}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "10 years",
+        ),
+        (
+            json!({"job": job, "run_at": "3000-01-01T00:00:00Z"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "10 years",
+        ),
+        (
+            json!({"job": job, "run_at": "tomorrow"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "RFC 3339",
+        ),
+        (
+            json!({"job": job, "payload": "x".repeat(64 * 1024 + 1)}),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload",
+        ),
+        (
+            json!({"job": job, "max_attempts": 0}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "max_attempts",
+        ),
+        (
+            json!({"job": job, "priority": 1001}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "priority",
+        ),
+        (
+            json!({"job": job, "key": "k".repeat(201)}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "key",
+        ),
+        (
+            json!({"job": job, "backoff": {"kind": "fixed", "delay_ms": -5}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "backoff",
+        ),
+        (
+            json!({"job": 424242}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "job",
+        ),
+        (json!({"job": true}), StatusCode::BAD_REQUEST, "job"),
+        (json!({"payload": "x"}), StatusCode::BAD_REQUEST, "job"),
+        (
+            json!({"job": job, "delay": 5}),
+            StatusCode::BAD_REQUEST,
+            "unknown field `delay`",
+        ),
+    ];
+    for (body, status, needle) in cases {
+        let res = t.post("/api/v1/tasks", body.clone()).await;
+        assert_eq!(
+            res.status,
+            status,
+            "{body} → {}",
+            String::from_utf8_lossy(&res.body)
+        );
+        let message = res.error();
+        assert!(
+            message.contains(needle),
+            "{body}: `{message}` should mention `{needle}`"
+        );
+    }
+    // A past run_at is due at once.
+    let past = t
+        .post(
+            "/api/v1/tasks",
+            json!({"job": job, "run_at": "2001-01-01T00:00:00Z"}),
+        )
+        .await;
+    past.expect(StatusCode::CREATED);
+    assert!(time(&past.json()["due_at"]) > 1_000_000_000_000);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn task_keys_are_idempotent() {
+    let t = start().await;
+    let job = t.job("j").await;
+    let body = json!({"job": job, "key": "order-42", "delay_ms": 3_600_000});
+    let first = t.post("/api/v1/tasks", body.clone()).await;
+    first.expect(StatusCode::CREATED);
+    let again = t.post("/api/v1/tasks", body).await;
+    again.expect(StatusCode::OK);
+    assert_eq!(again.json()["id"], first.json()["id"]);
+    assert_eq!(again.json()["key"], "order-42");
+
+    // Cancel by key.
+    t.delete("/api/v1/tasks?job=j&key=nope")
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.delete("/api/v1/tasks?job=j")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "`key`");
+    let cancelled = t.delete("/api/v1/tasks?job=j&key=order-42").await;
+    cancelled.expect(StatusCode::OK);
+    assert_eq!(cancelled.json()["id"], first.json()["id"]);
+    assert_eq!(cancelled.json()["status"], "cancelled");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn task_batches_are_all_or_nothing() {
+    let t = start().await;
+    let job = t.job("j").await;
+    let existing = t
+        .post(
+            "/api/v1/tasks",
+            json!({"job": job, "key": "old", "delay_ms": 3_600_000}),
+        )
+        .await;
+    let existing_id = existing.json()["id"].as_i64().unwrap();
+
+    let res = t
+        .post(
+            "/api/v1/tasks/batch",
+            json!({"tasks": [
+                {"job": job, "delay_ms": 3_600_000, "payload": "a"},
+                {"job": "j", "delay_ms": 3_600_000, "key": "new"},
+                {"job": job, "key": "old"},
+            ]}),
+        )
+        .await;
+    res.expect(StatusCode::CREATED);
+    let ids: Vec<i64> = res.json()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(ids[2], existing_id);
+    assert_eq!(
+        t.get(&format!("/api/v1/tasks/{}", ids[0])).await.json()["payload"],
+        "a"
+    );
+    let count = || async {
+        t.get("/api/v1/tasks?limit=1000").await.json()["items"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(count().await, 3);
+
+    let bad = t
+        .post(
+            "/api/v1/tasks/batch",
+            json!({"tasks": [{"job": job}, {"job": job}, {"job": job, "delay_ms": -7}]}),
+        )
+        .await;
+    bad.expect_error(StatusCode::UNPROCESSABLE_ENTITY, "tasks[2].delay_ms");
+    let twice = t
+        .post(
+            "/api/v1/tasks/batch",
+            json!({"tasks": [{"job": job, "key": "k"}, {"job": job, "key": "k"}]}),
+        )
+        .await;
+    twice.expect_error(StatusCode::UNPROCESSABLE_ENTITY, "tasks[1].key");
+    t.post(
+        "/api/v1/tasks/batch",
+        json!({"tasks": [{"job": job}, {"job": "nope"}]}),
+    )
+    .await
+    .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "tasks[1].job");
+    t.post(
+        "/api/v1/tasks/batch",
+        json!({"tasks": [{"job": job}, {"job": job, "delay_ms": "x"}]}),
+    )
+    .await
+    .expect_error(StatusCode::BAD_REQUEST, "tasks[1].delay_ms");
+    let too_many: Vec<Value> = (0..10_001).map(|_| json!({"job": job})).collect();
+    t.post("/api/v1/tasks/batch", json!({ "tasks": too_many }))
+        .await
+        .expect_error(StatusCode::PAYLOAD_TOO_LARGE, "10000");
+    assert_eq!(count().await, 3, "nothing of a failed batch is created");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn runs_and_executors() {
+    let t = start().await;
+    let runs = t.get("/api/v1/runs").await;
+    runs.expect(StatusCode::OK);
+    assert_eq!(runs.json(), json!({"items": [], "next": null}));
+    t.get("/api/v1/runs/999")
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.get("/api/v1/runs/999/log")
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.get("/api/v1/runs/999/log?from_line=0")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "from_line");
+    t.call(Method::POST, "/api/v1/runs/999/kill", None)
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.get("/api/v1/runs?status=weird")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "status");
+    assert_eq!(
+        t.get("/api/v1/executors").await.json(),
+        json!({"items": [], "next": null})
+    );
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn executor_protocol_is_signed() {
+    let t = start().await;
+    let reg = json!({"app": "default", "address": "http://127.0.0.1:9", "capacity": 8, "running": 0, "active_runs": []});
+    let body = serde_json::to_vec(&reg).unwrap();
+
+    let unsigned = Request::post(PATH_HEARTBEAT)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.clone()))
+        .unwrap();
+    t.send(unsigned)
+        .await
+        .expect_error(StatusCode::UNAUTHORIZED, "signed");
+    t.signed(Method::POST, PATH_HEARTBEAT, &body, b"wrong-secret")
+        .await
+        .expect_error(StatusCode::UNAUTHORIZED, "ROTA_EXECUTOR_SECRET");
+    // The API token is no substitute for a signature.
+    let with_token = Request::post(PATH_HEARTBEAT)
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.clone()))
+        .unwrap();
+    t.send(with_token).await.expect(StatusCode::UNAUTHORIZED);
+
+    let res = t.signed(Method::POST, PATH_REGISTER, &body, SECRET).await;
+    res.expect(StatusCode::OK);
+    assert_eq!(res.json()["heartbeat_interval_ms"], 30_000);
+    t.signed(Method::POST, PATH_HEARTBEAT, &body, SECRET)
+        .await
+        .expect(StatusCode::OK);
+    t.signed(Method::POST, PATH_HEARTBEAT, b"{\"app\":", SECRET)
+        .await
+        .expect(StatusCode::BAD_REQUEST);
+
+    let executors = t.get("/api/v1/executors").await.json();
+    let e = &executors["items"][0];
+    assert_eq!(e["app"], "default");
+    assert_eq!(e["address"], "http://127.0.0.1:9");
+    assert_eq!(e["capacity"], 8);
+    time(&e["last_heartbeat_at"]);
+    assert_eq!(
+        t.get("/api/v1/executors?app=other").await.json()["items"],
+        json!([])
+    );
+
+    let callback = serde_json::to_vec(&json!({"reports": []})).unwrap();
+    let ack = t
+        .signed(
+            Method::POST,
+            rota_proto::wire::PATH_CALLBACK,
+            &callback,
+            SECRET,
+        )
+        .await;
+    ack.expect(StatusCode::OK);
+    assert_eq!(ack.json(), json!({"accepted": 0}));
+
+    let bye =
+        serde_json::to_vec(&json!({"app": "default", "address": "http://127.0.0.1:9"})).unwrap();
+    let res = t
+        .signed(
+            Method::POST,
+            rota_proto::wire::PATH_DEREGISTER,
+            &bye,
+            SECRET,
+        )
+        .await;
+    res.expect(StatusCode::OK);
+    assert_eq!(res.json(), json!({}));
+    assert_eq!(t.get("/api/v1/executors").await.json()["items"], json!([]));
+    t.stop().await;
+}

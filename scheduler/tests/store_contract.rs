@@ -1,0 +1,927 @@
+//! The store contract: one suite, run on SQLite always and on MySQL/MariaDB when
+//! `ROTA_TEST_MYSQL_URL` is set (CI sets it). Each MySQL test gets a database of its own.
+
+use rota_proto::BlockStrategy;
+use rota_scheduler::backoff::Backoff;
+use rota_scheduler::model::*;
+use rota_scheduler::route::Route;
+use rota_scheduler::schedule::{Misfire, Schedule};
+use rota_scheduler::store::{DueJob, Error, JobFires, Store};
+
+/// A store on a fresh database, dropped with the value.
+struct TestDb {
+    store: Store,
+    _dir: Option<tempfile::TempDir>,
+    mysql: Option<(sqlx::MySqlPool, String)>,
+}
+
+impl TestDb {
+    async fn sqlite() -> TestDb {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("rota.db").display());
+        TestDb {
+            store: Store::connect(&url).await.unwrap(),
+            _dir: Some(dir),
+            mysql: None,
+        }
+    }
+
+    /// `None` when `ROTA_TEST_MYSQL_URL` is not set.
+    async fn mysql() -> Option<TestDb> {
+        let base = std::env::var("ROTA_TEST_MYSQL_URL").ok()?;
+        let admin = sqlx::MySqlPool::connect(&base)
+            .await
+            .expect("connecting to ROTA_TEST_MYSQL_URL");
+        let name = format!("rota_t_{}", rand::random::<u32>());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .unwrap();
+        let (prefix, _) = base
+            .rsplit_once('/')
+            .expect("ROTA_TEST_MYSQL_URL ends with /database");
+        let store = Store::connect(&format!("{prefix}/{name}")).await.unwrap();
+        Some(TestDb {
+            store,
+            _dir: None,
+            mysql: Some((admin, name)),
+        })
+    }
+
+    async fn drop_db(self) {
+        self.store.close().await;
+        if let Some((admin, name)) = self.mysql {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}")))
+                .execute(&admin)
+                .await;
+        }
+    }
+}
+
+/// Declares `$name` as two tests: on SQLite and on MySQL.
+macro_rules! contract {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn sqlite() {
+                let db = TestDb::sqlite().await;
+                ($body)(db.store.clone()).await;
+                db.drop_db().await;
+            }
+
+            #[tokio::test]
+            async fn mysql() {
+                let Some(db) = TestDb::mysql().await else {
+                    eprintln!("ROTA_TEST_MYSQL_URL is not set: MySQL contract test skipped");
+                    return;
+                };
+                ($body)(db.store.clone()).await;
+                db.drop_db().await;
+            }
+        }
+    };
+}
+
+const NOW: Millis = 1_800_000_000_000;
+
+fn spec(name: &str) -> JobSpec {
+    JobSpec {
+        name: name.into(),
+        app: "default".into(),
+        plugin: "hello".into(),
+        schedule: Schedule::None,
+        params: Some("--fast".into()),
+        route: Route::RoundRobin,
+        block: BlockStrategy::Serial,
+        misfire: Misfire::DoNothing,
+        timeout_ms: 300_000,
+        max_attempts: 3,
+        backoff: Backoff::Fixed { delay_ms: 1_000 },
+        memory_mb: 64,
+        max_concurrency: None,
+        child_jobs: vec![],
+        enabled: true,
+    }
+}
+
+fn task(job_id: i64, due_at: Millis, key: Option<&str>) -> NewTask {
+    NewTask {
+        job_id,
+        kind: TaskKind::Delayed,
+        key: key.map(str::to_owned),
+        payload: Some("{\"order\":42}".into()),
+        params: None,
+        due_at,
+        max_attempts: None,
+        backoff: None,
+        priority: 0,
+    }
+}
+
+fn no_jobs(_: &DueJob) -> JobFires {
+    JobFires::default()
+}
+
+fn dispatched(t: &DueTask, run_id: i64) -> Dispatched {
+    Dispatched {
+        run_id,
+        job_id: t.job_id,
+        task_id: t.task_id,
+        attempt: t.attempt,
+        shard_index: 0,
+        shard_total: 1,
+        executor: "http://127.0.0.1:9999".into(),
+        scheduled_at: t.due_at,
+        dispatched_at: NOW,
+    }
+}
+
+fn report(t: &DueTask, run_id: i64, status: RunStatus) -> RunUpdate {
+    RunUpdate {
+        run_id,
+        job_id: t.job_id,
+        task_id: t.task_id,
+        attempt: t.attempt,
+        shard_index: 0,
+        shard_total: 1,
+        executor: Some("http://127.0.0.1:9999".into()),
+        scheduled_at: t.due_at,
+        dispatched_at: None,
+        started_at: Some(t.due_at + 1),
+        finished_at: status.is_final().then_some(t.due_at + 5),
+        status,
+        exit_code: Some(if status == RunStatus::Succeeded { 0 } else { 1 }),
+        message: None,
+    }
+}
+
+/// The retry policy used by these tests: fixed 1 s, with the task's attempt budget.
+fn policy(a: &AttemptEnded) -> TaskNext {
+    rota_scheduler::complete::decide(a, NOW, &mut rand::rng())
+}
+
+async fn lease(store: &Store) -> NodeLease {
+    store
+        .start_node("node-a", "http://127.0.0.1:8080", NOW)
+        .await
+        .unwrap()
+}
+
+contract!(
+    plugins_are_versioned_by_content,
+    |store: Store| async move {
+        let (p1, created) = store
+            .insert_plugin("hello", &"a".repeat(64), b"\0asm one", NOW)
+            .await
+            .unwrap();
+        assert!(created);
+        assert_eq!(p1.version, 1);
+        let (again, created) = store
+            .insert_plugin("hello", &"a".repeat(64), b"\0asm one", NOW)
+            .await
+            .unwrap();
+        assert!(!created, "the same bytes return the existing plugin");
+        assert_eq!(again.id, p1.id);
+        let (p2, created) = store
+            .insert_plugin("hello", &"b".repeat(64), b"\0asm two", NOW)
+            .await
+            .unwrap();
+        assert!(created);
+        assert_eq!(p2.version, 2);
+        assert_eq!(store.latest_plugin("hello").await.unwrap().id, p2.id);
+        assert_eq!(
+            store.plugin_module(&"a".repeat(64)).await.unwrap(),
+            b"\0asm one"
+        );
+        assert!(matches!(
+            store.plugin_module(&"c".repeat(64)).await,
+            Err(Error::NotFound(_))
+        ));
+        assert_eq!(store.list_plugins().await.unwrap().len(), 2);
+    }
+);
+
+contract!(
+    jobs_round_trip_and_names_are_unique,
+    |store: Store| async move {
+        let mut s = spec("close-order");
+        s.schedule = Schedule::Cron {
+            expr: "0/5 * * * * ?".into(),
+            time_zone: Some("Asia/Shanghai".into()),
+        };
+        s.child_jobs = vec![7, 8];
+        let job = store.insert_job(&s, Some(NOW + 5_000), NOW).await.unwrap();
+        assert_eq!(job.spec, s);
+        assert_eq!(job.next_fire_at, Some(NOW + 5_000));
+        assert_eq!(
+            store.get_job_by_name("close-order").await.unwrap().id,
+            job.id
+        );
+        assert!(matches!(
+            store.insert_job(&s, None, NOW).await,
+            Err(Error::Conflict(_))
+        ));
+
+        let mut changed = s.clone();
+        changed.enabled = false;
+        changed.route = Route::ShardingBroadcast;
+        let job2 = store
+            .update_job(job.id, &changed, None, NOW + 1)
+            .await
+            .unwrap();
+        assert_eq!(job2.spec, changed);
+        assert_eq!(job2.next_fire_at, None);
+        assert_eq!(job2.updated_at, NOW + 1);
+
+        for i in 0..5 {
+            store
+                .insert_job(&spec(&format!("job-{i}")), None, NOW)
+                .await
+                .unwrap();
+        }
+        let page1 = store.list_jobs(None, None, None, 4).await.unwrap();
+        assert_eq!(page1.items.len(), 4);
+        let page2 = store.list_jobs(None, None, page1.next, 4).await.unwrap();
+        assert_eq!(page2.items.len(), 2);
+        assert_eq!(page2.next, None);
+        let found = store
+            .list_jobs(None, Some("job-3"), None, 50)
+            .await
+            .unwrap();
+        assert_eq!(found.items.len(), 1);
+        // LIKE metacharacters in a search are literal.
+        assert!(
+            store
+                .list_jobs(None, Some("%"), None, 50)
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        );
+    }
+);
+
+contract!(
+    deleting_a_job_with_pending_tasks_needs_force,
+    |store: Store| async move {
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+        let ids = store
+            .insert_tasks(&[task(job.id, NOW + 60_000, None)], NOW)
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.delete_job(job.id, false, NOW).await,
+            Err(Error::Conflict(_))
+        ));
+        let cancelled = store.delete_job(job.id, true, NOW).await.unwrap();
+        assert_eq!(cancelled, vec![ids[0].0]);
+        assert_eq!(
+            store.get_task(ids[0].0).await.unwrap().status,
+            TaskStatus::Cancelled
+        );
+        assert!(matches!(
+            store.get_job(job.id).await,
+            Err(Error::NotFound(_))
+        ));
+        assert!(matches!(
+            store.delete_job(job.id, true, NOW).await,
+            Err(Error::NotFound(_))
+        ));
+    }
+);
+
+contract!(
+    task_keys_are_idempotent_and_batches_all_or_nothing,
+    |store: Store| async move {
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+        let first = store
+            .insert_tasks(&[task(job.id, NOW, Some("order-42"))], NOW)
+            .await
+            .unwrap();
+        assert!(first[0].1);
+        let again = store
+            .insert_tasks(
+                &[
+                    task(job.id, NOW + 5, Some("order-42")),
+                    task(job.id, NOW, Some("order-43")),
+                ],
+                NOW,
+            )
+            .await
+            .unwrap();
+        assert_eq!(again[0], (first[0].0, false));
+        assert!(again[1].1);
+        assert_eq!(
+            store.get_task_by_key(job.id, "order-42").await.unwrap().id,
+            first[0].0
+        );
+
+        // The same key twice in one batch violates the unique key: nothing of the batch stays.
+        let before = store
+            .list_tasks(&TaskFilter {
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .items
+            .len();
+        let bad = store
+            .insert_tasks(
+                &[
+                    task(job.id, NOW, Some("x")),
+                    task(job.id, NOW, None),
+                    task(job.id, NOW, Some("x")),
+                ],
+                NOW,
+            )
+            .await;
+        assert!(bad.is_err());
+        let after = store
+            .list_tasks(&TaskFilter {
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .items
+            .len();
+        assert_eq!(before, after);
+
+        let t = store.get_task(first[0].0).await.unwrap();
+        assert_eq!(t.status, TaskStatus::Pending);
+        assert_eq!(t.payload.as_deref(), Some("{\"order\":42}"));
+        assert_eq!(t.attempt, 1);
+    }
+);
+
+contract!(the_scan_claims_the_window_once, |store: Store| async move {
+    let lease = lease(&store).await;
+    let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+    let ids = store
+        .insert_tasks(
+            &[
+                task(job.id, NOW - 10_000, None),
+                task(job.id, NOW + 3_000, None),
+                task(job.id, NOW + 60_000, None),
+            ],
+            NOW,
+        )
+        .await
+        .unwrap();
+    let claimed = store
+        .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+        .await
+        .unwrap();
+    let mut got: Vec<i64> = claimed.tasks.iter().map(|t| t.task_id).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![ids[0].0, ids[1].0],
+        "overdue and due-in-window, not beyond"
+    );
+    assert_eq!(
+        store.get_task(ids[0].0).await.unwrap().status,
+        TaskStatus::Claimed
+    );
+    let again = store
+        .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+        .await
+        .unwrap();
+    assert!(
+        again.tasks.is_empty(),
+        "a claimed task is not claimed twice"
+    );
+
+    // The batch limit holds.
+    store
+        .insert_tasks(&[task(job.id, NOW, None), task(job.id, NOW, None)], NOW)
+        .await
+        .unwrap();
+    let one = store
+        .claim_due(lease, NOW, NOW + 5_000, 1, &mut no_jobs)
+        .await
+        .unwrap();
+    assert_eq!(one.tasks.len(), 1);
+});
+
+contract!(
+    recurring_fires_become_tasks_exactly_once,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let mut s = spec("every-second");
+        s.schedule = Schedule::FixedRate { every_ms: 1_000 };
+        let job = store.insert_job(&s, Some(NOW + 1_000), NOW).await.unwrap();
+        let mut plan = |j: &DueJob| {
+            let compiled = j.schedule.compile().unwrap();
+            let p = rota_scheduler::schedule::plan_fires(
+                &compiled,
+                j.next_fire_at,
+                NOW,
+                NOW + 5_000,
+                j.misfire,
+                5_000,
+                100,
+            );
+            JobFires {
+                fires: p.fires,
+                next_fire_at: p.next_fire_at,
+            }
+        };
+        let claimed = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .await
+            .unwrap();
+        assert_eq!(claimed.cron_fires, 5);
+        let dues: Vec<Millis> = claimed.tasks.iter().map(|t| t.due_at).collect();
+        assert_eq!(dues, (1..=5).map(|i| NOW + i * 1_000).collect::<Vec<_>>());
+        assert!(claimed.tasks.iter().all(|t| t.kind == TaskKind::Cron));
+        assert_eq!(
+            store.get_job(job.id).await.unwrap().next_fire_at,
+            Some(NOW + 6_000)
+        );
+
+        // A second scan of the same window (say, another node racing) adds nothing.
+        store
+            .update_job(job.id, &s, Some(NOW + 1_000), NOW)
+            .await
+            .unwrap();
+        let again = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .await
+            .unwrap();
+        assert!(
+            again.tasks.is_empty(),
+            "fire times already turned into tasks are not added twice"
+        );
+    }
+);
+
+contract!(
+    claims_survive_a_restart_and_can_be_handed_back,
+    |store: Store| async move {
+        let first = lease(&store).await;
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+        store
+            .insert_tasks(
+                &[
+                    task(job.id, NOW + 1_000, None),
+                    task(job.id, NOW + 2_000, None),
+                ],
+                NOW,
+            )
+            .await
+            .unwrap();
+        let claimed = store
+            .claim_due(first, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(claimed.tasks.len(), 2);
+
+        // The node restarts: a new epoch finds its old claims.
+        let second = store
+            .start_node("node-a", "http://127.0.0.1:8080", NOW + 10)
+            .await
+            .unwrap();
+        assert_eq!(second.node_id, first.node_id);
+        assert_eq!(second.epoch, first.epoch + 1);
+        let old = store.claims_of(second).await.unwrap();
+        assert_eq!(old.len(), 2);
+        store.adopt_claims(second, &[old[0].task_id]).await.unwrap();
+        assert_eq!(store.claims_of(second).await.unwrap().len(), 1);
+
+        store
+            .release_claims(second, &[old[0].task_id])
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_task(old[0].task_id).await.unwrap().status,
+            TaskStatus::Pending
+        );
+
+        // Another node's name is another node.
+        let other = store
+            .start_node("node-b", "http://127.0.0.1:8081", NOW)
+            .await
+            .unwrap();
+        assert_ne!(other.node_id, first.node_id);
+        assert!(store.claims_of(other).await.unwrap().is_empty());
+    }
+);
+
+contract!(
+    tasks_created_in_the_window_can_be_claimed_directly,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+        let ids = store
+            .insert_tasks(
+                &[task(job.id, NOW, None), task(job.id, NOW + 60_000, None)],
+                NOW,
+            )
+            .await
+            .unwrap();
+        let ids: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
+        let claimed = store.claim_tasks(lease, &ids, NOW + 5_000).await.unwrap();
+        assert_eq!(
+            claimed.iter().map(|t| t.task_id).collect::<Vec<_>>(),
+            vec![ids[0]]
+        );
+        assert!(
+            store
+                .claim_tasks(lease, &ids, NOW + 5_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+);
+
+contract!(
+    reports_complete_runs_idempotently,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+        store
+            .insert_tasks(&[task(job.id, NOW, None)], NOW)
+            .await
+            .unwrap();
+        let t = store
+            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks
+            .remove(0);
+        let run_id = store.allocate_ids("run", 1).await.unwrap();
+        store
+            .record_dispatches(&[dispatched(&t, run_id)], NOW)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_task(t.task_id).await.unwrap().status,
+            TaskStatus::Running
+        );
+        assert_eq!(
+            store.get_run(run_id).await.unwrap().status,
+            RunStatus::Dispatched
+        );
+
+        let applied = store
+            .apply_run_updates(&[report(&t, run_id, RunStatus::Running)], NOW, &mut policy)
+            .await
+            .unwrap();
+        assert_eq!(applied.changed, 1);
+        let done = [report(&t, run_id, RunStatus::Succeeded)];
+        let applied = store
+            .apply_run_updates(&done, NOW, &mut policy)
+            .await
+            .unwrap();
+        assert_eq!(applied.tasks, vec![(t.task_id, TaskNext::Succeeded)]);
+        let again = store
+            .apply_run_updates(&done, NOW, &mut policy)
+            .await
+            .unwrap();
+        assert_eq!(again.changed, 0, "a repeated report changes nothing");
+        assert!(again.tasks.is_empty());
+        // A late, contradicting report for a finished run changes nothing either.
+        let late = store
+            .apply_run_updates(&[report(&t, run_id, RunStatus::Failed)], NOW, &mut policy)
+            .await
+            .unwrap();
+        assert_eq!(late.changed, 0);
+
+        let run = store.get_run(run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Succeeded);
+        assert_eq!(run.dispatched_at, Some(NOW));
+        assert_eq!(run.started_at, Some(t.due_at + 1));
+        assert_eq!(run.exit_code, Some(0));
+        let task = store.get_task(t.task_id).await.unwrap();
+        assert_eq!(task.status, TaskStatus::Succeeded);
+        assert_eq!(task.last_run_id, Some(run_id));
+        let runs = store
+            .list_runs(&RunFilter {
+                task_id: Some(t.task_id),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(runs.items.len(), 1);
+    }
+);
+
+contract!(
+    a_report_may_arrive_before_the_dispatch_record,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+        store
+            .insert_tasks(&[task(job.id, NOW, None)], NOW)
+            .await
+            .unwrap();
+        let t = store
+            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks
+            .remove(0);
+        let run_id = store.allocate_ids("run", 1).await.unwrap();
+        store
+            .apply_run_updates(
+                &[report(&t, run_id, RunStatus::Succeeded)],
+                NOW,
+                &mut policy,
+            )
+            .await
+            .unwrap();
+        store
+            .record_dispatches(&[dispatched(&t, run_id)], NOW)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_task(t.task_id).await.unwrap().status,
+            TaskStatus::Succeeded,
+            "not back to running"
+        );
+        let run = store.get_run(run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Succeeded);
+        assert_eq!(run.dispatched_at, Some(NOW));
+    }
+);
+
+contract!(
+    failures_retry_with_backoff_until_dead,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap(); // max 3 attempts, fixed 1 s
+        store
+            .insert_tasks(&[task(job.id, NOW, None)], NOW)
+            .await
+            .unwrap();
+        let mut seen_runs = Vec::new();
+        for attempt in 1..=3 {
+            let claimed = store
+                .claim_due(
+                    lease,
+                    NOW + 10_000 * attempt as i64,
+                    NOW + 100_000,
+                    10,
+                    &mut no_jobs,
+                )
+                .await
+                .unwrap();
+            assert_eq!(claimed.tasks.len(), 1, "attempt {attempt} is claimable");
+            let t = &claimed.tasks[0];
+            assert_eq!(t.attempt, attempt);
+            let run_id = store.allocate_ids("run", 1).await.unwrap();
+            seen_runs.push(run_id);
+            store
+                .record_dispatches(&[dispatched(t, run_id)], NOW)
+                .await
+                .unwrap();
+            let applied = store
+                .apply_run_updates(&[report(t, run_id, RunStatus::Failed)], NOW, &mut policy)
+                .await
+                .unwrap();
+            let task = store.get_task(t.task_id).await.unwrap();
+            if attempt < 3 {
+                assert_eq!(
+                    applied.tasks,
+                    vec![(
+                        t.task_id,
+                        TaskNext::Retry {
+                            due_at: NOW + 1_000,
+                            lost: false
+                        }
+                    )]
+                );
+                assert_eq!(task.status, TaskStatus::Pending);
+                assert_eq!(task.attempt, attempt + 1);
+                assert_eq!(task.due_at, NOW + 1_000);
+            } else {
+                assert_eq!(applied.tasks, vec![(t.task_id, TaskNext::Dead)]);
+                assert_eq!(task.status, TaskStatus::Dead);
+            }
+        }
+        let runs = store
+            .list_runs(&RunFilter {
+                job_id: Some(job.id),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(runs.items.len(), 3, "every attempt keeps its run");
+    }
+);
+
+contract!(
+    lost_runs_are_retried_and_children_fire_on_success,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let child = store.insert_job(&spec("child"), None, NOW).await.unwrap();
+        let mut parent_spec = spec("parent");
+        parent_spec.max_attempts = 1;
+        parent_spec.child_jobs = vec![child.id];
+        let parent = store.insert_job(&parent_spec, None, NOW).await.unwrap();
+        store
+            .insert_tasks(&[task(parent.id, NOW, None)], NOW)
+            .await
+            .unwrap();
+        let t = store
+            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks
+            .remove(0);
+        let run1 = store.allocate_ids("run", 1).await.unwrap();
+        store
+            .record_dispatches(&[dispatched(&t, run1)], NOW)
+            .await
+            .unwrap();
+        let lost = store
+            .unfinished_runs_on(&["http://127.0.0.1:9999".into()])
+            .await
+            .unwrap();
+        assert_eq!(lost.len(), 1);
+        let applied = store
+            .apply_run_updates(&[report(&t, run1, RunStatus::Lost)], NOW, &mut policy)
+            .await
+            .unwrap();
+        assert_eq!(
+            applied.tasks,
+            vec![(
+                t.task_id,
+                TaskNext::Retry {
+                    due_at: NOW,
+                    lost: true
+                }
+            )]
+        );
+
+        let t2 = store
+            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks
+            .remove(0);
+        assert_eq!(t2.attempt, 2);
+        let run2 = store.allocate_ids("run", 1).await.unwrap();
+        store
+            .record_dispatches(&[dispatched(&t2, run2)], NOW)
+            .await
+            .unwrap();
+        let applied = store
+            .apply_run_updates(&[report(&t2, run2, RunStatus::Succeeded)], NOW, &mut policy)
+            .await
+            .unwrap();
+        assert_eq!(
+            applied.tasks,
+            vec![(t.task_id, TaskNext::Succeeded)],
+            "a loss does not spend max_attempts"
+        );
+        assert_eq!(applied.children, 1);
+        let children = store
+            .list_tasks(&TaskFilter {
+                job_id: Some(child.id),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(children.items.len(), 1);
+        assert_eq!(children.items[0].kind, TaskKind::Child);
+    }
+);
+
+contract!(killed_runs_cancel_their_task, |store: Store| async move {
+    let lease = lease(&store).await;
+    let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+    store
+        .insert_tasks(&[task(job.id, NOW, None)], NOW)
+        .await
+        .unwrap();
+    let t = store
+        .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+        .await
+        .unwrap()
+        .tasks
+        .remove(0);
+    let run = store.allocate_ids("run", 1).await.unwrap();
+    store
+        .record_dispatches(&[dispatched(&t, run)], NOW)
+        .await
+        .unwrap();
+    store
+        .apply_run_updates(&[report(&t, run, RunStatus::Killed)], NOW, &mut policy)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_task(t.task_id).await.unwrap().status,
+        TaskStatus::Cancelled
+    );
+});
+
+contract!(cancel_only_before_dispatch, |store: Store| async move {
+    let lease = lease(&store).await;
+    let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+    let ids = store
+        .insert_tasks(&[task(job.id, NOW, None), task(job.id, NOW + 1, None)], NOW)
+        .await
+        .unwrap();
+    let (t, changed) = store.cancel_task(ids[0].0, NOW).await.unwrap();
+    assert!(changed);
+    assert_eq!(t.status, TaskStatus::Cancelled);
+    let (_, changed) = store.cancel_task(ids[0].0, NOW).await.unwrap();
+    assert!(!changed, "cancelling a cancelled task is idempotent");
+
+    let claimed = store
+        .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+        .await
+        .unwrap();
+    assert_eq!(claimed.tasks.len(), 1, "a cancelled task is never claimed");
+    let run = store.allocate_ids("run", 1).await.unwrap();
+    store
+        .record_dispatches(&[dispatched(&claimed.tasks[0], run)], NOW)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.cancel_task(ids[1].0, NOW).await,
+        Err(Error::Conflict(_))
+    ));
+    assert!(matches!(
+        store.cancel_task(9_999_999, NOW).await,
+        Err(Error::NotFound(_))
+    ));
+});
+
+contract!(
+    the_executor_registry_tracks_heartbeats,
+    |store: Store| async move {
+        store
+            .upsert_executor("default", "http://127.0.0.1:9001", 8, 0, NOW)
+            .await
+            .unwrap();
+        store
+            .upsert_executor("default", "http://127.0.0.1:9002", 8, 0, NOW - 100_000)
+            .await
+            .unwrap();
+        store
+            .upsert_executor("other", "http://127.0.0.1:9003", 8, 0, NOW)
+            .await
+            .unwrap();
+        let live = store
+            .list_executors(Some("default"), NOW - 90_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            live.iter().map(|e| e.address.as_str()).collect::<Vec<_>>(),
+            vec!["http://127.0.0.1:9001"]
+        );
+        assert_eq!(
+            store
+                .list_executors(None, NOW - 90_000)
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+        // A heartbeat refreshes, keeps registered_at.
+        store
+            .upsert_executor("default", "http://127.0.0.1:9002", 8, 3, NOW)
+            .await
+            .unwrap();
+        let e = store
+            .list_executors(Some("default"), NOW - 90_000)
+            .await
+            .unwrap();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[1].registered_at, NOW - 100_000);
+        assert_eq!(e[1].running, 3);
+        let dead = store.dead_executors(NOW + 1).await.unwrap();
+        assert_eq!(dead.len(), 3);
+        assert!(
+            store
+                .remove_executor("default", "http://127.0.0.1:9001")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .remove_executor("default", "http://127.0.0.1:9001")
+                .await
+                .unwrap()
+        );
+        assert_eq!(store.list_apps().await.unwrap().len(), 2);
+    }
+);
+
+contract!(id_blocks_never_overlap, |store: Store| async move {
+    let a = store.allocate_ids("run", 10).await.unwrap();
+    let b = store.allocate_ids("run", 10).await.unwrap();
+    assert!(b >= a + 10);
+    let c = store.allocate_ids("task", 1).await.unwrap();
+    assert!(c >= 1);
+});
