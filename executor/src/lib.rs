@@ -12,7 +12,33 @@
 //! - [`module`]: plugin validation: is this `.wasm`/`.wat` upload a WASI preview 1
 //!   command module Rota can run ([`validate_plugin`]), and what is its binary form and
 //!   SHA-256.
+//! - [`runtime`]: the sandbox: the one `Engine` (pooling allocator, epoch ticker),
+//!   compiled plugins cached by SHA-256 in memory and on disk, and one run = a fresh
+//!   `Store` with the WASI contract, memory limit, timeout and kill switch.
+//! - [`logs`]: per-run log files (`<data_dir>/logs/<run_id>.log`): written line by
+//!   line while the run is live, capped, read by line range, swept after retention.
+//! - [`node`]: the executor node: [`node::ExecutorConfig`], [`node::run`], the life of
+//!   a run (wait for its time, its turn, a slot; run; report) and graceful shutdown.
+//! - `server`: the signed HTTP endpoints the scheduler calls (`/trigger`, `/kill`,
+//!   `/log`, `/beat`, `/idle-beat`, `/runs/known`).
+//! - `registry`: the runs this node has: dedupe, queue bound, block strategies per job
+//!   lane, recently finished runs.
+//! - `report`: run reports batched to the scheduler's callback, spooled to
+//!   `<data_dir>/spool/` while no scheduler answers.
+//! - `client`: signed HTTP calls to the schedulers (register, heartbeat, callback,
+//!   plugin download), first one that answers.
+//! - `shell`: params → argv words, split like a shell would.
+//! - [`local`]: `rota plugin run`: one run of a plugin file without a scheduler.
 
+mod client;
+pub mod local;
+pub mod logs;
 pub mod module;
+pub mod node;
+mod registry;
+mod report;
+pub mod runtime;
+mod server;
+mod shell;
 
 pub use module::{PluginError, ValidPlugin, validate_plugin};

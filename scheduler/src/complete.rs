@@ -144,7 +144,7 @@ fn lost_update(r: &Run, now: Millis, message: String) -> RunUpdate {
     }
 }
 
-/// Every second: refresh the executor registry; every few seconds: executors silent for
+/// Every second: refresh the executor registry, and executors silent for
 /// longer than the dead timeout lose their unfinished runs (marked `lost`, retried) and leave
 /// the registry. Runs are marked before the executor row is removed, so a crash in between
 /// repeats the marking instead of forgetting it.
@@ -152,21 +152,17 @@ pub(crate) async fn liveness_loop(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut n: u64 = 0;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        n += 1;
         let now = now_ms();
         let alive_after = now - shared.config.executor_dead_after_ms;
         if let Err(e) = shared.executors.refresh(&shared.store, alive_after).await {
             tracing::warn!(error = %e, "refreshing the executor registry failed");
         }
-        if n % 5 == 0
-            && let Err(e) = reap_dead_executors(&shared, alive_after, now).await
-        {
+        if let Err(e) = reap_dead_executors(&shared, alive_after, now).await {
             tracing::warn!(error = %format!("{e:#}"), "reaping dead executors failed");
         }
     }

@@ -434,7 +434,7 @@ async fn complete_failures(shared: &Shared, failed: Vec<RunUpdate>) {
         return;
     }
     metrics::counter!("rota_dispatch_failures_total").increment(failed.len() as u64);
-    let task_ids: Vec<i64> = failed.iter().map(|u| u.task_id).collect();
+    let attempts: Vec<(i64, i32)> = failed.iter().map(|u| (u.task_id, u.attempt)).collect();
     let mut delay = Duration::from_millis(50);
     loop {
         match crate::complete::apply(shared, &failed).await {
@@ -450,7 +450,7 @@ async fn complete_failures(shared: &Shared, failed: Vec<RunUpdate>) {
             }
         }
     }
-    shared.ring.fired(task_ids);
+    shared.ring.fired(attempts);
 }
 
 fn to_trigger(p: &Pending) -> Trigger {
@@ -580,7 +580,9 @@ pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Disp
                 }
             }
         }
-        shared.ring.fired(buf.iter().map(|d| d.task_id));
+        shared
+            .ring
+            .fired(buf.iter().map(|d| (d.task_id, d.attempt)));
         buf.clear();
     }
 }

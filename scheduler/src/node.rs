@@ -258,12 +258,12 @@ impl Node {
             while tasks.join_next().await.is_some() {}
         }
         let left = self.shared.ring.stop();
-        if let Some(t) = self
+        let ring_thread = self
             .ring_thread
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+            .take();
+        if let Some(t) = ring_thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         if !left.is_empty() {

@@ -32,10 +32,12 @@ struct Shared {
 
 struct State {
     wheel: Wheel<DueTask>,
-    /// Due time of every task in the wheel, by task id.
-    index: HashMap<i64, Millis>,
-    /// Handed to a pool and not yet recorded as dispatched.
-    firing: HashSet<i64>,
+    /// Attempt and due time of every task in the wheel, by task id.
+    index: HashMap<i64, (i32, Millis)>,
+    /// Attempt of every task handed to a pool and not yet recorded as dispatched. A task's
+    /// next attempt may enter the wheel before its previous one is recorded (a fast failure
+    /// report can beat the batched record), so entries are per attempt.
+    firing: HashMap<i64, i32>,
     /// Being cancelled: must not fire, whatever arrives meanwhile.
     cancelling: HashSet<i64>,
     stopping: bool,
@@ -59,7 +61,7 @@ impl Ring {
                 state: Mutex::new(State {
                     wheel: Wheel::new(now, SLOTS),
                     index: HashMap::new(),
-                    firing: HashSet::new(),
+                    firing: HashMap::new(),
                     cancelling: HashSet::new(),
                     stopping: false,
                 }),
@@ -79,10 +81,19 @@ impl Ring {
         let mut st = self.lock();
         let mut n = 0;
         for t in tasks {
-            if st.index.contains_key(&t.task_id) || st.firing.contains(&t.task_id) {
+            let newer_here = st
+                .index
+                .get(&t.task_id)
+                .is_some_and(|&(a, _)| a >= t.attempt);
+            let firing = st.firing.get(&t.task_id).is_some_and(|&a| a >= t.attempt);
+            if newer_here || firing {
                 continue;
             }
-            st.index.insert(t.task_id, t.due_at);
+            if let Some((_, due)) = st.index.remove(&t.task_id) {
+                // An older attempt still waiting here is superseded.
+                st.wheel.remove(due, |old| old.task_id == t.task_id);
+            }
+            st.index.insert(t.task_id, (t.attempt, t.due_at));
             st.wheel.insert(t.due_at, t);
             n += 1;
         }
@@ -105,21 +116,21 @@ impl Ring {
     /// Is this task in the wheel or being fired?
     pub fn holds(&self, task_id: i64) -> bool {
         let st = self.lock();
-        st.index.contains_key(&task_id) || st.firing.contains(&task_id)
+        st.index.contains_key(&task_id) || st.firing.contains_key(&task_id)
     }
 
     /// First half of a cancel: stops the task from firing from now on.
     pub fn begin_cancel(&self, task_id: i64) -> CancelState {
         let mut st = self.lock();
-        if st.firing.contains(&task_id) {
+        if st.index.contains_key(&task_id) {
+            st.cancelling.insert(task_id);
+            return CancelState::Held;
+        }
+        if st.firing.contains_key(&task_id) {
             return CancelState::Firing;
         }
         st.cancelling.insert(task_id);
-        if st.index.contains_key(&task_id) {
-            CancelState::Held
-        } else {
-            CancelState::Absent
-        }
+        CancelState::Absent
     }
 
     /// Second half: if the database cancelled the task, drop it from the wheel; otherwise let
@@ -127,16 +138,18 @@ impl Ring {
     pub fn finish_cancel(&self, task_id: i64, cancelled: bool) {
         let mut st = self.lock();
         st.cancelling.remove(&task_id);
-        if cancelled && let Some(due) = st.index.remove(&task_id) {
+        if cancelled && let Some((_, due)) = st.index.remove(&task_id) {
             st.wheel.remove(due, |t| t.task_id == task_id);
         }
     }
 
-    /// Tasks handed out by the ring are recorded as dispatched (or failed): forget them.
-    pub fn fired(&self, task_ids: impl IntoIterator<Item = i64>) {
+    /// Attempts handed out by the ring are recorded as dispatched (or failed): forget them.
+    pub fn fired(&self, attempts: impl IntoIterator<Item = (i64, i32)>) {
         let mut st = self.lock();
-        for id in task_ids {
-            st.firing.remove(&id);
+        for (id, attempt) in attempts {
+            if st.firing.get(&id) == Some(&attempt) {
+                st.firing.remove(&id);
+            }
         }
     }
 
@@ -144,9 +157,18 @@ impl Ring {
     pub fn defer(&self, tasks: Vec<DueTask>, due_at: Millis) {
         let mut st = self.lock();
         for mut t in tasks {
-            st.firing.remove(&t.task_id);
+            if st.firing.get(&t.task_id) == Some(&t.attempt) {
+                st.firing.remove(&t.task_id);
+            }
+            if st
+                .index
+                .get(&t.task_id)
+                .is_some_and(|&(a, _)| a > t.attempt)
+            {
+                continue;
+            }
             t.due_at = t.due_at.max(due_at);
-            st.index.insert(t.task_id, t.due_at);
+            st.index.insert(t.task_id, (t.attempt, t.due_at));
             st.wheel.insert(t.due_at, t);
         }
         drop(st);
@@ -189,16 +211,18 @@ impl Ring {
             st.wheel.advance(now, &mut due);
             let mut batch = Vec::with_capacity(due.len());
             for (_, t) in due.drain(..) {
-                if st.index.remove(&t.task_id).is_none() {
-                    continue; // cancelled out of the index already
+                match st.index.get(&t.task_id) {
+                    Some(&(attempt, _)) if attempt == t.attempt => {}
+                    _ => continue, // cancelled or superseded
                 }
                 if st.cancelling.contains(&t.task_id) {
                     // Settled by finish_cancel: keep it in the wheel, out of reach.
-                    st.index.insert(t.task_id, t.due_at);
+                    st.index.insert(t.task_id, (t.attempt, now + 1));
                     st.wheel.insert(now + 1, t);
                     continue;
                 }
-                st.firing.insert(t.task_id);
+                st.index.remove(&t.task_id);
+                st.firing.insert(t.task_id, t.attempt);
                 batch.push(t);
             }
             if batch.is_empty() {
@@ -266,7 +290,7 @@ mod tests {
         let ids: Vec<i64> = batch.iter().map(|t| t.task_id).collect();
         assert_eq!(ids, vec![2, 1, 3]);
         assert!(ring.holds(1), "firing until recorded");
-        ring.fired(ids);
+        ring.fired(ids.iter().map(|&id| (id, 1)));
         assert!(!ring.holds(1));
         ring.stop();
         handle.join().unwrap();
@@ -303,6 +327,31 @@ mod tests {
         ring.finish_cancel(7, false);
         let batch = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(batch[0].task_id, 7);
+        ring.stop();
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn a_next_attempt_may_enter_while_the_previous_is_being_recorded() {
+        let now = now_ms();
+        let ring = Ring::new(now);
+        let (tx, rx) = mpsc::channel();
+        let handle = ring.spawn(move |batch| tx.send(batch).unwrap()).unwrap();
+        ring.insert([task(1, now, 0)]);
+        let first = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(first[0].attempt, 1);
+        // Attempt 1 failed fast; attempt 2 is claimed before attempt 1's record is written.
+        let mut retry = task(1, now + 20, 0);
+        retry.attempt = 2;
+        assert_eq!(ring.insert([retry.clone()]), 1);
+        assert_eq!(
+            ring.insert([task(1, now, 0)]),
+            0,
+            "the old attempt does not come back"
+        );
+        ring.fired([(1, 1)]);
+        let second = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(second[0].attempt, 2);
         ring.stop();
         handle.join().unwrap();
     }

@@ -208,9 +208,13 @@ impl Router {
                 prune(&mut job.uses, executors);
                 let pick =
                     min_index_by_key(executors, |addr| job.uses.get(addr).copied().unwrap_or(0));
-                *job.uses
-                    .entry(executors[pick].as_ref().to_owned())
-                    .or_insert(0) += 1;
+                let addr = executors[pick].as_ref();
+                match job.uses.get_mut(addr) {
+                    Some(uses) => *uses += 1,
+                    None => {
+                        job.uses.insert(addr.to_owned(), 1);
+                    }
+                }
                 vec![pick]
             }
             Route::LeastRecentlyUsed => {
@@ -222,8 +226,13 @@ impl Router {
                     job.last_used.get(addr).copied().unwrap_or(0)
                 });
                 job.clock += 1;
-                job.last_used
-                    .insert(executors[pick].as_ref().to_owned(), job.clock);
+                let addr = executors[pick].as_ref();
+                match job.last_used.get_mut(addr) {
+                    Some(last) => *last = job.clock,
+                    None => {
+                        job.last_used.insert(addr.to_owned(), job.clock);
+                    }
+                }
                 vec![pick]
             }
         }

@@ -253,9 +253,10 @@ fn compile_cron(
     let fires_in_horizon =
         |schedule: &CompiledSchedule| schedule.next_after(now_ms).is_some_and(|t| t <= horizon);
     // croner gives up on an expression that never fires only at its year-5000 limit,
-    // which takes a few hundred milliseconds for `0 0 0 31 2,4,6,9,11 ?`. The same fields
-    // restricted to the horizon's years fail within a couple of milliseconds, and cannot
-    // fire later than the full expression does, so probe with those first.
+    // which takes a few hundred milliseconds for `0 0 0 31 2,4,6,9,11 ?`. So probe first
+    // with the same six fields and the horizon's years instead of the expression's own:
+    // every fire time of the expression inside the horizon is one of the probe's, so a
+    // probe without any proves the expression never fires, in a couple of milliseconds.
     if fields.len() >= 6 {
         let probe = DateTime::from_timestamp_millis(now_ms)
             .map(|now| now.with_timezone(&tz).year())
@@ -296,10 +297,10 @@ fn quartz_fields(expr: &str) -> Vec<&str> {
 /// Parses the fields of a Quartz expression; the error is a reason a user can act on.
 fn parse_quartz(fields: &[&str]) -> Result<Cron, String> {
     let parser = quartz_parser();
-    let is_nickname = fields.len() == 1 && fields[0].starts_with('@');
-    if fields.is_empty() {
+    let Some(first) = fields.first() else {
         return Err("it is empty".to_owned());
-    }
+    };
+    let is_nickname = fields.len() == 1 && first.starts_with('@');
     if !is_nickname && !(6..=7).contains(&fields.len()) {
         return Err(format!(
             "expected 6 or 7 fields (second minute hour day-of-month month day-of-week [year]), \
@@ -313,8 +314,7 @@ fn parse_quartz(fields: &[&str]) -> Result<Cron, String> {
     };
     if is_nickname {
         return Err(format!(
-            "unknown nickname `{}`; use @yearly, @monthly, @weekly, @daily or @hourly",
-            fields[0]
+            "unknown nickname `{first}`; use @yearly, @monthly, @weekly, @daily or @hourly"
         ));
     }
     // croner's messages rarely say which field is wrong: find it by parsing each field
@@ -496,15 +496,11 @@ pub fn plan_fires(
             break;
         }
         plan.fires.push(t);
-        cursor = next_in_phase(schedule, t);
+        // From a fire time, `next_after` keeps a fixed rate's phase.
+        cursor = schedule.next_after(t);
     }
     plan.next_fire_at = cursor;
     plan
-}
-
-/// The fire time after `fire_at`, which is itself a fire time of the schedule.
-fn next_in_phase(schedule: &CompiledSchedule, fire_at: i64) -> Option<i64> {
-    schedule.next_after(fire_at)
 }
 
 /// The first fire time after `after` of the schedule that fires at `anchor`

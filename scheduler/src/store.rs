@@ -1441,17 +1441,25 @@ impl Store {
 
                 // One row per task: for a broadcast, any shard's run id will do as `last_run_id`.
                 let mut seen = HashSet::new();
-                let pairs: Vec<(i64, i64)> = chunk
-                    .iter()
-                    .filter(|r| seen.insert(r.task_id))
-                    .map(|r| (r.task_id, r.run_id))
-                    .collect();
+                let rows: Vec<&Dispatched> =
+                    chunk.iter().filter(|r| seen.insert(r.task_id)).collect();
+                let pairs: Vec<(i64, i64)> = rows.iter().map(|r| (r.task_id, r.run_id)).collect();
                 let mut qb =
                     QueryBuilder::<Db>::new("UPDATE tasks SET status = 'running', updated_at = ");
                 qb.push_bind(now).push(", last_run_id = ");
                 push_case(&mut qb, pairs.iter().copied());
-                qb.push(" WHERE status = 'claimed' AND id IN ");
-                push_ids(&mut qb, pairs.iter().map(|(t, _)| *t));
+                // Only the attempt that was sent: a fast failure report may already have moved
+                // the task on to its next attempt, claimed again.
+                qb.push(" WHERE status = 'claimed' AND (id, attempt) IN (");
+                let mut sep = qb.separated(", ");
+                for r in &rows {
+                    sep.push("(")
+                        .push_bind_unseparated(r.task_id)
+                        .push_unseparated(", ")
+                        .push_bind_unseparated(r.attempt)
+                        .push_unseparated(")");
+                }
+                qb.push(")");
                 qb.build().execute(&mut *tx).await?;
             }
             tx.commit().await?;

@@ -76,6 +76,8 @@ async fn start_with(change: impl FnOnce(&mut Config)) -> TestApp {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("rota.db").display());
     let mut config = Config::for_tests(url.clone());
+    // No executor runs here; a short dispatch timeout keeps the drain at stop short.
+    config.dispatch_timeout_ms = 100;
     change(&mut config);
     let store = Store::connect(&url).await.expect("store");
     let (stop, stop_rx) = watch::channel(false);

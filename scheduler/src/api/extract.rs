@@ -40,6 +40,18 @@ impl<T: Serialize> axum::response::IntoResponse for Json<T> {
     }
 }
 
+/// A raw body (a plugin module): over the limit is a 413 in the JSON error shape.
+#[derive(Debug, Clone, Default)]
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        Ok(RawBody(Bytes::from_request(req, state).await?))
+    }
+}
+
 /// A JSON body that may be left out: an empty body is `None`; anything else is read like
 /// [`Json`].
 #[derive(Debug, Clone, Copy, Default)]

@@ -2,12 +2,11 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use bytes::Bytes;
 use serde::Deserialize;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Json, Query};
+use super::extract::{Json, Query, RawBody};
 use super::validate;
 use super::views::{PageView, PluginView};
 use crate::model::now_ms;
@@ -21,7 +20,7 @@ pub struct UploadQuery {
 pub async fn upload(
     State(state): State<AppState>,
     Query(q): Query<UploadQuery>,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> ApiResult<(StatusCode, Json<PluginView>)> {
     let name = q.name.ok_or_else(|| {
         ApiError::BadRequest(

@@ -1,0 +1,720 @@
+//! The executor node: configuration, start-up, the life of a run, and shutdown.
+//!
+//! [`run`] wires everything together on the listener it is given (libraries never bind
+//! sockets):
+//!
+//! - the HTTP endpoints ([`crate::server`]), all signed;
+//! - registration and heartbeats: `register` to the first scheduler that answers (retried
+//!   with backoff), then a heartbeat every interval the scheduler's ack names;
+//! - the reporter ([`crate::report`]): batched callbacks, spooled when no scheduler
+//!   answers;
+//! - a log sweep every hour ([`crate::logs`]).
+//!
+//! A trigger is taken by [`Node::accept`]: dedupe, queue bound and block strategy
+//! ([`crate::registry`]), the plugin fetched from a scheduler, verified and compiled once
+//! if it is not cached, then one tokio task per run that waits for `scheduled_at` (a run
+//! never starts early), for its turn in its job's lane (exclusive triggers) and for one
+//! of `capacity` execution slots, then runs the plugin on a blocking thread
+//! ([`Runtime::run`]) and reports `running` and the final status.
+//!
+//! Shutdown: triggers are answered `full`, runs that have not started are handed back
+//! (dropped without a report), running runs get `drain_grace` to finish and are then
+//! killed, reports are flushed (or spooled), and the executor registers once more with
+//! the runs it still owes results for — so the scheduler marks the handed-back runs lost
+//! at once and retries them elsewhere — and deregisters.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use rota_proto::wire::{PATH_DEREGISTER, PATH_HEARTBEAT, PATH_REGISTER};
+use rota_proto::{
+    Deregistration, KnownRun, Registration, RegistrationAck, ReportStatus, RunReport, Secret,
+    TaskAttempt, Trigger, TriggerOutcome,
+};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::SchedulerClient;
+use crate::logs::{DEFAULT_LOG_CAP_BYTES, DEFAULT_LOG_RETENTION, LogStore};
+use crate::registry::{Admission, Registry};
+use crate::report::{Spool, SpoolIndex, run_reporter};
+use crate::runtime::{
+    DEFAULT_MEMORY_CAP_MB, Invocation, Plugin, PluginEnv, RunOutcome, RunStatus, Runtime,
+    RuntimeConfig,
+};
+
+pub const DEFAULT_CAPACITY: usize = 64;
+pub const DEFAULT_QUEUE: usize = 10_000;
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
+pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(30);
+/// How often old logs are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(3600);
+/// Registration retries back off up to this.
+const REGISTER_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// After the drain grace, how long killed runs get to report.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+/// How long the HTTP server gets to finish its requests at the very end.
+const SERVER_GRACE: Duration = Duration::from_secs(5);
+
+/// Everything an executor node is configured with.
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// Base URLs of the scheduler nodes, tried in turn (`http://127.0.0.1:8080`).
+    pub schedulers: Vec<String>,
+    /// The executor group whose jobs this node runs.
+    pub app: String,
+    /// Base URL the schedulers call this node at: its identity.
+    pub advertise_url: String,
+    /// The shared executor secret (`ROTA_EXECUTOR_SECRET`).
+    pub secret: Secret,
+    /// Holds `logs/`, `spool/` and `modules/`. One node per directory.
+    pub data_dir: PathBuf,
+    /// Runs executing at once.
+    pub capacity: usize,
+    /// Runs accepted but not executing (waiting for their time, their turn or a slot);
+    /// beyond it triggers are answered `full`.
+    pub queue: usize,
+    /// Largest linear memory a job may ask for, MiB (a job's default is 64).
+    pub memory_cap_mb: u32,
+    pub log_cap_bytes: u64,
+    pub log_retention: Duration,
+    /// Until a scheduler's registration ack says otherwise.
+    pub heartbeat_interval: Duration,
+    /// How long running runs get to finish at shutdown before they are killed.
+    pub drain_grace: Duration,
+}
+
+impl ExecutorConfig {
+    /// A configuration with the defaults for everything else.
+    pub fn new(
+        schedulers: Vec<String>,
+        app: impl Into<String>,
+        advertise_url: impl Into<String>,
+        secret: Secret,
+        data_dir: impl Into<PathBuf>,
+    ) -> Self {
+        Self {
+            schedulers,
+            app: app.into(),
+            advertise_url: advertise_url.into(),
+            secret,
+            data_dir: data_dir.into(),
+            capacity: DEFAULT_CAPACITY,
+            queue: DEFAULT_QUEUE,
+            memory_cap_mb: DEFAULT_MEMORY_CAP_MB,
+            log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
+            log_retention: DEFAULT_LOG_RETENTION,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            drain_grace: DEFAULT_DRAIN_GRACE,
+        }
+    }
+
+    /// The runtime this node needs: a pool slot per concurrent run (plus a few for
+    /// `rota plugin run`-style callers sharing it) and the module cache in `data_dir`.
+    pub fn runtime_config(&self) -> RuntimeConfig {
+        RuntimeConfig {
+            module_cache_dir: Some(self.data_dir.join("modules")),
+            max_instances: u32::try_from(self.capacity.saturating_add(4)).unwrap_or(u32::MAX),
+            memory_cap_mb: self.memory_cap_mb,
+            ..RuntimeConfig::default()
+        }
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.schedulers.is_empty(),
+            "an executor needs at least one scheduler URL"
+        );
+        for url in &self.schedulers {
+            anyhow::ensure!(
+                url.starts_with("http://") || url.starts_with("https://"),
+                "scheduler URL `{url}` must start with http:// or https://"
+            );
+        }
+        anyhow::ensure!(
+            self.advertise_url.starts_with("http://") || self.advertise_url.starts_with("https://"),
+            "the advertised URL `{}` must be the executor's base URL, `http://host:port`",
+            self.advertise_url
+        );
+        anyhow::ensure!(
+            !self.app.trim().is_empty(),
+            "the app name must not be empty"
+        );
+        anyhow::ensure!(self.capacity > 0, "capacity must be at least 1");
+        Ok(())
+    }
+}
+
+/// Runs an executor node on `listener` until `shutdown` resolves, then drains.
+pub async fn run(
+    config: ExecutorConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let runtime =
+        Runtime::new(config.runtime_config()).context("starting the WebAssembly runtime")?;
+    run_with_runtime(config, runtime, listener, shutdown).await
+}
+
+/// [`run`] with a runtime built by the caller (`rota standalone` shares its engine with
+/// plugin validation).
+pub async fn run_with_runtime(
+    config: ExecutorConfig,
+    runtime: Runtime,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    config.check()?;
+    let logs = LogStore::open(
+        config.data_dir.join("logs"),
+        config.log_cap_bytes,
+        config.log_retention,
+    )
+    .with_context(|| format!("opening the log directory in {}", config.data_dir.display()))?;
+    let spooled = SpoolIndex::default();
+    let spool = Spool::open(config.data_dir.join("spool"), spooled.clone())
+        .with_context(|| format!("opening the report spool in {}", config.data_dir.display()))?;
+    if !spool.is_empty() {
+        tracing::info!(
+            batches = spool.len(),
+            "run reports from an earlier start wait in the spool"
+        );
+    }
+    let client = Arc::new(SchedulerClient::new(
+        &config.schedulers,
+        config.secret.clone(),
+    )?);
+    let (reports_tx, reports_rx) = mpsc::channel(report_queue(&config));
+    let node = Arc::new(Node {
+        registry: Mutex::new(Registry::new(config.capacity.saturating_add(config.queue))),
+        slots: Arc::new(Semaphore::new(config.capacity)),
+        config,
+        runtime,
+        logs,
+        client: client.clone(),
+        reports: reports_tx,
+        fetches: Mutex::new(HashMap::new()),
+        draining: AtomicBool::new(false),
+        release: CancellationToken::new(),
+        idle: Notify::new(),
+        spooled,
+    });
+
+    let stop_loops = CancellationToken::new();
+    let stop_reporter = CancellationToken::new();
+    let stop_server = CancellationToken::new();
+    let reporter = tokio::spawn(run_reporter(
+        reports_rx,
+        client,
+        spool,
+        stop_reporter.clone(),
+    ));
+    let heartbeat = tokio::spawn(heartbeat_loop(node.clone(), stop_loops.clone()));
+    let sweeper = tokio::spawn(sweep_loop(node.logs.clone(), stop_loops.clone()));
+    let app = crate::server::router(node.clone());
+    let server_stop = stop_server.clone();
+    let mut server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { server_stop.cancelled().await })
+            .await
+    });
+    tracing::info!(
+        app = %node.config.app,
+        address = %node.config.advertise_url,
+        capacity = node.config.capacity,
+        "executor started"
+    );
+
+    let server_ended = tokio::select! {
+        () = shutdown => None,
+        ended = &mut server => Some(ended),
+    };
+    tracing::info!("executor shutting down");
+    node.drain().await;
+    stop_loops.cancel();
+    let _ = heartbeat.await;
+    let _ = sweeper.await;
+    stop_reporter.cancel();
+    let _ = reporter.await;
+    node.leave().await;
+    stop_server.cancel();
+    let ended = match server_ended {
+        Some(ended) => ended,
+        None => match tokio::time::timeout(SERVER_GRACE, &mut server).await {
+            Ok(ended) => ended,
+            Err(_) => {
+                server.abort();
+                Ok(Ok(()))
+            }
+        },
+    };
+    ended
+        .context("the executor's HTTP server panicked")?
+        .context("the executor's HTTP server failed")?;
+    tracing::info!("executor stopped");
+    Ok(())
+}
+
+/// Reports in flight: two per active run is the most there can be.
+fn report_queue(config: &ExecutorConfig) -> usize {
+    config
+        .capacity
+        .saturating_add(config.queue)
+        .saturating_mul(2)
+        .clamp(1024, 65_536)
+}
+
+/// The node's shared state, behind an `Arc`.
+pub struct Node {
+    pub(crate) config: ExecutorConfig,
+    runtime: Runtime,
+    pub(crate) logs: LogStore,
+    client: Arc<SchedulerClient>,
+    registry: Mutex<Registry>,
+    /// One permit per concurrent run.
+    slots: Arc<Semaphore>,
+    reports: mpsc::Sender<RunReport>,
+    /// One lock per plugin being fetched, so a burst of triggers fetches it once.
+    fetches: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    draining: AtomicBool,
+    /// Cancelled at shutdown: runs that have not started are handed back.
+    release: CancellationToken,
+    /// Notified whenever a run leaves the registry.
+    idle: Notify,
+    spooled: SpoolIndex,
+}
+
+impl Node {
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn running(&self) -> u32 {
+        u32::try_from(self.registry().running()).unwrap_or(u32::MAX)
+    }
+
+    pub(crate) fn capacity(&self) -> u32 {
+        u32::try_from(self.config.capacity).unwrap_or(u32::MAX)
+    }
+
+    pub(crate) fn is_active(&self, run_id: i64) -> bool {
+        self.registry().is_active(run_id)
+    }
+
+    pub(crate) fn job_idle(&self, job_id: i64) -> bool {
+        self.registry().job_idle(job_id)
+    }
+
+    pub(crate) fn known(&self, attempts: &[TaskAttempt]) -> Vec<KnownRun> {
+        self.registry().known(attempts, std::time::Instant::now())
+    }
+
+    pub(crate) fn kill(&self, run_id: i64) -> Option<watch::Receiver<Option<RunStatus>>> {
+        self.registry().kill(run_id)
+    }
+
+    /// Takes a trigger or says why not (see the module docs).
+    pub(crate) async fn accept(self: &Arc<Self>, trigger: Trigger) -> TriggerOutcome {
+        if self.draining.load(Ordering::SeqCst) {
+            return TriggerOutcome::Full;
+        }
+        if let Some(outcome) = self.registry().check(&trigger) {
+            return outcome;
+        }
+        let plugin = match self.plugin(&trigger.plugin.sha256).await {
+            Ok(plugin) => plugin,
+            Err(reason) => {
+                tracing::warn!(run.id = trigger.run_id, %reason, "trigger rejected");
+                return TriggerOutcome::Rejected { reason };
+            }
+        };
+        if self.draining.load(Ordering::SeqCst) {
+            return TriggerOutcome::Full;
+        }
+        let admission = match self.registry().admit(&trigger) {
+            Ok(admission) => admission,
+            Err(outcome) => return outcome,
+        };
+        tokio::spawn(drive(self.clone(), Arc::new(trigger), plugin, admission));
+        TriggerOutcome::Accepted
+    }
+
+    /// The compiled plugin: from memory, the disk cache, or fetched from a scheduler,
+    /// verified and compiled. `Err` is the reason for a `rejected` ack.
+    async fn plugin(&self, sha256: &str) -> Result<Plugin, String> {
+        let is_hash = sha256.len() == 64
+            && sha256
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if !is_hash {
+            return Err(format!(
+                "plugin sha256 `{}` is not 64 lower-case hex characters",
+                crate::runtime::bounded(sha256, 80)
+            ));
+        }
+        if let Some(plugin) = self.runtime.cached(sha256) {
+            return Ok(plugin);
+        }
+        let lock = {
+            let mut fetches = self.fetches.lock().unwrap_or_else(|e| e.into_inner());
+            fetches.entry(sha256.to_owned()).or_default().clone()
+        };
+        let result = {
+            let _guard = lock.lock().await;
+            self.load_plugin(sha256).await
+        };
+        self.fetches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(sha256);
+        result
+    }
+
+    async fn load_plugin(&self, sha256: &str) -> Result<Plugin, String> {
+        let runtime = self.runtime.clone();
+        let sha = sha256.to_owned();
+        let cached = tokio::task::spawn_blocking(move || runtime.load_cached(&sha))
+            .await
+            .map_err(|e| format!("executor error while loading plugin {sha256}: {e}"))?
+            .map_err(|e| e.to_string())?;
+        if let Some(plugin) = cached {
+            return Ok(plugin);
+        }
+        let wasm = self
+            .client
+            .fetch_plugin(sha256)
+            .await
+            .map_err(|e| format!("cannot fetch plugin {sha256}: {e}"))?;
+        let runtime = self.runtime.clone();
+        let sha = sha256.to_owned();
+        tracing::info!(
+            plugin.sha256 = sha256,
+            bytes = wasm.len(),
+            "compiling plugin"
+        );
+        tokio::task::spawn_blocking(move || runtime.compile(&sha, &wasm))
+            .await
+            .map_err(|e| format!("executor error while compiling plugin {sha256}: {e}"))?
+            .map_err(|e| e.to_string())
+    }
+
+    /// What this node tells the schedulers about itself.
+    fn registration(&self) -> Registration {
+        let (mut active_runs, running) = {
+            let registry = self.registry();
+            (registry.active_ids(), registry.running())
+        };
+        active_runs.extend(self.spooled.run_ids());
+        active_runs.sort_unstable();
+        active_runs.dedup();
+        Registration {
+            app: self.config.app.clone(),
+            address: self.config.advertise_url.clone(),
+            capacity: self.capacity(),
+            running: u32::try_from(running).unwrap_or(u32::MAX),
+            active_runs,
+        }
+    }
+
+    async fn report(&self, report: RunReport) {
+        if self.reports.send(report).await.is_err() {
+            tracing::error!("the reporter has stopped; a run report is lost");
+        }
+    }
+
+    fn finish(&self, run_id: i64, status: Option<RunStatus>) {
+        self.registry()
+            .finish(run_id, status, std::time::Instant::now());
+        self.idle.notify_waiters();
+    }
+
+    /// Stops taking work and lets the runs end (see the module docs).
+    async fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+        self.release.cancel();
+        let grace = Instant::now() + self.config.drain_grace;
+        if !self.wait_idle(grace).await {
+            let killed = self.registry().kill_all();
+            tracing::warn!(
+                runs = killed,
+                "runs still going after the drain grace; killing them"
+            );
+            if !self.wait_idle(Instant::now() + KILL_GRACE).await {
+                tracing::error!("runs did not stop after being killed");
+            }
+        }
+    }
+
+    /// Waits until no run is active, or `deadline`; whether none is.
+    async fn wait_idle(&self, deadline: Instant) -> bool {
+        loop {
+            let notified = self.idle.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.registry().is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.registry().is_empty();
+            }
+        }
+    }
+
+    /// Last words to the schedulers: the runs this node still owes a result for (so the
+    /// others, handed back, are lost and retried at once), then goodbye.
+    async fn leave(&self) {
+        let registration = self.registration();
+        if let Err(e) = self
+            .client
+            .post::<_, RegistrationAck>(PATH_REGISTER, &registration)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot tell a scheduler which runs are handed back; they are lost after the heartbeat timeout instead");
+        }
+        let goodbye = Deregistration {
+            app: self.config.app.clone(),
+            address: self.config.advertise_url.clone(),
+        };
+        let body = match serde_json::to_vec(&goodbye) {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode the deregistration");
+                return;
+            }
+        };
+        match self
+            .client
+            .post_accepted(PATH_DEREGISTER, body.into())
+            .await
+        {
+            Ok(()) => tracing::info!("deregistered"),
+            Err(e) => tracing::warn!(error = %e, "cannot deregister"),
+        }
+    }
+}
+
+/// How a queued run's wait ended.
+enum Waited {
+    Ready(OwnedSemaphorePermit),
+    Killed,
+    Released,
+}
+
+/// One run, from acceptance to its final report.
+async fn drive(node: Arc<Node>, trigger: Arc<Trigger>, plugin: Plugin, admission: Admission) {
+    let run_id = trigger.run_id;
+    let Admission { kill, turn } = admission;
+    let waited = tokio::select! {
+        biased;
+        _ = kill.cancelled() => Waited::Killed,
+        _ = node.release.cancelled() => Waited::Released,
+        permit = wait_ready(&node, &trigger, &turn) => match permit {
+            Some(permit) => Waited::Ready(permit),
+            None => Waited::Released,
+        },
+    };
+    let permit = match waited {
+        Waited::Ready(permit) => permit,
+        Waited::Released => {
+            tracing::debug!(run.id = run_id, "run handed back unstarted");
+            node.finish(run_id, None);
+            return;
+        }
+        Waited::Killed => {
+            let outcome = RunOutcome {
+                status: RunStatus::Killed,
+                exit_code: None,
+                message: Some("killed before it started".into()),
+            };
+            node.report(final_report(&node, &trigger, None, &outcome))
+                .await;
+            node.finish(run_id, Some(RunStatus::Killed));
+            return;
+        }
+    };
+
+    node.registry().start(run_id);
+    let started_at = now_ms();
+    node.report(running_report(&node, &trigger, started_at))
+        .await;
+    let runtime = node.runtime.clone();
+    let log = node.logs.create(run_id);
+    let run = trigger.clone();
+    let switch = kill.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let env = PluginEnv {
+            job_id: run.job_id,
+            job_name: run.job_name.clone(),
+            run_id: run.run_id,
+            task_id: Some(run.task_id),
+            attempt: run.attempt,
+            scheduled_at: run.scheduled_at,
+            shard_index: run.shard_index,
+            shard_total: run.shard_total,
+        };
+        let invocation = Invocation {
+            plugin_name: &run.plugin.name,
+            input: run.input.as_bytes(),
+            params: run.params.as_deref(),
+            env: &env,
+            timeout: Duration::from_millis(u64::try_from(run.timeout_ms.max(1)).unwrap_or(1)),
+            memory_mb: run.memory_mb,
+        };
+        runtime.run(&plugin, &invocation, &log, &switch)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        tracing::error!(run.id = run_id, error = %e, "a run's thread failed");
+        RunOutcome {
+            status: RunStatus::Failed,
+            exit_code: None,
+            message: Some("executor error: the run's thread failed".into()),
+        }
+    });
+    drop(permit);
+    tracing::debug!(run.id = run_id, status = %outcome.status, "run ended");
+    node.report(final_report(&node, &trigger, Some(started_at), &outcome))
+        .await;
+    node.finish(run_id, Some(outcome.status));
+}
+
+/// Waits until the run may start: its time, its turn, a slot. `None` if the slots are
+/// gone (never, in practice).
+async fn wait_ready(node: &Node, trigger: &Trigger, turn: &Notify) -> Option<OwnedSemaphorePermit> {
+    sleep_until_ms(trigger.scheduled_at).await;
+    if trigger.exclusive {
+        loop {
+            let notified = turn.notified();
+            if node.registry().is_turn(trigger.run_id) {
+                break;
+            }
+            notified.await;
+        }
+    }
+    node.slots.clone().acquire_owned().await.ok()
+}
+
+/// Sleeps until the wall clock reads `at` (epoch ms) or later; never returns early.
+async fn sleep_until_ms(at: i64) {
+    loop {
+        let now = now_ms();
+        if now >= at {
+            return;
+        }
+        let wait = u64::try_from(at - now).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
+
+fn running_report(node: &Node, trigger: &Trigger, started_at: i64) -> RunReport {
+    RunReport {
+        run_id: trigger.run_id,
+        job_id: trigger.job_id,
+        task_id: trigger.task_id,
+        attempt: trigger.attempt,
+        shard_index: trigger.shard_index,
+        shard_total: trigger.shard_total,
+        executor: node.config.advertise_url.clone(),
+        scheduled_at: trigger.scheduled_at,
+        started_at: Some(started_at),
+        finished_at: None,
+        status: ReportStatus::Running,
+        exit_code: None,
+        message: None,
+    }
+}
+
+fn final_report(
+    node: &Node,
+    trigger: &Trigger,
+    started_at: Option<i64>,
+    outcome: &RunOutcome,
+) -> RunReport {
+    RunReport {
+        started_at,
+        finished_at: Some(now_ms()),
+        status: outcome.status.report_status(),
+        exit_code: outcome.exit_code,
+        message: outcome.message.clone(),
+        ..running_report(node, trigger, 0)
+    }
+}
+
+/// Registers (until a scheduler answers), then heartbeats, until `stop`.
+async fn heartbeat_loop(node: Arc<Node>, stop: CancellationToken) {
+    let mut registered = false;
+    let mut interval = node.config.heartbeat_interval;
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        let path = if registered {
+            PATH_HEARTBEAT
+        } else {
+            PATH_REGISTER
+        };
+        let registration = node.registration();
+        let wait = match node
+            .client
+            .post::<_, RegistrationAck>(path, &registration)
+            .await
+        {
+            Ok(ack) => {
+                if !registered {
+                    tracing::info!(app = %registration.app, address = %registration.address, "registered with a scheduler");
+                }
+                registered = true;
+                backoff = Duration::from_millis(250);
+                if let Ok(ms) = u64::try_from(ack.heartbeat_interval_ms)
+                    && ms > 0
+                {
+                    interval = Duration::from_millis(ms.clamp(50, 600_000));
+                }
+                interval
+            }
+            Err(e) if registered => {
+                tracing::warn!(error = %e, "heartbeat failed");
+                interval.min(Duration::from_secs(5))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot register with any scheduler");
+                let wait = backoff;
+                backoff = (backoff * 2).min(REGISTER_BACKOFF_MAX);
+                wait
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Deletes old logs now and every [`SWEEP_EVERY`], until `stop`.
+async fn sweep_loop(logs: LogStore, stop: CancellationToken) {
+    loop {
+        let store = logs.clone();
+        match tokio::task::spawn_blocking(move || store.sweep()).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(removed)) => tracing::info!(removed, "old run logs deleted"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "sweeping old run logs failed"),
+            Err(e) => tracing::warn!(error = %e, "the log sweep failed"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+    }
+}
+
+/// The wall clock in epoch milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,439 @@
+//! Run reports on their way to a scheduler: batched, retried, spooled to disk.
+//!
+//! Runs hand their reports ([`RunReport`]: `running` when a plugin starts, then the final
+//! one) to one bounded channel. The reporter task drains it into batches (up to
+//! [`BATCH_MAX`] reports or [`BATCH_WINDOW`] after the first, a `running` report
+//! dropped when its run's final report is in the same batch) and POSTs each to
+//! `/api/executor/v1/callback` on the first scheduler that answers 2xx, retrying a few
+//! times with backoff.
+//!
+//! When no scheduler takes a batch it goes to the [`Spool`]: one JSON file per batch in
+//! `<data_dir>/spool/`, written atomically (temp file, fsync, rename), replayed in order
+//! with exponential backoff (newer batches queue behind it so order is kept) and deleted
+//! only after a 2xx. So a result survives a scheduler restart and an executor restart; a
+//! batch whose 2xx was lost is sent again, which is harmless since the scheduler's apply
+//! is idempotent. The run ids in the spool are listed in every registration
+//! ([`SpoolIndex`]), so a scheduler never declares those runs lost while their results
+//! wait here. A batch a scheduler refuses as malformed (400/422) is moved to
+//! `spool/rejected/` for an operator rather than blocking the spool forever.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rota_proto::wire::PATH_CALLBACK;
+use rota_proto::{CallbackBatch, RunReport};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{CallError, SchedulerClient};
+
+/// Most reports in one callback.
+pub const BATCH_MAX: usize = 500;
+/// How long a batch collects reports after its first one.
+pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
+/// Pauses between the attempts of a fresh batch before it is spooled.
+const RETRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(400)];
+const REPLAY_BACKOFF_MIN: Duration = Duration::from_millis(200);
+const REPLAY_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Batches kept in memory when the spool cannot be written (disk full); beyond this the
+/// reporter stops taking reports, which holds up the runs (back-pressure).
+const HELD_MAX: usize = 64;
+
+/// The run ids whose reports wait in the spool (or in memory), shared with the node's
+/// registrations.
+#[derive(Debug, Clone, Default)]
+pub struct SpoolIndex(Arc<Mutex<HashMap<i64, u32>>>);
+
+impl SpoolIndex {
+    fn lock(&self) -> MutexGuard<'_, HashMap<i64, u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, batch: &CallbackBatch) {
+        let mut ids = self.lock();
+        for report in &batch.reports {
+            *ids.entry(report.run_id).or_default() += 1;
+        }
+    }
+
+    fn remove(&self, batch: &CallbackBatch) {
+        let mut ids = self.lock();
+        for report in &batch.reports {
+            if let Some(count) = ids.get_mut(&report.run_id) {
+                *count -= 1;
+                if *count == 0 {
+                    ids.remove(&report.run_id);
+                }
+            }
+        }
+    }
+
+    pub fn run_ids(&self) -> Vec<i64> {
+        self.lock().keys().copied().collect()
+    }
+}
+
+/// Batches no scheduler has taken yet, on disk, oldest first.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    next_seq: u64,
+    files: VecDeque<(PathBuf, CallbackBatch)>,
+    index: SpoolIndex,
+}
+
+impl Spool {
+    /// Opens (creating if needed) the spool in `dir` and loads what an earlier process
+    /// left there.
+    pub fn open(dir: impl Into<PathBuf>, index: SpoolIndex) -> io::Result<Self> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir)?;
+        let mut found = Vec::new();
+        for entry in fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if name.contains(".tmp") {
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            if let Some(seq) = name
+                .strip_suffix(".json")
+                .and_then(|s| s.parse::<u64>().ok())
+            {
+                found.push((seq, path));
+            }
+        }
+        found.sort();
+        let mut spool = Self {
+            dir,
+            next_seq: found.last().map_or(1, |(seq, _)| seq + 1),
+            files: VecDeque::new(),
+            index,
+        };
+        for (_, path) in found {
+            match fs::read(&path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<CallbackBatch>(&bytes).ok())
+            {
+                Some(batch) => {
+                    spool.index.add(&batch);
+                    spool.files.push_back((path, batch));
+                }
+                None => {
+                    tracing::error!(path = %path.display(), "unreadable spooled callback batch; moving it aside");
+                    spool.set_aside(&path);
+                }
+            }
+        }
+        Ok(spool)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Writes `batch` behind the others; hands it back if it cannot.
+    pub fn push(&mut self, batch: CallbackBatch) -> Result<(), (io::Error, CallbackBatch)> {
+        let path = self.dir.join(format!("{:020}.json", self.next_seq));
+        let written = serde_json::to_vec(&batch)
+            .map_err(io::Error::other)
+            .and_then(|bytes| write_atomically(&path, &bytes));
+        if let Err(e) = written {
+            return Err((e, batch));
+        }
+        self.next_seq += 1;
+        self.index.add(&batch);
+        self.files.push_back((path, batch));
+        Ok(())
+    }
+
+    fn front(&self) -> Option<&CallbackBatch> {
+        self.files.front().map(|(_, batch)| batch)
+    }
+
+    /// Drops the oldest batch: delivered.
+    fn pop_front(&mut self) {
+        if let Some((path, batch)) = self.files.pop_front() {
+            if let Err(e) = fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot delete a delivered spool file; it will be sent again after a restart");
+            }
+            self.index.remove(&batch);
+        }
+    }
+
+    /// Moves the oldest batch to `rejected/`: a scheduler refused its content.
+    fn reject_front(&mut self) {
+        if let Some((path, batch)) = self.files.pop_front() {
+            self.set_aside(&path);
+            self.index.remove(&batch);
+        }
+    }
+
+    fn set_aside(&self, path: &Path) {
+        let rejected = self.dir.join("rejected");
+        let moved = fs::create_dir_all(&rejected).and_then(|()| {
+            let name = path.file_name().unwrap_or_default();
+            fs::rename(path, rejected.join(name))
+        });
+        if let Err(e) = moved {
+            tracing::error!(path = %path.display(), error = %e, "cannot move a spool file aside; deleting it");
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let result = (|| {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        // Make the rename itself durable.
+        if let Some(dir) = path.parent() {
+            fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Reports of one batch, a run's `running` report replaced by its final one.
+#[derive(Default)]
+struct Batch {
+    reports: Vec<RunReport>,
+    by_run: HashMap<i64, usize>,
+}
+
+impl Batch {
+    fn push(&mut self, report: RunReport) {
+        match self.by_run.get(&report.run_id) {
+            Some(&i) => {
+                if report.status.is_final() || !self.reports[i].status.is_final() {
+                    self.reports[i] = report;
+                }
+            }
+            None => {
+                self.by_run.insert(report.run_id, self.reports.len());
+                self.reports.push(report);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.reports.len()
+    }
+
+    fn into_callback(self) -> CallbackBatch {
+        CallbackBatch {
+            reports: self.reports,
+        }
+    }
+}
+
+/// The reporter task: runs until `stop`, then sends or spools whatever is left.
+pub async fn run_reporter(
+    mut reports: mpsc::Receiver<RunReport>,
+    client: Arc<SchedulerClient>,
+    spool: Spool,
+    stop: CancellationToken,
+) {
+    let mut reporter = Reporter {
+        client,
+        spool,
+        held: VecDeque::new(),
+        backoff: REPLAY_BACKOFF_MIN,
+        retry_at: Instant::now(),
+    };
+    loop {
+        let backlog = reporter.has_backlog();
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            first = reports.recv(), if reporter.held.len() < HELD_MAX => {
+                let Some(first) = first else { break };
+                let batch = collect(&mut reports, first).await;
+                reporter.submit(batch, &stop).await;
+            }
+            _ = tokio::time::sleep_until(reporter.retry_at), if backlog => {
+                reporter.replay().await;
+            }
+        }
+    }
+    // Shutting down: the runs are over; send or spool what is left, once.
+    reports.close();
+    let mut batch = Batch::default();
+    while let Some(report) = reports.recv().await {
+        batch.push(report);
+        if batch.len() >= BATCH_MAX {
+            reporter.stash(std::mem::take(&mut batch).into_callback());
+        }
+    }
+    if batch.len() > 0 {
+        reporter.stash(batch.into_callback());
+    }
+    reporter.replay().await;
+    if reporter.has_backlog() {
+        tracing::warn!(
+            batches = reporter.spool.len() + reporter.held.len(),
+            "no scheduler took the last run reports; they stay in the spool for the next start"
+        );
+    }
+}
+
+/// Up to [`BATCH_MAX`] reports arriving within [`BATCH_WINDOW`] of `first`.
+async fn collect(reports: &mut mpsc::Receiver<RunReport>, first: RunReport) -> CallbackBatch {
+    let deadline = Instant::now() + BATCH_WINDOW;
+    let mut batch = Batch::default();
+    batch.push(first);
+    while batch.len() < BATCH_MAX {
+        match tokio::time::timeout_at(deadline, reports.recv()).await {
+            Ok(Some(report)) => batch.push(report),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    batch.into_callback()
+}
+
+struct Reporter {
+    client: Arc<SchedulerClient>,
+    spool: Spool,
+    /// Batches that could not be spooled (disk trouble), oldest first.
+    held: VecDeque<CallbackBatch>,
+    backoff: Duration,
+    retry_at: Instant,
+}
+
+enum Sent {
+    Delivered,
+    Refused,
+    Failed,
+}
+
+impl Reporter {
+    fn has_backlog(&self) -> bool {
+        !self.spool.is_empty() || !self.held.is_empty()
+    }
+
+    /// A fresh batch: sent now (with a few retries) unless older ones wait, else spooled.
+    async fn submit(&mut self, batch: CallbackBatch, stop: &CancellationToken) {
+        if self.has_backlog() {
+            self.stash(batch);
+            return;
+        }
+        let body = match serde_json::to_vec(&batch) {
+            Ok(body) => Bytes::from(body),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode run reports");
+                return;
+            }
+        };
+        let mut pauses = RETRIES.iter();
+        loop {
+            match self.send(&body).await {
+                Sent::Delivered => return,
+                Sent::Refused => {
+                    // Keep it for an operator: spooled, it is moved aside on replay.
+                    break;
+                }
+                Sent::Failed => {}
+            }
+            match pauses.next() {
+                Some(&pause) if !stop.is_cancelled() => tokio::time::sleep(pause).await,
+                _ => break,
+            }
+        }
+        self.stash(batch);
+        self.retry_at = Instant::now() + self.backoff;
+    }
+
+    /// Keeps a batch for later: in the spool, or in memory if the disk fails.
+    fn stash(&mut self, batch: CallbackBatch) {
+        let batch = if self.held.is_empty() {
+            match self.spool.push(batch) {
+                Ok(()) => return,
+                Err((e, batch)) => {
+                    tracing::error!(error = %e, "cannot write run reports to the spool; keeping them in memory");
+                    batch
+                }
+            }
+        } else {
+            // Behind the batches already held, to keep the order.
+            batch
+        };
+        self.spool.index.add(&batch);
+        self.held.push_back(batch);
+    }
+
+    /// Sends the spool (then the held batches) in order until one fails.
+    async fn replay(&mut self) {
+        while let Some(batch) = self.spool.front() {
+            let body = match serde_json::to_vec(batch) {
+                Ok(body) => Bytes::from(body),
+                Err(_) => {
+                    self.spool.reject_front();
+                    continue;
+                }
+            };
+            match self.send(&body).await {
+                Sent::Delivered => self.spool.pop_front(),
+                Sent::Refused => self.spool.reject_front(),
+                Sent::Failed => return self.back_off(),
+            }
+        }
+        while let Some(batch) = self.held.front() {
+            let Ok(body) = serde_json::to_vec(batch) else {
+                self.held.pop_front();
+                continue;
+            };
+            match self.send(&Bytes::from(body)).await {
+                Sent::Delivered | Sent::Refused => {
+                    if let Some(batch) = self.held.pop_front() {
+                        self.spool.index.remove(&batch);
+                    }
+                }
+                Sent::Failed => return self.back_off(),
+            }
+        }
+        self.backoff = REPLAY_BACKOFF_MIN;
+    }
+
+    fn back_off(&mut self) {
+        self.retry_at = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(REPLAY_BACKOFF_MAX);
+    }
+
+    async fn send(&self, body: &Bytes) -> Sent {
+        match self.client.post_accepted(PATH_CALLBACK, body.clone()).await {
+            Ok(()) => Sent::Delivered,
+            Err(e) if e.is_refused_content() => {
+                log_refused(&e);
+                Sent::Refused
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no scheduler took the run reports; will retry");
+                Sent::Failed
+            }
+        }
+    }
+}
+
+fn log_refused(e: &CallError) {
+    tracing::error!(error = %e, "a scheduler refused a batch of run reports as malformed; it is kept in spool/rejected/");
+}

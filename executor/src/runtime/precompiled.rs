@@ -1,0 +1,22 @@
+//! Loading a compiled plugin from the executor's own disk cache: the crate's one `unsafe`
+//! call, kept alone here so the rest of the crate stays under `deny(unsafe_code)`.
+#![allow(unsafe_code)]
+
+use std::path::Path;
+
+use wasmtime::{Engine, Module};
+
+/// Maps `path`, a module this executor compiled and serialized, back into a [`Module`].
+pub(super) fn load(engine: &Engine, path: &Path) -> wasmtime::Result<Module> {
+    // SAFETY: `Module::deserialize_file` trusts its input to be a module serialized by a
+    // compatible wasmtime; arbitrary bytes could run arbitrary native code. The only
+    // files passed here are our own cache: `Runtime::compile` writes them from
+    // `Module::serialize` into `<module_cache_dir>/<engine fingerprint>/<sha256>.cwasm`,
+    // where the fingerprint is `Engine::precompile_compatibility_hash` (wasmtime version,
+    // target, settings) and the file name is the SHA-256 the wasm was verified against,
+    // and writes them atomically (temp file, fsync, rename) so a crash never leaves a
+    // partial file under that name. wasmtime also checks the header and the engine
+    // compatibility itself and fails cleanly on a mismatch. The cache directory lives
+    // under the executor's data dir, which only the executor writes.
+    unsafe { Module::deserialize_file(engine, path) }
+}

@@ -1,0 +1,217 @@
+//! The executor's HTTP endpoints (scheduler → executor): `/trigger`, `/kill`, `/log`,
+//! `/beat`, `/idle-beat`, `/runs/known`.
+//!
+//! Every request, on every path, passes [`authenticate`] first: the body is read (up to
+//! [`MAX_BODY_BYTES`]) and the HMAC signature over method, target, timestamp and body is
+//! checked with the shared secret (`rota_proto::verify`); anything else is a 401. There
+//! is no unauthenticated endpoint, so nothing but a scheduler holding the secret can
+//! start, kill or read a run. Errors answer the protocol's `{"error": …}` shape.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use rota_proto::wire::{
+    PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER,
+};
+use rota_proto::{
+    BeatAck, ErrorBody, HEADER_SIGNATURE, HEADER_TIMESTAMP, IdleBeatAck, IdleBeatRequest, KillAck,
+    KillRequest, LogPage, LogRequest, MAX_SKEW_MS, RunsKnownAck, RunsKnownRequest, TriggerAck,
+    TriggerBatch, TriggerBatchAck,
+};
+use serde::de::DeserializeOwned;
+
+use crate::node::{Node, now_ms};
+use crate::runtime::RunStatus;
+
+/// Largest request body (a trigger batch with big payloads).
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+/// How long `/kill` waits for the run to actually stop before answering.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+
+/// The executor's one error shape.
+#[derive(Debug)]
+pub enum ApiError {
+    Unauthorized(String),
+    BadRequest(String),
+    TooLarge,
+    NotFound,
+    MethodNotAllowed,
+    Internal(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, error) = match self {
+            Self::Unauthorized(e) => (StatusCode::UNAUTHORIZED, e),
+            Self::BadRequest(e) => (StatusCode::BAD_REQUEST, e),
+            Self::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "request body is larger than {} MiB or was cut off",
+                    MAX_BODY_BYTES >> 20
+                ),
+            ),
+            Self::NotFound => (
+                StatusCode::NOT_FOUND,
+                "no such executor endpoint".to_owned(),
+            ),
+            Self::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "executor endpoints take POST".to_owned(),
+            ),
+            Self::Internal(cause) => {
+                tracing::error!(%cause, "executor request failed");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal error; see the executor's log".to_owned(),
+                )
+            }
+        };
+        (status, axum::Json(ErrorBody { error })).into_response()
+    }
+}
+
+type ApiResult<T> = Result<axum::Json<T>, ApiError>;
+
+/// The executor's router.
+pub fn router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route(PATH_TRIGGER, post(trigger))
+        .route(PATH_KILL, post(kill))
+        .route(PATH_LOG, post(log))
+        .route(PATH_BEAT, post(beat))
+        .route(PATH_IDLE_BEAT, post(idle_beat))
+        .route(PATH_RUNS_KNOWN, post(runs_known))
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(node.clone(), authenticate))
+        .with_state(node)
+}
+
+/// Reads the body and checks the request's signature; refuses with 401.
+async fn authenticate(State(node): State<Arc<Node>>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return ApiError::TooLarge.into_response();
+    };
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path(), |p| p.as_str());
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    if let Err(e) = rota_proto::verify(
+        node.config.secret.as_bytes(),
+        parts.method.as_str(),
+        target,
+        header(HEADER_TIMESTAMP),
+        header(HEADER_SIGNATURE),
+        &body,
+        now_ms(),
+        MAX_SKEW_MS,
+    ) {
+        tracing::debug!(error = %e, path = target, "refused an unsigned or badly signed request");
+        return ApiError::Unauthorized(e.to_string()).into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(body))).await
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// `POST /trigger`: one ack per trigger, in order.
+async fn trigger(State(node): State<Arc<Node>>, body: Bytes) -> ApiResult<TriggerBatchAck> {
+    let batch: TriggerBatch = parse(&body)?;
+    let mut acks = Vec::with_capacity(batch.triggers.len());
+    for trigger in batch.triggers {
+        let run_id = trigger.run_id;
+        let outcome = node.accept(trigger).await;
+        acks.push(TriggerAck { run_id, outcome });
+    }
+    Ok(axum::Json(TriggerBatchAck { acks }))
+}
+
+/// `POST /kill`: stops a queued or running run and waits (briefly) until it has.
+async fn kill(State(node): State<Arc<Node>>, body: Bytes) -> ApiResult<KillAck> {
+    let KillRequest { run_id } = parse(&body)?;
+    let Some(mut done) = node.kill(run_id) else {
+        return Ok(axum::Json(KillAck {
+            killed: false,
+            message: format!("run {run_id} is not running or queued on this executor"),
+        }));
+    };
+    let ack = match tokio::time::timeout(KILL_WAIT, done.wait_for(Option::is_some)).await {
+        Ok(Ok(status)) => match *status {
+            Some(RunStatus::Killed) => KillAck {
+                killed: true,
+                message: format!("run {run_id} killed"),
+            },
+            Some(other) => KillAck {
+                killed: false,
+                message: format!("run {run_id} had already ended: {other}"),
+            },
+            None => unreachable_ack(run_id),
+        },
+        // Released at shutdown before it started.
+        Ok(Err(_)) => unreachable_ack(run_id),
+        Err(_) => KillAck {
+            killed: true,
+            message: format!("run {run_id} is being stopped"),
+        },
+    };
+    Ok(axum::Json(ack))
+}
+
+fn unreachable_ack(run_id: i64) -> KillAck {
+    KillAck {
+        killed: false,
+        message: format!("run {run_id} was handed back unstarted (executor shutting down)"),
+    }
+}
+
+/// `POST /log`: a page of a run's log.
+async fn log(State(node): State<Arc<Node>>, body: Bytes) -> ApiResult<LogPage> {
+    let request: LogRequest = parse(&body)?;
+    let live = node.is_active(request.run_id);
+    let logs = node.logs.clone();
+    let page = tokio::task::spawn_blocking(move || {
+        logs.read(request.run_id, request.from_line, request.max_lines, live)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?
+    .map_err(|e| ApiError::Internal(format!("reading run {}'s log: {e}", request.run_id)))?;
+    Ok(axum::Json(page))
+}
+
+/// `POST /beat`: alive, and how busy.
+async fn beat(State(node): State<Arc<Node>>) -> ApiResult<BeatAck> {
+    Ok(axum::Json(BeatAck {
+        running: node.running(),
+        capacity: node.capacity(),
+    }))
+}
+
+/// `POST /idle-beat`: no run of this job is running or queued here.
+async fn idle_beat(State(node): State<Arc<Node>>, body: Bytes) -> ApiResult<IdleBeatAck> {
+    let IdleBeatRequest { job_id } = parse(&body)?;
+    Ok(axum::Json(IdleBeatAck {
+        idle: node.job_idle(job_id),
+    }))
+}
+
+/// `POST /runs/known`: which of these attempts this executor has.
+async fn runs_known(State(node): State<Arc<Node>>, body: Bytes) -> ApiResult<RunsKnownAck> {
+    let RunsKnownRequest { runs } = parse(&body)?;
+    Ok(axum::Json(RunsKnownAck {
+        known: node.known(&runs),
+    }))
+}

@@ -1,0 +1,303 @@
+//! End to end over real HTTP: a scheduler node and executor doubles on port 0. Jobs and
+//! tasks fire, callbacks complete runs, dead executors' runs become `lost` and are retried.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+async fn job(api: &Api, name: &str, extra: Value) -> i64 {
+    let mut body =
+        json!({"name": name, "app": "default", "plugin": "noop", "schedule": {"kind": "none"}});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    api.ok("POST", "/api/v1/jobs", Some(body)).await["id"]
+        .as_i64()
+        .unwrap()
+}
+
+async fn task_status(api: &Api, id: i64) -> String {
+    api.ok("GET", &format!("/api/v1/tasks/{id}"), None).await["status"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_jobs_and_delayed_tasks_fire_and_complete() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let executor = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+
+    // A recurring job every second.
+    let cron = job(
+        api,
+        "every-second",
+        json!({"schedule": {"kind": "cron", "expr": "* * * * * ?"}}),
+    )
+    .await;
+    // Delayed tasks, due in 300 ms … 1.5 s.
+    let delayed = job(api, "close-order", json!({})).await;
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let t = api
+            .ok("POST", "/api/v1/tasks", Some(json!({"job": "close-order", "delay_ms": 300 + i * 300, "payload": format!("order-{i}")})))
+            .await;
+        tasks.push(t["id"].as_i64().unwrap());
+    }
+
+    for &id in &tasks {
+        eventually(
+            Duration::from_secs(15),
+            "a delayed task to succeed",
+            || async move { (task_status(api, id).await == "succeeded").then_some(()) },
+        )
+        .await;
+    }
+    eventually(
+        Duration::from_secs(15),
+        "two recurring fires to succeed",
+        || async move {
+            let runs = api
+                .ok(
+                    "GET",
+                    &format!("/api/v1/runs?job={cron}&status=succeeded"),
+                    None,
+                )
+                .await;
+            (runs["items"].as_array().unwrap().len() >= 2).then_some(())
+        },
+    )
+    .await;
+
+    let received = executor.received();
+    // Every delayed task was triggered exactly once, with its payload, never early.
+    for (i, &id) in tasks.iter().enumerate() {
+        let hits: Vec<_> = received
+            .iter()
+            .filter(|r| r.trigger.task_id == id)
+            .collect();
+        assert_eq!(hits.len(), 1, "task {id} triggered {} times", hits.len());
+        let t = &hits[0].trigger;
+        assert_eq!(t.input, format!("order-{i}"));
+        assert_eq!(t.job_id, delayed);
+        assert!(!t.exclusive, "delayed tasks run concurrently");
+    }
+    // Recurring fires are whole seconds, each once.
+    let mut seen: HashMap<i64, usize> = HashMap::new();
+    for r in received.iter().filter(|r| r.trigger.job_id == cron) {
+        assert_eq!(r.trigger.scheduled_at % 1000, 0);
+        assert!(r.trigger.exclusive);
+        *seen.entry(r.trigger.scheduled_at).or_default() += 1;
+    }
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "a fire time is dispatched once: {seen:?}"
+    );
+    assert_eq!(
+        *executor.state.bad_signatures.lock().unwrap(),
+        0,
+        "every scheduler call is signed"
+    );
+
+    // The run carries the whole story.
+    let run_id = api
+        .ok("GET", &format!("/api/v1/tasks/{}", tasks[0]), None)
+        .await["last_run_id"]
+        .as_i64()
+        .unwrap();
+    let run = api.ok("GET", &format!("/api/v1/runs/{run_id}"), None).await;
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(run["executor"], executor.address());
+    assert!(run["dispatched_at"].is_string() && run["started_at"].is_string());
+    let log = api
+        .ok("GET", &format!("/api/v1/runs/{run_id}/log"), None)
+        .await;
+    assert_eq!(log["lines"][0], format!("run {run_id} says hello"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_runs_are_retried_with_backoff_then_dead() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let executor = ExecutorDouble::start(&server.url, "default", Behaviour::Fail).await;
+    job(
+        api,
+        "flaky",
+        json!({"max_attempts": 3, "backoff": {"kind": "fixed", "delay_ms": 200}}),
+    )
+    .await;
+    let id = api
+        .ok("POST", "/api/v1/tasks", Some(json!({"job": "flaky"})))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "the task to be dead",
+        || async move { (task_status(api, id).await == "dead").then_some(()) },
+    )
+    .await;
+    let mut attempts: Vec<(i32, i64)> = executor
+        .received()
+        .iter()
+        .filter(|r| r.trigger.task_id == id)
+        .map(|r| (r.trigger.attempt, r.trigger.scheduled_at))
+        .collect();
+    attempts.sort();
+    assert_eq!(
+        attempts.iter().map(|a| a.0).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    for w in attempts.windows(2) {
+        assert!(w[1].1 - w[0].1 >= 200, "backoff respected: {attempts:?}");
+    }
+    let runs = api
+        .ok("GET", &format!("/api/v1/runs?task={id}"), None)
+        .await;
+    assert_eq!(
+        runs["items"].as_array().unwrap().len(),
+        3,
+        "every attempt keeps its run"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_executors_runs_are_lost_and_retried_elsewhere() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |c| c.executor_dead_after_ms = 1_500).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    // The only executor takes the run and dies with it.
+    let doomed = ExecutorDouble::start(&server.url, "default", Behaviour::Hang).await;
+    job(api, "long", json!({})).await;
+    let id = api
+        .ok("POST", "/api/v1/tasks", Some(json!({"job": "long"})))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the run to reach the doomed executor",
+        || async { (!doomed.received().is_empty()).then_some(()) },
+    )
+    .await;
+    doomed.kill();
+    let survivor = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    // The survivor heartbeats while the doomed one times out.
+    eventually(
+        Duration::from_secs(20),
+        "the task to succeed on the survivor",
+        || async {
+            survivor.register().await;
+            (task_status(api, id).await == "succeeded").then_some(())
+        },
+    )
+    .await;
+    let runs = api
+        .ok("GET", &format!("/api/v1/runs?task={id}"), None)
+        .await;
+    let runs = runs["items"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let statuses: Vec<&str> = runs.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert!(
+        statuses.contains(&"lost") && statuses.contains(&"succeeded"),
+        "{statuses:?}"
+    );
+    assert_eq!(survivor.received().len(), 1);
+    assert_eq!(survivor.received()[0].trigger.attempt, 2);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_cancelled_in_the_wheel_never_runs() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let executor = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    job(api, "close-order", json!({})).await;
+    // Due in 1 s: inside the window, so it is in the wheel already.
+    let id = api
+        .ok(
+            "POST",
+            "/api/v1/tasks",
+            Some(json!({"job": "close-order", "delay_ms": 1000})),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let probe = api
+        .ok(
+            "POST",
+            "/api/v1/tasks",
+            Some(json!({"job": "close-order", "delay_ms": 1500})),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let cancelled = api.ok("DELETE", &format!("/api/v1/tasks/{id}"), None).await;
+    assert_eq!(cancelled["status"], "cancelled");
+    eventually(
+        Duration::from_secs(10),
+        "the later task to run",
+        || async move { (task_status(api, probe).await == "succeeded").then_some(()) },
+    )
+    .await;
+    assert!(
+        executor.received().iter().all(|r| r.trigger.task_id != id),
+        "a cancelled task never starts"
+    );
+    assert_eq!(task_status(api, id).await, "cancelled");
+    let (status, _) = api
+        .call("DELETE", &format!("/api/v1/tasks/{probe}"), None)
+        .await;
+    assert_eq!(status, 409, "a finished task cannot be cancelled");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharding_broadcast_reaches_every_executor() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let a = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    let b = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    let jid = job(api, "broadcast", json!({"route": "sharding_broadcast"})).await;
+    let task = api
+        .ok(
+            "POST",
+            &format!("/api/v1/jobs/{jid}/trigger"),
+            Some(json!({"params": "--all"})),
+        )
+        .await["task_id"]
+        .as_i64()
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the broadcast to succeed",
+        || async move { (task_status(api, task).await == "succeeded").then_some(()) },
+    )
+    .await;
+    let mut shards: Vec<(i32, i32)> = a
+        .received()
+        .iter()
+        .chain(b.received().iter())
+        .map(|r| (r.trigger.shard_index, r.trigger.shard_total))
+        .collect();
+    shards.sort();
+    assert_eq!(shards, vec![(0, 2), (1, 2)]);
+    assert_eq!(a.received()[0].trigger.params.as_deref(), Some("--all"));
+    server.stop().await;
+}

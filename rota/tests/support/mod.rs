@@ -1,0 +1,530 @@
+//! Test bed for end-to-end tests: a scheduler node on port 0, an executor double that speaks
+//! the real protocol over real HTTP (signed both ways), and a small API client.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use rota_proto::wire::{PATH_CALLBACK, PATH_REGISTER};
+use rota_proto::*;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+pub const SECRET: &[u8] = b"e2e-secret-0123456789";
+pub const TOKEN: &str = "e2e-token";
+
+pub fn now_ms() -> i64 {
+    rota_scheduler::model::now_ms()
+}
+
+/// Waits until `check` returns `Some`, polling; panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A small client of the REST API.
+#[derive(Clone)]
+pub struct Api {
+    pub base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(base: impl Into<String>) -> Self {
+        Api {
+            base: base.into(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(TOKEN);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.expect("API request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let (status, v) = self.call(method, path, body).await;
+        assert!(
+            (200..300).contains(&status),
+            "{method} {path} answered {status}: {v}"
+        );
+        v
+    }
+
+    /// Uploads a `.wat` plugin that does nothing and returns its name.
+    pub async fn upload_plugin(&self, name: &str) {
+        let resp = self
+            .http
+            .post(format!("{}/api/v1/plugins?name={name}", self.base))
+            .bearer_auth(TOKEN)
+            .body(r#"(module (memory (export "memory") 1) (func (export "_start")))"#)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            resp.status().is_success(),
+            "plugin upload: {}",
+            resp.text().await.unwrap()
+        );
+    }
+}
+
+/// What the double does with the triggers it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Report `succeeded` right away (at the scheduled time, never before).
+    Succeed,
+    /// Report `failed` with exit code 1.
+    Fail,
+    /// Accept and never report (a run in progress when the executor dies).
+    Hang,
+    /// Refuse the connection-level work: answer 503 to triggers.
+    Refuse,
+}
+
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub trigger: Trigger,
+    pub received_at: i64,
+}
+
+pub struct DoubleState {
+    pub app: String,
+    pub address: Mutex<String>,
+    pub scheduler: Mutex<String>,
+    pub behaviour: Mutex<Behaviour>,
+    pub received: Mutex<Vec<Received>>,
+    /// (task, attempt, shard) → run id: what this executor "has".
+    pub known: Mutex<HashMap<(i64, i32, i32), i64>>,
+    pub bad_signatures: Mutex<u32>,
+    http: reqwest::Client,
+}
+
+/// An executor double: real HTTP, real signatures, canned behaviour.
+pub struct ExecutorDouble {
+    pub state: Arc<DoubleState>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl ExecutorDouble {
+    pub async fn start(scheduler: &str, app: &str, behaviour: Behaviour) -> ExecutorDouble {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let state = Arc::new(DoubleState {
+            app: app.into(),
+            address: Mutex::new(format!("http://{addr}")),
+            scheduler: Mutex::new(scheduler.into()),
+            behaviour: Mutex::new(behaviour),
+            received: Mutex::new(Vec::new()),
+            known: Mutex::new(HashMap::new()),
+            bad_signatures: Mutex::new(0),
+            http: reqwest::Client::new(),
+        });
+        let app_router = axum::Router::new()
+            .route("/trigger", post(trigger))
+            .route("/runs/known", post(runs_known))
+            .route("/beat", post(beat))
+            .route("/idle-beat", post(idle_beat))
+            .route("/kill", post(kill))
+            .route("/log", post(log))
+            .with_state(state.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app_router).await;
+        });
+        let double = ExecutorDouble { state, server };
+        double.register().await;
+        double
+    }
+
+    pub fn address(&self) -> String {
+        self.state.address.lock().unwrap().clone()
+    }
+
+    pub fn set_behaviour(&self, b: Behaviour) {
+        *self.state.behaviour.lock().unwrap() = b;
+    }
+
+    pub fn set_scheduler(&self, url: &str) {
+        *self.state.scheduler.lock().unwrap() = url.into();
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+
+    /// Registers (or heartbeats: the same body) with the scheduler.
+    pub async fn register(&self) {
+        let reg = Registration {
+            app: self.state.app.clone(),
+            address: self.address(),
+            capacity: 100,
+            running: 0,
+            active_runs: self.state.known.lock().unwrap().values().copied().collect(),
+        };
+        let (status, body) = signed_post(&self.state, PATH_REGISTER, &reg).await;
+        assert_eq!(status, 200, "register: {body}");
+    }
+
+    /// Stops answering (the process "dies"): the server task is aborted.
+    pub fn kill(&self) {
+        self.server.abort();
+    }
+}
+
+impl Drop for ExecutorDouble {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn signed_post<T: serde::Serialize>(
+    state: &DoubleState,
+    path: &str,
+    body: &T,
+) -> (u16, String) {
+    let body = serde_json::to_vec(body).unwrap();
+    let ts = now_ms();
+    let sig = sign(SECRET, "POST", path, ts, &body);
+    let url = format!("{}{}", state.scheduler.lock().unwrap().clone(), path);
+    match state
+        .http
+        .post(url)
+        .header(HEADER_TIMESTAMP, ts.to_string())
+        .header(HEADER_SIGNATURE, sig)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+    {
+        Ok(r) => {
+            let s = r.status().as_u16();
+            (s, r.text().await.unwrap_or_default())
+        }
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+fn verified(
+    state: &DoubleState,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), Response> {
+    let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    verify(
+        SECRET,
+        "POST",
+        uri.path(),
+        h(HEADER_TIMESTAMP),
+        h(HEADER_SIGNATURE),
+        body,
+        now_ms(),
+        MAX_SKEW_MS,
+    )
+    .map_err(|e| {
+        *state.bad_signatures.lock().unwrap() += 1;
+        (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": e.to_string()})),
+        )
+            .into_response()
+    })
+}
+
+async fn trigger(
+    State(state): State<Arc<DoubleState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = verified(&state, &uri, &headers, &body) {
+        return r;
+    }
+    let behaviour = *state.behaviour.lock().unwrap();
+    if behaviour == Behaviour::Refuse {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"error": "refusing"})),
+        )
+            .into_response();
+    }
+    let batch: TriggerBatch = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"error": e.to_string()})),
+            )
+                .into_response();
+        }
+    };
+    let now = now_ms();
+    let mut acks = Vec::new();
+    let mut accepted = Vec::new();
+    {
+        let mut known = state.known.lock().unwrap();
+        let mut received = state.received.lock().unwrap();
+        for t in batch.triggers {
+            received.push(Received {
+                trigger: t.clone(),
+                received_at: now,
+            });
+            let key = (t.task_id, t.attempt, t.shard_index);
+            if known.contains_key(&key) {
+                acks.push(TriggerAck {
+                    run_id: t.run_id,
+                    outcome: TriggerOutcome::Duplicate,
+                });
+                continue;
+            }
+            known.insert(key, t.run_id);
+            acks.push(TriggerAck {
+                run_id: t.run_id,
+                outcome: TriggerOutcome::Accepted,
+            });
+            accepted.push(t);
+        }
+    }
+    if behaviour != Behaviour::Hang && !accepted.is_empty() {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let latest = accepted.iter().map(|t| t.scheduled_at).max().unwrap_or(0);
+            let wait = latest - now_ms();
+            if wait > 0 {
+                tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+            }
+            let address = state.address.lock().unwrap().clone();
+            let at = now_ms();
+            let reports: Vec<RunReport> = accepted
+                .iter()
+                .map(|t| RunReport {
+                    run_id: t.run_id,
+                    job_id: t.job_id,
+                    task_id: t.task_id,
+                    attempt: t.attempt,
+                    shard_index: t.shard_index,
+                    shard_total: t.shard_total,
+                    executor: address.clone(),
+                    scheduled_at: t.scheduled_at,
+                    started_at: Some(at.max(t.scheduled_at)),
+                    finished_at: Some(at.max(t.scheduled_at)),
+                    status: if behaviour == Behaviour::Fail {
+                        ReportStatus::Failed
+                    } else {
+                        ReportStatus::Succeeded
+                    },
+                    exit_code: Some(if behaviour == Behaviour::Fail { 1 } else { 0 }),
+                    message: (behaviour == Behaviour::Fail).then(|| "exit status 1".to_owned()),
+                })
+                .collect();
+            // Retry like a real executor until the scheduler acknowledges.
+            for _ in 0..200 {
+                let (status, _) = signed_post(
+                    &state,
+                    PATH_CALLBACK,
+                    &CallbackBatch {
+                        reports: reports.clone(),
+                    },
+                )
+                .await;
+                if status == 200 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+    }
+    axum::Json(TriggerBatchAck { acks }).into_response()
+}
+
+async fn runs_known(
+    State(state): State<Arc<DoubleState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = verified(&state, &uri, &headers, &body) {
+        return r;
+    }
+    let req: RunsKnownRequest = serde_json::from_slice(&body).unwrap();
+    let known = state.known.lock().unwrap();
+    let out = req
+        .runs
+        .iter()
+        .filter_map(|a| {
+            known
+                .get(&(a.task_id, a.attempt, 0))
+                .map(|&run_id| KnownRun {
+                    task_id: a.task_id,
+                    attempt: a.attempt,
+                    run_id,
+                    shard_index: 0,
+                })
+        })
+        .collect();
+    axum::Json(RunsKnownAck { known: out }).into_response()
+}
+
+async fn beat(
+    State(state): State<Arc<DoubleState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = verified(&state, &uri, &headers, &body) {
+        return r;
+    }
+    axum::Json(BeatAck {
+        running: 0,
+        capacity: 100,
+    })
+    .into_response()
+}
+
+async fn idle_beat(
+    State(state): State<Arc<DoubleState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = verified(&state, &uri, &headers, &body) {
+        return r;
+    }
+    axum::Json(IdleBeatAck { idle: true }).into_response()
+}
+
+async fn kill(
+    State(state): State<Arc<DoubleState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = verified(&state, &uri, &headers, &body) {
+        return r;
+    }
+    axum::Json(KillAck {
+        killed: false,
+        message: "the double runs nothing".into(),
+    })
+    .into_response()
+}
+
+async fn log(
+    State(state): State<Arc<DoubleState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = verified(&state, &uri, &headers, &body) {
+        return r;
+    }
+    let req: LogRequest = serde_json::from_slice(&body).unwrap();
+    let lines = if req.from_line <= 1 {
+        vec![format!("run {} says hello", req.run_id)]
+    } else {
+        vec![]
+    };
+    let next_line = req.from_line + lines.len() as u64;
+    axum::Json(LogPage {
+        lines,
+        next_line,
+        complete: true,
+    })
+    .into_response()
+}
+
+/// A scheduler node running in this process on `127.0.0.1:0`.
+pub struct TestServer {
+    pub url: String,
+    pub api: Api,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestServer {
+    pub async fn start(
+        database_url: &str,
+        tweak: impl FnOnce(&mut rota_scheduler::Config),
+    ) -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let mut config = rota_scheduler::Config::new(database_url, Secret::new(SECRET));
+        config.api_token = Some(TOKEN.into());
+        config.advertise_url = url.clone();
+        config.node_name = url.clone();
+        tweak(&mut config);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(rota_scheduler::run(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        let api = Api::new(url.clone());
+        let probe = api.clone();
+        eventually(
+            Duration::from_secs(20),
+            "the scheduler to answer /healthz",
+            || {
+                let probe = probe.clone();
+                async move { (probe.call("GET", "/healthz", None).await.0 == 200).then_some(()) }
+            },
+        )
+        .await;
+        TestServer {
+            url,
+            api,
+            stop: Some(stop),
+            handle: Some(handle),
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            h.await.unwrap().unwrap();
+        }
+    }
+}
+
+/// A fresh SQLite database URL in a temporary directory (kept alive by the returned guard).
+pub fn sqlite_url() -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    (
+        format!("sqlite:{}", dir.path().join("rota.db").display()),
+        dir,
+    )
+}
