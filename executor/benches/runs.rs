@@ -1,1 +1,162 @@
-fn main() {}
+//! Per-run overhead of the sandbox for a trivial plugin (instantiate + WASI context +
+//! run + tear down), next to spawning a trivial process (`/bin/true`).
+//!
+//! ```text
+//! cargo bench -p rota-executor --bench runs            # 20,000 measured runs
+//! ROTA_BENCH_RUNS=100000 cargo bench -p rota-executor --bench runs
+//! ```
+//!
+//! Prints a Markdown table (SPEC §7 target: ≤ 15 µs median, ≤ 50 µs p99, ≥ 40,000
+//! runs/s per executor).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rota_executor::logs::RunLog;
+use rota_executor::runtime::{Invocation, Plugin, PluginEnv, RunStatus, Runtime, RuntimeConfig};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+/// A WASI command that does nothing: what is measured is the executor's overhead.
+const TRIVIAL: &str = r#"
+(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $proc_exit (param i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")))
+"#;
+
+const THREADS: usize = 2;
+
+struct Stats {
+    median: Duration,
+    p99: Duration,
+    mean: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort_unstable();
+    let n = samples.len().max(1);
+    let at = |q: f64| samples[((n as f64 * q) as usize).min(n - 1)];
+    Stats {
+        median: at(0.5),
+        p99: at(0.99),
+        mean: samples.iter().sum::<Duration>() / n as u32,
+    }
+}
+
+fn env() -> PluginEnv {
+    PluginEnv {
+        job_id: 1,
+        job_name: "bench".into(),
+        run_id: 1,
+        task_id: Some(1),
+        attempt: 1,
+        scheduled_at: 0,
+        shard_index: 0,
+        shard_total: 1,
+    }
+}
+
+fn run_once(rt: &Runtime, plugin: &Plugin, env: &PluginEnv, kill: &CancellationToken) {
+    let invocation = Invocation {
+        plugin_name: "trivial",
+        input: b"",
+        params: None,
+        env,
+        timeout: Duration::from_secs(10),
+        memory_mb: 0,
+    };
+    let outcome = rt.run(plugin, &invocation, &RunLog::discard(), kill);
+    assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
+}
+
+fn spawn_true() {
+    let status = Command::new("/bin/true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn /bin/true");
+    assert!(status.success());
+}
+
+/// Per-call latencies of `f`, after `warmup` unmeasured calls.
+fn latencies(warmup: usize, runs: usize, mut f: impl FnMut()) -> Vec<Duration> {
+    for _ in 0..warmup {
+        f();
+    }
+    (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect()
+}
+
+/// Calls per second with `THREADS` threads doing `per_thread` calls each.
+fn throughput<F: Fn() + Sync>(per_thread: usize, f: F) -> f64 {
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..THREADS {
+            scope.spawn(|| {
+                for _ in 0..per_thread {
+                    f();
+                }
+            });
+        }
+    });
+    (THREADS * per_thread) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn main() {
+    let runs: usize = std::env::var("ROTA_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let spawns = (runs / 10).clamp(200, 2_000);
+
+    let rt = Runtime::new(RuntimeConfig {
+        max_instances: 16,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime");
+    let wasm = wat::parse_str(TRIVIAL).expect("wat");
+    let sha256 = hex::encode(Sha256::digest(&wasm));
+    let plugin = rt.compile(&sha256, &wasm).expect("compile");
+    let env = env();
+    let kill = CancellationToken::new();
+
+    let wasm_lat = stats(latencies(2_000, runs, || {
+        run_once(&rt, &plugin, &env, &kill)
+    }));
+    let wasm_rate = throughput(runs / THREADS, || run_once(&rt, &plugin, &env, &kill));
+    let proc_lat = stats(latencies(50, spawns, spawn_true));
+    let proc_rate = throughput(spawns / THREADS, spawn_true);
+
+    println!("## Executor per-run overhead (trivial plugin)\n");
+    println!(
+        "{runs} measured wasm runs after 2,000 warm-up runs; {spawns} process spawns; throughput on {THREADS} threads.\n"
+    );
+    println!("| what | median | p99 | mean | runs/s ({THREADS} threads) |");
+    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| wasm run (instantiate + WASI ctx + `_start` + teardown) | {} | {} | {} | {:.0} |",
+        micros(wasm_lat.median),
+        micros(wasm_lat.p99),
+        micros(wasm_lat.mean),
+        wasm_rate
+    );
+    println!(
+        "| spawn `/bin/true` (fork/exec + wait) | {} | {} | {} | {:.0} |",
+        micros(proc_lat.median),
+        micros(proc_lat.p99),
+        micros(proc_lat.mean),
+        proc_rate
+    );
+    println!("\nTarget (SPEC §7): ≤ 15 µs median, ≤ 50 µs p99, ≥ 40,000 runs/s per executor.");
+}

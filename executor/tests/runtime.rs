@@ -235,14 +235,26 @@ fn a_memory_bomb_fails_cleanly_and_the_next_run_succeeds() {
         Some("out of memory (limit 64 MiB)")
     );
 
-    // A module whose initial memory is over the limit fails at instantiation.
-    let big = "(module (memory (export \"memory\") 2000) (func (export \"_start\")))";
-    let (outcome, _) = run(&rt, big, Run::default());
+    // A module whose initial memory is over the run's limit fails at instantiation…
+    let big = "(module (memory (export \"memory\") 1000) (func (export \"_start\")))";
+    let (outcome, _) = run(
+        &rt,
+        big,
+        Run {
+            memory_mb: 16,
+            ..Run::default()
+        },
+    );
     assert_eq!(outcome.status, RunStatus::Failed, "{outcome:?}");
     assert_eq!(
         outcome.message.as_deref(),
-        Some("out of memory (limit 64 MiB)")
+        Some("out of memory (limit 16 MiB)")
     );
+    // …and one over the executor's cap does not even compile (a `rejected` trigger).
+    let huge = "(module (memory (export \"memory\") 2000) (func (export \"_start\")))";
+    let (wasm, sha256) = common::compiled(huge);
+    let err = rt.compile(&sha256, &wasm).unwrap_err();
+    assert!(err.to_string().contains("minimum byte size"), "{err}");
 
     let (outcome, lines) = run(&rt, &common::hello(), Run::default());
     assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
@@ -403,6 +415,7 @@ fn compiled_modules_survive_a_restart() {
     assert_eq!(outcome.status, RunStatus::Succeeded);
     assert_eq!(log.lines().len(), 3);
     drop(second);
+    // Loaded into memory, not mapped: damaging the file under a live module is harmless.
 
     // A damaged cache file is dropped and the module compiled again.
     let cached: Vec<_> = walk(dir.path())

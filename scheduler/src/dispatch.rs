@@ -15,6 +15,7 @@
 //! has no database write; the claim made by the scan keeps a crash from losing it.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -187,6 +188,13 @@ async fn pool_loop(
     let _ = permits.acquire_many(size.max(1) as u32).await;
 }
 
+/// One shard of a trigger: its index, the total, and the executors it may go to in order.
+struct Shard {
+    index: i32,
+    total: i32,
+    candidates: Vec<String>,
+}
+
 /// One trigger on its way: the task, its run, and where it may still go.
 struct Pending {
     task: DueTask,
@@ -204,10 +212,16 @@ struct Pending {
 /// Dispatches one tick's tasks of one pool.
 #[tracing::instrument(skip_all, fields(tasks = batch.len()))]
 pub(crate) async fn dispatch_batch(shared: &Shared, batch: Vec<DueTask>) {
+    shared.in_flight.fetch_add(1, Ordering::SeqCst);
+    dispatch_tasks(shared, batch).await;
+    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+}
+
+async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
     let now = now_ms();
     let mut failed: Vec<RunUpdate> = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
-    let mut plans: Vec<(DueTask, Arc<JobEntry>, Vec<(String, i32, i32, Vec<String>)>)> = Vec::new();
+    let mut plans: Vec<(DueTask, Arc<JobEntry>, Vec<Shard>)> = Vec::new();
 
     // Resolve jobs and executors, choose candidates.
     for task in batch {
@@ -260,11 +274,19 @@ pub(crate) async fn dispatch_batch(shared: &Shared, batch: Vec<DueTask>) {
         if spec.route == Route::ShardingBroadcast {
             let total = addresses.len() as i32;
             for (i, address) in addresses.iter().enumerate() {
-                shards.push((address.clone(), i as i32, total, vec![address.clone()]));
+                shards.push(Shard {
+                    index: i as i32,
+                    total,
+                    candidates: vec![address.clone()],
+                });
             }
         } else {
             let candidates: Vec<String> = order.iter().map(|&i| addresses[i].clone()).collect();
-            shards.push((String::new(), 0, 1, candidates));
+            shards.push(Shard {
+                index: 0,
+                total: 1,
+                candidates,
+            });
         }
         plans.push((task, job, shards));
     }
@@ -286,15 +308,15 @@ pub(crate) async fn dispatch_batch(shared: &Shared, batch: Vec<DueTask>) {
     let mut ids = ids.into_iter();
     for (task, job, shards) in plans {
         let failover = job.job.spec.route.allows_failover();
-        for (_, shard_index, shard_total, candidates) in shards {
+        for shard in shards {
             let Some(run_id) = ids.next() else { break };
             pending.push(Pending {
                 task: task.clone(),
                 job: job.clone(),
                 run_id,
-                shard_index,
-                shard_total,
-                candidates,
+                shard_index: shard.index,
+                shard_total: shard.total,
+                candidates: shard.candidates,
                 next: 0,
                 failover,
                 last_error: None,
@@ -536,15 +558,18 @@ impl RunUpdate {
 pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Dispatched>) {
     let mut buf: Vec<Dispatched> = Vec::with_capacity(RECORD_BATCH);
     let mut shutdown = shared.shutdown.clone();
-    // After shutdown, in-flight dispatches still report here; stop once it has been quiet
-    // for longer than a dispatch can take.
-    let quiet =
-        Duration::from_millis(shared.config.dispatch_timeout_ms) + Duration::from_millis(500);
     loop {
         let got = if *shutdown.borrow() {
-            match tokio::time::timeout(quiet, rx.recv_many(&mut buf, RECORD_BATCH)).await {
+            // Stopping: drain what in-flight dispatches still send, then end.
+            match tokio::time::timeout(
+                Duration::from_millis(50),
+                rx.recv_many(&mut buf, RECORD_BATCH),
+            )
+            .await
+            {
                 Ok(n) => n,
-                Err(_) => return,
+                Err(_) if shared.in_flight.load(Ordering::SeqCst) == 0 => return,
+                Err(_) => continue,
             }
         } else {
             tokio::select! {

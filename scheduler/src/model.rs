@@ -348,11 +348,20 @@ pub struct Page<T> {
     pub next: Option<i64>,
 }
 
+/// A task state as the API names it: `pending` covers claimed tasks and first attempts,
+/// `failed` is a pending retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskState {
+    Pending,
+    Failed,
+    Is(TaskStatus),
+}
+
 /// Filters for task lists.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskFilter {
     pub job_id: Option<i64>,
-    pub status: Option<TaskStatus>,
+    pub state: Option<TaskState>,
     pub key: Option<String>,
     pub before_id: Option<i64>,
     pub limit: u32,

@@ -31,10 +31,13 @@ pub struct JobEntry {
     pub plugin: Option<Plugin>,
 }
 
+/// A cache entry: when it was read, and the job (`None`: it does not exist).
+type CachedJob = (Instant, Option<Arc<JobEntry>>);
+
 /// Jobs by id, re-read at most every few seconds (other nodes may change them) and at once
 /// when this node changes one.
 pub(crate) struct JobCache {
-    map: Mutex<HashMap<i64, (Instant, Option<Arc<JobEntry>>)>>,
+    map: Mutex<HashMap<i64, CachedJob>>,
     ttl: Duration,
 }
 
@@ -46,7 +49,7 @@ impl JobCache {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (Instant, Option<Arc<JobEntry>>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, CachedJob>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -152,6 +155,8 @@ pub(crate) struct Shared {
     pub slow: SlowTracker,
     pub recorder: mpsc::Sender<Dispatched>,
     pub scan_wake: Notify,
+    /// Dispatches in progress (the recorder waits for them at shutdown).
+    pub in_flight: std::sync::atomic::AtomicUsize,
     pub engine: wasmtime::Engine,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub shutdown: watch::Receiver<bool>,
@@ -207,6 +212,7 @@ impl Node {
             },
             recorder,
             scan_wake: Notify::new(),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
             engine: validation_engine()?,
             metrics: crate::metrics::handle(),
             shutdown: shutdown.clone(),
@@ -343,6 +349,23 @@ impl Node {
                 self.shared.scan_wake.notify_one();
             }
         }
+    }
+
+    /// Deletes a job (see [`Store::delete_job`]); the pending tasks it cancels leave the wheel.
+    pub async fn delete_job(&self, job_id: i64, force: bool) -> Result<Vec<i64>, store::Error> {
+        let cancelled = self
+            .shared
+            .store
+            .delete_job(job_id, force, now_ms())
+            .await?;
+        for &id in &cancelled {
+            if self.shared.ring.begin_cancel(id) != CancelState::Firing {
+                self.shared.ring.finish_cancel(id, true);
+            }
+        }
+        self.shared.jobs.invalidate(job_id);
+        self.shared.router.forget_job(job_id);
+        Ok(cancelled)
     }
 
     /// Cancels a task that has not started, even if it sits in this node's wheel.

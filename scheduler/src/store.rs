@@ -1150,8 +1150,17 @@ impl Store {
             if let Some(job) = f.job_id {
                 qb.push(" AND job_id = ").push_bind(job);
             }
-            if let Some(status) = f.status {
-                qb.push(" AND status = ").push_bind(status.as_str());
+            match f.state {
+                None => {}
+                Some(TaskState::Pending) => {
+                    qb.push(" AND (status = 'claimed' OR (status = 'pending' AND attempt = 1))");
+                }
+                Some(TaskState::Failed) => {
+                    qb.push(" AND status = 'pending' AND attempt > 1");
+                }
+                Some(TaskState::Is(status)) => {
+                    qb.push(" AND status = ").push_bind(status.as_str());
+                }
             }
             if let Some(key) = &f.key {
                 qb.push(" AND idem_key = ").push_bind(key.as_str());

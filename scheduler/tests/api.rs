@@ -13,6 +13,9 @@ use tower::ServiceExt;
 
 const TOKEN: &str = "test-token";
 const SECRET: &[u8] = b"test-secret";
+/// The two 4xx of bad input: a value out of range, or a request that does not parse.
+const INVALID: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
+const MALFORMED: StatusCode = StatusCode::BAD_REQUEST;
 const START: &str = r#"(module (func (export "_start")))"#;
 
 /// A started node and its router; [`TestApp::stop`] drains it.
@@ -171,6 +174,21 @@ impl TestApp {
         job.json()["id"].as_i64().unwrap()
     }
 
+    /// POSTs each body and checks its status and that its error message mentions the
+    /// needle.
+    async fn expect_rejections(&self, path: &str, cases: Vec<(Value, StatusCode, &str)>) {
+        for (body, status, needle) in cases {
+            let res = self.post(path, body.clone()).await;
+            let text = String::from_utf8_lossy(&res.body);
+            assert_eq!(res.status, status, "{body} → {text}");
+            let message = res.error();
+            assert!(
+                message.contains(needle),
+                "{body}: `{message}` should mention `{needle}`"
+            );
+        }
+    }
+
     /// A signed executor-protocol request.
     async fn signed(&self, method: Method, path: &str, body: &[u8], secret: &[u8]) -> Answer {
         let ts = chrono::Utc::now().timestamp_millis();
@@ -276,13 +294,13 @@ async fn unknown_routes_and_methods_answer_json() {
         .expect_error(StatusCode::METHOD_NOT_ALLOWED, "POST");
     t.get("/api/v1/tasks/abc")
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "`id`");
+        .expect_error(MALFORMED, "`id`");
     t.get("/api/v1/runs/1.5")
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "`id`");
+        .expect_error(MALFORMED, "`id`");
     t.get("/api/v1/tasks?limit=many")
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "`limit`");
+        .expect_error(MALFORMED, "`limit`");
     t.stop().await;
 }
 
@@ -311,22 +329,18 @@ async fn plugin_upload() {
 
     t.upload("bad", "this is not wasm")
         .await
-        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "WebAssembly");
+        .expect_error(INVALID, "WebAssembly");
     t.upload("bad", "(module)")
         .await
-        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "_start");
-    t.upload("bad", "")
-        .await
-        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "empty");
+        .expect_error(INVALID, "_start");
+    t.upload("bad", "").await.expect_error(INVALID, "empty");
     t.post_raw("/api/v1/plugins", "application/wasm", START)
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "`name`");
-    t.upload("", START)
-        .await
-        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "name");
+        .expect_error(MALFORMED, "`name`");
+    t.upload("", START).await.expect_error(INVALID, "name");
     t.upload(&"x".repeat(201), START)
         .await
-        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "200");
+        .expect_error(INVALID, "200");
 
     let list = t.get("/api/v1/plugins").await;
     list.expect(StatusCode::OK);
@@ -340,7 +354,7 @@ async fn plugin_upload() {
     assert!(module.body.starts_with(b"\0asm"));
     t.signed(Method::GET, &plugin_path("ABC"), b"", SECRET)
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "sha256");
+        .expect_error(MALFORMED, "sha256");
     t.signed(Method::GET, &plugin_path(&"0".repeat(64)), b"", SECRET)
         .await
         .expect(StatusCode::NOT_FOUND);
@@ -482,7 +496,7 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
     let cases: Vec<(Value, StatusCode, &str)> = vec![
         (
             with("schedule", json!({"kind": "cron", "expr": "not a cron"})),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "cron",
         ),
         (
@@ -490,7 +504,7 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
                 "schedule",
                 json!({"kind": "cron", "expr": "0 * * * * ?", "time_zone": "Mars/Olympus"}),
             ),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "time zone",
         ),
         (
@@ -498,72 +512,32 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
                 "schedule",
                 json!({"kind": "cron", "expr": "0 0 0 1 1 ? 2001"}),
             ),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "never",
         ),
         (
             with("schedule", json!({"kind": "fixed_rate", "every_ms": 0})),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "every_ms",
         ),
         (
             with("schedule", json!({"kind": "hourly"})),
-            StatusCode::BAD_REQUEST,
+            MALFORMED,
             "schedule",
         ),
-        (
-            with("plugin", json!("nope")),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "plugin",
-        ),
-        (
-            with("plugin", json!(999)),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "plugin",
-        ),
-        (
-            with("route", json!("sideways")),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "route",
-        ),
-        (
-            with("block", json!("maybe")),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "block",
-        ),
-        (
-            with("misfire", json!("panic")),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "misfire",
-        ),
-        (
-            with("timeout_ms", json!(0)),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "timeout_ms",
-        ),
-        (
-            with("timeout_ms", json!(86_400_001)),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "timeout_ms",
-        ),
-        (
-            with("timeout_ms", json!("soon")),
-            StatusCode::BAD_REQUEST,
-            "timeout_ms",
-        ),
-        (
-            with("max_attempts", json!(101)),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "max_attempts",
-        ),
-        (
-            with("memory_mb", json!(0)),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "memory_mb",
-        ),
+        (with("plugin", json!("nope")), INVALID, "plugin"),
+        (with("plugin", json!(999)), INVALID, "plugin"),
+        (with("route", json!("sideways")), INVALID, "route"),
+        (with("block", json!("maybe")), INVALID, "block"),
+        (with("misfire", json!("panic")), INVALID, "misfire"),
+        (with("timeout_ms", json!(0)), INVALID, "timeout_ms"),
+        (with("timeout_ms", json!(86_400_001)), INVALID, "timeout_ms"),
+        (with("timeout_ms", json!("soon")), MALFORMED, "timeout_ms"),
+        (with("max_attempts", json!(101)), INVALID, "max_attempts"),
+        (with("memory_mb", json!(0)), INVALID, "memory_mb"),
         (
             with("max_concurrency", json!(0)),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "max_concurrency",
         ),
         (
@@ -571,61 +545,32 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
                 "backoff",
                 json!({"kind": "exponential", "base_ms": 1000, "factor": 0.5, "max_ms": 5000}),
             ),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "factor",
         ),
-        (
-            with("child_jobs", json!([12345])),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "child_jobs[0]",
-        ),
-        (
-            with("name", json!("x".repeat(201))),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "name",
-        ),
-        (
-            with("name", json!("two\nlines")),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "control",
-        ),
-        (
-            with("app", json!("")),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "app",
-        ),
+        (with("child_jobs", json!([12345])), INVALID, "child_jobs[0]"),
+        (with("name", json!("x".repeat(201))), INVALID, "name"),
+        (with("name", json!("two\nlines")), INVALID, "control"),
+        (with("app", json!("")), INVALID, "app"),
         (
             with("colour", json!("blue")),
-            StatusCode::BAD_REQUEST,
+            MALFORMED,
             "unknown field `colour`",
         ),
         (
             json!({"name": "j", "app": "default", "plugin": "echo"}),
-            StatusCode::BAD_REQUEST,
+            MALFORMED,
             "schedule",
         ),
-        (json!([1, 2]), StatusCode::BAD_REQUEST, "invalid JSON"),
+        (json!([1, 2]), MALFORMED, "invalid JSON"),
     ];
-    for (body, status, needle) in cases {
-        let res = t.post("/api/v1/jobs", body.clone()).await;
-        assert_eq!(
-            res.status,
-            status,
-            "{body} → {}",
-            String::from_utf8_lossy(&res.body)
-        );
-        let message = res.error();
-        assert!(
-            message.contains(needle),
-            "{body}: `{message}` should mention `{needle}`"
-        );
-    }
+    t.expect_rejections("/api/v1/jobs", cases).await;
     t.post_raw("/api/v1/jobs", "application/json", "{\"name\":")
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "malformed JSON");
+        .expect_error(MALFORMED, "malformed JSON");
     t.post_raw("/api/v1/jobs", "text/plain", base.to_string())
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "Content-Type");
+        .expect_error(MALFORMED, "Content-Type");
     // Nothing was created.
     assert_eq!(t.get("/api/v1/jobs").await.json()["items"], json!([]));
     t.stop().await;
@@ -657,16 +602,16 @@ async fn job_patch_and_delete() {
 
     t.patch(&path, json!({"timeout_ms": -1}))
         .await
-        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "timeout_ms");
+        .expect_error(INVALID, "timeout_ms");
     t.patch(&path, json!({"child_jobs": [id]}))
         .await
-        .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "own child");
+        .expect_error(INVALID, "own child");
     t.patch(
         &format!("/api/v1/jobs/{other}"),
         json!({"child_jobs": [id]}),
     )
     .await
-    .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "cycle");
+    .expect_error(INVALID, "cycle");
     t.patch("/api/v1/jobs/999", json!({"enabled": true}))
         .await
         .expect(StatusCode::NOT_FOUND);
@@ -681,7 +626,7 @@ async fn job_patch_and_delete() {
         .expect_error(StatusCode::CONFLICT, "force");
     t.delete(&format!("{path}?force=maybe"))
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "`force`");
+        .expect_error(MALFORMED, "`force`");
     let gone = t.delete(&format!("{path}?force=true")).await;
     gone.expect(StatusCode::NO_CONTENT);
     assert!(gone.body.is_empty());
@@ -710,7 +655,7 @@ async fn trigger_creates_a_task_due_now() {
     assert_ne!(res.json()["task_id"].as_i64(), Some(task_id));
     t.post("/api/v1/jobs/j/trigger", json!({"parms": "x"}))
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "parms");
+        .expect_error(MALFORMED, "parms");
     t.post("/api/v1/jobs/nope/trigger", json!({}))
         .await
         .expect(StatusCode::NOT_FOUND);
@@ -778,7 +723,7 @@ async fn task_create_get_list_cancel() {
     );
     t.get("/api/v1/tasks?status=lost")
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "status");
+        .expect_error(MALFORMED, "status");
     t.get("/api/v1/tasks?job=nope")
         .await
         .expect(StatusCode::NOT_FOUND);
@@ -811,27 +756,23 @@ async fn bad_task_input() {
     let cases: Vec<(Value, StatusCode, &str)> = vec![
         (
             json!({"job": job, "delay_ms": 10, "run_at": "2099-01-01T00:00:00Z"}),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "run_at",
         ),
-        (
-            json!({"job": job, "delay_ms": -1}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "delay_ms",
-        ),
+        (json!({"job": job, "delay_ms": -1}), INVALID, "delay_ms"),
         (
             json!({"job": job, "delay_ms": 11_i64 * 366 * 86_400_000}),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "10 years",
         ),
         (
             json!({"job": job, "run_at": "3000-01-01T00:00:00Z"}),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "10 years",
         ),
         (
             json!({"job": job, "run_at": "tomorrow"}),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "RFC 3339",
         ),
         (
@@ -841,51 +782,26 @@ async fn bad_task_input() {
         ),
         (
             json!({"job": job, "max_attempts": 0}),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "max_attempts",
         ),
-        (
-            json!({"job": job, "priority": 1001}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "priority",
-        ),
-        (
-            json!({"job": job, "key": "k".repeat(201)}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "key",
-        ),
+        (json!({"job": job, "priority": 1001}), INVALID, "priority"),
+        (json!({"job": job, "key": "k".repeat(201)}), INVALID, "key"),
         (
             json!({"job": job, "backoff": {"kind": "fixed", "delay_ms": -5}}),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            INVALID,
             "backoff",
         ),
-        (
-            json!({"job": 424242}),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "job",
-        ),
-        (json!({"job": true}), StatusCode::BAD_REQUEST, "job"),
-        (json!({"payload": "x"}), StatusCode::BAD_REQUEST, "job"),
+        (json!({"job": 424242}), INVALID, "job"),
+        (json!({"job": true}), MALFORMED, "job"),
+        (json!({"payload": "x"}), MALFORMED, "job"),
         (
             json!({"job": job, "delay": 5}),
-            StatusCode::BAD_REQUEST,
+            MALFORMED,
             "unknown field `delay`",
         ),
     ];
-    for (body, status, needle) in cases {
-        let res = t.post("/api/v1/tasks", body.clone()).await;
-        assert_eq!(
-            res.status,
-            status,
-            "{body} → {}",
-            String::from_utf8_lossy(&res.body)
-        );
-        let message = res.error();
-        assert!(
-            message.contains(needle),
-            "{body}: `{message}` should mention `{needle}`"
-        );
-    }
+    t.expect_rejections("/api/v1/tasks", cases).await;
     // A past run_at is due at once.
     let past = t
         .post(
@@ -916,7 +832,7 @@ async fn task_keys_are_idempotent() {
         .expect(StatusCode::NOT_FOUND);
     t.delete("/api/v1/tasks?job=j")
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "`key`");
+        .expect_error(MALFORMED, "`key`");
     let cancelled = t.delete("/api/v1/tasks?job=j&key=order-42").await;
     cancelled.expect(StatusCode::OK);
     assert_eq!(cancelled.json()["id"], first.json()["id"]);
@@ -973,26 +889,26 @@ async fn task_batches_are_all_or_nothing() {
             json!({"tasks": [{"job": job}, {"job": job}, {"job": job, "delay_ms": -7}]}),
         )
         .await;
-    bad.expect_error(StatusCode::UNPROCESSABLE_ENTITY, "tasks[2].delay_ms");
+    bad.expect_error(INVALID, "tasks[2].delay_ms");
     let twice = t
         .post(
             "/api/v1/tasks/batch",
             json!({"tasks": [{"job": job, "key": "k"}, {"job": job, "key": "k"}]}),
         )
         .await;
-    twice.expect_error(StatusCode::UNPROCESSABLE_ENTITY, "tasks[1].key");
+    twice.expect_error(INVALID, "tasks[1].key");
     t.post(
         "/api/v1/tasks/batch",
         json!({"tasks": [{"job": job}, {"job": "nope"}]}),
     )
     .await
-    .expect_error(StatusCode::UNPROCESSABLE_ENTITY, "tasks[1].job");
+    .expect_error(INVALID, "tasks[1].job");
     t.post(
         "/api/v1/tasks/batch",
         json!({"tasks": [{"job": job}, {"job": job, "delay_ms": "x"}]}),
     )
     .await
-    .expect_error(StatusCode::BAD_REQUEST, "tasks[1].delay_ms");
+    .expect_error(MALFORMED, "tasks[1].delay_ms");
     let too_many: Vec<Value> = (0..10_001).map(|_| json!({"job": job})).collect();
     t.post("/api/v1/tasks/batch", json!({ "tasks": too_many }))
         .await
@@ -1015,13 +931,13 @@ async fn runs_and_executors() {
         .expect(StatusCode::NOT_FOUND);
     t.get("/api/v1/runs/999/log?from_line=0")
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "from_line");
+        .expect_error(MALFORMED, "from_line");
     t.call(Method::POST, "/api/v1/runs/999/kill", None)
         .await
         .expect(StatusCode::NOT_FOUND);
     t.get("/api/v1/runs?status=weird")
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "status");
+        .expect_error(MALFORMED, "status");
     assert_eq!(
         t.get("/api/v1/executors").await.json(),
         json!({"items": [], "next": null})
@@ -1061,7 +977,7 @@ async fn executor_protocol_is_signed() {
         .expect(StatusCode::OK);
     t.signed(Method::POST, PATH_HEARTBEAT, b"{\"app\":", SECRET)
         .await
-        .expect(StatusCode::BAD_REQUEST);
+        .expect(MALFORMED);
 
     let executors = t.get("/api/v1/executors").await.json();
     let e = &executors["items"][0];

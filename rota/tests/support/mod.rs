@@ -25,6 +25,13 @@ pub fn now_ms() -> i64 {
     rota_scheduler::model::now_ms()
 }
 
+pub fn now_us() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    since.as_micros() as i64
+}
+
 /// Waits until `check` returns `Some`, polling; panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where
@@ -120,6 +127,8 @@ pub enum Behaviour {
 pub struct Received {
     pub trigger: Trigger,
     pub received_at: i64,
+    /// Epoch microseconds, for lateness measurements.
+    pub received_at_us: i64,
 }
 
 pub struct DoubleState {
@@ -238,31 +247,29 @@ async fn signed_post<T: serde::Serialize>(
     }
 }
 
-fn verified(
-    state: &DoubleState,
-    uri: &Uri,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(), Response> {
+/// `Some(401 answer)` if the request is not signed with the secret.
+fn rejected(state: &DoubleState, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
     let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    verify(
+    let now = now_ms();
+    let result = verify(
         SECRET,
         "POST",
         uri.path(),
         h(HEADER_TIMESTAMP),
         h(HEADER_SIGNATURE),
         body,
-        now_ms(),
+        now,
         MAX_SKEW_MS,
-    )
-    .map_err(|e| {
-        *state.bad_signatures.lock().unwrap() += 1;
+    );
+    let error = result.err()?;
+    *state.bad_signatures.lock().unwrap() += 1;
+    Some(
         (
             StatusCode::UNAUTHORIZED,
-            axum::Json(json!({"error": e.to_string()})),
+            axum::Json(json!({"error": error.to_string()})),
         )
-            .into_response()
-    })
+            .into_response(),
+    )
 }
 
 async fn trigger(
@@ -271,7 +278,7 @@ async fn trigger(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = verified(&state, &uri, &headers, &body) {
+    if let Some(r) = rejected(&state, &uri, &headers, &body) {
         return r;
     }
     let behaviour = *state.behaviour.lock().unwrap();
@@ -292,7 +299,8 @@ async fn trigger(
                 .into_response();
         }
     };
-    let now = now_ms();
+    let now_us = now_us();
+    let now = now_us / 1000;
     let mut acks = Vec::new();
     let mut accepted = Vec::new();
     {
@@ -302,6 +310,7 @@ async fn trigger(
             received.push(Received {
                 trigger: t.clone(),
                 received_at: now,
+                received_at_us: now_us,
             });
             let key = (t.task_id, t.attempt, t.shard_index);
             if known.contains_key(&key) {
@@ -377,7 +386,7 @@ async fn runs_known(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = verified(&state, &uri, &headers, &body) {
+    if let Some(r) = rejected(&state, &uri, &headers, &body) {
         return r;
     }
     let req: RunsKnownRequest = serde_json::from_slice(&body).unwrap();
@@ -405,7 +414,7 @@ async fn beat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = verified(&state, &uri, &headers, &body) {
+    if let Some(r) = rejected(&state, &uri, &headers, &body) {
         return r;
     }
     axum::Json(BeatAck {
@@ -421,7 +430,7 @@ async fn idle_beat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = verified(&state, &uri, &headers, &body) {
+    if let Some(r) = rejected(&state, &uri, &headers, &body) {
         return r;
     }
     axum::Json(IdleBeatAck { idle: true }).into_response()
@@ -433,7 +442,7 @@ async fn kill(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = verified(&state, &uri, &headers, &body) {
+    if let Some(r) = rejected(&state, &uri, &headers, &body) {
         return r;
     }
     axum::Json(KillAck {
@@ -449,7 +458,7 @@ async fn log(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = verified(&state, &uri, &headers, &body) {
+    if let Some(r) = rejected(&state, &uri, &headers, &body) {
         return r;
     }
     let req: LogRequest = serde_json::from_slice(&body).unwrap();

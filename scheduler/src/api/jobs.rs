@@ -119,7 +119,7 @@ pub async fn delete(
     let force = query_flag("force", q.force.as_deref())?;
     let store = state.node.store();
     let job = find_job(store, &id).await?;
-    let cancelled = store.delete_job(job.id, force, now_ms()).await?;
+    let cancelled = state.node.delete_job(job.id, force).await?;
     state.node.job_changed(job.id).await;
     tracing::info!(
         job.id = job.id,

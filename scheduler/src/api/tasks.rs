@@ -16,9 +16,8 @@ use super::validate::{self, invalid};
 use super::views::{PageView, TASK_STATUSES, TaskView, parse_rfc3339};
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::model::{Millis, NewTask, Page, Task, TaskFilter, TaskKind, TaskStatus, now_ms};
+use crate::model::{Millis, NewTask, TaskFilter, TaskKind, TaskState, TaskStatus, now_ms};
 use crate::schedule::FIRE_HORIZON_MS;
-use crate::store::Store;
 
 /// Most tasks in one batch.
 pub const MAX_BATCH: usize = 10_000;
@@ -273,58 +272,29 @@ pub async fn list(
     let job_id = job_filter(store, q.job.as_deref()).await?;
     let filter = TaskFilter {
         job_id,
-        status: None,
+        state: task_state(q.status.as_deref().filter(|s| !s.is_empty()))?,
         key: q.key.filter(|k| !k.is_empty()),
         before_id: page.before_id,
         limit: page.limit,
     };
-    let tasks =
-        list_by_api_status(store, filter, q.status.as_deref().filter(|s| !s.is_empty())).await?;
+    let tasks = store.list_tasks(&filter).await?;
     Ok(Json(PageView::of(tasks, TaskView::from)))
 }
 
-/// Lists tasks by the status the API shows (see [`super::views::task_status`]). `pending`
-/// and `failed` are not single database states, so they are read as the states they are
-/// made of and filtered here; a page can then hold fewer than `limit` tasks while `next`
-/// still points further.
-async fn list_by_api_status(
-    store: &Store,
-    mut f: TaskFilter,
-    status: Option<&str>,
-) -> ApiResult<Page<Task>> {
-    match status {
-        None => Ok(store.list_tasks(&f).await?),
-        Some("failed") => {
-            f.status = Some(TaskStatus::Pending);
-            let mut page = store.list_tasks(&f).await?;
-            page.items.retain(|t| t.attempt > 1);
-            Ok(page)
-        }
-        Some("pending") => {
-            f.status = Some(TaskStatus::Pending);
-            let pending = store.list_tasks(&f).await?;
-            f.status = Some(TaskStatus::Claimed);
-            let claimed = store.list_tasks(&f).await?;
-            let more = pending.next.is_some() || claimed.next.is_some();
-            let mut items: Vec<Task> = pending.items.into_iter().chain(claimed.items).collect();
-            items.sort_by_key(|t| std::cmp::Reverse(t.id));
-            let more = more || items.len() > f.limit as usize;
-            items.truncate(f.limit as usize);
-            let next = if more {
-                items.last().map(|t| t.id)
-            } else {
-                None
-            };
-            items.retain(|t| t.status == TaskStatus::Claimed || t.attempt <= 1);
-            Ok(Page { items, next })
-        }
-        Some(s @ ("running" | "succeeded" | "dead" | "cancelled")) => {
-            f.status = Some(s.parse().map_err(ApiError::BadRequest)?);
-            Ok(store.list_tasks(&f).await?)
-        }
-        Some(other) => Err(ApiError::BadRequest(format!(
-            "query parameter `status` must be one of {}, not `{other}`",
-            TASK_STATUSES.join(", ")
-        ))),
-    }
+/// The `status` filter of task lists, in the API's words.
+fn task_state(status: Option<&str>) -> ApiResult<Option<TaskState>> {
+    Ok(match status {
+        None => None,
+        Some("pending") => Some(TaskState::Pending),
+        Some("failed") => Some(TaskState::Failed),
+        Some(s) => match s.parse::<TaskStatus>() {
+            Ok(status) if TASK_STATUSES.contains(&s) => Some(TaskState::Is(status)),
+            _ => {
+                return Err(ApiError::BadRequest(format!(
+                    "query parameter `status`: `{s}` is not a task status; expected one of: {}",
+                    TASK_STATUSES.join(", ")
+                )));
+            }
+        },
+    })
 }
