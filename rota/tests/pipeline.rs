@@ -301,3 +301,53 @@ async fn sharding_broadcast_reaches_every_executor() {
     assert_eq!(a.received()[0].trigger.params.as_deref(), Some("--all"));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_skips_an_executor_that_refuses() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let a = ExecutorDouble::start(&server.url, "default", Behaviour::Refuse).await;
+    let b = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    // Executors are tried in address order: make the refusing one first for `failover`.
+    let (first, second) = if a.address() < b.address() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    first.set_behaviour(Behaviour::Refuse);
+    second.set_behaviour(Behaviour::Succeed);
+    job(api, "ha", json!({"route": "failover"})).await;
+    job(api, "pinned", json!({"route": "first"})).await;
+    let ha = api
+        .ok("POST", "/api/v1/tasks", Some(json!({"job": "ha"})))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let pinned = api
+        .ok("POST", "/api/v1/tasks", Some(json!({"job": "pinned"})))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the failover task to succeed",
+        || async move { (task_status(api, ha).await == "succeeded").then_some(()) },
+    )
+    .await;
+    assert!(second.received().iter().any(|r| r.trigger.task_id == ha));
+    // `first` does not fail over: its run fails with the reason, and with one attempt it is dead.
+    eventually(
+        Duration::from_secs(10),
+        "the pinned task to be dead",
+        || async move { (task_status(api, pinned).await == "dead").then_some(()) },
+    )
+    .await;
+    let runs = api
+        .ok("GET", &format!("/api/v1/runs?task={pinned}"), None)
+        .await;
+    let message = runs["items"][0]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("503"), "the reason is kept: {message}");
+    server.stop().await;
+}

@@ -19,8 +19,12 @@ use crate::model::now_ms;
 /// Why a call to an executor did not get an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// No connection: the request certainly did not arrive, another executor may take it.
     #[error("executor {address} is unreachable: {reason}")]
     Unreachable { address: String, reason: String },
+    /// Connected but no answer (timeout, reset): the request may have arrived.
+    #[error("executor {address} did not answer: {reason}")]
+    NoAnswer { address: String, reason: String },
     #[error("executor {address} answered {status}: {body}")]
     Refused {
         address: String,
@@ -35,6 +39,16 @@ pub enum ClientError {
 pub struct ExecutorClient {
     http: reqwest::Client,
     secret: Secret,
+}
+
+impl ClientError {
+    /// The request certainly did not reach the executor.
+    pub fn not_delivered(&self) -> bool {
+        matches!(
+            self,
+            Self::Unreachable { .. } | Self::Refused { status: 503, .. }
+        )
+    }
 }
 
 impl ExecutorClient {

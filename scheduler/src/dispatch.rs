@@ -415,11 +415,13 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                         ack.acks.len(),
                         group.len()
                     );
-                    requeue(&mut pending, group, reason);
+                    requeue(&mut pending, group, reason, false);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "dispatch failed");
-                    requeue(&mut pending, group, e.to_string());
+                    // Only a request that surely never arrived may go to another executor;
+                    // one that may have arrived fails its run (and the retry policy applies).
+                    requeue(&mut pending, group, e.to_string(), e.not_delivered());
                 }
             }
         }
@@ -441,12 +443,22 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
     complete_failures(shared, failed).await;
 }
 
-/// Triggers whose request failed go to their next candidate if the strategy allows it.
-fn requeue(pending: &mut Vec<Pending>, group: Vec<Pending>, reason: String) {
+/// Triggers whose request failed go to their next candidate if the strategy allows it and
+/// the request surely did not arrive.
+fn requeue(
+    pending: &mut Vec<Pending>,
+    group: Vec<Pending>,
+    reason: String,
+    may_retry_elsewhere: bool,
+) {
     for mut p in group {
         p.all_full = false;
         p.last_error = Some(reason.clone());
-        p.next = if p.failover { p.next + 1 } else { usize::MAX };
+        p.next = if p.failover && may_retry_elsewhere {
+            p.next + 1
+        } else {
+            usize::MAX
+        };
         pending.push(p);
     }
 }
@@ -609,5 +621,23 @@ pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Disp
             .ring
             .fired(buf.iter().map(|d| (d.task_id, d.attempt)));
         buf.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_with_more_than_the_allowed_slow_dispatches_moves_to_the_slow_pool() {
+        let slow = SlowTracker::new(500, 10);
+        for _ in 0..10 {
+            slow.record([7], Duration::from_millis(600));
+            slow.record([8], Duration::from_millis(100));
+        }
+        assert!(!slow.is_slow(7), "10 slow dispatches are allowed");
+        slow.record([7], Duration::from_millis(501));
+        assert!(slow.is_slow(7), "the 11th moves it");
+        assert!(!slow.is_slow(8), "fast dispatches never count");
     }
 }
