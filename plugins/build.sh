@@ -51,7 +51,7 @@ echo 'fn main() {}' >"$probe/probe.rs"
 "$rustc" --target "$WASM_TARGET" --edition 2021 -o "$probe/probe.wasm" "$probe/probe.rs" \
     >"$probe/rustc.log" 2>&1 || {
     cat "$probe/rustc.log" >&2
-    die "$rustc cannot build for $WASM_TARGET (is the wasm32 std, libstd-rust-dev-wasm32, installed?); $install_hint"
+    die "$rustc cannot build for $WASM_TARGET (no wasm32 std: for Debian's rustc install libstd-rust-dev-wasm32, for rustup run rustup target add $WASM_TARGET); $install_hint"
 }
 command -v "$cc" >/dev/null 2>&1 || die "no C compiler '$cc'; $install_hint"
 echo 'int main(void) { return 0; }' >"$probe/probe.c"

@@ -8,6 +8,8 @@ use rota_proto::Secret;
 use rota_scheduler::Config;
 use tokio::net::TcpListener;
 
+use crate::cmd::TaskArgs;
+
 #[derive(Parser)]
 #[command(
     name = "rota",
@@ -23,6 +25,8 @@ pub struct Cli {
 enum Command {
     /// Run a scheduler node (scan, wheel, dispatch, REST API) against MySQL or SQLite.
     Server(ServerArgs),
+    /// Add, read, list and cancel delayed tasks on a running scheduler.
+    Task(TaskArgs),
 }
 
 #[derive(Args)]
@@ -104,6 +108,7 @@ impl Cli {
                 tracing::info!(listen = %args.listen, "rota server listening");
                 rota_scheduler::run(config, listener, shutdown_signal()).await
             }
+            Command::Task(args) => args.run().await,
         }
     }
 }

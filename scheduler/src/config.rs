@@ -44,6 +44,10 @@ pub struct Config {
     /// An executor silent this long is dead and its runs are lost.
     pub executor_dead_after_ms: i64,
 
+    /// Finished tasks and their runs are deleted this long after their last due time; task
+    /// keys keep deduplicating until then.
+    pub retention_ms: i64,
+
     pub max_payload_bytes: usize,
     pub max_body_bytes: usize,
     pub max_plugin_bytes: usize,
@@ -70,6 +74,7 @@ impl Config {
             dispatch_timeout_ms: 3_000,
             heartbeat_interval_ms: rota_proto::wire::DEFAULT_HEARTBEAT_INTERVAL_MS,
             executor_dead_after_ms: rota_proto::wire::DEFAULT_EXECUTOR_DEAD_AFTER_MS,
+            retention_ms: 7 * 24 * 3600 * 1000,
             max_payload_bytes: 64 * 1024,
             max_body_bytes: 32 * 1024 * 1024,
             max_plugin_bytes: 32 * 1024 * 1024,

@@ -15,6 +15,7 @@
 //! - [`dispatch`]: fast and slow pools, routing, trigger requests, the dispatch record.
 //! - [`client`]: signed HTTP calls to executors.
 //! - [`complete`]: run reports, the retry policy, executor liveness and lost runs.
+//! - [`retention`]: deletes finished tasks and runs past the retention period.
 //! - [`node`]: a running node — shared state, start-up, shutdown.
 //! - [`api`]: the REST API, the executor protocol endpoints, `/healthz`, `/metrics`.
 //! - [`metrics`]: the Prometheus recorder.
@@ -28,6 +29,7 @@ pub mod dispatch;
 pub mod metrics;
 pub mod model;
 pub mod node;
+pub mod retention;
 pub mod ring;
 pub mod route;
 pub mod scan;

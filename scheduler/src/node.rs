@@ -240,6 +240,7 @@ impl Node {
         tasks.spawn(dispatch::record_loop(shared.clone(), recorder_rx));
         tasks.spawn(crate::complete::liveness_loop(shared.clone()));
         tasks.spawn(node_heartbeat_loop(shared.clone()));
+        tasks.spawn(crate::retention::retention_loop(shared.clone()));
         {
             let shared = shared.clone();
             tasks.spawn(async move {

@@ -1729,6 +1729,44 @@ impl Store {
         Ok(applied)
     }
 
+    /// Deletes up to `limit` finished tasks (succeeded, dead, cancelled) whose last due time
+    /// is before `before`, with their runs. Returns how many tasks went. Small batches on an
+    /// index range, so retention never holds locks the scan would wait for.
+    pub async fn purge_finished(&self, before: Millis, limit: u32) -> Result<usize> {
+        on_pool!(self, |pool, Db| {
+            let mut ids: Vec<i64> = Vec::new();
+            for status in ["succeeded", "dead", "cancelled"] {
+                let room = i64::from(limit) - ids.len() as i64;
+                if room <= 0 {
+                    break;
+                }
+                let found: Vec<i64> = sqlx::query_scalar(
+                    "SELECT id FROM tasks WHERE status = ? AND due_at < ? ORDER BY due_at LIMIT ?",
+                )
+                .bind(status)
+                .bind(before)
+                .bind(room)
+                .fetch_all(pool)
+                .await?;
+                ids.extend(found);
+            }
+            if ids.is_empty() {
+                return Ok(0);
+            }
+            let mut tx = pool.begin().await?;
+            let mut qb = QueryBuilder::<Db>::new("DELETE FROM runs WHERE task_id IN ");
+            push_ids(&mut qb, ids.iter().copied());
+            qb.build().execute(&mut *tx).await?;
+            let mut qb = QueryBuilder::<Db>::new(
+                "DELETE FROM tasks WHERE status IN ('succeeded', 'dead', 'cancelled') AND id IN ",
+            );
+            push_ids(&mut qb, ids.iter().copied());
+            let deleted = qb.build().execute(&mut *tx).await?.affected();
+            tx.commit().await?;
+            Ok(deleted as usize)
+        })
+    }
+
     pub async fn get_run(&self, id: i64) -> Result<Run> {
         let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?");
         on_pool!(self, |pool, Db| {

@@ -925,3 +925,64 @@ contract!(id_blocks_never_overlap, |store: Store| async move {
     let c = store.allocate_ids("task", 1).await.unwrap();
     assert!(c >= 1);
 });
+
+contract!(
+    retention_purges_finished_tasks_and_their_runs_only,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+        let ids = store
+            .insert_tasks(
+                &[
+                    task(job.id, NOW - 50_000, Some("old")),
+                    task(job.id, NOW - 40_000, None),
+                    task(job.id, NOW, None),
+                ],
+                NOW,
+            )
+            .await
+            .unwrap();
+        // The first finishes, the second stays pending (old but unfinished), the third is recent.
+        let claimed = store
+            .claim_due(lease, NOW, NOW - 45_000, 10, &mut no_jobs)
+            .await
+            .unwrap();
+        let t = &claimed.tasks[0];
+        let run = store.allocate_ids("run", 1).await.unwrap();
+        store
+            .record_dispatches(&[dispatched(t, run)], NOW)
+            .await
+            .unwrap();
+        store
+            .apply_run_updates(&[report(t, run, RunStatus::Succeeded)], NOW, &mut policy)
+            .await
+            .unwrap();
+        store.cancel_task(ids[2].0, NOW).await.unwrap();
+
+        assert_eq!(store.purge_finished(NOW - 10_000, 100).await.unwrap(), 1);
+        assert!(matches!(
+            store.get_task(ids[0].0).await,
+            Err(Error::NotFound(_))
+        ));
+        assert!(matches!(store.get_run(run).await, Err(Error::NotFound(_))));
+        assert_eq!(
+            store.get_task(ids[1].0).await.unwrap().status,
+            TaskStatus::Pending,
+            "unfinished tasks stay"
+        );
+        assert_eq!(
+            store.get_task(ids[2].0).await.unwrap().status,
+            TaskStatus::Cancelled,
+            "recent ones stay"
+        );
+        assert_eq!(store.purge_finished(NOW - 10_000, 100).await.unwrap(), 0);
+        // Its key is free again once the task is gone.
+        assert!(
+            store
+                .insert_tasks(&[task(job.id, NOW, Some("old"))], NOW)
+                .await
+                .unwrap()[0]
+                .1
+        );
+    }
+);

@@ -1,0 +1,49 @@
+//! Retention: finished tasks and their runs are deleted once they are older than the
+//! configured period — XXL-JOB's ever-growing log table is one of its users' top complaints.
+//!
+//! Deletion goes in small batches with pauses in between, so it never holds locks or a
+//! connection long enough to delay the scan. Every node runs it; batches of different nodes
+//! simply take different rows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::model::now_ms;
+use crate::node::Shared;
+
+/// Tasks per delete batch.
+const BATCH: u32 = 1_000;
+/// Pause between batches.
+const PAUSE: Duration = Duration::from_millis(100);
+/// How often a purge round starts.
+const EVERY: Duration = Duration::from_secs(60);
+
+pub(crate) async fn retention_loop(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(EVERY) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        let before = now_ms() - shared.config.retention_ms;
+        let mut purged = 0usize;
+        loop {
+            match shared.store.purge_finished(before, BATCH).await {
+                Ok(0) => break,
+                Ok(n) => purged += n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention purge failed; trying again next round");
+                    break;
+                }
+            }
+            if *shutdown.borrow() {
+                return;
+            }
+            tokio::time::sleep(PAUSE).await;
+        }
+        if purged > 0 {
+            metrics::counter!("rota_purged_tasks_total").increment(purged as u64);
+            tracing::info!(tasks = purged, "purged finished tasks past retention");
+        }
+    }
+}
