@@ -2,6 +2,7 @@
 //! tracing and hands over to the libraries (`rota-scheduler`, `rota-executor`).
 
 mod cli;
+mod cmd;
 
 use clap::Parser;
 

@@ -351,3 +351,46 @@ async fn failover_skips_an_executor_that_refuses() {
     assert!(message.contains("503"), "the reason is kept: {message}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busyover_sends_to_an_idle_executor() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let a = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    let b = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    let (first, second) = if a.address() < b.address() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    // The first executor takes the first run and keeps running it.
+    first.set_behaviour(Behaviour::Hang);
+    let jid = job(api, "busy", json!({"route": "busyover"})).await;
+    api.ok("POST", &format!("/api/v1/jobs/{jid}/trigger"), None)
+        .await;
+    eventually(
+        Duration::from_secs(10),
+        "the first run to reach the first executor",
+        || async { (!first.received().is_empty()).then_some(()) },
+    )
+    .await;
+    let t2 = api
+        .ok("POST", &format!("/api/v1/jobs/{jid}/trigger"), None)
+        .await["task_id"]
+        .as_i64()
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the second run to succeed",
+        || async move { (task_status(api, t2).await == "succeeded").then_some(()) },
+    )
+    .await;
+    assert!(
+        second.received().iter().any(|r| r.trigger.task_id == t2),
+        "the busy executor was skipped"
+    );
+    assert_eq!(first.received().len(), 1);
+    server.stop().await;
+}

@@ -281,7 +281,10 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                 });
             }
         } else {
-            let candidates: Vec<String> = order.iter().map(|&i| addresses[i].clone()).collect();
+            let mut candidates: Vec<String> = order.iter().map(|&i| addresses[i].clone()).collect();
+            if spec.route == Route::Busyover {
+                candidates = idle_first(shared, task.job_id, candidates).await;
+            }
             shards.push(Shard {
                 index: 0,
                 total: 1,
@@ -441,6 +444,28 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         shared.ring.defer(deferred, now_ms() + FULL_RETRY_MS);
     }
     complete_failures(shared, failed).await;
+}
+
+/// Busyover (XXL-JOB's semantics): ask the executors in order whether they run this job now
+/// (`/idle-beat`) and put the first idle one first; executors that do not answer go last.
+async fn idle_first(shared: &Shared, job_id: i64, candidates: Vec<String>) -> Vec<String> {
+    let mut busy = Vec::new();
+    let mut silent = Vec::new();
+    for (i, address) in candidates.iter().enumerate() {
+        match shared.client.idle_beat(address, job_id).await {
+            Ok(ack) if ack.idle => {
+                let mut ordered = vec![address.clone()];
+                ordered.extend(busy);
+                ordered.extend(candidates[i + 1..].iter().cloned());
+                ordered.extend(silent);
+                return ordered;
+            }
+            Ok(_) => busy.push(address.clone()),
+            Err(_) => silent.push(address.clone()),
+        }
+    }
+    busy.extend(silent);
+    busy
 }
 
 /// Triggers whose request failed go to their next candidate if the strategy allows it and

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// Where the scheduler is and how to talk to it; global, so they go before or after the
 /// subcommand (`rota task --json get 7` or `rota task get 7 --json`).
-#[derive(Args, Debug)]
+#[derive(Args)]
 pub struct ServerFlags {
     /// Base URL of any scheduler node.
     #[arg(
@@ -31,9 +31,12 @@ pub struct ServerFlags {
 }
 
 fn parse_server(s: &str) -> Result<Url, String> {
-    let url = Url::parse(s).map_err(|e| format!("`{s}` is not a URL ({e}); e.g. http://127.0.0.1:8080"))?;
+    let url = Url::parse(s)
+        .map_err(|e| format!("`{s}` is not a URL ({e}); e.g. http://127.0.0.1:8080"))?;
     if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
-        return Err(format!("`{s}` is not an http:// URL; e.g. http://127.0.0.1:8080"));
+        return Err(format!(
+            "`{s}` is not an http:// URL; e.g. http://127.0.0.1:8080"
+        ));
     }
     Ok(url)
 }
@@ -79,7 +82,12 @@ impl ApiClient {
 
     /// Sends a request; a non-2xx answer becomes an error `"<status>: <message>"`, where
     /// the message is the API's `error` (or the start of whatever else came back).
-    pub async fn send(&self, method: Method, url: Url, body: Option<&Value>) -> anyhow::Result<Answer> {
+    pub async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&Value>,
+    ) -> anyhow::Result<Answer> {
         let mut req = self.http.request(method, url);
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
@@ -131,7 +139,9 @@ mod tests {
     #[test]
     fn urls_keep_the_servers_path_and_encode_segments() {
         assert_eq!(
-            client("http://127.0.0.1:8080").url(&["tasks", "7"]).as_str(),
+            client("http://127.0.0.1:8080")
+                .url(&["tasks", "7"])
+                .as_str(),
             "http://127.0.0.1:8080/api/v1/tasks/7"
         );
         assert_eq!(

@@ -8,19 +8,24 @@ const UNITS: &str = "ms, s, m, h or d";
 
 /// Milliseconds in a duration such as `30m` or `1h30m`.
 pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
-    let bad = |why: &str| format!("`{s}` is not a duration ({why}); write e.g. 500ms, 30s, 30m, 2h, 1d");
+    let bad =
+        |why: &str| format!("`{s}` is not a duration ({why}); write e.g. 500ms, 30s, 30m, 2h, 1d");
     let mut rest = s.trim();
     if rest.is_empty() {
         return Err(bad("it is empty"));
     }
     let mut total: u64 = 0;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         if digits == 0 {
             return Err(bad("expected a number"));
         }
         let (number, tail) = rest.split_at(digits);
-        let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let scale: u64 = match unit {
             "ms" => 1,
@@ -68,7 +73,11 @@ pub fn parse_backoff(s: &str) -> Result<Backoff, String> {
                 [_, _, _, other] => {
                     return Err(format!("`{other}` is not `jitter`; {usage}"));
                 }
-                _ => return Err(format!("`{s}` needs a base, a factor and a maximum; {usage}")),
+                _ => {
+                    return Err(format!(
+                        "`{s}` needs a base, a factor and a maximum; {usage}"
+                    ));
+                }
             };
             let factor = factor
                 .parse::<f64>()

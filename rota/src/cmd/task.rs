@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::client::{Answer, ApiClient, ServerFlags};
 use super::duration::{parse_backoff, parse_duration_ms};
 
-#[derive(Args, Debug)]
+#[derive(Args)]
 pub struct TaskArgs {
     #[command(flatten)]
     server: ServerFlags,
@@ -22,7 +22,7 @@ pub struct TaskArgs {
     command: TaskCommand,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand)]
 enum TaskCommand {
     /// Create a delayed task (or find the one the job already has for `--key`).
     Add(AddArgs),
@@ -37,7 +37,7 @@ enum TaskCommand {
     List(ListArgs),
 }
 
-#[derive(Args, Debug)]
+#[derive(Args)]
 struct AddArgs {
     /// The job (name or id) whose plugin runs the task.
     #[arg(long)]
@@ -70,7 +70,7 @@ struct AddArgs {
     priority: Option<i64>,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args)]
 #[command(group(ArgGroup::new("which").required(true).args(["id", "key"])))]
 struct CancelArgs {
     /// The task's id.
@@ -84,7 +84,7 @@ struct CancelArgs {
     key: Option<String>,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args)]
 struct ListArgs {
     /// Only this job's tasks (name or id).
     #[arg(long)]
@@ -107,9 +107,7 @@ fn parse_time(s: &str) -> Result<String, String> {
             t.with_timezone(&Utc)
                 .to_rfc3339_opts(SecondsFormat::Millis, true)
         })
-        .map_err(|e| {
-            format!("`{s}` is not an RFC 3339 time such as 2026-12-01T10:00:00Z ({e})")
-        })
+        .map_err(|e| format!("`{s}` is not an RFC 3339 time such as 2026-12-01T10:00:00Z ({e})"))
 }
 
 impl TaskArgs {

@@ -433,7 +433,19 @@ async fn idle_beat(
     if let Some(r) = rejected(&state, &uri, &headers, &body) {
         return r;
     }
-    axum::Json(IdleBeatAck { idle: true }).into_response()
+    let req: IdleBeatRequest = serde_json::from_slice(&body).unwrap();
+    // A hanging double is still running every job it was given.
+    let hanging = *state.behaviour.lock().unwrap() == Behaviour::Hang;
+    let runs_it = state
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|r| r.trigger.job_id == req.job_id);
+    axum::Json(IdleBeatAck {
+        idle: !(hanging && runs_it),
+    })
+    .into_response()
 }
 
 async fn kill(

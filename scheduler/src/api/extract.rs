@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
+use utoipa::IntoParams;
 
 use super::error::{ApiError, NOT_JSON};
 
@@ -180,6 +181,24 @@ pub fn query_param<T: FromStr>(
 /// A query parameter that must be `true` or `false`.
 pub fn query_flag(name: &str, value: Option<&str>) -> Result<bool, ApiError> {
     Ok(query_param(name, value, "`true` or `false`")?.unwrap_or(false))
+}
+
+/// The `limit` and `after` of a list, as given: handlers read them with a [`Query`] of
+/// their own, next to the list's filters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Items per page: 50 by default; a limit over 1,000 is capped.
+    #[param(value_type = Option<u32>, minimum = 1, default = 50)]
+    limit: Option<String>,
+    /// The `next` cursor of the previous page.
+    after: Option<String>,
+}
+
+impl PageQuery {
+    pub fn parse(&self) -> Result<PageParams, ApiError> {
+        PageParams::parse(self.limit.as_deref(), self.after.as_deref())
+    }
 }
 
 /// `limit` and `after` of a list.

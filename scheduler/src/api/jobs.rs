@@ -7,12 +7,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use rota_proto::BlockStrategy;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
 use super::extract::{
-    Json, NameOrId, OptionalJson, PageParams, PathParam, Query, nullable, query_flag,
+    Json, NameOrId, OptionalJson, PageQuery, PathParam, Query, nullable, query_flag,
 };
+use super::openapi::{BlockName, ErrorBody};
 use super::tasks::store_tasks;
 use super::validate::{self, invalid};
 use super::views::{JobView, PageView};
@@ -34,29 +36,61 @@ const MAX_CHILD_JOBS: usize = 100;
 /// A job's settings as sent to `POST` (name, app, plugin and schedule required) or `PATCH`
 /// (any subset, merged onto the stored job). Integers are read as `i64` so that an
 /// out-of-range value is a 422 naming its range rather than a serde overflow.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobFields {
+    /// Unique; any text up to 200 characters.
     name: Option<String>,
+    /// The executor group that runs it.
     app: Option<String>,
+    /// The plugin's name or id; runs use its latest version.
     plugin: Option<NameOrId>,
     schedule: Option<Schedule>,
+    /// The runs' stdin, `ROTA_PARAMS` and argv; `null` clears them.
     #[serde(default, deserialize_with = "nullable")]
     params: Option<Option<String>>,
+    /// `first` by default.
+    #[schema(value_type = Option<Route>)]
     route: Option<String>,
+    /// `serial` by default.
+    #[schema(value_type = Option<BlockName>)]
     block: Option<String>,
+    /// `do_nothing` by default.
+    #[schema(value_type = Option<Misfire>)]
     misfire: Option<String>,
+    /// 300,000 (5 minutes) by default.
     timeout_ms: Option<i64>,
+    /// 1 to 100; 1 by default.
     max_attempts: Option<i64>,
+    /// Exponential from 1 s, factor 2, at most an hour, by default.
     backoff: Option<Backoff>,
+    /// 64 by default, up to the executor's cap.
     memory_mb: Option<i64>,
+    /// Runs of this job at once across executors; `null` for no limit.
     #[serde(default, deserialize_with = "nullable")]
     max_concurrency: Option<Option<i64>>,
+    /// Jobs (names or ids) triggered after each successful run.
     child_jobs: Option<Vec<NameOrId>>,
+    /// `true` by default; a disabled job does not fire on its schedule.
     enabled: Option<bool>,
 }
 
+/// The path parameter of `/api/v1/jobs/{id}`.
+const JOB_ID: &str = "The job's id, or its name";
+
 /// `POST /api/v1/jobs`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/jobs",
+    operation_id = "create_job",
+    request_body(content = JobFields, description = "`name`, `app`, `plugin` and `schedule` are required"),
+    responses(
+        (status = 201, description = "The new job", body = JobView),
+        (status = 400, description = "Malformed JSON, or a required field is missing", body = ErrorBody),
+        (status = 409, description = "A job with this name exists", body = ErrorBody),
+        (status = 422, description = "An invalid value, or a plugin or child job that does not exist", body = ErrorBody),
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     Json(fields): Json<JobFields>,
@@ -75,6 +109,16 @@ pub async fn create(
 }
 
 /// `GET /api/v1/jobs/{id}` (an id or a name).
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs/{id}",
+    operation_id = "get_job",
+    params(("id" = String, Path, description = JOB_ID)),
+    responses(
+        (status = 200, description = "The job", body = JobView),
+        (status = 404, description = "No such job", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     PathParam(id): PathParam,
@@ -85,6 +129,20 @@ pub async fn get(
 /// `PATCH /api/v1/jobs/{id}`: the given fields replace the stored ones; everything is
 /// validated again. The next fire time is recomputed when the schedule or `enabled`
 /// changed, and kept otherwise (so an unrelated edit does not shift a fixed-rate phase).
+#[utoipa::path(
+    patch,
+    path = "/api/v1/jobs/{id}",
+    operation_id = "update_job",
+    params(("id" = String, Path, description = JOB_ID)),
+    request_body(content = JobFields, description = "The fields to change"),
+    responses(
+        (status = 200, description = "The changed job", body = JobView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "Another job has this name", body = ErrorBody),
+        (status = 422, description = "An invalid value", body = ErrorBody),
+    )
+)]
 pub async fn update(
     State(state): State<AppState>,
     PathParam(id): PathParam,
@@ -104,13 +162,29 @@ pub async fn update(
     Ok(Json(job.into()))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DeleteQuery {
+    /// Cancel the job's pending tasks first; without it, a job with pending or running
+    /// tasks is not deleted.
+    #[param(value_type = Option<bool>)]
     force: Option<String>,
 }
 
 /// `DELETE /api/v1/jobs/{id}[?force=true]`: a job with pending or running tasks is a 409
 /// unless forced, which cancels the pending ones first.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/jobs/{id}",
+    operation_id = "delete_job",
+    params(("id" = String, Path, description = JOB_ID), DeleteQuery),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "`force` is not `true` or `false`", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 409, description = "The job has pending or running tasks", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(state): State<AppState>,
     PathParam(id): PathParam,
@@ -129,19 +203,33 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TriggerBody {
+    /// This run's params instead of the job's.
     params: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Triggered {
     task_id: i64,
 }
 
 /// `POST /api/v1/jobs/{id}/trigger` with an optional `{"params": "…"}`: a task due now,
 /// run with these params (or the job's) under the job's retry policy.
+#[utoipa::path(
+    post,
+    path = "/api/v1/jobs/{id}/trigger",
+    operation_id = "trigger_job",
+    params(("id" = String, Path, description = JOB_ID)),
+    request_body(content = Option<TriggerBody>, description = "May be left out"),
+    responses(
+        (status = 201, description = "The task, due now", body = Triggered),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 413, description = "`params` is too large", body = ErrorBody),
+    )
+)]
 pub async fn trigger(
     State(state): State<AppState>,
     PathParam(id): PathParam,
@@ -173,20 +261,32 @@ pub async fn trigger(
     Ok((StatusCode::CREATED, Json(Triggered { task_id })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only this app's jobs.
     app: Option<String>,
+    /// Only jobs whose name contains this.
     q: Option<String>,
-    limit: Option<String>,
-    after: Option<String>,
 }
 
 /// `GET /api/v1/jobs?app=&q=&limit=&after=`: newest first; `q` matches part of the name.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs",
+    operation_id = "list_jobs",
+    params(ListQuery, PageQuery),
+    responses(
+        (status = 200, description = "A page of jobs, newest first", body = PageView<JobView>),
+        (status = 400, description = "A malformed `limit` or `after`", body = ErrorBody),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
+    Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<PageView<JobView>>> {
-    let page = PageParams::parse(q.limit.as_deref(), q.after.as_deref())?;
+    let page = page.parse()?;
     let non_empty = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
     let (app, search) = (non_empty(&q.app), non_empty(&q.q));
     let jobs = state

@@ -3,10 +3,15 @@
 
 use chrono::{DateTime, SecondsFormat};
 use serde::Serialize;
+use utoipa::ToSchema;
 
+use super::openapi::{BlockName, TaskStatusName};
 use crate::backoff::Backoff;
-use crate::model::{Executor, Job, Millis, Page, Plugin, Run, Task, TaskStatus};
-use crate::schedule::Schedule;
+use crate::model::{
+    Executor, Job, Millis, Page, Plugin, Run, RunStatus, Task, TaskKind, TaskStatus,
+};
+use crate::route::Route;
+use crate::schedule::{Misfire, Schedule};
 
 /// `2026-11-30T03:29:00.123Z`.
 pub fn rfc3339(ms: Millis) -> String {
@@ -29,9 +34,10 @@ pub fn parse_rfc3339(s: &str) -> Option<Millis> {
 }
 
 /// A list page: `next` is the cursor (an id, as a string) to pass back as `after`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct PageView<T> {
     pub items: Vec<T>,
+    /// The cursor of the next page, to pass back as `after`; `null` on the last page.
     pub next: Option<String>,
 }
 
@@ -48,13 +54,14 @@ impl<T> PageView<T> {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct PluginView {
     pub id: i64,
     pub name: String,
     pub version: i32,
     pub sha256: String,
     pub size: i64,
+    #[schema(format = DateTime)]
     pub created_at: String,
 }
 
@@ -71,7 +78,7 @@ impl From<Plugin> for PluginView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct JobView {
     pub id: i64,
     pub name: String,
@@ -79,8 +86,11 @@ pub struct JobView {
     pub plugin: String,
     pub schedule: Schedule,
     pub params: Option<String>,
+    #[schema(value_type = Route)]
     pub route: &'static str,
+    #[schema(value_type = BlockName)]
     pub block: &'static str,
+    #[schema(value_type = Misfire)]
     pub misfire: &'static str,
     pub timeout_ms: i64,
     pub max_attempts: i32,
@@ -89,8 +99,11 @@ pub struct JobView {
     pub max_concurrency: Option<i32>,
     pub child_jobs: Vec<i64>,
     pub enabled: bool,
+    #[schema(format = DateTime)]
     pub next_fire_at: Option<String>,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
 }
 
@@ -145,12 +158,15 @@ pub const TASK_STATUSES: [&str; 6] = [
     "cancelled",
 ];
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TaskView {
     pub id: i64,
     pub job: i64,
+    #[schema(value_type = TaskKind)]
     pub kind: &'static str,
+    #[schema(value_type = TaskStatusName)]
     pub status: &'static str,
+    #[schema(format = DateTime)]
     pub due_at: String,
     pub attempts: i32,
     pub max_attempts: Option<i32>,
@@ -158,7 +174,9 @@ pub struct TaskView {
     pub priority: i32,
     pub payload: Option<String>,
     pub last_run_id: Option<i64>,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
 }
 
@@ -183,7 +201,7 @@ impl From<Task> for TaskView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RunView {
     pub id: i64,
     pub job: i64,
@@ -192,10 +210,15 @@ pub struct RunView {
     pub shard_index: i32,
     pub shard_total: i32,
     pub executor: Option<String>,
+    #[schema(format = DateTime)]
     pub scheduled_at: String,
+    #[schema(format = DateTime)]
     pub dispatched_at: Option<String>,
+    #[schema(format = DateTime)]
     pub started_at: Option<String>,
+    #[schema(format = DateTime)]
     pub finished_at: Option<String>,
+    #[schema(value_type = RunStatus)]
     pub status: &'static str,
     pub exit_code: Option<i32>,
     pub message: Option<String>,
@@ -222,11 +245,13 @@ impl From<Run> for RunView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ExecutorView {
     pub app: String,
     pub address: String,
+    #[schema(format = DateTime)]
     pub registered_at: String,
+    #[schema(format = DateTime)]
     pub last_heartbeat_at: String,
     pub running: i32,
     pub capacity: i32,

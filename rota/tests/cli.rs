@@ -1,0 +1,434 @@
+//! `rota task …` end to end: the built binary against a scheduler node started in this
+//! process on port 0. Each command runs as a real process, off the runtime's threads.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+/// What one `rota` process did.
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `rota <args>` with `env` (and nothing inherited that would point it elsewhere).
+async fn rota_with(env: &[(&str, &str)], args: &[&str]) -> Out {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
+    cmd.args(args)
+        .env_remove("ROTA_SERVER")
+        .env_remove("ROTA_API_TOKEN")
+        .envs(env.iter().copied());
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("running rota"))
+        .await
+        .unwrap();
+    let out = Out {
+        code: out.status.code().expect("rota exited, not killed"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    };
+    assert!(!out.stderr.contains("panicked"), "rota panicked: {out:?}");
+    out
+}
+
+/// Runs `rota <args>` against `server`, configured through the environment.
+async fn rota(server: &TestServer, args: &[&str]) -> Out {
+    rota_with(
+        &[("ROTA_SERVER", &server.url), ("ROTA_API_TOKEN", TOKEN)],
+        args,
+    )
+    .await
+}
+
+/// Like [`rota`], but the command must succeed.
+async fn rota_ok(server: &TestServer, args: &[&str]) -> String {
+    let out = rota(server, args).await;
+    assert_eq!(out.code, 0, "rota {args:?}: {out:?}");
+    out.stdout
+}
+
+async fn job(api: &Api, name: &str) {
+    api.upload_plugin("noop").await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": name, "app": "default", "plugin": "noop", "schedule": {"kind": "none"}}),
+        ),
+    )
+    .await;
+}
+
+/// The id in a first line such as `created task 17`.
+fn id_after(stdout: &str, prefix: &str) -> i64 {
+    let first = stdout.lines().next().unwrap_or_default();
+    first
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("expected `{prefix}<id>` first, got:\n{stdout}"))
+}
+
+fn millis(rfc3339: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(rfc3339.as_str().unwrap())
+        .unwrap()
+        .timestamp_millis()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_added_read_listed_and_cancelled() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    job(api, "close-order").await;
+
+    // Created: said in words, then the task.
+    let before = now_ms();
+    let out = rota_ok(
+        &server,
+        &[
+            "task",
+            "add",
+            "--job",
+            "close-order",
+            "--delay",
+            "30m",
+            "--payload",
+            "order 42",
+            "--key",
+            "order-42",
+            "--max-attempts",
+            "3",
+            "--backoff",
+            "exp:1s,2,1m,jitter",
+            "--priority",
+            "-5",
+        ],
+    )
+    .await;
+    let first = id_after(&out, "created task ");
+    assert!(out.contains("status       pending"), "{out}");
+    assert!(out.contains("due_at       "), "{out}");
+    let task = api.ok("GET", &format!("/api/v1/tasks/{first}"), None).await;
+    let due = millis(&task["due_at"]);
+    assert!(
+        (before + 1_800_000..=now_ms() + 1_800_000).contains(&due),
+        "due {due}, added at {before}"
+    );
+    assert_eq!(task["payload"], "order 42");
+    assert_eq!(task["key"], "order-42");
+    assert_eq!(task["max_attempts"], 3);
+    assert_eq!(task["priority"], -5);
+
+    // The same key again: the existing task (200), said so.
+    let out = rota_ok(
+        &server,
+        &[
+            "task",
+            "add",
+            "--job",
+            "close-order",
+            "--key",
+            "order-42",
+            "--delay",
+            "1h",
+        ],
+    )
+    .await;
+    assert_eq!(
+        out.lines().next(),
+        Some(format!("task {first} already exists for key order-42").as_str()),
+        "{out}"
+    );
+
+    // --at, --payload-file and --json (raw JSON on stdout).
+    let payload = _dir.path().join("payload.txt");
+    std::fs::write(&payload, "line 1\nline 2\n").unwrap();
+    let at = chrono::Utc::now() + chrono::Duration::days(1);
+    let at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let out = rota_ok(
+        &server,
+        &[
+            "task",
+            "add",
+            "--job",
+            "close-order",
+            "--at",
+            &at,
+            "--payload-file",
+            payload.to_str().unwrap(),
+            "--key",
+            "order-43",
+            "--json",
+        ],
+    )
+    .await;
+    let created: Value = serde_json::from_str(&out).expect("--json prints JSON");
+    let second = created["id"].as_i64().unwrap();
+    assert_eq!(created["status"], "pending");
+    assert_eq!(created["due_at"], at.as_str());
+
+    // get: human and JSON.
+    let out = rota_ok(&server, &["task", "get", &second.to_string()]).await;
+    assert!(out.contains(&format!("id           {second}")), "{out}");
+    assert!(out.contains(r#"payload      "line 1\nline 2\n""#), "{out}");
+    let out = rota_ok(&server, &["task", "--json", "get", &first.to_string()]).await;
+    let got: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(got["id"], first);
+    assert_eq!(got["payload"], "order 42");
+
+    // list: a table, newest first, a page at a time with a cursor.
+    let out = rota_ok(
+        &server,
+        &["task", "list", "--job", "close-order", "--limit", "1"],
+    )
+    .await;
+    let mut lines = out.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.starts_with("ID") && header.contains("STATUS"),
+        "{out}"
+    );
+    assert!(
+        lines.next().unwrap().starts_with(&second.to_string()),
+        "{out}"
+    );
+    let next = out
+        .lines()
+        .find_map(|l| l.strip_prefix("next: "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no next cursor in:\n{out}"));
+    let out = rota_ok(
+        &server,
+        &["task", "list", "--job", "close-order", "--after", next],
+    )
+    .await;
+    assert!(
+        out.lines().nth(1).unwrap().starts_with(&first.to_string()),
+        "{out}"
+    );
+    let out = rota_ok(&server, &["task", "list", "--status", "cancelled"]).await;
+    assert_eq!(out.trim(), "no tasks");
+
+    // cancel by id, again (idempotent), and by job and key.
+    let out = rota_ok(&server, &["task", "cancel", &first.to_string()]).await;
+    assert_eq!(
+        out.lines().next(),
+        Some(format!("cancelled task {first}").as_str())
+    );
+    assert!(out.contains("status       cancelled"), "{out}");
+    rota_ok(&server, &["task", "cancel", &first.to_string()]).await;
+    let out = rota_ok(
+        &server,
+        &[
+            "task",
+            "cancel",
+            "--job",
+            "close-order",
+            "--key",
+            "order-43",
+        ],
+    )
+    .await;
+    assert_eq!(id_after(&out, "cancelled task "), second);
+    let out = rota_ok(
+        &server,
+        &["task", "list", "--status", "cancelled", "--json"],
+    )
+    .await;
+    let page: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(page["items"].as_array().unwrap().len(), 2, "{page}");
+    assert_eq!(page["next"], Value::Null);
+
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_errors_print_the_status_and_the_servers_message() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    job(api, "slow").await;
+    let _executor = ExecutorDouble::start(&server.url, "default", Behaviour::Hang).await;
+
+    // A running task cannot be cancelled: 409.
+    let out = rota_ok(&server, &["task", "add", "--job", "slow"]).await;
+    let id = id_after(&out, "created task ");
+    eventually(
+        Duration::from_secs(15),
+        "the task to be running",
+        || async move {
+            let task = api.ok("GET", &format!("/api/v1/tasks/{id}"), None).await;
+            (task["status"] == "running").then_some(())
+        },
+    )
+    .await;
+    let out = rota(&server, &["task", "cancel", &id.to_string()]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.trim(),
+        format!("error: 409 Conflict: task {id} is running; only a pending task can be cancelled")
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
+
+    // Missing: 404. Invalid: 422 naming the field. Both exit 1, --json or not.
+    let out = rota(&server, &["task", "get", "987654"]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.starts_with("error: 404 Not Found: "), "{out:?}");
+    let out = rota(
+        &server,
+        &[
+            "task",
+            "add",
+            "--job",
+            "slow",
+            "--max-attempts",
+            "0",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("error: 422 Unprocessable Entity: max_attempts"),
+        "{out:?}"
+    );
+    let out = rota(&server, &["task", "add", "--job", "no-such-job"]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("no-such-job"), "{out:?}");
+
+    // A wrong token (the flag wins over the environment): 401.
+    let out = rota(&server, &["task", "list", "--token", "wrong"]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.starts_with("error: 401 Unauthorized: "),
+        "{out:?}"
+    );
+
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_an_error_not_a_panic() {
+    // A port nobody listens on any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = rota_with(&[], &["task", "get", "1", "--server", &url]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with(&format!("error: could not reach the scheduler at {url}/")),
+        "{out:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_flags_are_cli_errors_naming_the_flag() {
+    let at = "2030-01-01T00:00:00Z";
+    for (args, flag, words) in [
+        (
+            &["task", "add", "--job", "j", "--delay", "30x"][..],
+            "--delay",
+            "unknown unit `x`",
+        ),
+        (
+            &["task", "add", "--job", "j", "--delay", "soon"],
+            "--delay",
+            "not a duration",
+        ),
+        (
+            &["task", "add", "--job", "j", "--delay", "30"],
+            "--delay",
+            "needs a unit",
+        ),
+        (
+            &["task", "add", "--job", "j", "--at", "tomorrow"],
+            "--at",
+            "RFC 3339",
+        ),
+        (
+            &["task", "add", "--job", "j", "--backoff", "exp:1m"],
+            "--backoff",
+            "a factor",
+        ),
+        (
+            &["task", "add", "--job", "j", "--max-attempts", "many"],
+            "--max-attempts",
+            "many",
+        ),
+        (&["task", "add", "--delay", "1s"], "--job", "required"),
+        (
+            &["task", "add", "--job", "j", "--delay", "1s", "--at", at],
+            "--at",
+            "cannot be used",
+        ),
+        (
+            &[
+                "task",
+                "add",
+                "--job",
+                "j",
+                "--payload",
+                "p",
+                "--payload-file",
+                "f",
+            ],
+            "--payload",
+            "cannot be used",
+        ),
+        (
+            &["task", "list", "--status", "sleeping"],
+            "--status",
+            "sleeping",
+        ),
+        (&["task", "cancel"], "--key", "required"),
+        (&["task", "cancel", "--key", "k"], "--job", "required"),
+        (
+            &["task", "cancel", "7", "--job", "j", "--key", "k"],
+            "--job",
+            "cannot be used",
+        ),
+        (
+            &["task", "get", "1", "--server", "localhost:8080"],
+            "--server",
+            "not an http:// URL",
+        ),
+    ] {
+        let out = rota_with(&[], args).await;
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains(flag) && out.stderr.contains(words),
+            "{args:?} should name {flag} and say {words:?}: {}",
+            out.stderr
+        );
+    }
+
+    // A payload file that is not there: named, exit 1, nothing sent.
+    let out = rota_with(
+        &[("ROTA_SERVER", "http://127.0.0.1:9")],
+        &[
+            "task",
+            "add",
+            "--job",
+            "j",
+            "--payload-file",
+            "/no/such/payload",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("error: --payload-file: reading /no/such/payload"),
+        "{out:?}"
+    );
+}

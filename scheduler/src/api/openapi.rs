@@ -1,0 +1,455 @@
+//! `GET /api/v1/openapi.json`: the REST API as an OpenAPI 3.1 document, generated with
+//! utoipa from each handler's `#[utoipa::path]` and the types it reads and answers.
+//!
+//! The types the API shares with the rest of the crate or with `rota-proto` (schedules,
+//! backoffs, route and status names, log pages, the error body) get their schemas here,
+//! written by hand from the same constants the code parses with; the tests below hold each
+//! one to what serde actually writes. `tests/api.rs` checks that the document describes
+//! exactly the routes [`super::router`] serves.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use rota_proto::BlockStrategy;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
+
+use super::extract::{Json, NameOrId};
+use super::views::TASK_STATUSES;
+use super::{executors, jobs, plugins, runs, tasks};
+use crate::backoff::Backoff;
+use crate::model::{RunStatus, TaskKind};
+use crate::route::Route;
+use crate::schedule::{Misfire, Schedule};
+
+/// The name of the bearer-token security scheme every operation requires.
+const API_TOKEN: &str = "api_token";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Rota REST API",
+        description = "Jobs, the delay queue, runs, plugins and executors of a Rota scheduler. \
+            Times are RFC 3339 UTC strings with milliseconds; ids are 64-bit integers; every \
+            answer that is not a success is `{\"error\": \"…\"}`."
+    ),
+    paths(
+        plugins::upload,
+        plugins::list,
+        jobs::create,
+        jobs::list,
+        jobs::get,
+        jobs::update,
+        jobs::delete,
+        jobs::trigger,
+        tasks::create,
+        tasks::create_batch,
+        tasks::list,
+        tasks::get,
+        tasks::cancel,
+        tasks::cancel_by_key,
+        runs::list,
+        runs::get,
+        runs::log,
+        runs::kill,
+        executors::list,
+        document,
+    ),
+    modifiers(&BearerToken),
+    security((API_TOKEN = []))
+)]
+pub struct ApiDoc;
+
+/// Built once: the document does not change while the process runs.
+static DOCUMENT: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(ApiDoc::openapi);
+
+/// `GET /api/v1/openapi.json`: this document.
+#[utoipa::path(
+    get,
+    path = "/api/v1/openapi.json",
+    operation_id = "openapi",
+    tag = "meta",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API", body = Object))
+)]
+pub async fn document() -> Json<&'static utoipa::openapi::OpenApi> {
+    Json(&DOCUMENT)
+}
+
+/// Declares the bearer token and, since [`super::auth::require_token`] guards every route
+/// of the document, its 401 on every operation: one place decides, one place documents.
+struct BearerToken;
+
+impl Modify for BearerToken {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let scheme = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some("The scheduler's `ROTA_API_TOKEN`."))
+            .build();
+        doc.components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(API_TOKEN, SecurityScheme::Http(scheme));
+        for item in doc.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for operation in operations.into_iter().flatten() {
+                operation
+                    .responses
+                    .responses
+                    .entry("401".into())
+                    .or_insert_with(|| {
+                        error_response("The `Authorization: Bearer <token>` header is missing or wrong")
+                    });
+            }
+        }
+    }
+}
+
+fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
+    let content = ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name(ErrorBody::name())))
+        .build();
+    ResponseBuilder::new()
+        .description(description)
+        .content("application/json", content)
+        .into()
+}
+
+/// Implements [`ToSchema`] for `$ty` under the component name `$name`.
+macro_rules! schema {
+    ($ty:ty, $name:literal, $schema:expr) => {
+        impl PartialSchema for $ty {
+            fn schema() -> RefOr<Schema> {
+                $schema
+            }
+        }
+
+        impl ToSchema for $ty {
+            fn name() -> Cow<'static, str> {
+                Cow::Borrowed($name)
+            }
+        }
+    };
+}
+
+/// `{"error": "…"}`, the body of every answer that is not a success
+/// ([`rota_proto::ErrorBody`], whose crate does not depend on utoipa).
+pub enum ErrorBody {}
+
+schema!(
+    ErrorBody,
+    "ErrorBody",
+    object("What went wrong, in words a user can act on")
+        .property("error", String::schema())
+        .required("error")
+        .additional_properties(Some(false))
+        .into()
+);
+
+/// A plugin module as uploaded: `.wasm` bytes or `.wat` text.
+pub enum WasmModule {}
+
+schema!(
+    WasmModule,
+    "WasmModule",
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+        .description(Some("A WASI preview 1 command module: `.wasm` bytes or `.wat` text"))
+        .into()
+);
+
+/// [`rota_proto::LogPage`], the answer of `GET /api/v1/runs/{id}/log`.
+pub enum LogPage {}
+
+schema!(
+    LogPage,
+    "LogPage",
+    object("A page of a run's log")
+        .property("lines", Vec::<String>::schema())
+        .property(
+            "next_line",
+            integer("The line to ask for next (1-based)", KnownFormat::Int64)
+        )
+        .property(
+            "complete",
+            boolean("The run is over and every line was returned")
+        )
+        .required("lines")
+        .required("next_line")
+        .required("complete")
+        .into()
+);
+
+/// A task status as the API names it (the model has more: see [`super::views::task_status`]).
+pub enum TaskStatusName {}
+
+schema!(
+    TaskStatusName,
+    "TaskStatus",
+    names(
+        "`failed` will be retried; `dead` will not",
+        TASK_STATUSES
+    )
+);
+
+/// [`BlockStrategy`], whose crate does not depend on utoipa.
+pub enum BlockName {}
+
+schema!(
+    BlockName,
+    "BlockStrategy",
+    names(
+        "What a fire does while the job's previous run is still going",
+        BlockStrategy::ALL.map(BlockStrategy::as_str)
+    )
+);
+
+schema!(
+    Route,
+    "Route",
+    names(
+        "How a run picks an executor of the job's app",
+        Route::ALL.map(Route::as_str)
+    )
+);
+
+schema!(
+    Misfire,
+    "Misfire",
+    names(
+        "What a schedule does with fire times it missed",
+        Misfire::ALL.map(Misfire::as_str)
+    )
+);
+
+schema!(
+    RunStatus,
+    "RunStatus",
+    names("Where a run is, or how it ended", RunStatus::ALL.iter().map(|s| s.as_str()))
+);
+
+schema!(
+    TaskKind,
+    "TaskKind",
+    names(
+        "What created the task",
+        TaskKind::ALL.iter().map(|k| k.as_str())
+    )
+);
+
+schema!(
+    NameOrId,
+    "NameOrId",
+    OneOfBuilder::new()
+        .description(Some("A name (string) or an id (integer)"))
+        .item(integer("An id", KnownFormat::Int64))
+        .item(String::schema())
+        .into()
+);
+
+schema!(
+    Schedule,
+    "Schedule",
+    OneOfBuilder::new()
+        .description(Some("When a job fires"))
+        .item(
+            variant("cron", "A Quartz cron expression (with seconds)")
+                .property("expr", String::schema())
+                .property(
+                    "time_zone",
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .description(Some("An IANA time zone; UTC by default"))
+                )
+                .required("expr")
+        )
+        .item(
+            variant("fixed_rate", "Every `every_ms` milliseconds").property(
+                "every_ms",
+                integer("Milliseconds between fires", KnownFormat::Int64)
+            )
+            .required("every_ms")
+        )
+        .item(variant("none", "Only when triggered"))
+        .into()
+);
+
+schema!(
+    Backoff,
+    "Backoff",
+    OneOfBuilder::new()
+        .description(Some("How long a failed attempt waits before the next"))
+        .item(
+            variant("fixed", "The same delay every time")
+                .property(
+                    "delay_ms",
+                    integer("Milliseconds", KnownFormat::Int64)
+                )
+                .required("delay_ms")
+        )
+        .item(
+            variant(
+                "exponential",
+                "`base_ms × factor^(attempt−1)`, at most `max_ms`, optionally jittered"
+            )
+            .property("base_ms", integer("Milliseconds", KnownFormat::Int64))
+            .property(
+                "factor",
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+            )
+            .property("max_ms", integer("Milliseconds", KnownFormat::Int64))
+            .property(
+                "jitter",
+                boolean("Randomise each delay; `false` by default")
+            )
+            .required("base_ms")
+            .required("factor")
+            .required("max_ms")
+        )
+        .into()
+);
+
+fn object(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some(description))
+}
+
+/// One variant of a `kind`-tagged enum: an object whose `kind` is `kind`.
+fn variant(kind: &str, description: &str) -> ObjectBuilder {
+    object(description)
+        .property(
+            "kind",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some([kind])),
+        )
+        .required("kind")
+        .additional_properties(Some(false))
+}
+
+fn integer(description: &str, format: KnownFormat) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .format(Some(SchemaFormat::KnownFormat(format)))
+        .description(Some(description))
+}
+
+fn boolean(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Boolean)
+        .description(Some(description))
+}
+
+/// A string that is one of `names`.
+fn names<'a>(description: &str, names: impl IntoIterator<Item = &'a str>) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(description))
+        .enum_values(Some(names))
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use serde::Serialize;
+    use serde_json::Value;
+
+    use super::*;
+
+    /// The schema as JSON, for comparing with what serde writes.
+    fn json_of<T: ToSchema>() -> Value {
+        serde_json::to_value(T::schema()).expect("a schema serializes")
+    }
+
+    fn keys(v: &Value) -> BTreeSet<String> {
+        v.as_object().expect("an object").keys().cloned().collect()
+    }
+
+    fn properties(schema: &Value) -> BTreeSet<String> {
+        keys(&schema["properties"])
+    }
+
+    fn required(schema: &Value) -> BTreeSet<String> {
+        schema["required"]
+            .as_array()
+            .map(|r| r.iter().map(|k| k.as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default()
+    }
+
+    /// `value` fits one branch of the `kind`-tagged `oneOf`: that branch names each key it
+    /// has and requires each key it needs.
+    fn fits_a_variant<T: ToSchema + Serialize>(value: &T) -> bool {
+        let value = serde_json::to_value(value).unwrap();
+        let schema = json_of::<T>();
+        schema["oneOf"].as_array().unwrap().iter().any(|branch| {
+            branch["properties"]["kind"]["enum"][0] == value["kind"]
+                && keys(&value).is_subset(&properties(branch))
+                && required(branch).is_subset(&keys(&value))
+        })
+    }
+
+    #[test]
+    fn schedules_and_backoffs_fit_their_schemas() {
+        let schedules = [
+            Schedule::Cron {
+                expr: "0 0 * * * ?".into(),
+                time_zone: Some("Asia/Shanghai".into()),
+            },
+            Schedule::Cron {
+                expr: "0 0 * * * ?".into(),
+                time_zone: None,
+            },
+            Schedule::FixedRate { every_ms: 1000 },
+            Schedule::None,
+        ];
+        for schedule in &schedules {
+            assert!(fits_a_variant(schedule), "{schedule:?}");
+        }
+        let backoffs = [
+            Backoff::Fixed { delay_ms: 5 },
+            Backoff::Exponential {
+                base_ms: 1000,
+                factor: 2.0,
+                max_ms: 60_000,
+                jitter: true,
+            },
+        ];
+        for backoff in &backoffs {
+            assert!(fits_a_variant(backoff), "{backoff:?}");
+        }
+        // One branch per variant, no more.
+        assert_eq!(json_of::<Schedule>()["oneOf"].as_array().unwrap().len(), 3);
+        assert_eq!(json_of::<Backoff>()["oneOf"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn foreign_bodies_fit_their_schemas() {
+        let page = rota_proto::LogPage {
+            lines: vec!["hello".into()],
+            next_line: 2,
+            complete: true,
+        };
+        let error = rota_proto::ErrorBody {
+            error: "no".into(),
+        };
+        for (value, schema) in [
+            (serde_json::to_value(page).unwrap(), json_of::<LogPage>()),
+            (serde_json::to_value(error).unwrap(), json_of::<ErrorBody>()),
+        ] {
+            assert_eq!(keys(&value), properties(&schema));
+            assert_eq!(keys(&value), required(&schema));
+        }
+    }
+}
