@@ -98,6 +98,8 @@ const KEEP_RESIDENT_TABLE: usize = 64 << 10;
 const KEEP_RESIDENT_STACK: usize = 64 << 10;
 /// Longest run message (trap or error text) kept in a report.
 const MESSAGE_MAX: usize = 500;
+/// A deadline standing in for "never" (a timeout too large to add to the clock).
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Writes the guest may queue on stdout/stderr at once; everything is accepted.
 const WRITE_PERMIT: usize = 64 << 10;
 
@@ -535,7 +537,10 @@ impl Runtime {
         store.limiter(|cx| &mut cx.limits);
 
         let started = Instant::now();
-        let deadline = started + invocation.timeout;
+        // An absurd timeout (`i64::MAX` ms) means "a very long time", not an overflow.
+        let deadline = started
+            .checked_add(invocation.timeout)
+            .unwrap_or_else(|| started + FOREVER);
         let switch = kill.clone();
         store.epoch_deadline_callback(move |_| {
             if switch.is_cancelled() {

@@ -86,6 +86,17 @@ fn hello_writes_lines_and_succeeds() {
     assert_eq!(outcome.exit_code, Some(0));
     assert_eq!(outcome.message, None);
     assert_eq!(lines, ["hello", "world", "to stderr"]);
+
+    // An absurd timeout is just long.
+    let (outcome, _) = run(
+        &rt,
+        &common::hello(),
+        Run {
+            timeout: Duration::MAX,
+            ..Run::default()
+        },
+    );
+    assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
 }
 
 #[test]

@@ -394,7 +394,7 @@ async fn bad_flags_are_cli_errors_naming_the_flag() {
         (&["task", "cancel", "--key", "k"], "--job", "required"),
         (
             &["task", "cancel", "7", "--job", "j", "--key", "k"],
-            "--job",
+            "[ID]",
             "cannot be used",
         ),
         (

@@ -90,12 +90,15 @@ pub(crate) async fn apply(shared: &Shared, updates: &[RunUpdate]) -> anyhow::Res
     Ok(applied)
 }
 
-/// Runs an executor was given that it no longer has after a restart are lost at once, not
-/// after the heartbeat timeout.
+/// Runs an executor was given and no longer has (it restarted, or lost them) are lost at
+/// once, not after the heartbeat timeout. On a registration every unfinished run missing
+/// from `active` counts; on a heartbeat only those dispatched before `dispatched_before`
+/// (a trigger acknowledged after the heartbeat was built is not in its list yet).
 pub(crate) async fn reconcile_executor(
     shared: &Shared,
     address: &str,
     active: &[i64],
+    dispatched_before: Option<Millis>,
     now: Millis,
 ) -> anyhow::Result<()> {
     let active: HashSet<i64> = active.iter().copied().collect();
@@ -106,11 +109,16 @@ pub(crate) async fn reconcile_executor(
     let lost: Vec<RunUpdate> = runs
         .into_iter()
         .filter(|r| !active.contains(&r.id))
+        .filter(|r| match (dispatched_before, r.dispatched_at) {
+            (None, _) => true,
+            (Some(before), Some(at)) => at < before,
+            (Some(_), None) => false,
+        })
         .map(|r| {
             lost_update(
                 &r,
                 now,
-                format!("executor {address} restarted without this run"),
+                format!("executor {address} no longer has this run"),
             )
         })
         .collect();

@@ -388,14 +388,30 @@ impl Node {
         let now = now_ms();
         self.upsert_executor(reg, now).await?;
         // A (re)started executor lists the runs it still has; the others it was given are lost.
-        crate::complete::reconcile_executor(&self.shared, &reg.address, &reg.active_runs, now)
-            .await?;
+        crate::complete::reconcile_executor(
+            &self.shared,
+            &reg.address,
+            &reg.active_runs,
+            None,
+            now,
+        )
+        .await?;
         self.refresh_executors().await
     }
 
     pub async fn executor_heartbeat(&self, reg: &Registration) -> anyhow::Result<()> {
-        self.upsert_executor(reg, now_ms()).await?;
-        Ok(())
+        let now = now_ms();
+        self.upsert_executor(reg, now).await?;
+        // Runs dispatched more than a heartbeat interval ago must be in the list.
+        let before = now - self.shared.config.heartbeat_interval_ms;
+        crate::complete::reconcile_executor(
+            &self.shared,
+            &reg.address,
+            &reg.active_runs,
+            Some(before),
+            now,
+        )
+        .await
     }
 
     pub async fn executor_deregistered(&self, d: &Deregistration) -> anyhow::Result<()> {

@@ -1,11 +1,13 @@
 //! The HTTP API through `router(state).oneshot(req)`, on a real SQLite store in a temp dir.
 
+use std::collections::BTreeSet;
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use bytes::Bytes;
 use rota_proto::wire::{PATH_HEARTBEAT, PATH_REGISTER, plugin_path};
-use rota_scheduler::api::{AppState, router};
+use rota_scheduler::api::{AppState, api_routes, router};
 use rota_scheduler::{Config, Node, Store};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -1015,5 +1017,97 @@ async fn executor_protocol_is_signed() {
     res.expect(StatusCode::OK);
     assert_eq!(res.json(), json!({}));
     assert_eq!(t.get("/api/v1/executors").await.json()["items"], json!([]));
+    t.stop().await;
+}
+
+/// The methods an OpenAPI path item can hold.
+const OPENAPI_METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+/// What the fallback says when no route matches (a 404 about a missing job is a route).
+const NO_ROUTE: &str = "no route for";
+
+#[tokio::test]
+async fn openapi_document_describes_every_route() {
+    let t = start().await;
+    let anonymous = Request::get("/api/v1/openapi.json")
+        .body(Body::empty())
+        .unwrap();
+    t.send(anonymous)
+        .await
+        .expect_error(StatusCode::UNAUTHORIZED, "Authorization");
+    let answer = t.get("/api/v1/openapi.json").await;
+    answer.expect(StatusCode::OK);
+    let doc = answer.json();
+    let version = doc["openapi"].as_str().unwrap_or_default();
+    assert!(version.starts_with("3."), "openapi: {version:?}");
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_token"]["scheme"],
+        "bearer"
+    );
+
+    // Both ways: a route served but not documented, or documented but not served, fails.
+    let paths = doc["paths"].as_object().expect("paths");
+    let documented: BTreeSet<(String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            OPENAPI_METHODS
+                .iter()
+                .filter(|m| item.get(**m).is_some())
+                .map(|m| (m.to_uppercase(), path.clone()))
+        })
+        .collect();
+    let served: BTreeSet<(String, String)> = api_routes()
+        .into_iter()
+        .map(|(method, path)| (method.to_string(), path))
+        .collect();
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "served, not in the document: {undocumented:?}"
+    );
+    let unserved: Vec<_> = documented.difference(&served).collect();
+    assert!(unserved.is_empty(), "documented, not served: {unserved:?}");
+
+    let mut operation_ids = BTreeSet::new();
+    for (method, path) in &documented {
+        let operation = &paths[path][method.to_lowercase()];
+        let id = operation["operationId"].as_str().unwrap_or_default();
+        assert!(
+            operation_ids.insert(id.to_owned()),
+            "{method} {path}: operationId {id:?} repeats"
+        );
+        let responses = operation["responses"].as_object().expect("responses");
+        assert!(
+            responses.keys().any(|s| s.starts_with('2')),
+            "{method} {path}: no success documented"
+        );
+        for (status, response) in responses {
+            if status.starts_with('4') || status.starts_with('5') {
+                assert_eq!(
+                    response["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{method} {path} {status}: not the error shape"
+                );
+            }
+        }
+
+        // The router answers it: any path parameter will do, a missing resource is fine.
+        let uri = path
+            .split('/')
+            .map(|seg| if seg.starts_with('{') { "1" } else { seg })
+            .collect::<Vec<_>>()
+            .join("/");
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let res = t.call(method.clone(), &uri, None).await;
+        assert_ne!(res.status, StatusCode::METHOD_NOT_ALLOWED, "{method} {uri}");
+        if res.status == StatusCode::NOT_FOUND {
+            assert!(
+                !res.error().starts_with(NO_ROUTE),
+                "{method} {uri}: no route"
+            );
+        }
+    }
     t.stop().await;
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 /// Where the scheduler is and how to talk to it; global, so they go before or after the
 /// subcommand (`rota task --json get 7` or `rota task get 7 --json`).
 #[derive(Args)]
+#[command(next_help_heading = "Connection")]
 pub struct ServerFlags {
     /// Base URL of any scheduler node.
     #[arg(

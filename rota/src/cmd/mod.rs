@@ -16,7 +16,7 @@ pub use task::TaskArgs;
 
 /// Runs a client command to its end: on failure prints `error: …` (the whole chain on one
 /// line) and exits with status 1, the way every client command reports an error.
-async fn finish(result: anyhow::Result<()>) -> anyhow::Result<()> {
+fn finish(result: anyhow::Result<()>) -> anyhow::Result<()> {
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);

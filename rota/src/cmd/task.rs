@@ -65,7 +65,7 @@ struct AddArgs {
     /// `exp:1m,2,1h` (default: the job's).
     #[arg(long, value_name = "POLICY", value_parser = parse_backoff)]
     backoff: Option<Backoff>,
-    /// −1000 to 1000, higher first (default 0).
+    /// From -1000 to 1000, higher first (default 0).
     #[arg(long, value_name = "P", allow_negative_numbers = true)]
     priority: Option<i64>,
 }
@@ -112,7 +112,7 @@ fn parse_time(s: &str) -> Result<String, String> {
 
 impl TaskArgs {
     pub async fn run(self) -> anyhow::Result<()> {
-        super::finish(self.run_inner().await).await
+        super::finish(self.run_inner().await)
     }
 
     async fn run_inner(self) -> anyhow::Result<()> {
@@ -334,7 +334,7 @@ fn print_task_page(page: &Value) {
         }
     }
     if let Some(next) = text(&page["next"]) {
-        println!("next: {next}  (rota task list --after {next} … for the next page)");
+        println!("next: {next}  (pass --after {next} for the next page)");
     }
 }
 

@@ -7,25 +7,39 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use rota_proto::{CallbackAck, CallbackBatch, Deregistration, Registration, RegistrationAck};
 use serde::{Deserialize, Serialize};
+use utoipa::IntoParams;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PathParam, Query};
+use super::openapi::ErrorBody;
 use super::validate::{self, invalid};
-use super::views::{ExecutorView, PageView};
+use super::views::{ExecutorPage, ExecutorView, PageView};
 use crate::model::now_ms;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only this app's executors.
     app: Option<String>,
 }
 
 /// `GET /api/v1/executors?app=`: executors that sent a heartbeat within the dead-after
 /// time, by app then address.
+#[utoipa::path(
+    get,
+    path = "/api/v1/executors",
+    operation_id = "list_executors",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "Live executors, on one page", body = ExecutorPage),
+        (status = 400, description = "A malformed query string", body = ErrorBody),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<PageView<ExecutorView>>> {
+) -> ApiResult<Json<ExecutorPage>> {
     let alive_after = now_ms() - state.node.config().executor_dead_after_ms;
     let app = q.app.filter(|a| !a.is_empty());
     let executors = state

@@ -17,7 +17,7 @@ use super::extract::{
 use super::openapi::{BlockName, ErrorBody};
 use super::tasks::store_tasks;
 use super::validate::{self, invalid};
-use super::views::{JobView, PageView};
+use super::views::{JobPage, JobView, PageView};
 use crate::backoff::Backoff;
 use crate::model::{Job, JobSpec, Millis, NewTask, TaskKind, now_ms};
 use crate::route::Route;
@@ -78,7 +78,7 @@ pub struct JobFields {
 /// The path parameter of `/api/v1/jobs/{id}`.
 const JOB_ID: &str = "The job's id, or its name";
 
-/// `POST /api/v1/jobs`.
+/// `POST /api/v1/jobs`: creates a job; its first fire time is computed at once.
 #[utoipa::path(
     post,
     path = "/api/v1/jobs",
@@ -108,7 +108,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(job.into())))
 }
 
-/// `GET /api/v1/jobs/{id}` (an id or a name).
+/// `GET /api/v1/jobs/{id}`: one job, by id or by name.
 #[utoipa::path(
     get,
     path = "/api/v1/jobs/{id}",
@@ -277,7 +277,7 @@ pub struct ListQuery {
     operation_id = "list_jobs",
     params(ListQuery, PageQuery),
     responses(
-        (status = 200, description = "A page of jobs, newest first", body = PageView<JobView>),
+        (status = 200, description = "A page of jobs, newest first", body = JobPage),
         (status = 400, description = "A malformed `limit` or `after`", body = ErrorBody),
     )
 )]
@@ -285,7 +285,7 @@ pub async fn list(
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
     Query(page): Query<PageQuery>,
-) -> ApiResult<Json<PageView<JobView>>> {
+) -> ApiResult<Json<JobPage>> {
     let page = page.parse()?;
     let non_empty = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
     let (app, search) = (non_empty(&q.app), non_empty(&q.q));

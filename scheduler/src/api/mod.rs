@@ -19,13 +19,20 @@
 //! - [`auth`]: the token and signature middlewares.
 //! - [`validate`]: value checks shared by the handlers.
 //! - [`views`]: the JSON answers (RFC 3339 times, the API's task statuses).
-//! - [`plugins`], [`jobs`], [`tasks`], [`runs`], [`executors`]: the handlers.
+//! - [`plugins`], [`jobs`], [`tasks`], [`runs`], [`executors`]: the handlers, each with
+//!   its `#[utoipa::path]`.
+//! - [`openapi`]: `GET /api/v1/openapi.json`, the document those annotations make, and the
+//!   schemas of the types the API shares with the rest of the crate.
+//!
+//! Every `/api/v1` route is added in [`api`], which records it: [`api_routes`] is the
+//! router's own list, and `tests/api.rs` checks it against the OpenAPI document both ways.
 
 pub mod auth;
 pub mod error;
 pub mod executors;
 pub mod extract;
 pub mod jobs;
+pub mod openapi;
 pub mod plugins;
 pub mod runs;
 pub mod tasks;
@@ -34,10 +41,11 @@ pub mod views;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, OriginalUri, State};
+use axum::handler::Handler;
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodFilter, get, on, post};
 use rota_proto::wire::{
     PATH_CALLBACK, PATH_DEREGISTER, PATH_HEARTBEAT, PATH_PLUGIN_PREFIX, PATH_REGISTER,
 };
@@ -56,32 +64,8 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let config = state.node.config();
 
-    let api = Router::new()
-        .route(
-            "/plugins",
-            get(plugins::list)
-                .post(plugins::upload)
-                .layer(DefaultBodyLimit::max(config.max_plugin_bytes)),
-        )
-        .route("/jobs", get(jobs::list).post(jobs::create))
-        .route(
-            "/jobs/{id}",
-            get(jobs::get).patch(jobs::update).delete(jobs::delete),
-        )
-        .route("/jobs/{id}/trigger", post(jobs::trigger))
-        .route(
-            "/tasks",
-            get(tasks::list)
-                .post(tasks::create)
-                .delete(tasks::cancel_by_key),
-        )
-        .route("/tasks/batch", post(tasks::create_batch))
-        .route("/tasks/{id}", get(tasks::get).delete(tasks::cancel))
-        .route("/runs", get(runs::list))
-        .route("/runs/{id}", get(runs::get))
-        .route("/runs/{id}/log", get(runs::log))
-        .route("/runs/{id}/kill", post(runs::kill))
-        .route("/executors", get(executors::list))
+    let api = api(config.max_plugin_bytes)
+        .router
         // Behind the token too, so the API's shape is not probed anonymously.
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
@@ -99,7 +83,7 @@ pub fn router(state: AppState) -> Router {
         .layer(from_fn_with_state(state.clone(), auth::require_signature));
 
     Router::new()
-        .nest("/api/v1", api)
+        .nest(API_PREFIX, api)
         .route("/metrics", get(metrics))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), auth::require_token))
@@ -110,6 +94,73 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Where the REST API lives.
+pub const API_PREFIX: &str = "/api/v1";
+
+/// The REST API's routes, paths under [`API_PREFIX`]. Add routes here only, through
+/// [`ApiRoutes::route`], so that [`api_routes`] stays the list of what is served.
+fn api(max_plugin_bytes: usize) -> ApiRoutes {
+    use Method as M;
+    ApiRoutes::default()
+        .route(M::GET, "/openapi.json", openapi::document)
+        .route(M::GET, "/plugins", plugins::list)
+        .route(
+            M::POST,
+            "/plugins",
+            plugins::upload.layer(DefaultBodyLimit::max(max_plugin_bytes)),
+        )
+        .route(M::GET, "/jobs", jobs::list)
+        .route(M::POST, "/jobs", jobs::create)
+        .route(M::GET, "/jobs/{id}", jobs::get)
+        .route(M::PATCH, "/jobs/{id}", jobs::update)
+        .route(M::DELETE, "/jobs/{id}", jobs::delete)
+        .route(M::POST, "/jobs/{id}/trigger", jobs::trigger)
+        .route(M::GET, "/tasks", tasks::list)
+        .route(M::POST, "/tasks", tasks::create)
+        .route(M::DELETE, "/tasks", tasks::cancel_by_key)
+        .route(M::POST, "/tasks/batch", tasks::create_batch)
+        .route(M::GET, "/tasks/{id}", tasks::get)
+        .route(M::DELETE, "/tasks/{id}", tasks::cancel)
+        .route(M::GET, "/runs", runs::list)
+        .route(M::GET, "/runs/{id}", runs::get)
+        .route(M::GET, "/runs/{id}/log", runs::log)
+        .route(M::POST, "/runs/{id}/kill", runs::kill)
+        .route(M::GET, "/executors", executors::list)
+}
+
+/// The method and full path (`/api/v1/jobs/{id}`) of every REST API route, as the router
+/// serves them: what the OpenAPI document must describe.
+pub fn api_routes() -> Vec<(Method, String)> {
+    // The upload limit does not change which routes there are.
+    api(0)
+        .served
+        .into_iter()
+        .map(|(method, path)| (method, format!("{API_PREFIX}{path}")))
+        .collect()
+}
+
+/// A router that remembers the method and path of each route it was given.
+#[derive(Default)]
+struct ApiRoutes {
+    router: Router<AppState>,
+    served: Vec<(Method, &'static str)>,
+}
+
+impl ApiRoutes {
+    fn route<H, T>(mut self, method: Method, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        let filter = MethodFilter::try_from(method.clone())
+            .unwrap_or_else(|_| panic!("{method} {path}: not a method axum routes"));
+        // Routes on one path merge into one method router.
+        self.router = self.router.route(path, on(filter, handler));
+        self.served.push((method, path));
+        self
+    }
 }
 
 /// `GET /healthz`: open to all; also asks the database.

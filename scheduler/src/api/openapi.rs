@@ -11,20 +11,24 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use rota_proto::BlockStrategy;
-use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
+use utoipa::openapi::schema::{
+    AdditionalProperties, ArrayBuilder, KnownFormat, ObjectBuilder, OneOfBuilder, Schema,
+    SchemaFormat, SchemaType, Type,
+};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::extract::{Json, NameOrId};
-use super::views::TASK_STATUSES;
+use super::views::{PageView, TASK_STATUSES};
 use super::{executors, jobs, plugins, runs, tasks};
 use crate::backoff::Backoff;
 use crate::model::{RunStatus, TaskKind};
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
 
-/// The name of the bearer-token security scheme every operation requires.
+/// The name of the bearer-token security scheme every operation requires (repeated in
+/// `#[openapi(security(…))]`, which takes a literal only).
 const API_TOKEN: &str = "api_token";
 
 #[derive(OpenApi)]
@@ -57,8 +61,8 @@ const API_TOKEN: &str = "api_token";
         executors::list,
         document,
     ),
-    modifiers(&BearerToken),
-    security((API_TOKEN = []))
+    modifiers(&CommonAnswers),
+    security(("api_token" = []))
 )]
 pub struct ApiDoc;
 
@@ -77,11 +81,12 @@ pub async fn document() -> Json<&'static utoipa::openapi::OpenApi> {
     Json(&DOCUMENT)
 }
 
-/// Declares the bearer token and, since [`super::auth::require_token`] guards every route
-/// of the document, its 401 on every operation: one place decides, one place documents.
-struct BearerToken;
+/// What the layers in front of the handlers answer, documented where they are decided
+/// rather than on each handler: the bearer token of [`super::auth::require_token`] (a 401
+/// on every operation) and the router's body limit (a 413 wherever there is a body).
+struct CommonAnswers;
 
-impl Modify for BearerToken {
+impl Modify for CommonAnswers {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let scheme = HttpBuilder::new()
             .scheme(HttpAuthScheme::Bearer)
@@ -99,13 +104,16 @@ impl Modify for BearerToken {
                 &mut item.patch,
             ];
             for operation in operations.into_iter().flatten() {
-                operation
-                    .responses
-                    .responses
-                    .entry("401".into())
-                    .or_insert_with(|| {
-                        error_response("The `Authorization: Bearer <token>` header is missing or wrong")
+                let has_body = operation.request_body.is_some();
+                let responses = &mut operation.responses.responses;
+                responses.entry("401".into()).or_insert_with(|| {
+                    error_response("The `Authorization: Bearer <token>` header is missing or wrong")
+                });
+                if has_body {
+                    responses.entry("413".into()).or_insert_with(|| {
+                        error_response("The body is larger than this server accepts")
                     });
+                }
             }
         }
     }
@@ -138,6 +146,37 @@ macro_rules! schema {
     };
 }
 
+/// [`PageView`]`<T>` as `PageView_T`, its items referring to `T`'s schema.
+impl<T: ToSchema> PartialSchema for PageView<T> {
+    fn schema() -> RefOr<Schema> {
+        let next = ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+            .description(Some(
+                "The cursor of the next page, to pass back as `after`; `null` on the last page",
+            ));
+        object("A page of a list")
+            .property(
+                "items",
+                ArrayBuilder::new().items(Ref::from_schema_name(T::name())),
+            )
+            .property("next", next)
+            .required("items")
+            .required("next")
+            .into()
+    }
+}
+
+impl<T: ToSchema> ToSchema for PageView<T> {
+    fn name() -> Cow<'static, str> {
+        Cow::Owned(format!("PageView_{}", T::name()))
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((T::name().into_owned(), T::schema()));
+        T::schemas(schemas);
+    }
+}
+
 /// `{"error": "…"}`, the body of every answer that is not a success
 /// ([`rota_proto::ErrorBody`], whose crate does not depend on utoipa).
 pub enum ErrorBody {}
@@ -148,7 +187,7 @@ schema!(
     object("What went wrong, in words a user can act on")
         .property("error", String::schema())
         .required("error")
-        .additional_properties(Some(false))
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
         .into()
 );
 
@@ -161,7 +200,9 @@ schema!(
     ObjectBuilder::new()
         .schema_type(Type::String)
         .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
-        .description(Some("A WASI preview 1 command module: `.wasm` bytes or `.wat` text"))
+        .description(Some(
+            "A WASI preview 1 command module: `.wasm` bytes or `.wat` text"
+        ))
         .into()
 );
 
@@ -193,10 +234,7 @@ pub enum TaskStatusName {}
 schema!(
     TaskStatusName,
     "TaskStatus",
-    names(
-        "`failed` will be retried; `dead` will not",
-        TASK_STATUSES
-    )
+    names("`failed` will be retried; `dead` will not", TASK_STATUSES)
 );
 
 /// [`BlockStrategy`], whose crate does not depend on utoipa.
@@ -232,7 +270,10 @@ schema!(
 schema!(
     RunStatus,
     "RunStatus",
-    names("Where a run is, or how it ended", RunStatus::ALL.iter().map(|s| s.as_str()))
+    names(
+        "Where a run is, or how it ended",
+        RunStatus::ALL.iter().map(|s| s.as_str())
+    )
 );
 
 schema!(
@@ -271,11 +312,12 @@ schema!(
                 .required("expr")
         )
         .item(
-            variant("fixed_rate", "Every `every_ms` milliseconds").property(
-                "every_ms",
-                integer("Milliseconds between fires", KnownFormat::Int64)
-            )
-            .required("every_ms")
+            variant("fixed_rate", "Every `every_ms` milliseconds")
+                .property(
+                    "every_ms",
+                    integer("Milliseconds between fires", KnownFormat::Int64)
+                )
+                .required("every_ms")
         )
         .item(variant("none", "Only when triggered"))
         .into()
@@ -288,10 +330,7 @@ schema!(
         .description(Some("How long a failed attempt waits before the next"))
         .item(
             variant("fixed", "The same delay every time")
-                .property(
-                    "delay_ms",
-                    integer("Milliseconds", KnownFormat::Int64)
-                )
+                .property("delay_ms", integer("Milliseconds", KnownFormat::Int64))
                 .required("delay_ms")
         )
         .item(
@@ -334,7 +373,7 @@ fn variant(kind: &str, description: &str) -> ObjectBuilder {
                 .enum_values(Some([kind])),
         )
         .required("kind")
-        .additional_properties(Some(false))
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
 }
 
 fn integer(description: &str, format: KnownFormat) -> ObjectBuilder {
@@ -441,9 +480,7 @@ mod tests {
             next_line: 2,
             complete: true,
         };
-        let error = rota_proto::ErrorBody {
-            error: "no".into(),
-        };
+        let error = rota_proto::ErrorBody { error: "no".into() };
         for (value, schema) in [
             (serde_json::to_value(page).unwrap(), json_of::<LogPage>()),
             (serde_json::to_value(error).unwrap(), json_of::<ErrorBody>()),

@@ -3,20 +3,43 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
+use utoipa::IntoParams;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, Query, RawBody};
+use super::openapi::{ErrorBody, WasmModule};
 use super::validate;
-use super::views::{PageView, PluginView};
+use super::views::{PageView, PluginPage, PluginView};
 use crate::model::now_ms;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UploadQuery {
+    /// The plugin's name; new bytes under a known name make a new version.
+    #[param(required = true)]
     name: Option<String>,
 }
 
 /// `POST /api/v1/plugins?name=N` with the module (`.wasm` or `.wat`) as the body.
+#[utoipa::path(
+    post,
+    path = "/api/v1/plugins",
+    operation_id = "upload_plugin",
+    params(UploadQuery),
+    request_body(content(
+        (WasmModule = "application/wasm"),
+        (WasmModule = "text/plain"),
+        (WasmModule = "application/octet-stream"),
+    )),
+    responses(
+        (status = 201, description = "A new plugin, or a new version of one", body = PluginView),
+        (status = 200, description = "These bytes were uploaded under this name already", body = PluginView),
+        (status = 400, description = "`name` is missing", body = ErrorBody),
+        (status = 413, description = "The module is larger than this server accepts", body = ErrorBody),
+        (status = 422, description = "Not a valid plugin module (the message names the problem)", body = ErrorBody),
+    )
+)]
 pub async fn upload(
     State(state): State<AppState>,
     Query(q): Query<UploadQuery>,
@@ -53,7 +76,13 @@ pub async fn upload(
 }
 
 /// `GET /api/v1/plugins`: every version of every plugin, by name then newest version.
-pub async fn list(State(state): State<AppState>) -> ApiResult<Json<PageView<PluginView>>> {
+#[utoipa::path(
+    get,
+    path = "/api/v1/plugins",
+    operation_id = "list_plugins",
+    responses((status = 200, description = "Every plugin version, on one page", body = PluginPage))
+)]
+pub async fn list(State(state): State<AppState>) -> ApiResult<Json<PluginPage>> {
     let plugins = state.node.store().list_plugins().await?;
     Ok(Json(PageView::all(
         plugins.into_iter().map(PluginView::from).collect(),

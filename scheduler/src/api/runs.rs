@@ -5,33 +5,51 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use rota_proto::LogPage;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Json, PageParams, PathId, Query, query_param};
+use super::extract::{Json, PageQuery, PathId, Query, query_param};
 use super::jobs::job_filter;
-use super::views::{PageView, RunView};
+use super::openapi::{self, ErrorBody};
+use super::views::{PageView, RunPage, RunView};
 use crate::model::{RunFilter, RunStatus};
 
 /// Log lines per request by default, and at most.
 const DEFAULT_LOG_LINES: u32 = 1_000;
 const MAX_LOG_LINES: u32 = 10_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only this job's runs (a name or an id).
     job: Option<String>,
+    /// Only this task's runs.
+    #[param(value_type = Option<i64>)]
     task: Option<String>,
+    /// Only runs in this status.
+    #[param(value_type = Option<RunStatus>)]
     status: Option<String>,
-    limit: Option<String>,
-    after: Option<String>,
 }
 
 /// `GET /api/v1/runs?job=&task=&status=&limit=&after=`: newest first.
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs",
+    operation_id = "list_runs",
+    params(ListQuery, PageQuery),
+    responses(
+        (status = 200, description = "A page of runs, newest first", body = RunPage),
+        (status = 400, description = "A malformed filter, `limit` or `after`", body = ErrorBody),
+        (status = 404, description = "No job has this name", body = ErrorBody),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<PageView<RunView>>> {
-    let page = PageParams::parse(q.limit.as_deref(), q.after.as_deref())?;
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<RunPage>> {
+    let page = page.parse()?;
     let job_id = job_filter(state.node.store(), q.job.as_deref()).await?;
     let statuses: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
     let filter = RunFilter {
@@ -49,18 +67,49 @@ pub async fn list(
     Ok(Json(PageView::of(runs, RunView::from)))
 }
 
-/// `GET /api/v1/runs/{id}`.
+/// The path parameter of `/api/v1/runs/{id}`.
+const RUN_ID: &str = "The run's id";
+
+/// `GET /api/v1/runs/{id}`: one run (one attempt on one executor).
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs/{id}",
+    operation_id = "get_run",
+    params(("id" = i64, Path, description = RUN_ID)),
+    responses(
+        (status = 200, description = "The run", body = RunView),
+        (status = 400, description = "`id` is not an integer", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+    )
+)]
 pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> ApiResult<Json<RunView>> {
     Ok(Json(state.node.store().get_run(id).await?.into()))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct LogQuery {
+    /// The first line to return (1-based); 1 by default.
+    #[param(value_type = Option<u64>, minimum = 1)]
     from_line: Option<String>,
+    /// Lines to return at most: 1,000 by default, capped at 10,000.
+    #[param(value_type = Option<u32>, minimum = 1)]
     limit: Option<String>,
 }
 
 /// `GET /api/v1/runs/{id}/log?from_line=N[&limit=M]`: lines from the executor that ran it.
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs/{id}/log",
+    operation_id = "run_log",
+    params(("id" = i64, Path, description = RUN_ID), LogQuery),
+    responses(
+        (status = 200, description = "A page of the run's log", body = openapi::LogPage),
+        (status = 400, description = "A malformed `id`, `from_line` or `limit`", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 503, description = "The executor that has the log does not answer", body = ErrorBody),
+    )
+)]
 pub async fn log(
     State(state): State<AppState>,
     PathId(id): PathId,
@@ -89,15 +138,31 @@ pub async fn log(
     Ok(Json(state.node.read_log(&run, from_line, max_lines).await?))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct KillAnswer {
+    /// The run's id.
     id: i64,
+    /// The executor stopped the run (`false`: it had already ended there).
     killed: bool,
+    /// The executor's words.
     message: String,
 }
 
 /// `POST /api/v1/runs/{id}/kill`: 202 once the executor has the request; the run ends
 /// `killed` when it reports back. A finished run is a 409.
+#[utoipa::path(
+    post,
+    path = "/api/v1/runs/{id}/kill",
+    operation_id = "kill_run",
+    params(("id" = i64, Path, description = RUN_ID)),
+    responses(
+        (status = 202, description = "The executor has the request", body = KillAnswer),
+        (status = 400, description = "`id` is not an integer", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "The run has finished, or no executor has it", body = ErrorBody),
+        (status = 503, description = "The executor does not answer", body = ErrorBody),
+    )
+)]
 pub async fn kill(
     State(state): State<AppState>,
     PathId(id): PathId,

@@ -7,13 +7,15 @@ use std::collections::hash_map::Entry;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Json, NameOrId, PageParams, PathId, Query};
+use super::extract::{Json, NameOrId, PageQuery, PathId, Query};
 use super::jobs::{find_job, job_filter, job_ref};
+use super::openapi::{ErrorBody, TaskStatusName};
 use super::validate::{self, invalid};
-use super::views::{PageView, TASK_STATUSES, TaskView, parse_rfc3339};
+use super::views::{PageView, TASK_STATUSES, TaskPage, TaskView, parse_rfc3339};
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::model::{Millis, NewTask, TaskFilter, TaskKind, TaskState, TaskStatus, now_ms};
@@ -26,21 +28,43 @@ const MAX_PRIORITY: i64 = 1000;
 
 /// One task to create. Integers are read as `i64` so an out-of-range value is a 422 naming
 /// its range rather than a serde overflow.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskFields {
+    /// The job's name or id.
     job: NameOrId,
+    /// The run's input (UTF-8).
     payload: Option<String>,
+    /// Due this many milliseconds from now; not with `run_at`.
     delay_ms: Option<i64>,
+    /// Due at this time (in the past: now); not with `delay_ms`.
+    #[schema(format = DateTime)]
     run_at: Option<String>,
+    /// Deduplicates: a second task of the job with this key is the first one.
     key: Option<String>,
+    /// 1 to 100; the job's by default.
     max_attempts: Option<i64>,
+    /// The job's by default.
     backoff: Option<Backoff>,
+    /// −1000 to 1000, higher first; 0 by default.
     priority: Option<i64>,
 }
 
 /// `POST /api/v1/tasks`: 201 with the new task, or 200 with the existing one when a task
 /// of the job already has this `key`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/tasks",
+    operation_id = "create_task",
+    request_body = TaskFields,
+    responses(
+        (status = 201, description = "The new task", body = TaskView),
+        (status = 200, description = "The task of the job that already has this `key`", body = TaskView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 413, description = "`payload` is too large", body = ErrorBody),
+        (status = 422, description = "An invalid value, or a job that does not exist", body = ErrorBody),
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     Json(fields): Json<TaskFields>,
@@ -63,19 +87,33 @@ pub async fn create(
     Ok((status, Json(task.into())))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchBody {
+    /// Up to 10,000 tasks.
     tasks: Vec<TaskFields>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct BatchCreated {
+    /// The tasks' ids, in the order given (an existing key's task's id for its item).
     ids: Vec<i64>,
 }
 
 /// `POST /api/v1/tasks/batch`: all or nothing. An invalid item fails the whole batch with
 /// its index in the message; an existing key yields the existing task's id.
+#[utoipa::path(
+    post,
+    path = "/api/v1/tasks/batch",
+    operation_id = "create_tasks",
+    request_body = BatchBody,
+    responses(
+        (status = 201, description = "Every task was created (or already existed)", body = BatchCreated),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 413, description = "Too many tasks, or a payload too large", body = ErrorBody),
+        (status = 422, description = "An invalid item (named by its index); nothing was created", body = ErrorBody),
+    )
+)]
 pub async fn create_batch(
     State(state): State<AppState>,
     Json(body): Json<BatchBody>,
@@ -212,13 +250,39 @@ fn not_too_far(field: &str, due_at: Millis, now: Millis) -> ApiResult<Millis> {
     Ok(due_at)
 }
 
-/// `GET /api/v1/tasks/{id}`.
+/// The path parameter of `/api/v1/tasks/{id}`.
+const TASK_ID: &str = "The task's id";
+
+/// `GET /api/v1/tasks/{id}`: one task.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tasks/{id}",
+    operation_id = "get_task",
+    params(("id" = i64, Path, description = TASK_ID)),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 400, description = "`id` is not an integer", body = ErrorBody),
+        (status = 404, description = "No such task", body = ErrorBody),
+    )
+)]
 pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> ApiResult<Json<TaskView>> {
     Ok(Json(state.node.store().get_task(id).await?.into()))
 }
 
 /// `DELETE /api/v1/tasks/{id}`: cancels a task that has not started (also one already in
 /// a node's wheel); cancelling it again is a 200, a running or finished one a 409.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/tasks/{id}",
+    operation_id = "cancel_task",
+    params(("id" = i64, Path, description = TASK_ID)),
+    responses(
+        (status = 200, description = "The task, cancelled", body = TaskView),
+        (status = 400, description = "`id` is not an integer", body = ErrorBody),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "The task is running or finished", body = ErrorBody),
+    )
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     PathId(id): PathId,
@@ -227,13 +291,30 @@ pub async fn cancel(
     Ok(Json(task.into()))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct CancelByKeyQuery {
+    /// The job's name or id.
+    #[param(required = true)]
     job: Option<String>,
+    /// The key the task was created with.
+    #[param(required = true)]
     key: Option<String>,
 }
 
 /// `DELETE /api/v1/tasks?job=J&key=K`: cancels the task of job `J` created with key `K`.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/tasks",
+    operation_id = "cancel_task_by_key",
+    params(CancelByKeyQuery),
+    responses(
+        (status = 200, description = "The task, cancelled", body = TaskView),
+        (status = 400, description = "`job` or `key` is missing", body = ErrorBody),
+        (status = 404, description = "No such job, or no task of it with this key", body = ErrorBody),
+        (status = 409, description = "The task is running or finished", body = ErrorBody),
+    )
+)]
 pub async fn cancel_by_key(
     State(state): State<AppState>,
     Query(q): Query<CancelByKeyQuery>,
@@ -253,21 +334,36 @@ pub async fn cancel_by_key(
     Ok(Json(task.into()))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only this job's tasks (a name or an id).
     job: Option<String>,
+    /// Only tasks in this status.
+    #[param(value_type = Option<TaskStatusName>)]
     status: Option<String>,
+    /// Only the task with this key.
     key: Option<String>,
-    limit: Option<String>,
-    after: Option<String>,
 }
 
 /// `GET /api/v1/tasks?job=&status=&key=&limit=&after=`: newest first.
+#[utoipa::path(
+    get,
+    path = "/api/v1/tasks",
+    operation_id = "list_tasks",
+    params(ListQuery, PageQuery),
+    responses(
+        (status = 200, description = "A page of tasks, newest first", body = TaskPage),
+        (status = 400, description = "A malformed filter, `limit` or `after`", body = ErrorBody),
+        (status = 404, description = "No job has this name", body = ErrorBody),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<Json<PageView<TaskView>>> {
-    let page = PageParams::parse(q.limit.as_deref(), q.after.as_deref())?;
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<TaskPage>> {
+    let page = page.parse()?;
     let store = state.node.store();
     let job_id = job_filter(store, q.job.as_deref()).await?;
     let filter = TaskFilter {

@@ -33,13 +33,21 @@ pub fn parse_rfc3339(s: &str) -> Option<Millis> {
         .map(|t| t.timestamp_millis())
 }
 
-/// A list page: `next` is the cursor (an id, as a string) to pass back as `after`.
-#[derive(Debug, Serialize, ToSchema)]
+/// A list page: `next` is the cursor (an id, as a string) to pass back as `after`. Its
+/// schema is written in [`super::openapi`].
+#[derive(Debug, Serialize)]
 pub struct PageView<T> {
     pub items: Vec<T>,
-    /// The cursor of the next page, to pass back as `after`; `null` on the last page.
     pub next: Option<String>,
 }
+
+/// The API's lists, named: `#[utoipa::path]` takes a generic body only through a derived
+/// schema, which would repeat the item's schema inside each list.
+pub type PluginPage = PageView<PluginView>;
+pub type JobPage = PageView<JobView>;
+pub type TaskPage = PageView<TaskView>;
+pub type RunPage = PageView<RunView>;
+pub type ExecutorPage = PageView<ExecutorView>;
 
 impl<T> PageView<T> {
     pub fn of<M>(page: Page<M>, view: impl Fn(M) -> T) -> Self {
