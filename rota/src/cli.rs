@@ -27,6 +27,22 @@ enum Command {
     Server(ServerArgs),
     /// Add, read, list and cancel delayed tasks on a running scheduler.
     Task(TaskArgs),
+    /// Run everything in one process: a scheduler node, the REST API and an embedded
+    /// executor, on SQLite under --data-dir.
+    Standalone(crate::nodes::StandaloneArgs),
+    /// Run an executor node that registers with the scheduler(s) and runs their triggers.
+    Executor(crate::nodes::ExecutorArgs),
+    /// Plugin tools.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Run a plugin once, locally, in the same sandbox, and print its log and exit status.
+    Run(crate::nodes::PluginRunArgs),
 }
 
 #[derive(Args)]
@@ -109,6 +125,18 @@ impl Cli {
                 rota_scheduler::run(config, listener, shutdown_signal()).await
             }
             Command::Task(args) => args.run().await,
+            Command::Standalone(args) => crate::nodes::standalone(args, shutdown_signal()).await,
+            Command::Executor(args) => crate::nodes::executor(args, shutdown_signal()).await,
+            Command::Plugin {
+                command: PluginCommand::Run(args),
+            } => {
+                let code =
+                    tokio::task::spawn_blocking(move || crate::nodes::plugin_run(args)).await??;
+                if code != 0 {
+                    std::process::exit(code);
+                }
+                Ok(())
+            }
         }
     }
 }

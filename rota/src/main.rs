@@ -3,6 +3,7 @@
 
 mod cli;
 mod cmd;
+mod nodes;
 
 use clap::Parser;
 

@@ -1,0 +1,330 @@
+//! The process subcommands: `rota standalone`, `rota executor` and `rota plugin run`.
+//! (`rota server` is in `cli.rs`.) Each parses its flags, prepares what it needs on disk and
+//! hands over to the libraries.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use rota_executor::local::{LocalRun, run_local};
+use rota_executor::node::ExecutorConfig;
+use rota_executor::runtime::{RunStatus, Runtime, RuntimeConfig};
+use rota_proto::Secret;
+use rota_scheduler::Config;
+use tokio::net::TcpListener;
+
+#[derive(Args)]
+pub struct StandaloneArgs {
+    /// Where the SQLite database, the secrets, logs and module cache live.
+    #[arg(long, env = "ROTA_DATA_DIR", default_value = "./rota-data")]
+    data_dir: PathBuf,
+    /// Address of the console and REST API.
+    #[arg(long, env = "ROTA_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// App (executor group) of the embedded executor.
+    #[arg(long, env = "ROTA_APP", default_value = "default")]
+    app: String,
+    /// Concurrent runs of the embedded executor.
+    #[arg(long, env = "ROTA_CAPACITY", default_value_t = 64)]
+    capacity: usize,
+}
+
+#[derive(Args)]
+pub struct ExecutorArgs {
+    /// Scheduler base URLs, comma-separated; tried in turn.
+    #[arg(long, env = "ROTA_SCHEDULER", value_delimiter = ',', required = true)]
+    scheduler: Vec<String>,
+    /// The app (executor group) whose jobs this executor runs.
+    #[arg(long, env = "ROTA_APP")]
+    app: String,
+    /// Address to listen on for the schedulers' calls.
+    #[arg(long, env = "ROTA_LISTEN", default_value = "127.0.0.1:9999")]
+    listen: SocketAddr,
+    /// URL the schedulers call this executor at; defaults to http://<listen>.
+    #[arg(long, env = "ROTA_ADVERTISE_URL")]
+    advertise_url: Option<String>,
+    /// Shared secret signing scheduler ↔ executor requests (required).
+    #[arg(long, env = "ROTA_EXECUTOR_SECRET", hide_env_values = true)]
+    executor_secret: String,
+    /// Logs, report spool and compiled-module cache.
+    #[arg(long, env = "ROTA_DATA_DIR", default_value = "./rota-executor-data")]
+    data_dir: PathBuf,
+    /// Concurrent runs.
+    #[arg(long, env = "ROTA_CAPACITY", default_value_t = 64)]
+    capacity: usize,
+    /// Largest linear memory a job may ask for, MiB.
+    #[arg(long, env = "ROTA_MEMORY_CAP_MB", default_value_t = 1024)]
+    memory_cap_mb: u32,
+}
+
+#[derive(Args)]
+pub struct PluginRunArgs {
+    /// The plugin: a `.wasm` WASI command module or `.wat` text.
+    file: PathBuf,
+    /// The run's stdin (a task's payload).
+    #[arg(long, default_value = "")]
+    payload: String,
+    /// Read the payload from a file instead.
+    #[arg(long, conflicts_with = "payload")]
+    payload_file: Option<PathBuf>,
+    /// Job params (argv after the plugin name, and ROTA_PARAMS); repeat to add words.
+    #[arg(long = "param")]
+    params: Vec<String>,
+    /// Wall-time limit in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    timeout_ms: u64,
+    /// Linear memory limit in MiB.
+    #[arg(long, default_value_t = 64)]
+    memory_mb: u32,
+}
+
+pub async fn standalone(
+    args: StandaloneArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let dir = &args.data_dir;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the data directory {}", dir.display()))?;
+    let secret_file = dir.join("executor-secret");
+    let (secret, new_secret) = read_or_create_secret(&secret_file)?;
+    let token_file = dir.join("api-token");
+    let (token, new_token) = match std::env::var("ROTA_API_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+    {
+        Some(t) => (t, false),
+        None => read_or_create_secret(&token_file)?,
+    };
+
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let scheduler_url = format!("http://{}", listener.local_addr()?);
+    let executor_listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("listening for the embedded executor")?;
+    let executor_url = format!("http://{}", executor_listener.local_addr()?);
+
+    let db = dir.join("rota.db");
+    let mut config = Config::new(
+        format!("sqlite:{}", db.display()),
+        Secret::new(secret.as_bytes()),
+    );
+    config.node_name = "standalone".into();
+    config.advertise_url = scheduler_url.clone();
+    config.api_token = Some(token.clone());
+
+    let mut executor = ExecutorConfig::new(
+        vec![scheduler_url.clone()],
+        args.app.clone(),
+        executor_url,
+        Secret::new(secret.as_bytes()),
+        dir.join("executor"),
+    );
+    executor.capacity = args.capacity;
+
+    println!(
+        "Rota standalone: console and API on {scheduler_url}, data in {}",
+        dir.display()
+    );
+    if new_token {
+        println!(
+            "  API token (shown once; kept in {}): {token}",
+            token_file.display()
+        );
+    } else if std::env::var("ROTA_API_TOKEN").is_err() {
+        println!("  API token: in {}", token_file.display());
+    }
+    if new_secret {
+        println!(
+            "  executor secret generated and kept in {}",
+            secret_file.display()
+        );
+    } else {
+        println!("  executor secret: in {}", secret_file.display());
+    }
+    println!("  embedded executor: app `{}`", args.app);
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let scheduler = {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(rota_scheduler::run(config, listener, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }))
+    };
+    let executor = {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            // Registration retries until the scheduler answers, so starting both at once is fine.
+            rota_executor::node::run(executor, executor_listener, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+        })
+    };
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    // The executor drains first (its reports need the scheduler), then the scheduler.
+    let executor_result = executor.await.context("the embedded executor panicked")?;
+    let scheduler_result = scheduler.await.context("the scheduler panicked")?;
+    executor_result.context("embedded executor")?;
+    scheduler_result.context("scheduler")
+}
+
+pub async fn executor(
+    args: ExecutorArgs,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    if args.executor_secret.len() < 16 {
+        anyhow::bail!("ROTA_EXECUTOR_SECRET must be at least 16 characters");
+    }
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let advertise = args
+        .advertise_url
+        .unwrap_or_else(|| format!("http://{}", args.listen));
+    let mut config = ExecutorConfig::new(
+        args.scheduler,
+        args.app,
+        advertise,
+        Secret::new(args.executor_secret.as_bytes()),
+        args.data_dir,
+    );
+    config.capacity = args.capacity;
+    config.memory_cap_mb = args.memory_cap_mb;
+    tracing::info!(listen = %args.listen, "rota executor listening");
+    rota_executor::node::run(config, listener, shutdown).await
+}
+
+/// Runs a plugin once, locally, in the same sandbox; prints its log and how it ended.
+/// Returns the process exit code: 0 if the plugin succeeded.
+pub fn plugin_run(args: PluginRunArgs) -> anyhow::Result<i32> {
+    let module =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let input = match &args.payload_file {
+        Some(f) => std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
+        None => args.payload.clone().into_bytes(),
+    };
+    let params = (!args.params.is_empty()).then(|| shell_join(&args.params));
+    let name = args
+        .file
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("plugin")
+        .to_owned();
+    let runtime =
+        Runtime::new(RuntimeConfig::default()).context("starting the WebAssembly runtime")?;
+    let outcome = run_local(
+        &runtime,
+        &LocalRun {
+            name: &name,
+            module: &module,
+            input: &input,
+            params: params.as_deref(),
+            timeout: Duration::from_millis(args.timeout_ms),
+            memory_mb: args.memory_mb,
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for line in &outcome.log_lines {
+        println!("{line}");
+    }
+    let code = outcome
+        .exit_code
+        .map(|c| format!(", exit code {c}"))
+        .unwrap_or_default();
+    let message = outcome
+        .message
+        .as_deref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    let short = &outcome.sha256[..12.min(outcome.sha256.len())];
+    eprintln!("{name} ({short}): {}{code}{message}", outcome.status);
+    Ok(if outcome.status == RunStatus::Succeeded {
+        0
+    } else {
+        1
+    })
+}
+
+/// Joins words so that the plugin's shell-like split gives them back.
+fn shell_join(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| {
+            if !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_=.,/:@%+".contains(c))
+            {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Reads a secret kept in `path`, or creates one (32 random bytes, hex) readable only by
+/// the owner. Returns it and whether it was created now.
+fn read_or_create_secret(path: &Path) -> anyhow::Result<(String, bool)> {
+    if let Ok(s) = std::fs::read_to_string(path) {
+        let s = s.trim().to_owned();
+        if s.len() >= 16 {
+            return Ok((s, false));
+        }
+        anyhow::bail!(
+            "{} holds a secret shorter than 16 characters; remove it to generate a new one",
+            path.display()
+        );
+    }
+    let bytes: [u8; 32] = rand::random();
+    let secret = hex::encode(bytes);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    std::io::Write::write_all(&mut file, secret.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok((secret, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_survive_the_shell_split() {
+        let words: Vec<String> = ["--dry-run", "a b", "it's", ""]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(shell_join(&words), r"--dry-run 'a b' 'it'\''s' ''");
+    }
+
+    #[test]
+    fn secrets_are_created_once_and_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let (a, created) = read_or_create_secret(&path).unwrap();
+        assert!(created);
+        assert_eq!(a.len(), 64);
+        let (b, created) = read_or_create_secret(&path).unwrap();
+        assert!(!created);
+        assert_eq!(a, b);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
+        }
+    }
+}
