@@ -115,6 +115,7 @@ pub async fn standalone(
     config.node_name = "standalone".into();
     config.advertise_url = scheduler_url.clone();
     config.api_token = Some(token.clone());
+    config.executors_die_with_node = true;
 
     let mut executor = ExecutorConfig::new(
         vec![scheduler_url.clone()],
@@ -125,27 +126,27 @@ pub async fn standalone(
     );
     executor.capacity = args.capacity;
 
-    println!(
+    say(format!(
         "Rota standalone: console and API on {scheduler_url}, data in {}",
         dir.display()
-    );
+    ));
     if new_token {
-        println!(
+        say(format!(
             "  API token (shown once; kept in {}): {token}",
             token_file.display()
-        );
+        ));
     } else if std::env::var("ROTA_API_TOKEN").is_err() {
-        println!("  API token: in {}", token_file.display());
+        say(format!("  API token: in {}", token_file.display()));
     }
     if new_secret {
-        println!(
+        say(format!(
             "  executor secret generated and kept in {}",
             secret_file.display()
-        );
+        ));
     } else {
-        println!("  executor secret: in {}", secret_file.display());
+        say(format!("  executor secret: in {}", secret_file.display()));
     }
-    println!("  embedded executor: app `{}`", args.app);
+    say(format!("  embedded executor: app `{}`", args.app));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let scheduler = {
@@ -248,6 +249,12 @@ pub fn plugin_run(args: PluginRunArgs) -> anyhow::Result<i32> {
     } else {
         1
     })
+}
+
+/// Prints a line of the start-up banner; a closed stdout is not a reason to stop.
+fn say(line: String) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }
 
 /// Joins words so that the plugin's shell-like split gives them back.

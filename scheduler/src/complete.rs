@@ -176,7 +176,7 @@ pub(crate) async fn liveness_loop(shared: Arc<Shared>) {
     }
 }
 
-async fn reap_dead_executors(
+pub(crate) async fn reap_dead_executors(
     shared: &Shared,
     alive_after: Millis,
     now: Millis,

@@ -43,6 +43,10 @@ pub struct Config {
     pub heartbeat_interval_ms: i64,
     /// An executor silent this long is dead and its runs are lost.
     pub executor_dead_after_ms: i64,
+    /// Every executor in the registry died with this node (`rota standalone`: the embedded
+    /// executor): at start-up their unfinished runs are lost and retried at once, instead of
+    /// after the dead timeout.
+    pub executors_die_with_node: bool,
 
     /// Finished tasks and their runs are deleted this long after their last due time; task
     /// keys keep deduplicating until then.
@@ -74,6 +78,7 @@ impl Config {
             dispatch_timeout_ms: 3_000,
             heartbeat_interval_ms: rota_proto::wire::DEFAULT_HEARTBEAT_INTERVAL_MS,
             executor_dead_after_ms: rota_proto::wire::DEFAULT_EXECUTOR_DEAD_AFTER_MS,
+            executors_die_with_node: false,
             retention_ms: 7 * 24 * 3600 * 1000,
             max_payload_bytes: 64 * 1024,
             max_body_bytes: 32 * 1024 * 1024,

@@ -220,6 +220,12 @@ impl Node {
             config,
             lease,
         });
+        if shared.config.executors_die_with_node {
+            // Everything registered before this start ran inside the previous process.
+            crate::complete::reap_dead_executors(&shared, now, now)
+                .await
+                .context("releasing the runs of the previous embedded executor")?;
+        }
         shared
             .executors
             .refresh(&shared.store, now - shared.config.executor_dead_after_ms)
