@@ -53,7 +53,7 @@ struct ServerArgs {
     /// Address to listen on.
     #[arg(long, env = "ROTA_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// This node's stable name; defaults to the listen address.
+    /// This node's stable name; defaults to <hostname>:<port>.
     #[arg(long, env = "ROTA_NODE_NAME")]
     node_name: Option<String>,
     /// URL executors and other nodes reach this node at; defaults to http://<listen>.
@@ -97,7 +97,7 @@ impl ServerArgs {
         c.node_name = self
             .node_name
             .clone()
-            .unwrap_or_else(|| self.listen.to_string());
+            .unwrap_or_else(|| format!("{}:{}", hostname(), self.listen.port()));
         c.advertise_url = self
             .advertise_url
             .clone()
@@ -139,6 +139,17 @@ impl Cli {
             }
         }
     }
+}
+
+/// This machine's name, for the default node name (two hosts listening on 0.0.0.0:8080 must
+/// not share one).
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -70,7 +70,7 @@ pub struct PluginRunArgs {
     #[arg(long, conflicts_with = "payload")]
     payload_file: Option<PathBuf>,
     /// Job params (argv after the plugin name, and ROTA_PARAMS); repeat to add words.
-    #[arg(long = "param")]
+    #[arg(long = "param", allow_hyphen_values = true)]
     params: Vec<String>,
     /// Wall-time limit in milliseconds.
     #[arg(long, default_value_t = 10_000)]

@@ -71,7 +71,10 @@ impl ExecutorClient {
     ) -> Result<Resp, ClientError> {
         let url = format!("{}{}", address.trim_end_matches('/'), path);
         let signed_path = reqwest::Url::parse(&url)
-            .map(|u| u.path().to_owned())
+            .map(|u| match u.query() {
+                Some(q) => format!("{}?{q}", u.path()),
+                None => u.path().to_owned(),
+            })
             .map_err(|e| ClientError::Unreachable {
                 address: address.into(),
                 reason: format!("bad address: {e}"),

@@ -55,6 +55,10 @@ pub struct Config {
     pub max_payload_bytes: usize,
     pub max_body_bytes: usize,
     pub max_plugin_bytes: usize,
+
+    /// The console's `admin` password, set at first start (`ROTA_ADMIN_PASSWORD`); `None`
+    /// generates one and logs it once.
+    pub admin_password: Option<String>,
 }
 
 impl Config {
@@ -83,6 +87,7 @@ impl Config {
             max_payload_bytes: 64 * 1024,
             max_body_bytes: 32 * 1024 * 1024,
             max_plugin_bytes: 32 * 1024 * 1024,
+            admin_password: None,
         }
     }
 

@@ -27,6 +27,9 @@ use crate::model::*;
 use crate::node::{JobEntry, Shared};
 use crate::route::Route;
 
+/// Triggers per request to one executor at most.
+const MAX_PER_REQUEST: usize = 1_000;
+
 /// How long a trigger waits in the wheel when every executor of its app is full.
 const FULL_RETRY_MS: i64 = 200;
 
@@ -172,9 +175,17 @@ async fn pool_loop(
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
+        if *shutdown.borrow() {
+            // Stopping: hand it back rather than start a dispatch nobody would record.
+            shared.ring.defer(batch, now_ms());
+            break;
+        }
+        // Counted before the task starts, so the recorder never sees a gap at shutdown.
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
         let shared = shared.clone();
         tokio::spawn(async move {
-            dispatch_batch(&shared, batch).await;
+            dispatch_tasks(&shared, batch).await;
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
             drop(permit);
         });
         metrics::gauge!("rota_pool_queue_depth", "pool" => lane.as_str()).set(rx.len() as f64);
@@ -211,31 +222,20 @@ struct Pending {
 
 /// Dispatches one tick's tasks of one pool.
 #[tracing::instrument(skip_all, fields(tasks = batch.len()))]
-pub(crate) async fn dispatch_batch(shared: &Shared, batch: Vec<DueTask>) {
-    shared.in_flight.fetch_add(1, Ordering::SeqCst);
-    dispatch_tasks(shared, batch).await;
-    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-}
-
 async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
     let now = now_ms();
     let mut failed: Vec<RunUpdate> = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
     let mut plans: Vec<(DueTask, Arc<JobEntry>, Vec<Shard>)> = Vec::new();
 
+    let mut unroutable: Vec<(DueTask, String)> = Vec::new();
     // Resolve jobs and executors, choose candidates.
     for task in batch {
         let job = match shared.jobs.get(&shared.store, task.job_id).await {
             Ok(Some(job)) => job,
             Ok(None) => {
-                failed.push(failure(
-                    &task,
-                    0,
-                    1,
-                    None,
-                    now,
-                    format!("job {} no longer exists", task.job_id),
-                ));
+                let reason = format!("job {} no longer exists", task.job_id);
+                unroutable.push((task, reason));
                 continue;
             }
             Err(e) => {
@@ -246,26 +246,12 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         };
         let spec = &job.job.spec;
         if job.plugin.is_none() {
-            failed.push(failure(
-                &task,
-                0,
-                1,
-                None,
-                now,
-                format!("plugin `{}` does not exist", spec.plugin),
-            ));
+            unroutable.push((task, format!("plugin `{}` does not exist", spec.plugin)));
             continue;
         }
         let executors = shared.executors.of_app(&spec.app);
         if executors.is_empty() {
-            failed.push(failure(
-                &task,
-                0,
-                1,
-                None,
-                now,
-                format!("no live executor in app `{}`", spec.app),
-            ));
+            unroutable.push((task, format!("no live executor in app `{}`", spec.app)));
             continue;
         }
         let addresses: Vec<String> = executors.into_iter().map(|e| e.address).collect();
@@ -294,21 +280,26 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         plans.push((task, job, shards));
     }
 
-    // Run ids for every shard of every trigger, from the node's reserved block.
-    let needed: usize = plans.iter().map(|(_, _, s)| s.len()).sum();
+    // Run ids for every shard of every trigger, and for every trigger that cannot be routed
+    // (its failed run needs an id of its own), from the node's reserved block.
+    let needed: usize = plans.iter().map(|(_, _, s)| s.len()).sum::<usize>() + unroutable.len();
     let ids = match shared.run_ids.take(&shared.store, needed).await {
         Ok(ids) => ids,
         Err(e) => {
             tracing::warn!(error = %e, "reserving run ids failed; retrying shortly");
-            shared.ring.defer(
-                plans.into_iter().map(|(t, _, _)| t).collect(),
-                now + FULL_RETRY_MS,
-            );
-            complete_failures(shared, failed).await;
+            let tasks = plans
+                .into_iter()
+                .map(|(t, _, _)| t)
+                .chain(unroutable.into_iter().map(|(t, _)| t));
+            shared.ring.defer(tasks.collect(), now + FULL_RETRY_MS);
             return;
         }
     };
     let mut ids = ids.into_iter();
+    for (task, reason) in unroutable {
+        let Some(run_id) = ids.next() else { break };
+        failed.push(failure(&task, run_id, 1, None, now, reason));
+    }
     for (task, job, shards) in plans {
         let failover = job.job.spec.route.allows_failover();
         for shard in shards {
@@ -356,7 +347,18 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         if by_executor.is_empty() {
             break;
         }
-        let requests = by_executor.into_iter().map(|(address, group)| async move {
+        let groups = by_executor.into_iter().flat_map(|(address, mut group)| {
+            // Bound each request: a huge body is slow to send and likely to time out.
+            let mut chunks = Vec::new();
+            while group.len() > MAX_PER_REQUEST {
+                let rest = group.split_off(MAX_PER_REQUEST);
+                chunks.push((address.clone(), group));
+                group = rest;
+            }
+            chunks.push((address, group));
+            chunks
+        });
+        let requests = groups.map(|(address, group)| async move {
             let triggers: Vec<Trigger> = group.iter().map(to_trigger).collect();
             let started = Instant::now();
             let result = shared
@@ -418,13 +420,19 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                         ack.acks.len(),
                         group.len()
                     );
-                    requeue(&mut pending, group, reason, false);
+                    requeue(&mut pending, group, reason);
+                }
+                Err(e) if e.not_delivered() => {
+                    tracing::warn!(error = %e, "dispatch failed");
+                    requeue(&mut pending, group, e.to_string());
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "dispatch failed");
-                    // Only a request that surely never arrived may go to another executor;
-                    // one that may have arrived fails its run (and the retry policy applies).
-                    requeue(&mut pending, group, e.to_string(), e.not_delivered());
+                    // Connected, but no answer: the executor may have the triggers. Sending them
+                    // elsewhere could run an attempt twice, so they count as dispatched to it;
+                    // if they never arrived, its next heartbeat (which lists the runs it has)
+                    // marks them lost and they are retried.
+                    tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered; treating it as delivered");
+                    sent.extend(group.iter().map(|p| dispatched(p, &address, dispatched_at)));
                 }
             }
         }
@@ -468,22 +476,13 @@ async fn idle_first(shared: &Shared, job_id: i64, candidates: Vec<String>) -> Ve
     busy
 }
 
-/// Triggers whose request failed go to their next candidate if the strategy allows it and
-/// the request surely did not arrive.
-fn requeue(
-    pending: &mut Vec<Pending>,
-    group: Vec<Pending>,
-    reason: String,
-    may_retry_elsewhere: bool,
-) {
+/// Triggers whose request surely did not arrive go to their next candidate if the strategy
+/// allows it; the others fail with the reason.
+fn requeue(pending: &mut Vec<Pending>, group: Vec<Pending>, reason: String) {
     for mut p in group {
         p.all_full = false;
         p.last_error = Some(reason.clone());
-        p.next = if p.failover && may_retry_elsewhere {
-            p.next + 1
-        } else {
-            usize::MAX
-        };
+        p.next = if p.failover { p.next + 1 } else { usize::MAX };
         pending.push(p);
     }
 }

@@ -19,12 +19,14 @@
 //! - [`node`]: a running node — shared state, start-up, shutdown.
 //! - [`api`]: the REST API, the executor protocol endpoints, `/healthz`, `/metrics`.
 //! - [`metrics`]: the Prometheus recorder.
+//! - [`console`]: the web console (server-rendered pages, sessions, CSRF) on the same port.
 
 pub mod api;
 pub mod backoff;
 pub mod client;
 pub mod complete;
 pub mod config;
+pub mod console;
 pub mod dispatch;
 pub mod metrics;
 pub mod model;

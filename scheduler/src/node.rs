@@ -187,6 +187,7 @@ impl Node {
         store: Store,
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<Node> {
+        wait_for_name(&store, &config.node_name).await?;
         let now = now_ms();
         let lease = store
             .start_node(&config.node_name, &config.advertise_url, now)
@@ -231,6 +232,9 @@ impl Node {
             .refresh(&shared.store, now - shared.config.executor_dead_after_ms)
             .await
             .context("loading the executor registry")?;
+        crate::console::seed_admin(&shared.store, shared.config.admin_password.as_deref())
+            .await
+            .context("seeding the console's admin user")?;
 
         let mut tasks = JoinSet::new();
         let pools = Pools::start(&shared, &mut tasks);
@@ -266,11 +270,8 @@ impl Node {
     /// Waits until every loop has stopped (after the shutdown signal) and hands unfired
     /// claims back to the database.
     pub async fn stopped(&self) {
-        let tasks = self.tasks.lock().await.take();
-        if let Some(mut tasks) = tasks {
-            while tasks.join_next().await.is_some() {}
-        }
-        let left = self.shared.ring.stop();
+        // Stop firing first, so nothing new reaches the pools while they drain.
+        let mut left = self.shared.ring.stop();
         let ring_thread = self
             .ring_thread
             .lock()
@@ -279,6 +280,12 @@ impl Node {
         if let Some(t) = ring_thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
+        let tasks = self.tasks.lock().await.take();
+        if let Some(mut tasks) = tasks {
+            while tasks.join_next().await.is_some() {}
+        }
+        // What the pools had not started went back into the (stopped) wheel.
+        left.extend(self.shared.ring.stop());
         if !left.is_empty() {
             let ids: Vec<i64> = left.iter().map(|t| t.task_id).collect();
             match self
@@ -498,6 +505,29 @@ fn validation_engine() -> anyhow::Result<wasmtime::Engine> {
     wasmtime::Engine::new(&config).map_err(|e| anyhow::anyhow!("creating the wasm engine: {e:#}"))
 }
 
+/// A node name is one process at a time: if its heartbeat is fresh, another process holds it
+/// (two servers started with the same name) or a killed one just stopped. Wait until it is
+/// stale; refuse to start if it keeps beating.
+async fn wait_for_name(store: &Store, name: &str) -> anyhow::Result<()> {
+    const STALE_MS: i64 = 3_000;
+    let deadline = Instant::now() + Duration::from_millis(STALE_MS as u64 * 2);
+    loop {
+        let Some(at) = store.node_heartbeat_at(name).await? else {
+            return Ok(());
+        };
+        if now_ms() - at > STALE_MS {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "another scheduler node named `{name}` is running (its heartbeat is fresh); \
+                 give this one another name (--node-name)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Keeps this node's row fresh (cluster membership builds on it).
 async fn node_heartbeat_loop(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.clone();
@@ -507,8 +537,19 @@ async fn node_heartbeat_loop(shared: Arc<Shared>) {
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        if let Err(e) = shared.store.heartbeat_node(shared.lease, now_ms()).await {
-            tracing::warn!(error = %e, "node heartbeat failed");
+        match shared.store.heartbeat_node(shared.lease, now_ms()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // Fenced: a newer process runs under this node's name. Fire nothing more.
+                tracing::error!(
+                    node = %shared.config.node_name,
+                    "another process took over this node's name; this one stops scheduling"
+                );
+                let left = shared.ring.stop();
+                drop(left);
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "node heartbeat failed"),
         }
     }
 }

@@ -17,6 +17,11 @@ use crate::wheel::Wheel;
 /// Slots of the wheel: a power of two above the 5 s window in milliseconds.
 const SLOTS: usize = 8192;
 
+/// Tombstones of cancelled tasks are kept this long (longer than a scan window)…
+const TOMBSTONE_MS: i64 = 60_000;
+/// …and pruned once there are more than this many.
+const TOMBSTONES: usize = 10_000;
+
 /// Longest the ring thread sleeps without looking (also bounds how late a stop is noticed).
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 
@@ -40,6 +45,12 @@ struct State {
     firing: HashMap<i64, i32>,
     /// Being cancelled: must not fire, whatever arrives meanwhile.
     cancelling: HashSet<i64>,
+    /// Tasks that came due (or were claimed) while their cancel was open: out of the wheel
+    /// until the cancel is settled.
+    parked: HashMap<i64, DueTask>,
+    /// Recently cancelled tasks, with when: a claim that raced the cancel (the scan read the
+    /// task just before the database cancelled it) must not bring it back.
+    tombstones: HashMap<i64, Millis>,
     stopping: bool,
 }
 
@@ -63,6 +74,8 @@ impl Ring {
                     index: HashMap::new(),
                     firing: HashMap::new(),
                     cancelling: HashSet::new(),
+                    parked: HashMap::new(),
+                    tombstones: HashMap::new(),
                     stopping: false,
                 }),
                 wake: Condvar::new(),
@@ -80,7 +93,21 @@ impl Ring {
     pub fn insert(&self, tasks: impl IntoIterator<Item = DueTask>) -> usize {
         let mut st = self.lock();
         let mut n = 0;
+        if st.stopping {
+            return 0; // claims stay in the database for recovery
+        }
+        if st.tombstones.len() > TOMBSTONES {
+            let horizon = crate::model::now_ms() - TOMBSTONE_MS;
+            st.tombstones.retain(|_, at| *at > horizon);
+        }
         for t in tasks {
+            if st.tombstones.contains_key(&t.task_id) {
+                continue;
+            }
+            if st.cancelling.contains(&t.task_id) {
+                st.parked.insert(t.task_id, t);
+                continue;
+            }
             let newer_here = st
                 .index
                 .get(&t.task_id)
@@ -102,6 +129,11 @@ impl Ring {
             self.shared.wake.notify_one();
         }
         n
+    }
+
+    /// Has the ring stopped (shutdown, or fenced)?
+    pub fn is_stopped(&self) -> bool {
+        self.lock().stopping
     }
 
     /// Tasks in the wheel (not counting those being fired).
@@ -138,8 +170,17 @@ impl Ring {
     pub fn finish_cancel(&self, task_id: i64, cancelled: bool) {
         let mut st = self.lock();
         st.cancelling.remove(&task_id);
-        if cancelled && let Some((_, due)) = st.index.remove(&task_id) {
-            st.wheel.remove(due, |t| t.task_id == task_id);
+        let parked = st.parked.remove(&task_id);
+        if cancelled {
+            if let Some((_, due)) = st.index.remove(&task_id) {
+                st.wheel.remove(due, |t| t.task_id == task_id);
+            }
+            st.tombstones.insert(task_id, crate::model::now_ms());
+        } else if let Some(t) = parked {
+            st.index.insert(t.task_id, (t.attempt, t.due_at));
+            st.wheel.insert(t.due_at, t);
+            drop(st);
+            self.shared.wake.notify_one();
         }
     }
 
@@ -182,6 +223,8 @@ impl Ring {
         let mut out = Vec::new();
         st.wheel.advance(Millis::MAX, &mut out);
         st.index.clear();
+        let parked: Vec<DueTask> = st.parked.drain().map(|(_, t)| t).collect();
+        out.extend(parked.into_iter().map(|t| (t.due_at, t)));
         drop(st);
         self.shared.wake.notify_all();
         out.into_iter().map(|(_, t)| t).collect()
@@ -215,13 +258,12 @@ impl Ring {
                     Some(&(attempt, _)) if attempt == t.attempt => {}
                     _ => continue, // cancelled or superseded
                 }
+                st.index.remove(&t.task_id);
                 if st.cancelling.contains(&t.task_id) {
-                    // Settled by finish_cancel: keep it in the wheel, out of reach.
-                    st.index.insert(t.task_id, (t.attempt, now + 1));
-                    st.wheel.insert(now + 1, t);
+                    // Settled by finish_cancel: out of the wheel, out of reach.
+                    st.parked.insert(t.task_id, t);
                     continue;
                 }
-                st.index.remove(&t.task_id);
                 st.firing.insert(t.task_id, t.attempt);
                 batch.push(t);
             }
@@ -354,6 +396,18 @@ mod tests {
         assert_eq!(second[0].attempt, 2);
         ring.stop();
         handle.join().unwrap();
+    }
+
+    #[test]
+    fn a_claim_racing_a_cancel_does_not_bring_the_task_back() {
+        let now = now_ms();
+        let ring = Ring::new(now);
+        // The cancel runs while the task is not here yet…
+        assert_eq!(ring.begin_cancel(9), CancelState::Absent);
+        ring.finish_cancel(9, true);
+        // …and the scan, which read it just before the database cancelled it, inserts it.
+        assert_eq!(ring.insert([task(9, now, 0)]), 0);
+        assert!(!ring.holds(9));
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub(crate) async fn scan_loop(shared: Arc<Shared>) {
     let interval = Duration::from_millis(shared.config.scan_interval_ms);
     let mut compiled: HashMap<i64, (String, Option<CompiledSchedule>)> = HashMap::new();
     loop {
-        if *shutdown.borrow() {
+        if *shutdown.borrow() || shared.ring.is_stopped() {
             return;
         }
         let started = Instant::now();

@@ -10,7 +10,7 @@
 //! dispatches and run reports are written many rows per statement (`IN (…)`, `CASE id …`,
 //! multi-row `VALUES`), so the statements per fire stay flat however large the backlog.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -437,6 +437,16 @@ impl Store {
                 .max_connections(16)
                 .min_connections(2)
                 .acquire_timeout(Duration::from_secs(10))
+                // Correctness rests on row locks and conditional updates, never on repeatable
+                // snapshots; READ COMMITTED spares the scan and the writers InnoDB's gap locks.
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                            .execute(conn)
+                            .await?;
+                        Ok(())
+                    })
+                })
                 .connect_with(opts)
                 .await?;
             sqlx::migrate!("../migrations/mysql").run(&pool).await?;
@@ -560,16 +570,30 @@ impl Store {
         })
     }
 
-    pub async fn heartbeat_node(&self, lease: NodeLease, now: Millis) -> Result<()> {
+    /// Refreshes this node's heartbeat. False when a newer incarnation of the same node name
+    /// has taken over (its epoch is higher): this process must stop scheduling.
+    pub async fn heartbeat_node(&self, lease: NodeLease, now: Millis) -> Result<bool> {
         on_pool!(self, |pool, Db| {
-            sqlx::query("UPDATE nodes SET heartbeat_at = ? WHERE id = ? AND epoch = ?")
+            let r = sqlx::query("UPDATE nodes SET heartbeat_at = ? WHERE id = ? AND epoch = ?")
                 .bind(now)
                 .bind(lease.node_id)
                 .bind(lease.epoch)
                 .execute(pool)
                 .await?;
-        });
-        Ok(())
+            Ok(r.affected() > 0)
+        })
+    }
+
+    /// The last heartbeat of the node called `name`, if it ever ran.
+    pub async fn node_heartbeat_at(&self, name: &str) -> Result<Option<Millis>> {
+        on_pool!(self, |pool, Db| {
+            let at: Option<i64> =
+                sqlx::query_scalar("SELECT heartbeat_at FROM nodes WHERE name = ?")
+                    .bind(name)
+                    .fetch_optional(pool)
+                    .await?;
+            Ok(at)
+        })
     }
 
     // ----- apps and executors ----------------------------------------------------------
@@ -1034,6 +1058,15 @@ impl Store {
     /// Creates tasks in one transaction, all or nothing. A task whose `key` already exists for
     /// its job is not created again: its existing id comes back with `false`.
     pub async fn insert_tasks(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<(i64, bool)>> {
+        match self.insert_tasks_once(tasks, now).await {
+            // A concurrent create took one of the keys between our lookup and our insert: the
+            // second look finds it, and the caller gets the existing task as it should.
+            Err(Error::Conflict(_)) => self.insert_tasks_once(tasks, now).await,
+            other => other,
+        }
+    }
+
+    async fn insert_tasks_once(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<(i64, bool)>> {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
@@ -1047,18 +1080,18 @@ impl Store {
                 .collect();
             let mut existing: HashMap<(i64, String), i64> = HashMap::new();
             for chunk in keyed.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT id, job_id, idem_key FROM tasks WHERE (job_id, idem_key) IN (",
-                );
-                let mut sep = qb.separated(", ");
+                // An OR of equalities is a set of unique-key lookups on both backends (SQLite
+                // scans the whole index for a row-value IN).
+                let mut qb =
+                    QueryBuilder::<Db>::new("SELECT id, job_id, idem_key FROM tasks WHERE ");
+                let mut sep = qb.separated(" OR ");
                 for (job, key) in chunk {
-                    sep.push("(")
+                    sep.push("(job_id = ")
                         .push_bind_unseparated(*job)
-                        .push_unseparated(", ")
+                        .push_unseparated(" AND idem_key = ")
                         .push_bind_unseparated(*key)
                         .push_unseparated(")");
                 }
-                qb.push(")");
                 let rows: Vec<(i64, i64, String)> = qb.build_query_as().fetch_all(&mut *tx).await?;
                 existing.extend(rows.into_iter().map(|(id, job, key)| ((job, key), id)));
             }
@@ -1249,17 +1282,24 @@ impl Store {
             }
             if !fires.is_empty() {
                 let n = fires.len() as i64;
-                // Ids inside this transaction: SQLite has a single connection, and on MySQL the
-                // sequence row is held only for the scan's few milliseconds.
-                sqlx::query("UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'")
+                // Ids for the new rows. MySQL: from another connection, so the sequence row is
+                // never held for the scan's transaction (API inserts allocate from it too).
+                // SQLite: inside this transaction, on its single connection.
+                let first = if self.is_mysql() {
+                    self.allocate_ids("task", n).await?
+                } else {
+                    sqlx::query(
+                        "UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'",
+                    )
                     .bind(n)
                     .execute(&mut *tx)
                     .await?;
-                let end: i64 =
-                    sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
-                        .fetch_one(&mut *tx)
-                        .await?;
-                let first = end - n;
+                    let end: i64 =
+                        sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
+                            .fetch_one(&mut *tx)
+                            .await?;
+                    end - n
+                };
                 for (chunk_no, chunk) in fires.chunks(CHUNK).enumerate() {
                     let mut qb = QueryBuilder::<Db>::new(format!(
                         "{insert_ignore} INTO tasks (id, job_id, kind, idem_key, status, due_at, attempt, \
@@ -1426,6 +1466,10 @@ impl Store {
             " ON CONFLICT(id) DO UPDATE SET dispatched_at = excluded.dispatched_at, \
              executor = COALESCE(runs.executor, excluded.executor)"
         };
+        // Rows in run-id order, as `apply_run_updates` writes them: two transactions touching
+        // the same runs lock them in the same order and cannot deadlock.
+        let mut runs: Vec<&Dispatched> = runs.iter().collect();
+        runs.sort_by_key(|r| r.run_id);
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin().await?;
             for chunk in runs.chunks(CHUNK) {
@@ -1448,10 +1492,17 @@ impl Store {
                 qb.push(upsert_tail);
                 qb.build().execute(&mut *tx).await?;
 
-                // One row per task: for a broadcast, any shard's run id will do as `last_run_id`.
-                let mut seen = HashSet::new();
-                let rows: Vec<&Dispatched> =
-                    chunk.iter().filter(|r| seen.insert(r.task_id)).collect();
+                // One row per task, its newest attempt: for a broadcast, any shard's run id will
+                // do as `last_run_id`.
+                let mut newest: HashMap<i64, &Dispatched> = HashMap::new();
+                for &r in chunk {
+                    let e = newest.entry(r.task_id).or_insert(r);
+                    if r.attempt > e.attempt {
+                        *e = r;
+                    }
+                }
+                let mut rows: Vec<&Dispatched> = newest.into_values().collect();
+                rows.sort_by_key(|r| r.task_id);
                 let pairs: Vec<(i64, i64)> = rows.iter().map(|r| (r.task_id, r.run_id)).collect();
                 let mut qb =
                     QueryBuilder::<Db>::new("UPDATE tasks SET status = 'running', updated_at = ");
@@ -1459,16 +1510,10 @@ impl Store {
                 push_case(&mut qb, pairs.iter().copied());
                 // Only the attempt that was sent: a fast failure report may already have moved
                 // the task on to its next attempt, claimed again.
-                qb.push(" WHERE status = 'claimed' AND (id, attempt) IN (");
-                let mut sep = qb.separated(", ");
-                for r in &rows {
-                    sep.push("(")
-                        .push_bind_unseparated(r.task_id)
-                        .push_unseparated(", ")
-                        .push_bind_unseparated(r.attempt)
-                        .push_unseparated(")");
-                }
-                qb.push(")");
+                qb.push(" WHERE status = 'claimed' AND attempt = ");
+                push_case(&mut qb, rows.iter().map(|r| (r.task_id, r.attempt)));
+                qb.push(" AND id IN ");
+                push_ids(&mut qb, rows.iter().map(|r| r.task_id));
                 qb.build().execute(&mut *tx).await?;
             }
             tx.commit().await?;
@@ -1502,15 +1547,27 @@ impl Store {
              started_at = COALESCE(excluded.started_at, runs.started_at), \
              finished_at = excluded.finished_at, exit_code = excluded.exit_code, message = excluded.message"
         };
+        let lock = if self.is_mysql() {
+            " ORDER BY id FOR UPDATE"
+        } else {
+            ""
+        };
+        let mysql = self.is_mysql();
         let mut applied = Applied::default();
         let mut child_tasks: Vec<NewTask> = Vec::new();
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin().await?;
-            // Current state of these runs: final ones are left alone (idempotency).
+            // Current state of these runs, locked in id order (concurrent reports for the same
+            // runs — a callback and a lost-run sweep, two nodes — take turns): final ones are
+            // left alone (idempotency).
+            let mut run_ids: Vec<i64> = updates.iter().map(|u| u.run_id).collect();
+            run_ids.sort_unstable();
+            run_ids.dedup();
             let mut current: HashMap<i64, RunStatus> = HashMap::new();
-            for chunk in updates.chunks(CHUNK) {
+            for chunk in run_ids.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new("SELECT id, status FROM runs WHERE id IN ");
-                push_ids(&mut qb, chunk.iter().map(|u| u.run_id));
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.push(lock);
                 let rows: Vec<(i64, String)> = qb.build_query_as().fetch_all(&mut *tx).await?;
                 for (id, status) in rows {
                     current.insert(id, parse(&status)?);
@@ -1575,9 +1632,18 @@ impl Store {
             for u in &ended {
                 by_task.insert(u.task_id, u);
             }
-            let task_ids: Vec<i64> = by_task.keys().copied().collect();
+            let mut task_ids: Vec<i64> = by_task.keys().copied().collect();
+            task_ids.sort_unstable();
             let mut next_by_outcome: Vec<(i64, TaskNext)> = Vec::new();
             for chunk in task_ids.chunks(CHUNK) {
+                // Lock the tasks (in id order) before reading them, so two transactions never
+                // decide the same attempt's outcome from the same stale state.
+                if mysql {
+                    let mut qb = QueryBuilder::<Db>::new("SELECT id FROM tasks WHERE id IN ");
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.push(lock);
+                    qb.build().fetch_all(&mut *tx).await?;
+                }
                 let mut qb = QueryBuilder::<Db>::new(
                     "SELECT t.id, t.job_id, t.attempt, t.lost_count, t.status, t.max_attempts, t.backoff, \
                      j.max_attempts AS job_max_attempts, j.backoff AS job_backoff, j.child_jobs, \
@@ -1716,16 +1782,52 @@ impl Store {
                 push_ids(&mut qb, chunk.iter().map(|(t, _, _)| *t));
                 qb.build().execute(&mut *tx).await?;
             }
+            // Children of succeeded parents, in the same transaction: a parent's success and its
+            // children's triggers are committed together or not at all. (A child whose job was
+            // deleted meanwhile is still created; dispatch fails it with a clear message.)
+            if !child_tasks.is_empty() {
+                let n = child_tasks.len() as i64;
+                let first = if mysql {
+                    // Another connection: the sequence row is not held for this transaction.
+                    self.allocate_ids("task", n).await?
+                } else {
+                    sqlx::query(
+                        "UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'",
+                    )
+                    .bind(n)
+                    .execute(&mut *tx)
+                    .await?;
+                    let end: i64 =
+                        sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
+                            .fetch_one(&mut *tx)
+                            .await?;
+                    end - n
+                };
+                for (chunk_no, chunk) in child_tasks.chunks(CHUNK).enumerate() {
+                    let base = first + (chunk_no * CHUNK) as i64;
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "INSERT INTO tasks (id, job_id, kind, status, due_at, attempt, lost_count, priority, \
+                         created_at, updated_at) ",
+                    );
+                    qb.push_values(chunk.iter().enumerate(), |mut b, (i, t)| {
+                        b.push_bind(base + i as i64)
+                            .push_bind(t.job_id)
+                            .push_bind(t.kind.as_str())
+                            .push_bind("pending")
+                            .push_bind(t.due_at)
+                            .push_bind(1_i32)
+                            .push_bind(0_i32)
+                            .push_bind(t.priority)
+                            .push_bind(now)
+                            .push_bind(now);
+                    });
+                    qb.build().execute(&mut *tx).await?;
+                }
+                applied.children = child_tasks.len();
+            }
             tx.commit().await?;
             applied.tasks = next_by_outcome;
         });
-        if !child_tasks.is_empty() {
-            // Children whose job was deleted meanwhile are still created; dispatch fails them
-            // with a clear message. Created after the parent's commit: a crash in between loses
-            // the children of one batch, never a parent's result.
-            applied.children = child_tasks.len();
-            self.insert_tasks(&child_tasks, now).await?;
-        }
         Ok(applied)
     }
 
@@ -1820,6 +1922,169 @@ impl Store {
             qb.push(")");
             let rows: Vec<RunRow> = qb.build_query_as().fetch_all(pool).await?;
             rows.into_iter().map(Run::try_from).collect()
+        })
+    }
+
+    // ----- the console: users, sessions, audit -----------------------------------------
+
+    pub async fn count_users(&self) -> Result<i64> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users")
+                .fetch_one(pool)
+                .await?)
+        })
+    }
+
+    pub async fn insert_user(
+        &self,
+        name: &str,
+        password_hash: &str,
+        role: &str,
+        now: Millis,
+    ) -> Result<i64> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query(
+                "INSERT INTO users (name, password_hash, role, created_at) VALUES (?, ?, ?, ?)",
+            )
+            .bind(name)
+            .bind(password_hash)
+            .bind(role)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .insert_id())
+        })
+    }
+
+    pub async fn user_by_name(&self, name: &str) -> Result<Option<crate::console::User>> {
+        on_pool!(self, |pool, Db| {
+            Ok(
+                sqlx::query_as("SELECT id, name, password_hash, role FROM users WHERE name = ?")
+                    .bind(name)
+                    .fetch_optional(pool)
+                    .await?,
+            )
+        })
+    }
+
+    /// Stores a new session (by its token's hash) and drops the expired ones.
+    pub async fn insert_session(
+        &self,
+        token_hash: &str,
+        user_id: i64,
+        now: Millis,
+        expires_at: Millis,
+    ) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            sqlx::query("DELETE FROM sessions WHERE expires_at <= ?")
+                .bind(now)
+                .execute(pool)
+                .await?;
+            sqlx::query(
+                "INSERT INTO sessions (token_hash, user_id, created_at, expires_at) \
+                 VALUES (?, ?, ?, ?)",
+            )
+            .bind(token_hash)
+            .bind(user_id)
+            .bind(now)
+            .bind(expires_at)
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    /// The user of an unexpired session.
+    pub async fn session_user(
+        &self,
+        token_hash: &str,
+        now: Millis,
+    ) -> Result<Option<crate::console::User>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT u.id, u.name, u.password_hash, u.role FROM sessions s \
+                 JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?",
+            )
+            .bind(token_hash)
+            .bind(now)
+            .fetch_optional(pool)
+            .await?)
+        })
+    }
+
+    pub async fn delete_session(&self, token_hash: &str) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            sqlx::query("DELETE FROM sessions WHERE token_hash = ?")
+                .bind(token_hash)
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    pub async fn record_audit(
+        &self,
+        user_name: &str,
+        action: &str,
+        target: &str,
+        now: Millis,
+    ) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            sqlx::query(
+                "INSERT INTO audit_log (user_name, action, target, at) VALUES (?, ?, ?, ?)",
+            )
+            .bind(user_name)
+            .bind(action)
+            .bind(target)
+            .bind(now)
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    /// Audit entries, newest first, older than `before_id`; `limit + 1` rows so the caller
+    /// knows whether there is a next page.
+    pub async fn list_audit(
+        &self,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<crate::console::AuditEntry>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT id, user_name, action, target, at FROM audit_log \
+                 WHERE id < ? ORDER BY id DESC LIMIT ?",
+            )
+            .bind(before_id.unwrap_or(i64::MAX))
+            .bind(i64::from(limit) + 1)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    /// The dashboard's numbers: jobs, tasks waiting to run, runs scheduled since `since` by
+    /// status.
+    pub async fn console_counts(&self, since: Millis) -> Result<crate::console::Counts> {
+        on_pool!(self, |pool, Db| {
+            let jobs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+                .fetch_one(pool)
+                .await?;
+            let tasks_pending: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM tasks WHERE status IN ('pending', 'claimed')",
+            )
+            .fetch_one(pool)
+            .await?;
+            let runs_by_status: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT status, COUNT(*) FROM runs WHERE scheduled_at >= ? GROUP BY status",
+            )
+            .bind(since)
+            .fetch_all(pool)
+            .await?;
+            Ok(crate::console::Counts {
+                jobs,
+                tasks_pending,
+                runs_by_status,
+            })
         })
     }
 }

@@ -304,7 +304,7 @@ pub async fn list(
 
 /// A job named in a path: an integer is tried as an id first, then as a name (names are
 /// any text, digits included).
-pub(super) async fn find_job(store: &Store, id_or_name: &str) -> ApiResult<Job> {
+pub(crate) async fn find_job(store: &Store, id_or_name: &str) -> ApiResult<Job> {
     if let Ok(id) = id_or_name.parse::<i64>() {
         match store.get_job(id).await {
             Err(store::Error::NotFound(_)) => {}
@@ -345,7 +345,11 @@ pub(super) async fn job_ref(store: &Store, field: &str, r: &NameOrId) -> ApiResu
 }
 
 /// The job's first fire time from `now`: none for schedule `none` or a disabled job.
-fn first_fire(spec: &JobSpec, schedule: &CompiledSchedule, now: Millis) -> Option<Millis> {
+pub(crate) fn first_fire(
+    spec: &JobSpec,
+    schedule: &CompiledSchedule,
+    now: Millis,
+) -> Option<Millis> {
     if spec.enabled {
         schedule.next_after(now)
     } else {
@@ -354,7 +358,7 @@ fn first_fire(spec: &JobSpec, schedule: &CompiledSchedule, now: Millis) -> Optio
 }
 
 /// Merges `fields` onto `base` (or the defaults, for a new job) and validates the result.
-async fn build_spec(
+pub(crate) async fn build_spec(
     state: &AppState,
     f: JobFields,
     base: Option<&Job>,

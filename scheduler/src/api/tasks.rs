@@ -164,7 +164,7 @@ pub async fn create_batch(
 
 /// Stores tasks and hands the new ones to the node (those due within its window go
 /// straight into the wheel).
-pub(super) async fn store_tasks(
+pub(crate) async fn store_tasks(
     state: &AppState,
     tasks: &[NewTask],
     now: Millis,

@@ -1,0 +1,611 @@
+//! The delay queue at volume (issue 4's "Must show" benchmarks), end to end through an
+//! in-process scheduler node and an executor double over real, signed HTTP on loopback.
+//!
+//! One binary, one sub-benchmark per run, chosen by the first argument or `ROTA_BENCH_CASE`:
+//!
+//! - `ingest` — tasks/s accepted through `POST /api/v1/tasks/batch`: `ROTA_BENCH_TASKS`
+//!   (200,000) tasks in batches of `ROTA_BENCH_BATCH` (10,000) sent by `ROTA_BENCH_CLIENTS` (4)
+//!   concurrent clients, due far in the future so nothing fires. Wall time from the first
+//!   request to the last `201`; request bodies are serialized before the clock starts.
+//!   `ROTA_BENCH_KEYS=1` gives every task an idempotency key (one more lookup per batch).
+//! - `fire` — `ROTA_BENCH_TASKS` (100,000) tasks all due at one instant, created
+//!   `ROTA_BENCH_LEAD_S` (10) seconds ahead, i.e. beyond the 5 s scan window, so they travel
+//!   scan → wheel → ring → pool → trigger. Reports fires/s between the first and the last
+//!   trigger received by the executor double, and the time from the due instant until every
+//!   task is `succeeded` (polled with `COUNT(*)` every 100 ms on a separate connection).
+//!   On MySQL it also reads the server's `Com_*` counters (`SHOW GLOBAL STATUS`) before and
+//!   after and prints statements per 1,000 fires, by kind: raw, minus this bench's own
+//!   polling (counted exactly), and minus an idle period of the same length measured right
+//!   after (`ROTA_BENCH_IDLE=0` skips it). Use a private server (scripts/bench/
+//!   mariadb-instance.sh): the counters are server-wide.
+//! - `all` (default) — `ingest` then `fire`.
+//!
+//! Triggers go to an in-process executor double (real signed HTTP, reports success at once)
+//! unless `ROTA_BENCH_EXECUTOR_BIN=target/release/rota` names a `rota` binary: then a real
+//! `rota executor` process (capacity `ROTA_BENCH_EXECUTOR_CAPACITY`, 256) runs a no-op wasm
+//! plugin, and the fire rate is read from the runs' reported start times (ms).
+//!
+//! Lateness at a steady rate (p50/p99/p99.9/max) is `benches/lateness.rs`; it is not repeated
+//! here. The 10-million-pending-tasks RSS and scan cost are `scripts/bench/ten-million.sh`.
+//!
+//! SQLite in a temporary directory by default; `ROTA_BENCH_MYSQL_URL=mysql://root@127.0.0.1:3307/rota_bench`
+//! for MySQL/MariaDB. Examples:
+//!
+//! ```text
+//! cargo bench -p rota --bench delay_queue -- ingest
+//! ROTA_BENCH_MYSQL_URL=mysql://root@127.0.0.1:3307/rota_bench cargo bench -p rota --bench delay_queue -- fire
+//! ```
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+fn env_flag(name: &str, default: bool) -> bool {
+    match std::env::var(name) {
+        Ok(v) => !matches!(v.as_str(), "" | "0" | "false" | "no"),
+        Err(_) => default,
+    }
+}
+
+fn main() {
+    // `cargo bench` appends `--bench`; the first word that is not a flag names the case.
+    let case = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .or_else(|| std::env::var("ROTA_BENCH_CASE").ok())
+        .unwrap_or_else(|| "all".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        match case.as_str() {
+            "ingest" => ingest().await,
+            "fire" => fire().await,
+            "all" => {
+                ingest().await;
+                fire().await;
+            }
+            "lateness" => {
+                eprintln!("lateness is its own bench: cargo bench -p rota --bench lateness");
+                std::process::exit(2);
+            }
+            other => {
+                eprintln!("unknown case `{other}`: ingest | fire | all");
+                std::process::exit(2);
+            }
+        }
+    });
+}
+
+// ----- the database under test ------------------------------------------------------------
+
+struct Backend {
+    url: String,
+    name: &'static str,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn backend() -> Backend {
+    match std::env::var("ROTA_BENCH_MYSQL_URL") {
+        Ok(url) if !url.is_empty() => Backend {
+            url,
+            name: "MySQL",
+            _dir: None,
+        },
+        _ => {
+            let (url, dir) = sqlite_url();
+            Backend {
+                url,
+                name: "SQLite",
+                _dir: Some(dir),
+            }
+        }
+    }
+}
+
+/// A connection of the bench's own, beside the scheduler's pool.
+enum Db {
+    My(sqlx::MySqlPool),
+    Lite(sqlx::SqlitePool),
+}
+
+impl Db {
+    async fn connect(url: &str) -> Db {
+        if url.starts_with("mysql:") {
+            Db::My(
+                sqlx::mysql::MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .connect(url)
+                    .await
+                    .expect("bench connection to MySQL"),
+            )
+        } else {
+            Db::Lite(
+                sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .connect(url)
+                    .await
+                    .expect("bench connection to SQLite"),
+            )
+        }
+    }
+
+    /// Tasks of `job_id` in `status` (`None`: all of them).
+    async fn count_tasks(&self, job_id: i64, status: Option<&str>) -> i64 {
+        const ALL: &str = "SELECT COUNT(*) FROM tasks WHERE job_id = ?";
+        const BY_STATUS: &str = "SELECT COUNT(*) FROM tasks WHERE job_id = ? AND status = ?";
+        match (self, status) {
+            (Db::My(p), None) => sqlx::query_scalar(ALL).bind(job_id).fetch_one(p).await,
+            (Db::My(p), Some(s)) => {
+                sqlx::query_scalar(BY_STATUS)
+                    .bind(job_id)
+                    .bind(s)
+                    .fetch_one(p)
+                    .await
+            }
+            (Db::Lite(p), None) => sqlx::query_scalar(ALL).bind(job_id).fetch_one(p).await,
+            (Db::Lite(p), Some(s)) => {
+                sqlx::query_scalar(BY_STATUS)
+                    .bind(job_id)
+                    .bind(s)
+                    .fetch_one(p)
+                    .await
+            }
+        }
+        .expect("counting tasks")
+    }
+
+    /// The runs of `job_id`: (first start ms, last start ms, runs, runs started before due).
+    async fn run_starts(&self, job_id: i64) -> (i64, i64, i64, i64) {
+        const SQL: &str = "SELECT MIN(started_at), MAX(started_at), COUNT(*), \
+             COUNT(CASE WHEN started_at < scheduled_at THEN 1 END) FROM runs WHERE job_id = ?";
+        let row: (Option<i64>, Option<i64>, i64, i64) = match self {
+            Db::My(p) => sqlx::query_as(SQL).bind(job_id).fetch_one(p).await,
+            Db::Lite(p) => sqlx::query_as(SQL).bind(job_id).fetch_one(p).await,
+        }
+        .expect("reading the runs");
+        (row.0.unwrap_or(0), row.1.unwrap_or(0), row.2, row.3)
+    }
+
+    /// MySQL's server-wide statement counters (`Com_*`, `Questions`); empty on SQLite.
+    async fn status(&self) -> BTreeMap<String, i64> {
+        let Db::My(p) = self else {
+            return BTreeMap::new();
+        };
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SHOW GLOBAL STATUS WHERE Variable_name LIKE 'Com\\_%' OR Variable_name = 'Questions'",
+        )
+        .fetch_all(p)
+        .await
+        .expect("SHOW GLOBAL STATUS");
+        rows.into_iter()
+            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+            .collect()
+    }
+}
+
+fn diff(after: &BTreeMap<String, i64>, before: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .collect()
+}
+
+// ----- set-up shared by the cases ------------------------------------------------------------
+
+struct Bed {
+    server: TestServer,
+    executor: Executor,
+    job: String,
+    job_id: i64,
+    http: reqwest::Client,
+}
+
+/// Who runs the triggers: the in-process double (default), or a real `rota executor`
+/// process running the no-op plugin (`ROTA_BENCH_EXECUTOR_BIN=target/release/rota`).
+enum Executor {
+    Double(ExecutorDouble),
+    Real(std::process::Child, tempfile::TempDir),
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        if let Executor::Real(child, _) = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `rota executor` from `bin` for `app` and waits until it is registered.
+async fn real_executor(bin: &str, server: &TestServer, app: &str) -> Executor {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let capacity = env_or("ROTA_BENCH_EXECUTOR_CAPACITY", 256);
+    let child = std::process::Command::new(bin)
+        .args(["executor", "--scheduler", &server.url, "--app", app])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--capacity", &capacity.to_string()])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {bin} executor: {e}"));
+    let executor = Executor::Real(child, dir);
+    let needle = format!("127.0.0.1:{port}");
+    let api = server.api.clone();
+    eventually(
+        Duration::from_secs(30),
+        "the real executor to register",
+        || {
+            let (api, needle) = (api.clone(), needle.clone());
+            async move {
+                let (_, v) = api.call("GET", "/api/v1/executors", None).await;
+                v.to_string().contains(&needle).then_some(())
+            }
+        },
+    )
+    .await;
+    executor
+}
+
+async fn bed(db_url: &str) -> Bed {
+    let server = TestServer::start(db_url, |c| {
+        // The double registers once and never heartbeats; keep it alive for long runs.
+        c.executor_dead_after_ms = 3_600_000;
+    })
+    .await;
+    server.api.upload_plugin("noop").await;
+    // An app of its own: a MySQL database shared by earlier runs still lists their (gone)
+    // executors under their apps.
+    let job = format!("dq-bench-{}", now_ms());
+    let executor = match std::env::var("ROTA_BENCH_EXECUTOR_BIN") {
+        Ok(bin) if !bin.is_empty() => real_executor(&bin, &server, &job).await,
+        _ => Executor::Double(ExecutorDouble::start(&server.url, &job, Behaviour::Succeed).await),
+    };
+    let created = server
+        .api
+        .ok(
+            "POST",
+            "/api/v1/jobs",
+            Some(json!({"name": job, "app": job, "plugin": "noop", "schedule": {"kind": "none"}})),
+        )
+        .await;
+    let job_id = created["id"].as_i64().expect("the new job's id");
+    Bed {
+        server,
+        executor,
+        job,
+        job_id,
+        http: reqwest::Client::new(),
+    }
+}
+
+/// Batch bodies, serialized ahead: `total` tasks of `job`, `batch` per request.
+fn batch_bodies(
+    job: &str,
+    total: u64,
+    batch: u64,
+    keys: bool,
+    run_at: impl Fn(u64) -> i64,
+) -> Vec<bytes::Bytes> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < total {
+        let n = (total - i).min(batch);
+        let tasks: Vec<Value> = (i..i + n)
+            .map(|k| {
+                let mut t = json!({
+                    "job": job,
+                    "run_at": rfc3339(run_at(k)),
+                    "payload": format!("{{\"order\":{k}}}"),
+                });
+                if keys {
+                    t["key"] = json!(format!("order-{k}"));
+                }
+                t
+            })
+            .collect();
+        out.push(
+            serde_json::to_vec(&json!({ "tasks": tasks }))
+                .unwrap()
+                .into(),
+        );
+        i += n;
+    }
+    out
+}
+
+/// Sends `bodies` with `clients` concurrent clients; returns (first request → last 201).
+async fn send_batches(
+    http: &reqwest::Client,
+    base: &str,
+    bodies: Vec<bytes::Bytes>,
+    clients: usize,
+) -> Duration {
+    let bodies = Arc::new(bodies);
+    let next = Arc::new(AtomicUsize::new(0));
+    let url = format!("{base}/api/v1/tasks/batch");
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..clients.max(1) {
+        let (bodies, next, http, url) = (bodies.clone(), next.clone(), http.clone(), url.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(body) = bodies.get(i) else { break };
+                let resp = http
+                    .post(&url)
+                    .bearer_auth(TOKEN)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .expect("batch request");
+                let status = resp.status().as_u16();
+                if status != 201 {
+                    let text = resp.text().await.unwrap_or_default();
+                    panic!("batch {i} answered {status}: {text}");
+                }
+                // Read the answer (the ids) as a client would.
+                let _ = resp.bytes().await.expect("batch answer");
+            }
+        }));
+    }
+    for w in workers {
+        w.await.expect("a batch client panicked");
+    }
+    started.elapsed()
+}
+
+// ----- a. ingest -----------------------------------------------------------------------------
+
+async fn ingest() {
+    let backend = backend();
+    let total = env_or("ROTA_BENCH_TASKS", 200_000);
+    let batch = env_or("ROTA_BENCH_BATCH", 10_000).clamp(1, 10_000);
+    let clients = env_or("ROTA_BENCH_CLIENTS", 4) as usize;
+    let keys = env_flag("ROTA_BENCH_KEYS", false);
+    let bed = bed(&backend.url).await;
+    // Due 30 days ahead, one per millisecond: nothing fires during the run.
+    let base = now_ms() + 30 * 86_400_000;
+    let bodies = batch_bodies(&bed.job, total, batch, keys, |k| base + k as i64);
+    eprintln!(
+        "ingest: {total} tasks, {} requests of ≤ {batch}, {clients} clients, {} …",
+        bodies.len(),
+        backend.name
+    );
+    let took = send_batches(&bed.http, &bed.server.url, bodies, clients).await;
+    let db = Db::connect(&backend.url).await;
+    let stored = db.count_tasks(bed.job_id, None).await;
+    assert_eq!(stored, total as i64, "tasks stored");
+    let secs = took.as_secs_f64();
+    println!("| backend | tasks | batch | clients | keys | seconds | tasks/s |");
+    println!("|---|---:|---:|---:|---|---:|---:|");
+    println!(
+        "| {} | {total} | {batch} | {clients} | {} | {secs:.2} | {:.0} |",
+        backend.name,
+        if keys { "yes" } else { "no" },
+        total as f64 / secs
+    );
+    drop(bed.executor);
+    bed.server.stop().await;
+}
+
+// ----- b. + c. fire rate and statements per 1,000 fires -------------------------------------
+
+/// Statement kinds that count (server-side `Com_*` names).
+const KINDS: &[&str] = &[
+    "Com_select",
+    "Com_insert",
+    "Com_insert_select",
+    "Com_replace",
+    "Com_update",
+    "Com_update_multi",
+    "Com_delete",
+    "Com_delete_multi",
+    "Com_begin",
+    "Com_commit",
+    "Com_rollback",
+];
+
+async fn fire() {
+    let backend = backend();
+    let total = env_or("ROTA_BENCH_TASKS", 100_000);
+    let lead_ms = env_or("ROTA_BENCH_LEAD_S", 10) as i64 * 1000;
+    let clients = env_or("ROTA_BENCH_CLIENTS", 4) as usize;
+    let idle_baseline = env_flag("ROTA_BENCH_IDLE", true);
+    let bed = bed(&backend.url).await;
+    let db = Db::connect(&backend.url).await;
+    let window_ms = 5_000; // the scan window (Config::window_ms)
+
+    let due = now_ms() + lead_ms;
+    let bodies = batch_bodies(&bed.job, total, 10_000, false, |_| due);
+    eprintln!(
+        "fire: {total} tasks due at one instant, {lead_ms} ms ahead, {} …",
+        backend.name
+    );
+    send_batches(&bed.http, &bed.server.url, bodies, clients).await;
+    let created = now_ms();
+    // Start counting before the scan can claim anything (it claims what is due within 5 s).
+    let count_from = due - window_ms - 1_500;
+    if created > count_from {
+        eprintln!(
+            "WARNING: creating the tasks ended {} ms after the counters should have started \
+             (due − 6.5 s); some tasks may have been claimed at creation. Raise ROTA_BENCH_LEAD_S.",
+            created - count_from
+        );
+    } else {
+        tokio::time::sleep(Duration::from_millis((count_from - created) as u64)).await;
+    }
+    let before = db.status().await;
+    let counted_from = Instant::now();
+    let mut polls = 0i64;
+    let deadline = Instant::now() + Duration::from_millis(lead_ms as u64 + 120_000 + total / 200);
+    let done_at = loop {
+        let n = db.count_tasks(bed.job_id, Some("succeeded")).await;
+        polls += 1;
+        if n >= total as i64 {
+            break now_ms();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out: {n} of {total} tasks succeeded"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Let the dispatch recorder and late callbacks land before reading the counters.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = db.status().await;
+    let window = counted_from.elapsed();
+
+    // First and last trigger: received by the double (µs), or for a real executor the runs'
+    // reported start times (ms, the plugin's start).
+    let (first, last, sent, early, seen) = match &bed.executor {
+        Executor::Double(d) => {
+            let received = d.received();
+            (
+                received.iter().map(|r| r.received_at_us).min().unwrap_or(0),
+                received.iter().map(|r| r.received_at_us).max().unwrap_or(0),
+                received.len() as i64,
+                received
+                    .iter()
+                    .filter(|r| r.received_at_us < r.trigger.scheduled_at * 1000)
+                    .count() as i64,
+                "trigger",
+            )
+        }
+        Executor::Real(..) => {
+            let (first, last, runs, early) = db.run_starts(bed.job_id).await;
+            (first * 1000, last * 1000, runs, early, "run start")
+        }
+    };
+    // Triggers arrive in batches (one request per executor per tick), so first→last can be
+    // ~0 for a small run; due→last trigger is the rate at which the backlog went out.
+    let spread_s = (last - first) as f64 / 1e6;
+    let to_last_s = (last - due * 1000).max(1) as f64 / 1e6;
+    let e2e_s = (done_at - due).max(1) as f64 / 1e3;
+    let rate = |s: f64| {
+        if s >= 0.001 {
+            format!("{:.0}", total as f64 / s)
+        } else {
+            "—".to_owned()
+        }
+    };
+    println!(
+        "| backend | executor | tasks | due→first {seen} ms | first→last {seen} s | fires/s (first→last) | due→last {seen} s | fires/s (due→last) | due→all succeeded s | end-to-end tasks/s | sent twice | early |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {} | {} | {total} | {:.1} | {spread_s:.3} | {} | {to_last_s:.3} | {} | {e2e_s:.2} | {} | {} | {early} |",
+        backend.name,
+        match bed.executor {
+            Executor::Double(_) => "double",
+            Executor::Real(..) => "rota executor",
+        },
+        (first - due * 1000) as f64 / 1e3,
+        rate(spread_s),
+        rate(to_last_s),
+        rate(e2e_s),
+        sent - total as i64,
+    );
+
+    if !after.is_empty() {
+        let raw = diff(&after, &before);
+        // The bench's own statements in the window: one SELECT per poll (the two SHOW STATUS
+        // are Com_show_status, not counted).
+        let mut own = BTreeMap::new();
+        own.insert("Com_select".to_owned(), polls);
+        let idle = if idle_baseline {
+            let len = window.min(Duration::from_secs(60));
+            eprintln!("measuring an idle period of {len:?} for the baseline …");
+            let a = db.status().await;
+            tokio::time::sleep(len).await;
+            let b = db.status().await;
+            let scale = window.as_secs_f64() / len.as_secs_f64();
+            diff(&b, &a)
+                .into_iter()
+                .map(|(k, v)| (k, (v as f64 * scale).round() as i64))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let per_k = |v: i64| v as f64 * 1000.0 / total as f64;
+        let get = |m: &BTreeMap<String, i64>, k: &str| m.get(k).copied().unwrap_or(0);
+        println!();
+        println!(
+            "Statements during the fire run ({:.1} s window, {total} fires; bench's own polls: {polls} SELECTs{}):",
+            window.as_secs_f64(),
+            if idle_baseline {
+                ", idle = same-length idle period after the run"
+            } else {
+                ""
+            }
+        );
+        println!();
+        println!("| statement | raw | bench's own | idle | net | net per 1,000 fires |");
+        println!("|---|---:|---:|---:|---:|---:|");
+        let (mut t_raw, mut t_own, mut t_idle, mut t_net) = (0, 0, 0, 0);
+        for k in KINDS {
+            let (r, o, i) = (get(&raw, k), get(&own, k), get(&idle, k));
+            let net = r - o - i;
+            t_raw += r;
+            t_own += o;
+            t_idle += i;
+            t_net += net;
+            if r != 0 || i != 0 {
+                println!(
+                    "| {} | {r} | {o} | {i} | {net} | {:.2} |",
+                    k.trim_start_matches("Com_"),
+                    per_k(net)
+                );
+            }
+        }
+        println!(
+            "| **total** | {t_raw} | {t_own} | {t_idle} | {t_net} | **{:.2}** |",
+            per_k(t_net)
+        );
+        let others: Vec<String> = raw
+            .iter()
+            .filter(|(k, v)| **v != 0 && !KINDS.contains(&k.as_str()))
+            .map(|(k, v)| format!("{}={v}", k.trim_start_matches("Com_")))
+            .collect();
+        println!();
+        println!(
+            "Other counters (raw, not in the total): {}",
+            others.join(", ")
+        );
+    }
+    drop(bed.executor);
+    bed.server.stop().await;
+}
+
+/// RFC 3339 UTC with milliseconds, as the API takes it.
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .expect("a valid time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

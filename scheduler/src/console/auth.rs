@@ -1,0 +1,317 @@
+//! Who is at the console: passwords (argon2), sessions (a random cookie, stored hashed),
+//! CSRF tokens (derived from the session) and the slowing of failed logins.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+use super::{Console, User};
+use crate::model::{Millis, now_ms};
+use crate::store::{self, Store};
+
+/// The session cookie's name.
+pub const COOKIE: &str = "rota_session";
+/// The form field (or `x-csrf-token` header) carrying the CSRF token on every POST.
+pub const CSRF_FIELD: &str = "csrf";
+/// How long a login lasts.
+pub const SESSION_MS: Millis = 12 * 3600 * 1000;
+
+/// The signed-in user and the CSRF token every form of theirs carries; put in the request's
+/// extensions by [`require_session`].
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub user: User,
+    pub csrf: String,
+    pub lang: super::lang::Lang,
+}
+
+/// Makes `admin` when there are no users yet: with `password`, or with a generated one that
+/// is logged once (it is nowhere else).
+pub async fn seed_admin(store: &Store, password: Option<&str>) -> anyhow::Result<()> {
+    if store.count_users().await? > 0 {
+        return Ok(());
+    }
+    let (password, generated) = match password {
+        Some(p) => (p.to_owned(), false),
+        None => (random_token(12), true),
+    };
+    let hash = hash_password(password.clone()).await?;
+    match store.insert_user("admin", &hash, "admin", now_ms()).await {
+        // Another node seeded it first.
+        Ok(_) | Err(store::Error::Conflict(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if generated {
+        tracing::warn!(
+            user = "admin",
+            password = %password,
+            "console: created user `admin` with a generated password; it is shown only this once (set ROTA_ADMIN_PASSWORD to choose it)"
+        );
+    }
+    Ok(())
+}
+
+/// An argon2id PHC string, computed off the async threads (it is slow on purpose).
+pub async fn hash_password(password: String) -> anyhow::Result<String> {
+    tokio::task::spawn_blocking(move || {
+        let mut salt = [0u8; 16];
+        rand::rng().fill_bytes(&mut salt);
+        let salt = SaltString::encode_b64(&salt).map_err(|e| anyhow::anyhow!("salt: {e}"))?;
+        Argon2::default()
+            .hash_password(password.as_bytes(), &salt)
+            .map(|h| h.to_string())
+            .map_err(|e| anyhow::anyhow!("hashing a password: {e}"))
+    })
+    .await?
+}
+
+/// Whether `password` matches the stored PHC string (false for a malformed one).
+pub async fn verify_password(password: String, hash: String) -> anyhow::Result<bool> {
+    Ok(tokio::task::spawn_blocking(move || {
+        PasswordHash::new(&hash)
+            .map(|parsed| {
+                Argon2::default()
+                    .verify_password(password.as_bytes(), &parsed)
+                    .is_ok()
+            })
+            .unwrap_or(false)
+    })
+    .await?)
+}
+
+/// `n` random bytes as hex.
+pub fn random_token(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// What the database keeps of a session cookie.
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// The session's CSRF token: derived from the cookie, so it needs no storage and cannot be
+/// computed from what the database holds.
+pub fn csrf_for(token: &str) -> String {
+    hex::encode(Sha256::digest(format!("rota-csrf:{token}").as_bytes()))
+}
+
+/// The `Set-Cookie` value opening a session.
+pub fn session_cookie(token: &str, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{secure}",
+        SESSION_MS / 1000
+    )
+}
+
+/// The `Set-Cookie` value ending it.
+pub fn clear_cookie(secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}")
+}
+
+/// The session cookie of a request, if it has one.
+pub fn cookie_token(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// The client's address, when the server records it (`into_make_service_with_connect_info`).
+pub fn client_ip(req: &Request) -> Option<IpAddr> {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+/// Guards every console page and action: without a live session a page redirects to the
+/// login form and an action is refused; a POST must carry the session's CSRF token (form
+/// field `csrf` or header `x-csrf-token`), or it is a 403.
+pub async fn require_session(State(console): State<Console>, req: Request, next: Next) -> Response {
+    let reading = matches!(*req.method(), Method::GET | Method::HEAD);
+    let refuse = |reading: bool| -> Response {
+        if reading {
+            Redirect::to("/login").into_response()
+        } else {
+            (StatusCode::FORBIDDEN, "sign in first").into_response()
+        }
+    };
+    let Some(token) = cookie_token(req.headers()) else {
+        return refuse(reading);
+    };
+    let user = match console
+        .node
+        .store()
+        .session_user(&token_hash(&token), now_ms())
+        .await
+    {
+        Ok(Some(user)) => user,
+        Ok(None) => return refuse(reading),
+        Err(e) => {
+            tracing::error!(error = %e, "console: reading a session failed");
+            return (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response();
+        }
+    };
+    let csrf = csrf_for(&token);
+    let lang = super::lang::Lang::of(req.headers());
+    let mut req = if reading {
+        req
+    } else {
+        let (parts, body) = req.into_parts();
+        // The route's own limit (a plugin upload's is larger) applies when it is read.
+        let config = console.node.config();
+        let limit = config.max_body_bytes.max(config.max_plugin_bytes);
+        let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+            return (StatusCode::PAYLOAD_TOO_LARGE, "request too large").into_response();
+        };
+        let sent = parts
+            .headers
+            .get("x-csrf-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| form_field(&bytes, CSRF_FIELD));
+        if sent.as_deref() != Some(csrf.as_str()) {
+            tracing::warn!(user = %user.name, path = %parts.uri.path(), "console: POST without a valid CSRF token");
+            return (
+                StatusCode::FORBIDDEN,
+                "this form has expired or did not come from the console; reload the page and try again",
+            )
+                .into_response();
+        }
+        Request::from_parts(parts, Body::from(bytes))
+    };
+    req.extensions_mut().insert(Session { user, csrf, lang });
+    next.run(req).await
+}
+
+/// One field of an `application/x-www-form-urlencoded` body (the CSRF token is hex, so it
+/// needs no decoding).
+fn form_field(body: &[u8], name: &str) -> Option<String> {
+    std::str::from_utf8(body)
+        .ok()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
+}
+
+/// Failed logins per (user name, client address): after [`FREE_FAILURES`] the next attempt
+/// waits, twice as long after each further failure, up to [`MAX_LOCK`]. In memory: a node
+/// restart forgives, which is fine for slowing guessing down.
+#[derive(Default)]
+pub struct Throttle {
+    failures: Mutex<HashMap<(String, Option<IpAddr>), Failures>>,
+}
+
+#[derive(Clone, Copy)]
+struct Failures {
+    count: u32,
+    locked_until: Instant,
+}
+
+pub const FREE_FAILURES: u32 = 3;
+pub const MAX_LOCK: Duration = Duration::from_secs(300);
+/// Entries kept at most; beyond it the unlocked ones are forgotten.
+const MAX_ENTRIES: usize = 10_000;
+
+impl Throttle {
+    /// How long this user and address must still wait before trying again.
+    pub fn wait(&self, user: &str, ip: Option<IpAddr>, now: Instant) -> Option<Duration> {
+        let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures
+            .get(&(user.to_owned(), ip))
+            .and_then(|f| f.locked_until.checked_duration_since(now))
+            .filter(|d| !d.is_zero())
+    }
+
+    pub fn failed(&self, user: &str, ip: Option<IpAddr>, now: Instant) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if failures.len() >= MAX_ENTRIES {
+            failures.retain(|_, f| f.locked_until > now);
+        }
+        let f = failures.entry((user.to_owned(), ip)).or_insert(Failures {
+            count: 0,
+            locked_until: now,
+        });
+        f.count += 1;
+        f.locked_until = now + lock_for(f.count);
+    }
+
+    pub fn succeeded(&self, user: &str, ip: Option<IpAddr>) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures.remove(&(user.to_owned(), ip));
+    }
+}
+
+/// The wait after the `count`-th failure in a row.
+fn lock_for(count: u32) -> Duration {
+    if count < FREE_FAILURES {
+        return Duration::ZERO;
+    }
+    let doubling = (count - FREE_FAILURES).min(16);
+    (Duration::from_secs(1) * (1u32 << doubling)).min(MAX_LOCK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_logins_wait_longer_and_longer() {
+        assert_eq!(lock_for(1), Duration::ZERO);
+        assert_eq!(lock_for(2), Duration::ZERO);
+        assert_eq!(lock_for(3), Duration::from_secs(1));
+        assert_eq!(lock_for(4), Duration::from_secs(2));
+        assert_eq!(lock_for(40), MAX_LOCK);
+
+        let t = Throttle::default();
+        let now = Instant::now();
+        for _ in 0..FREE_FAILURES - 1 {
+            t.failed("admin", None, now);
+        }
+        assert_eq!(t.wait("admin", None, now), None);
+        t.failed("admin", None, now);
+        assert_eq!(t.wait("admin", None, now), Some(Duration::from_secs(1)));
+        assert_eq!(t.wait("other", None, now), None, "per user name");
+        assert_eq!(t.wait("admin", None, now + Duration::from_secs(2)), None);
+        t.succeeded("admin", None);
+        t.failed("admin", None, now);
+        assert_eq!(t.wait("admin", None, now), None, "a success forgives");
+    }
+
+    #[test]
+    fn cookies_and_csrf() {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            "a=1; rota_session=abc; b=2".parse().unwrap(),
+        );
+        assert_eq!(cookie_token(&headers).as_deref(), Some("abc"));
+        assert_ne!(csrf_for("abc"), token_hash("abc"));
+        assert!(session_cookie("abc", true).ends_with("; Secure"));
+        assert!(session_cookie("abc", false).contains("HttpOnly; SameSite=Strict; Path=/"));
+        assert_eq!(
+            form_field(b"name=x&csrf=00ff&y=", "csrf").as_deref(),
+            Some("00ff")
+        );
+    }
+}

@@ -1,0 +1,284 @@
+//! The console's languages: English (the text in the templates) and Simplified Chinese.
+//! Chosen by the `rota_lang` cookie (the switch in the header) or else `Accept-Language`.
+//!
+//! Templates write `{{ chrome.t("Jobs") }}`: the English text is the key, so a string
+//! missing from [`ZH_CN`] shows in English rather than as a blank.
+
+use axum::http::{HeaderMap, header};
+
+/// The language cookie's name.
+pub const COOKIE: &str = "rota_lang";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lang {
+    #[default]
+    En,
+    ZhCn,
+}
+
+impl Lang {
+    /// The BCP 47 tag, for `<html lang>` and the cookie.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::ZhCn => "zh-CN",
+        }
+    }
+
+    pub fn from_tag(tag: &str) -> Option<Lang> {
+        let tag = tag.trim().to_ascii_lowercase();
+        if tag == "en" || tag.starts_with("en-") {
+            Some(Lang::En)
+        } else if tag == "zh" || tag.starts_with("zh-") {
+            Some(Lang::ZhCn)
+        } else {
+            None
+        }
+    }
+
+    /// The cookie's choice, else the first language of `Accept-Language` we speak (by
+    /// weight), else English.
+    pub fn of(headers: &HeaderMap) -> Lang {
+        let cookie = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == COOKIE)
+            .and_then(|(_, v)| Lang::from_tag(v));
+        if let Some(lang) = cookie {
+            return lang;
+        }
+        let accept = headers
+            .get(header::ACCEPT_LANGUAGE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let mut best: Option<(f32, Lang)> = None;
+        for item in accept.split(',') {
+            let mut parts = item.split(';');
+            let Some(lang) = parts.next().and_then(Lang::from_tag) else {
+                continue;
+            };
+            let q = parts
+                .find_map(|p| p.trim().strip_prefix("q="))
+                .and_then(|q| q.parse::<f32>().ok())
+                .unwrap_or(1.0);
+            if best.is_none_or(|(bq, _)| q > bq) {
+                best = Some((q, lang));
+            }
+        }
+        best.map_or(Lang::En, |(_, l)| l)
+    }
+
+    /// `en` in this language.
+    pub fn t(self, en: &'static str) -> &'static str {
+        match self {
+            Lang::En => en,
+            Lang::ZhCn => ZH_CN
+                .iter()
+                .find(|(k, _)| *k == en)
+                .map_or(en, |(_, zh)| zh),
+        }
+    }
+
+    /// The other language, for the switch.
+    pub fn other(self) -> Lang {
+        match self {
+            Lang::En => Lang::ZhCn,
+            Lang::ZhCn => Lang::En,
+        }
+    }
+
+    /// The other language's name, in itself.
+    pub fn other_name(self) -> &'static str {
+        match self {
+            Lang::En => "中文",
+            Lang::ZhCn => "English",
+        }
+    }
+}
+
+/// English → Simplified Chinese. The domain's words: job 作业, task 任务, run 运行,
+/// plugin 插件, executor 执行器, app 应用, schedule 调度.
+const ZH_CN: &[(&str, &str)] = &[
+    ("Dashboard", "仪表盘"),
+    ("Jobs", "作业"),
+    ("Tasks", "任务"),
+    ("Runs", "运行"),
+    ("Plugins", "插件"),
+    ("Executors", "执行器"),
+    ("Audit", "审计"),
+    ("Sign out", "退出"),
+    ("Sign in", "登录"),
+    ("User", "用户"),
+    ("Password", "密码"),
+    ("jobs", "个作业"),
+    ("tasks pending", "个待执行任务"),
+    ("executors online", "个在线执行器"),
+    ("Runs today", "今日运行"),
+    ("since", "自"),
+    ("status", "状态"),
+    ("runs", "运行数"),
+    ("New job", "新建作业"),
+    ("Name contains", "名称包含"),
+    ("Search", "搜索"),
+    ("name", "名称"),
+    ("app", "应用"),
+    ("plugin", "插件"),
+    ("schedule", "调度"),
+    ("next fire", "下次触发"),
+    ("enabled", "启用"),
+    ("yes", "是"),
+    ("no", "否"),
+    ("No jobs.", "没有作业。"),
+    ("Next page →", "下一页 →"),
+    ("Job", "作业"),
+    ("Trigger now", "立即触发"),
+    ("params (optional)", "参数（可选）"),
+    ("Disable", "停用"),
+    ("Enable", "启用"),
+    ("Delete…", "删除…"),
+    ("Name", "名称"),
+    ("App", "应用"),
+    ("Plugin", "插件"),
+    ("Schedule", "调度"),
+    ("Kind", "类型"),
+    (
+        "Cron expression (Quartz, with seconds)",
+        "Cron 表达式（Quartz，含秒）",
+    ),
+    (
+        "Time zone (IANA, blank for UTC)",
+        "时区（IANA，留空为 UTC）",
+    ),
+    ("Every (ms, fixed rate)", "间隔（毫秒，固定频率）"),
+    ("Preview", "预览"),
+    ("Next fire times:", "接下来的触发时间："),
+    ("Params", "参数"),
+    ("Route", "路由策略"),
+    ("When busy", "阻塞策略"),
+    ("Misfire", "错过触发"),
+    ("Timeout (ms)", "超时（毫秒）"),
+    ("Max attempts", "最大尝试次数"),
+    ("Memory (MiB)", "内存（MiB）"),
+    ("Max concurrency (blank: no limit)", "最大并发（留空不限）"),
+    ("Enabled", "启用"),
+    ("Save", "保存"),
+    ("Delete job", "删除作业"),
+    (
+        "The job and its pending tasks go; running runs finish on their own. This cannot be undone.",
+        "作业及其待执行任务将被删除；正在进行的运行会自行结束。此操作无法撤销。",
+    ),
+    ("Delete", "删除"),
+    ("Cancel", "取消"),
+    ("Job id", "作业 ID"),
+    ("Status", "状态"),
+    ("Key", "键"),
+    ("any", "全部"),
+    ("job", "作业"),
+    ("kind", "类型"),
+    ("key", "键"),
+    ("due", "到期"),
+    ("attempt", "尝试"),
+    ("No tasks.", "没有任务。"),
+    ("Task", "任务"),
+    ("created", "创建"),
+    ("updated", "更新"),
+    ("params", "参数"),
+    ("payload", "载荷"),
+    ("last run", "最近运行"),
+    ("Cancel task", "取消任务"),
+    ("task", "任务"),
+    ("shard", "分片"),
+    ("executor", "执行器"),
+    ("scheduled", "计划时间"),
+    ("finished", "结束"),
+    ("No runs.", "没有运行。"),
+    ("Filter", "筛选"),
+    ("Run", "运行"),
+    ("started", "开始"),
+    ("exit code", "退出码"),
+    ("message", "消息"),
+    ("Kill run", "终止运行"),
+    ("Log", "日志"),
+    (
+        "No log: the run has not reached an executor.",
+        "没有日志：该运行尚未到达执行器。",
+    ),
+    (
+        "Turn on JavaScript to follow the log here.",
+        "启用 JavaScript 以在此跟踪日志。",
+    ),
+    ("Upload", "上传"),
+    (
+        "Module (.wasm or .wat), at most",
+        "模块（.wasm 或 .wat），最大",
+    ),
+    (
+        "Uploading from this page needs JavaScript; without it use",
+        "从此页面上传需要 JavaScript；否则请使用",
+    ),
+    ("or", "或"),
+    ("version", "版本"),
+    ("bytes", "字节"),
+    ("uploaded", "上传时间"),
+    ("No plugins.", "没有插件。"),
+    ("Executors online", "在线执行器"),
+    ("address", "地址"),
+    ("running", "运行中"),
+    ("capacity", "容量"),
+    ("registered", "注册时间"),
+    ("last heartbeat", "最近心跳"),
+    ("No executor is online.", "没有在线的执行器。"),
+    ("Audit log", "审计日志"),
+    ("when", "时间"),
+    ("user", "用户"),
+    ("action", "操作"),
+    ("target", "对象"),
+    ("Nothing yet.", "暂无记录。"),
+    ("Wrong user name or password.", "用户名或密码错误。"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(k.clone(), v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_cookie_wins_then_accept_language_by_weight() {
+        assert_eq!(Lang::of(&HeaderMap::new()), Lang::En);
+        let al = header::ACCEPT_LANGUAGE;
+        assert_eq!(
+            Lang::of(&headers(&[(al.clone(), "zh-CN,zh;q=0.9,en;q=0.8")])),
+            Lang::ZhCn
+        );
+        assert_eq!(
+            Lang::of(&headers(&[(al.clone(), "fr, en;q=0.5, zh;q=0.4")])),
+            Lang::En
+        );
+        assert_eq!(Lang::of(&headers(&[(al.clone(), "de")])), Lang::En);
+        let both = headers(&[(al, "zh-CN"), (header::COOKIE, "a=b; rota_lang=en")]);
+        assert_eq!(Lang::of(&both), Lang::En);
+    }
+
+    #[test]
+    fn every_key_is_unique_and_english_is_the_key() {
+        for (i, (k, _)) in ZH_CN.iter().enumerate() {
+            assert!(
+                ZH_CN[..i].iter().all(|(other, _)| other != k),
+                "`{k}` twice"
+            );
+        }
+        assert_eq!(Lang::En.t("Jobs"), "Jobs");
+        assert_eq!(Lang::ZhCn.t("Jobs"), "作业");
+        assert_eq!(Lang::ZhCn.t("not translated"), "not translated");
+    }
+}

@@ -1,0 +1,244 @@
+//! The web console: server-rendered pages (askama templates in `web/templates/`) on the
+//! API's port, for people with a login.
+//!
+//! | routes | who may call | decided by |
+//! |---|---|---|
+//! | `GET /`, `GET|POST /login`, `GET /lang/{tag}`, `/static/*` | anyone | — |
+//! | everything in [`console_routes`] | a signed-in user; POSTs with the session's CSRF token | [`auth::require_session`] |
+//!
+//! Pages work without JavaScript; `web/static/console.js` only shows times in the browser's
+//! zone and follows a run's log.
+//!
+//! # Layout
+//!
+//! - [`auth`]: passwords, sessions, CSRF, the slowing of failed logins, the admin seed.
+//! - [`pages`]: the handlers and their templates.
+//! - [`lang`]: English and Simplified Chinese, chosen by cookie or `Accept-Language`.
+
+pub mod auth;
+pub mod lang;
+pub mod pages;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::from_fn_with_state;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{MethodRouter, get, post};
+
+use crate::api::{ApiError, AppState};
+use crate::model::Millis;
+use crate::node::Node;
+
+pub use auth::seed_admin;
+
+/// A console user, as the store reads it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct User {
+    pub id: i64,
+    pub name: String,
+    pub password_hash: String,
+    pub role: String,
+}
+
+/// One line of the audit log: who did what to which thing, when.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub user_name: String,
+    pub action: String,
+    pub target: String,
+    pub at: Millis,
+}
+
+/// The dashboard's numbers from the store.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    pub jobs: i64,
+    pub tasks_pending: i64,
+    pub runs_by_status: Vec<(String, i64)>,
+}
+
+/// What the console's handlers read.
+#[derive(Clone)]
+pub struct Console {
+    pub node: Node,
+    pub throttle: Arc<auth::Throttle>,
+    /// Cookies get `Secure` when the node is reached over TLS.
+    pub secure: bool,
+}
+
+/// Where the console's pages live.
+pub const PREFIX: &str = "/console";
+
+/// Every route behind a login, relative to [`PREFIX`]: the one list both the router and the
+/// test that walks them without a session read.
+fn protected(max_plugin_bytes: usize) -> Vec<(Method, &'static str, MethodRouter<Console>)> {
+    use Method as M;
+    use pages::*;
+    vec![
+        (M::GET, "", get(dashboard)),
+        (M::GET, "/jobs", get(jobs)),
+        (M::POST, "/jobs", post(create_job)),
+        (M::GET, "/jobs/new", get(new_job)),
+        (M::GET, "/jobs/{id}", get(job)),
+        (M::POST, "/jobs/{id}", post(update_job)),
+        (M::POST, "/jobs/{id}/enabled", post(set_enabled)),
+        (M::POST, "/jobs/{id}/trigger", post(trigger_job)),
+        (M::GET, "/jobs/{id}/delete", get(confirm_delete)),
+        (M::POST, "/jobs/{id}/delete", post(delete_job)),
+        (M::GET, "/tasks", get(tasks)),
+        (M::GET, "/tasks/{id}", get(task)),
+        (M::POST, "/tasks/{id}/cancel", post(cancel_task)),
+        (M::GET, "/runs", get(runs)),
+        (M::GET, "/runs/{id}", get(run)),
+        (M::GET, "/runs/{id}/log", get(run_log)),
+        (M::POST, "/runs/{id}/kill", post(kill_run)),
+        (M::GET, "/plugins", get(plugins)),
+        (
+            M::POST,
+            "/plugins",
+            post(upload_plugin).layer(DefaultBodyLimit::max(max_plugin_bytes)),
+        ),
+        (M::GET, "/executors", get(executors)),
+        (M::GET, "/audit", get(audit_log)),
+        (M::POST, "/logout", post(logout)),
+    ]
+}
+
+/// The method and full path of every console route that needs a login.
+pub fn console_routes() -> Vec<(Method, String)> {
+    // The upload limit does not change which routes there are.
+    protected(0)
+        .into_iter()
+        .map(|(m, p, _)| (m, format!("{PREFIX}{p}")))
+        .collect()
+}
+
+/// The console's routes, merged into the node's router by [`crate::api::router`].
+pub fn router<S>(state: AppState) -> Router<S> {
+    let config = state.node.config();
+    let secure = config.advertise_url.starts_with("https://");
+    let max_plugin_bytes = config.max_plugin_bytes;
+    let console = Console {
+        node: state.node,
+        throttle: Arc::default(),
+        secure,
+    };
+    let mut inner = Router::new();
+    for (_, path, handler) in protected(max_plugin_bytes) {
+        inner = inner.route(&format!("{PREFIX}{path}"), handler);
+    }
+    inner
+        .layer(from_fn_with_state(console.clone(), auth::require_session))
+        .route("/", get(|| async { Redirect::to(PREFIX) }))
+        .route("/login", get(pages::login_form).post(pages::login))
+        .route("/lang/{tag}", get(switch_lang))
+        .route("/static/console.css", get(css))
+        .route("/static/console.js", get(js))
+        .with_state(console)
+}
+
+/// `GET /lang/{tag}`: remembers the language in a cookie and goes back to the console.
+async fn switch_lang(axum::extract::Path(tag): axum::extract::Path<String>) -> Response {
+    let lang = lang::Lang::from_tag(&tag).unwrap_or_default();
+    let cookie = format!(
+        "{}={}; Path=/; SameSite=Lax; Max-Age=31536000",
+        lang::COOKIE,
+        lang.tag()
+    );
+    ([(header::SET_COOKIE, cookie)], Redirect::to(PREFIX)).into_response()
+}
+
+async fn css() -> Response {
+    static_asset(
+        "text/css; charset=utf-8",
+        include_str!("../../../web/static/console.css"),
+    )
+}
+
+async fn js() -> Response {
+    static_asset(
+        "text/javascript; charset=utf-8",
+        include_str!("../../../web/static/console.js"),
+    )
+}
+
+fn static_asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A page that could not be shown: the API's error, rendered as a page.
+#[derive(Debug)]
+pub struct PageError(pub ApiError);
+
+impl<E: Into<ApiError>> From<E> for PageError {
+    fn from(e: E) -> Self {
+        PageError(e.into())
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let status = self.0.status();
+        let message = match self.0 {
+            ApiError::Internal(e) => {
+                tracing::error!(error = %format!("{e:#}"), "console: request failed");
+                "internal error; the cause is in the scheduler's log".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let page = pages::ErrorPage {
+            status: status.as_u16(),
+            message,
+        };
+        match askama::Template::render(&page) {
+            Ok(html) => (status, Html(html)).into_response(),
+            Err(_) => (status, "error").into_response(),
+        }
+    }
+}
+
+pub type PageResult<T = Response> = Result<T, PageError>;
+
+/// Renders a template as a page.
+pub fn render(t: &impl askama::Template) -> PageResult {
+    render_status(StatusCode::OK, t)
+}
+
+pub fn render_status(status: StatusCode, t: &impl askama::Template) -> PageResult {
+    let html = t
+        .render()
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("rendering a page: {e}")))?;
+    Ok((status, Html(html)).into_response())
+}
+
+/// A time for a page: UTC text, and the RFC 3339 value the script turns into local time.
+#[derive(Debug, Clone)]
+pub struct When {
+    pub iso: String,
+    pub text: String,
+}
+
+impl When {
+    pub fn of(ms: Millis) -> When {
+        let t = chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
+        When {
+            iso: t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            text: t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        }
+    }
+
+    pub fn opt(ms: Option<Millis>) -> Option<When> {
+        ms.map(When::of)
+    }
+}

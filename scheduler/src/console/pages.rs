@@ -1,0 +1,1311 @@
+//! The console's handlers and the askama templates they fill. Jobs are validated by the
+//! API's own [`build_spec`], so the console and the API accept exactly the same jobs; its
+//! `field: message` errors are shown next to the field they name.
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form, Json};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::{self, Session};
+use super::lang::Lang;
+use super::{Console, PREFIX, PageResult, When, render, render_status};
+use crate::api::jobs::{JobFields, build_spec, first_fire};
+use crate::api::tasks::store_tasks;
+use crate::api::{ApiError, AppState};
+use crate::model::{
+    Job, NewTask, Page, RunFilter, RunStatus, TaskFilter, TaskKind, TaskState, TaskStatus, now_ms,
+};
+use crate::route::Route;
+use crate::schedule::{Misfire, Schedule};
+
+/// Rows per table page.
+const PAGE: u32 = 50;
+/// Lines per request of the live log tail.
+const LOG_LINES: u32 = 500;
+
+/// What the layout needs on every page: who is signed in, the token for its forms, and
+/// which section is open.
+pub struct Chrome {
+    pub user: String,
+    pub csrf: String,
+    pub section: &'static str,
+    pub lang: Lang,
+}
+
+impl Chrome {
+    fn of(s: &Session, section: &'static str) -> Chrome {
+        Chrome {
+            user: s.user.name.clone(),
+            csrf: s.csrf.clone(),
+            section,
+            lang: s.lang,
+        }
+    }
+
+    /// `en` in the page's language.
+    pub fn t(&self, en: &'static str) -> &'static str {
+        self.lang.t(en)
+    }
+}
+
+/// A `<select>` option.
+pub struct Opt {
+    pub value: String,
+    pub selected: bool,
+}
+
+fn options<T: ToString>(all: impl IntoIterator<Item = T>, current: &str) -> Vec<Opt> {
+    all.into_iter()
+        .map(|v| {
+            let value = v.to_string();
+            let selected = value == current;
+            Opt { value, selected }
+        })
+        .collect()
+}
+
+fn empty_none(s: &Option<String>) -> Option<&str> {
+    s.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+// ----- errors ------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage {
+    pub status: u16,
+    pub message: String,
+}
+
+// ----- login -------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "login.html")]
+struct LoginPage {
+    lang: Lang,
+    user: String,
+    error: Option<String>,
+}
+
+pub async fn login_form(State(console): State<Console>, req: Request) -> PageResult {
+    if let Some(token) = auth::cookie_token(req.headers()) {
+        let store = console.node.store();
+        if store
+            .session_user(&auth::token_hash(&token), now_ms())
+            .await?
+            .is_some()
+        {
+            return Ok(Redirect::to(PREFIX).into_response());
+        }
+    }
+    render(&LoginPage {
+        lang: Lang::of(req.headers()),
+        user: String::new(),
+        error: None,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    #[serde(default)]
+    user: String,
+    #[serde(default)]
+    password: String,
+}
+
+pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
+    let ip = auth::client_ip(&req);
+    let lang = Lang::of(req.headers());
+    let Form(form) = Form::<LoginForm>::from_request(req, &())
+        .await
+        .map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let now = std::time::Instant::now();
+    let refuse = |status, error: &str| {
+        render_status(
+            status,
+            &LoginPage {
+                lang,
+                user: form.user.clone(),
+                error: Some(error.to_owned()),
+            },
+        )
+    };
+    if let Some(wait) = console.throttle.wait(&form.user, ip, now) {
+        let secs = wait.as_secs().max(1);
+        let message = match lang {
+            Lang::En => format!("Too many failed sign-ins: try again in {secs} s."),
+            Lang::ZhCn => format!("登录失败次数过多：请在 {secs} 秒后重试。"),
+        };
+        return refuse(StatusCode::TOO_MANY_REQUESTS, &message);
+    }
+    let store = console.node.store();
+    let user = store.user_by_name(&form.user).await?;
+    let ok = match &user {
+        Some(u) => auth::verify_password(form.password.clone(), u.password_hash.clone())
+            .await
+            .map_err(ApiError::Internal)?,
+        None => false,
+    };
+    let Some(user) = user.filter(|_| ok) else {
+        console.throttle.failed(&form.user, ip, now);
+        tracing::warn!(user = %form.user, ip = ?ip, "console: failed sign-in");
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            lang.t("Wrong user name or password."),
+        );
+    };
+    console.throttle.succeeded(&form.user, ip);
+    let token = auth::random_token(32);
+    let at = now_ms();
+    store
+        .insert_session(
+            &auth::token_hash(&token),
+            user.id,
+            at,
+            at + auth::SESSION_MS,
+        )
+        .await?;
+    audit(&console, &user.name, "login", "").await;
+    Ok((
+        [(
+            header::SET_COOKIE,
+            auth::session_cookie(&token, console.secure),
+        )],
+        Redirect::to(PREFIX),
+    )
+        .into_response())
+}
+
+pub async fn logout(
+    State(console): State<Console>,
+    Extension(session): Extension<Session>,
+    req: Request,
+) -> PageResult {
+    if let Some(token) = auth::cookie_token(req.headers()) {
+        console
+            .node
+            .store()
+            .delete_session(&auth::token_hash(&token))
+            .await?;
+    }
+    audit(&console, &session.user.name, "logout", "").await;
+    Ok((
+        [(header::SET_COOKIE, auth::clear_cookie(console.secure))],
+        Redirect::to("/login"),
+    )
+        .into_response())
+}
+
+/// Notes who changed what; a failure to note it is logged, not shown.
+async fn audit(console: &Console, user: &str, action: &str, target: &str) {
+    if let Err(e) = console
+        .node
+        .store()
+        .record_audit(user, action, target, now_ms())
+        .await
+    {
+        tracing::error!(error = %e, action, "console: writing the audit log failed");
+    }
+}
+
+// ----- dashboard ---------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "dashboard.html")]
+struct DashboardPage {
+    chrome: Chrome,
+    jobs: i64,
+    tasks_pending: i64,
+    runs_today: Vec<(String, i64)>,
+    executors_online: usize,
+    since: When,
+}
+
+pub async fn dashboard(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+) -> PageResult {
+    let now = now_ms();
+    let midnight = now - now.rem_euclid(86_400_000);
+    let store = console.node.store();
+    let counts = store.console_counts(midnight).await?;
+    let alive_after = now - console.node.config().executor_dead_after_ms;
+    let executors = store.list_executors(None, alive_after).await?;
+    let runs_today = RunStatus::ALL
+        .iter()
+        .map(|st| {
+            let n = counts
+                .runs_by_status
+                .iter()
+                .find(|(s, _)| s == st.as_str())
+                .map_or(0, |(_, n)| *n);
+            (st.as_str().to_owned(), n)
+        })
+        .collect();
+    render(&DashboardPage {
+        chrome: Chrome::of(&s, "dashboard"),
+        jobs: counts.jobs,
+        tasks_pending: counts.tasks_pending,
+        runs_today,
+        executors_online: executors.len(),
+        since: When::of(midnight),
+    })
+}
+
+// ----- jobs --------------------------------------------------------------------------------
+
+pub struct JobRow {
+    id: i64,
+    name: String,
+    app: String,
+    plugin: String,
+    schedule: String,
+    enabled: bool,
+    next_fire: Option<When>,
+}
+
+fn schedule_text(s: &Schedule) -> String {
+    match s {
+        Schedule::Cron { expr, time_zone } => match time_zone {
+            Some(tz) => format!("cron {expr} ({tz})"),
+            None => format!("cron {expr}"),
+        },
+        Schedule::FixedRate { every_ms } => format!("every {every_ms} ms"),
+        Schedule::None => "none".to_owned(),
+    }
+}
+
+impl From<&Job> for JobRow {
+    fn from(j: &Job) -> Self {
+        JobRow {
+            id: j.id,
+            name: j.spec.name.clone(),
+            app: j.spec.app.clone(),
+            plugin: j.spec.plugin.clone(),
+            schedule: schedule_text(&j.spec.schedule),
+            enabled: j.spec.enabled,
+            next_fire: When::opt(j.next_fire_at),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "jobs.html")]
+struct JobsPage {
+    chrome: Chrome,
+    q: String,
+    jobs: Vec<JobRow>,
+    next: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct JobsQuery {
+    q: Option<String>,
+    before: Option<i64>,
+}
+
+pub async fn jobs(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Query(query): Query<JobsQuery>,
+) -> PageResult {
+    let q = empty_none(&query.q);
+    let page = console
+        .node
+        .store()
+        .list_jobs(None, q, query.before, PAGE)
+        .await?;
+    let q = q.unwrap_or_default().to_owned();
+    let next = page.next.map(|n| {
+        let mut url = format!("{PREFIX}/jobs?before={n}");
+        if !q.is_empty() {
+            url.push_str(&format!("&q={}", encode(&q)));
+        }
+        url
+    });
+    render(&JobsPage {
+        chrome: Chrome::of(&s, "jobs"),
+        q,
+        jobs: page.items.iter().map(JobRow::from).collect(),
+        next,
+    })
+}
+
+/// Percent-encodes a query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The job form as the browser sends it: every field text, checked by [`build_spec`].
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct JobForm {
+    name: String,
+    app: String,
+    plugin: String,
+    schedule_kind: String,
+    cron_expr: String,
+    time_zone: String,
+    every_ms: String,
+    params: String,
+    route: String,
+    block: String,
+    misfire: String,
+    timeout_ms: String,
+    max_attempts: String,
+    memory_mb: String,
+    max_concurrency: String,
+    enabled: Option<String>,
+    /// Set by the "Preview" button: show the next fire times, save nothing.
+    preview: Option<String>,
+}
+
+impl JobForm {
+    fn of(job: &Job) -> JobForm {
+        let spec = &job.spec;
+        let (kind, expr, tz, every) = match &spec.schedule {
+            Schedule::Cron { expr, time_zone } => (
+                "cron",
+                expr.clone(),
+                time_zone.clone().unwrap_or_default(),
+                String::new(),
+            ),
+            Schedule::FixedRate { every_ms } => (
+                "fixed_rate",
+                String::new(),
+                String::new(),
+                every_ms.to_string(),
+            ),
+            Schedule::None => ("none", String::new(), String::new(), String::new()),
+        };
+        JobForm {
+            name: spec.name.clone(),
+            app: spec.app.clone(),
+            plugin: spec.plugin.clone(),
+            schedule_kind: kind.to_owned(),
+            cron_expr: expr,
+            time_zone: tz,
+            every_ms: every,
+            params: spec.params.clone().unwrap_or_default(),
+            route: spec.route.to_string(),
+            block: block_name(spec.block).to_owned(),
+            misfire: spec.misfire.as_str().to_owned(),
+            timeout_ms: spec.timeout_ms.to_string(),
+            max_attempts: spec.max_attempts.to_string(),
+            memory_mb: spec.memory_mb.to_string(),
+            max_concurrency: spec
+                .max_concurrency
+                .map(|m| m.to_string())
+                .unwrap_or_default(),
+            enabled: spec.enabled.then(|| "on".to_owned()),
+            preview: None,
+        }
+    }
+
+    fn blank() -> JobForm {
+        JobForm {
+            schedule_kind: "cron".into(),
+            cron_expr: "0 */5 * * * ?".into(),
+            route: Route::default().to_string(),
+            block: "serial".into(),
+            misfire: Misfire::default().as_str().into(),
+            timeout_ms: "300000".into(),
+            max_attempts: "1".into(),
+            memory_mb: "64".into(),
+            enabled: Some("on".into()),
+            ..JobForm::default()
+        }
+    }
+
+    /// The schedule the form describes, or the error to show under it.
+    fn schedule(&self, errors: &mut Errors) -> Option<Value> {
+        match self.schedule_kind.as_str() {
+            "cron" => {
+                let mut v = json!({"kind": "cron", "expr": self.cron_expr.trim()});
+                if !self.time_zone.trim().is_empty() {
+                    v["time_zone"] = json!(self.time_zone.trim());
+                }
+                Some(v)
+            }
+            "fixed_rate" => int("every_ms", &self.every_ms, errors)
+                .map(|n| json!({"kind": "fixed_rate", "every_ms": n}))
+                .or_else(|| {
+                    errors
+                        .entry("every_ms".into())
+                        .or_insert_with(|| "required for a fixed rate".into());
+                    None
+                }),
+            "none" => Some(json!({"kind": "none"})),
+            other => {
+                errors.insert("schedule".into(), format!("unknown kind `{other}`"));
+                None
+            }
+        }
+    }
+
+    /// The form as the API's [`JobFields`]; text that is not a number is an error here.
+    fn fields(&self, errors: &mut Errors) -> Option<JobFields> {
+        let mut m = serde_json::Map::new();
+        m.insert("name".into(), json!(self.name));
+        m.insert("app".into(), json!(self.app.trim()));
+        m.insert("plugin".into(), json!(self.plugin.trim()));
+        if let Some(s) = self.schedule(errors) {
+            m.insert("schedule".into(), s);
+        }
+        let params = (!self.params.is_empty()).then_some(self.params.as_str());
+        m.insert("params".into(), json!(params));
+        m.insert("route".into(), json!(self.route));
+        m.insert("block".into(), json!(self.block));
+        m.insert("misfire".into(), json!(self.misfire));
+        for (field, text) in [
+            ("timeout_ms", &self.timeout_ms),
+            ("max_attempts", &self.max_attempts),
+            ("memory_mb", &self.memory_mb),
+        ] {
+            if let Some(n) = int(field, text, errors) {
+                m.insert(field.into(), json!(n));
+            }
+        }
+        m.insert(
+            "max_concurrency".into(),
+            json!(int("max_concurrency", &self.max_concurrency, errors)),
+        );
+        m.insert("enabled".into(), json!(self.enabled.is_some()));
+        if !errors.is_empty() {
+            return None;
+        }
+        match serde_json::from_value(Value::Object(m)) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                errors.insert(String::new(), e.to_string());
+                None
+            }
+        }
+    }
+}
+
+type Errors = BTreeMap<String, String>;
+
+/// An optional whole number from a text field (blank: none).
+fn int(field: &str, text: &str, errors: &mut Errors) -> Option<i64> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    match text.parse() {
+        Ok(n) => Some(n),
+        Err(_) => {
+            errors.insert(field.into(), format!("`{text}` is not a whole number"));
+            None
+        }
+    }
+}
+
+/// Files an API error under the form field its message names (`field: …`), or under the
+/// form as a whole.
+fn file_error(errors: &mut Errors, e: ApiError) -> Result<(), ApiError> {
+    let message = match e {
+        ApiError::Conflict(_) => {
+            errors.insert("name".into(), "a job with this name already exists".into());
+            return Ok(());
+        }
+        ApiError::Internal(_) | ApiError::Unavailable(_) => return Err(e),
+        other => other.to_string(),
+    };
+    match message.split_once(": ") {
+        Some((field, rest)) if JOB_FIELDS.contains(&field) => {
+            errors.insert(field.to_owned(), rest.to_owned());
+        }
+        _ => {
+            errors.insert(String::new(), message);
+        }
+    }
+    Ok(())
+}
+
+const JOB_FIELDS: &[&str] = &[
+    "name",
+    "app",
+    "plugin",
+    "schedule",
+    "every_ms",
+    "params",
+    "route",
+    "block",
+    "misfire",
+    "timeout_ms",
+    "max_attempts",
+    "memory_mb",
+    "max_concurrency",
+];
+
+fn block_name(b: rota_proto::BlockStrategy) -> &'static str {
+    use rota_proto::BlockStrategy as B;
+    match b {
+        B::Serial => "serial",
+        B::DiscardLater => "discard_later",
+        B::CoverEarly => "cover_early",
+    }
+}
+
+#[derive(Template)]
+#[template(path = "job_form.html")]
+struct JobFormPage {
+    chrome: Chrome,
+    /// `None` for a new job.
+    job: Option<JobRow>,
+    form: JobForm,
+    errors: Errors,
+    schedule_kinds: Vec<Opt>,
+    routes: Vec<Opt>,
+    blocks: Vec<Opt>,
+    misfires: Vec<Opt>,
+    plugins: Vec<String>,
+    preview: Vec<When>,
+}
+
+impl JobFormPage {
+    async fn new(
+        console: &Console,
+        s: &Session,
+        job: Option<&Job>,
+        form: JobForm,
+        errors: Errors,
+    ) -> PageResult<JobFormPage> {
+        let plugins = console.node.store().list_plugins().await?;
+        let mut names: Vec<String> = plugins.into_iter().map(|p| p.name).collect();
+        names.dedup();
+        let preview = if errors.contains_key("schedule") {
+            Vec::new()
+        } else {
+            preview_of(&form)
+        };
+        Ok(JobFormPage {
+            chrome: Chrome::of(s, "jobs"),
+            job: job.map(JobRow::from),
+            schedule_kinds: options(["cron", "fixed_rate", "none"], &form.schedule_kind),
+            routes: options(Route::ALL, &form.route),
+            blocks: options(["serial", "discard_later", "cover_early"], &form.block),
+            misfires: options(Misfire::ALL.map(Misfire::as_str), &form.misfire),
+            form,
+            errors,
+            plugins: names,
+            preview,
+        })
+    }
+}
+
+/// The next five fire times of the form's schedule (none when it does not compile).
+fn preview_of(form: &JobForm) -> Vec<When> {
+    let mut ignored = Errors::new();
+    form.schedule(&mut ignored)
+        .and_then(|v| serde_json::from_value::<Schedule>(v).ok())
+        .and_then(|s| s.compile().ok())
+        .map(|c| c.preview(now_ms(), 5).into_iter().map(When::of).collect())
+        .unwrap_or_default()
+}
+
+pub async fn new_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+) -> PageResult {
+    let page = JobFormPage::new(&console, &s, None, JobForm::blank(), Errors::new()).await?;
+    render(&page)
+}
+
+pub async fn job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    let job = console.node.store().get_job(id).await?;
+    let page = JobFormPage::new(&console, &s, Some(&job), JobForm::of(&job), Errors::new()).await?;
+    render(&page)
+}
+
+pub async fn create_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Form(form): Form<JobForm>,
+) -> PageResult {
+    save_job(console, s, None, form).await
+}
+
+pub async fn update_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    Form(form): Form<JobForm>,
+) -> PageResult {
+    let job = console.node.store().get_job(id).await?;
+    save_job(console, s, Some(job), form).await
+}
+
+/// Validates and saves the form, or shows it again with its errors (a 422).
+async fn save_job(console: Console, s: Session, base: Option<Job>, form: JobForm) -> PageResult {
+    let mut errors = Errors::new();
+    let fields = form.fields(&mut errors);
+    let state = AppState {
+        node: console.node.clone(),
+    };
+    let built = match fields {
+        Some(f) => match build_spec(&state, f, base.as_ref()).await {
+            Ok(b) => Some(b),
+            Err(e) => {
+                file_error(&mut errors, e)?;
+                None
+            }
+        },
+        None => None,
+    };
+    let preview = form.preview.is_some();
+    if let (Some((spec, compiled)), false) = (built, preview) {
+        let store = console.node.store();
+        let now = now_ms();
+        let saved = match &base {
+            None => {
+                let next = first_fire(&spec, &compiled, now);
+                store.insert_job(&spec, next, now).await
+            }
+            Some(job) => {
+                let next = if spec.schedule != job.spec.schedule || spec.enabled != job.spec.enabled
+                {
+                    first_fire(&spec, &compiled, now)
+                } else {
+                    job.next_fire_at
+                };
+                store.update_job(job.id, &spec, next, now).await
+            }
+        };
+        match saved {
+            Ok(job) => {
+                console.node.job_changed(job.id).await;
+                let action = if base.is_some() {
+                    "update job"
+                } else {
+                    "create job"
+                };
+                audit(&console, &s.user.name, action, &job.spec.name).await;
+                return Ok(Redirect::to(&format!("{PREFIX}/jobs/{}", job.id)).into_response());
+            }
+            Err(e) => file_error(&mut errors, ApiError::from(e))?,
+        }
+    }
+    let status = if errors.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    let page = JobFormPage::new(&console, &s, base.as_ref(), form, errors).await?;
+    render_status(status, &page)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EnabledForm {
+    enabled: String,
+}
+
+pub async fn set_enabled(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    Form(f): Form<EnabledForm>,
+) -> PageResult {
+    let store = console.node.store();
+    let job = store.get_job(id).await?;
+    let mut spec = job.spec.clone();
+    spec.enabled = f.enabled == "true";
+    let compiled = spec
+        .schedule
+        .compile()
+        .map_err(|e| ApiError::Unprocessable(format!("schedule: {e}")))?;
+    let next = first_fire(&spec, &compiled, now_ms());
+    store.update_job(id, &spec, next, now_ms()).await?;
+    console.node.job_changed(id).await;
+    let action = if spec.enabled {
+        "enable job"
+    } else {
+        "disable job"
+    };
+    audit(&console, &s.user.name, action, &spec.name).await;
+    Ok(Redirect::to(&format!("{PREFIX}/jobs/{id}")).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TriggerForm {
+    params: String,
+}
+
+pub async fn trigger_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    Form(f): Form<TriggerForm>,
+) -> PageResult {
+    let job = console.node.store().get_job(id).await?;
+    let params = if f.params.is_empty() {
+        job.spec.params.clone()
+    } else {
+        crate::api::validate::max_bytes(
+            "params",
+            &f.params,
+            console.node.config().max_payload_bytes,
+        )?;
+        Some(f.params)
+    };
+    let now = now_ms();
+    let task = NewTask {
+        job_id: job.id,
+        kind: TaskKind::Manual,
+        key: None,
+        payload: None,
+        params,
+        due_at: now,
+        max_attempts: None,
+        backoff: None,
+        priority: 0,
+    };
+    let state = AppState {
+        node: console.node.clone(),
+    };
+    let ids = store_tasks(&state, std::slice::from_ref(&task), now).await?;
+    audit(&console, &s.user.name, "trigger job", &job.spec.name).await;
+    let to = match ids.first() {
+        Some((task_id, _)) => format!("{PREFIX}/tasks/{task_id}"),
+        None => format!("{PREFIX}/jobs/{id}"),
+    };
+    Ok(Redirect::to(&to).into_response())
+}
+
+#[derive(Template)]
+#[template(path = "job_delete.html")]
+struct DeletePage {
+    chrome: Chrome,
+    job: JobRow,
+}
+
+pub async fn confirm_delete(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    let job = console.node.store().get_job(id).await?;
+    render(&DeletePage {
+        chrome: Chrome::of(&s, "jobs"),
+        job: JobRow::from(&job),
+    })
+}
+
+pub async fn delete_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    let job = console.node.store().get_job(id).await?;
+    // Confirmed by the user: pending tasks go with the job.
+    console.node.delete_job(id, true).await?;
+    console.node.job_changed(id).await;
+    audit(&console, &s.user.name, "delete job", &job.spec.name).await;
+    Ok(Redirect::to(&format!("{PREFIX}/jobs")).into_response())
+}
+
+// ----- tasks -------------------------------------------------------------------------------
+
+pub struct TaskRow {
+    id: i64,
+    job_id: i64,
+    kind: String,
+    key: String,
+    status: String,
+    due: When,
+    attempt: i32,
+    cancellable: bool,
+    last_run_id: Option<i64>,
+    payload: String,
+    params: String,
+    created: When,
+    updated: When,
+}
+
+impl From<&crate::model::Task> for TaskRow {
+    fn from(t: &crate::model::Task) -> Self {
+        TaskRow {
+            id: t.id,
+            job_id: t.job_id,
+            kind: t.kind.to_string(),
+            key: t.key.clone().unwrap_or_default(),
+            status: t.status.to_string(),
+            due: When::of(t.due_at),
+            attempt: t.attempt,
+            cancellable: matches!(t.status, TaskStatus::Pending | TaskStatus::Claimed),
+            last_run_id: t.last_run_id,
+            payload: t.payload.clone().unwrap_or_default(),
+            params: t.params.clone().unwrap_or_default(),
+            created: When::of(t.created_at),
+            updated: When::of(t.updated_at),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "tasks.html")]
+struct TasksPage {
+    chrome: Chrome,
+    job: String,
+    key: String,
+    statuses: Vec<Opt>,
+    tasks: Vec<TaskRow>,
+    next: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct TasksQuery {
+    job: Option<String>,
+    status: Option<String>,
+    key: Option<String>,
+    before: Option<i64>,
+}
+
+pub async fn tasks(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Query(q): Query<TasksQuery>,
+) -> PageResult {
+    let job_id = match empty_none(&q.job) {
+        None => None,
+        Some(j) => Some(
+            j.parse::<i64>()
+                .map_err(|_| ApiError::BadRequest(format!("job: `{j}` is not a job id")))?,
+        ),
+    };
+    let status = empty_none(&q.status);
+    let state = match status {
+        None => None,
+        Some(st) => Some(TaskState::Is(
+            st.parse::<TaskStatus>().map_err(ApiError::BadRequest)?,
+        )),
+    };
+    let key = empty_none(&q.key).map(str::to_owned);
+    let filter = TaskFilter {
+        job_id,
+        state,
+        key: key.clone(),
+        before_id: q.before,
+        limit: PAGE,
+    };
+    let page = console.node.store().list_tasks(&filter).await?;
+    let next = next_url(
+        "tasks",
+        &page,
+        &[
+            ("job", empty_none(&q.job)),
+            ("status", status),
+            ("key", key.as_deref()),
+        ],
+    );
+    render(&TasksPage {
+        chrome: Chrome::of(&s, "tasks"),
+        job: empty_none(&q.job).unwrap_or_default().to_owned(),
+        key: key.unwrap_or_default(),
+        statuses: options(
+            std::iter::once("").chain(TaskStatus::ALL.iter().map(|s| s.as_str())),
+            status.unwrap_or_default(),
+        ),
+        tasks: page.items.iter().map(TaskRow::from).collect(),
+        next,
+    })
+}
+
+/// The link to a list's next page, keeping its filters.
+fn next_url<T>(list: &str, page: &Page<T>, filters: &[(&str, Option<&str>)]) -> Option<String> {
+    page.next.map(|n| {
+        let mut url = format!("{PREFIX}/{list}?before={n}");
+        for (k, v) in filters {
+            if let Some(v) = v {
+                url.push_str(&format!("&{k}={}", encode(v)));
+            }
+        }
+        url
+    })
+}
+
+#[derive(Template)]
+#[template(path = "task.html")]
+struct TaskPage {
+    chrome: Chrome,
+    task: TaskRow,
+    runs: Vec<RunRow>,
+}
+
+pub async fn task(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    let store = console.node.store();
+    let task = store.get_task(id).await?;
+    let runs = store
+        .list_runs(&RunFilter {
+            task_id: Some(id),
+            limit: PAGE,
+            ..RunFilter::default()
+        })
+        .await?;
+    render(&TaskPage {
+        chrome: Chrome::of(&s, "tasks"),
+        task: TaskRow::from(&task),
+        runs: runs.items.iter().map(RunRow::from).collect(),
+    })
+}
+
+pub async fn cancel_task(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    console.node.cancel_task(id).await?;
+    audit(&console, &s.user.name, "cancel task", &id.to_string()).await;
+    Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
+}
+
+// ----- runs --------------------------------------------------------------------------------
+
+pub struct RunRow {
+    id: i64,
+    job_id: i64,
+    task_id: i64,
+    attempt: i32,
+    shard: String,
+    executor: String,
+    status: String,
+    finished: bool,
+    scheduled: When,
+    started: Option<When>,
+    ended: Option<When>,
+    exit_code: String,
+    message: String,
+}
+
+impl From<&crate::model::Run> for RunRow {
+    fn from(r: &crate::model::Run) -> Self {
+        RunRow {
+            id: r.id,
+            job_id: r.job_id,
+            task_id: r.task_id,
+            attempt: r.attempt,
+            shard: format!("{}/{}", r.shard_index + 1, r.shard_total),
+            executor: r.executor.clone().unwrap_or_default(),
+            status: r.status.to_string(),
+            finished: r.status.is_final(),
+            scheduled: When::of(r.scheduled_at),
+            started: When::opt(r.started_at),
+            ended: When::opt(r.finished_at),
+            exit_code: r.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+            message: r.message.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "runs.html")]
+struct RunsPage {
+    chrome: Chrome,
+    job: String,
+    statuses: Vec<Opt>,
+    runs: Vec<RunRow>,
+    next: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RunsQuery {
+    job: Option<String>,
+    status: Option<String>,
+    before: Option<i64>,
+}
+
+pub async fn runs(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Query(q): Query<RunsQuery>,
+) -> PageResult {
+    let job_id = match empty_none(&q.job) {
+        None => None,
+        Some(j) => Some(
+            j.parse::<i64>()
+                .map_err(|_| ApiError::BadRequest(format!("job: `{j}` is not a job id")))?,
+        ),
+    };
+    let status = empty_none(&q.status);
+    let parsed = match status {
+        None => None,
+        Some(st) => Some(st.parse::<RunStatus>().map_err(ApiError::BadRequest)?),
+    };
+    let page = console
+        .node
+        .store()
+        .list_runs(&RunFilter {
+            job_id,
+            status: parsed,
+            before_id: q.before,
+            limit: PAGE,
+            ..RunFilter::default()
+        })
+        .await?;
+    let next = next_url(
+        "runs",
+        &page,
+        &[("job", empty_none(&q.job)), ("status", status)],
+    );
+    render(&RunsPage {
+        chrome: Chrome::of(&s, "runs"),
+        job: empty_none(&q.job).unwrap_or_default().to_owned(),
+        statuses: options(
+            std::iter::once("").chain(RunStatus::ALL.iter().map(|s| s.as_str())),
+            status.unwrap_or_default(),
+        ),
+        runs: page.items.iter().map(RunRow::from).collect(),
+        next,
+    })
+}
+
+#[derive(Template)]
+#[template(path = "run.html")]
+struct RunPage {
+    chrome: Chrome,
+    run: RunRow,
+    message: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RunQuery {
+    message: Option<String>,
+}
+
+pub async fn run(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    Query(q): Query<RunQuery>,
+) -> PageResult {
+    let run = console.node.store().get_run(id).await?;
+    render(&RunPage {
+        chrome: Chrome::of(&s, "runs"),
+        run: RunRow::from(&run),
+        message: q.message,
+    })
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct LogQuery {
+    from_line: Option<u64>,
+}
+
+/// `GET /console/runs/{id}/log?from_line=`: the next lines of the run's log as JSON, for
+/// the live tail (`complete` tells the script to stop).
+pub async fn run_log(
+    State(console): State<Console>,
+    Path(id): Path<i64>,
+    Query(q): Query<LogQuery>,
+) -> Response {
+    let from_line = q.from_line.unwrap_or(1).max(1);
+    let run = match console.node.store().get_run(id).await {
+        Ok(run) => run,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    if run.executor.is_none() {
+        return Json(
+            json!({"lines": [], "next_line": from_line, "complete": run.status.is_final()}),
+        )
+        .into_response();
+    }
+    match console.node.read_log(&run, from_line, LOG_LINES).await {
+        Ok(page) => Json(page).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+pub async fn kill_run(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    let run = console.node.store().get_run(id).await?;
+    if run.status.is_final() {
+        return Err(
+            ApiError::Conflict(format!("run {id} is {}; it cannot be killed", run.status)).into(),
+        );
+    }
+    let ack = console.node.kill_run(&run).await?;
+    audit(&console, &s.user.name, "kill run", &id.to_string()).await;
+    let to = format!("{PREFIX}/runs/{id}?message={}", encode(&ack.message));
+    Ok(Redirect::to(&to).into_response())
+}
+
+// ----- plugins and executors ---------------------------------------------------------------
+
+pub struct PluginRow {
+    id: i64,
+    name: String,
+    version: i32,
+    sha256: String,
+    size: i64,
+    created: When,
+}
+
+#[derive(Template)]
+#[template(path = "plugins.html")]
+struct PluginsPage {
+    chrome: Chrome,
+    plugins: Vec<PluginRow>,
+    max_mib: usize,
+}
+
+pub async fn plugins(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+) -> PageResult {
+    let plugins = console.node.store().list_plugins().await?;
+    render(&PluginsPage {
+        chrome: Chrome::of(&s, "plugins"),
+        max_mib: console.node.config().max_plugin_bytes / (1024 * 1024),
+        plugins: plugins
+            .into_iter()
+            .map(|p| PluginRow {
+                id: p.id,
+                name: p.name,
+                version: p.version,
+                sha256: p.sha256,
+                size: p.size,
+                created: When::of(p.created_at),
+            })
+            .collect(),
+    })
+}
+
+/// `POST /console/plugins?name=N` with the module as the body (sent by the page's script
+/// with the CSRF header): the API's own upload, so the checks and the answers (JSON, errors
+/// in words) are the same.
+pub async fn upload_plugin(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    req: Request,
+) -> Response {
+    let name = req.uri().query().unwrap_or_default().to_owned();
+    let state = AppState {
+        node: console.node.clone(),
+    };
+    let res = axum::handler::Handler::call(crate::api::plugins::upload, req, state).await;
+    if res.status().is_success() {
+        audit(&console, &s.user.name, "upload plugin", &name).await;
+    }
+    res
+}
+
+pub struct ExecutorRow {
+    app: String,
+    address: String,
+    capacity: i32,
+    running: i32,
+    registered: When,
+    heartbeat: When,
+}
+
+#[derive(Template)]
+#[template(path = "executors.html")]
+struct ExecutorsPage {
+    chrome: Chrome,
+    executors: Vec<ExecutorRow>,
+}
+
+pub async fn executors(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+) -> PageResult {
+    let alive_after = now_ms() - console.node.config().executor_dead_after_ms;
+    let executors = console
+        .node
+        .store()
+        .list_executors(None, alive_after)
+        .await
+        .map_err(ApiError::from)?;
+    render(&ExecutorsPage {
+        chrome: Chrome::of(&s, "executors"),
+        executors: executors
+            .into_iter()
+            .map(|e| ExecutorRow {
+                app: e.app,
+                address: e.address,
+                capacity: e.capacity,
+                running: e.running,
+                registered: When::of(e.registered_at),
+                heartbeat: When::of(e.last_heartbeat_at),
+            })
+            .collect(),
+    })
+}
+
+// ----- audit -------------------------------------------------------------------------------
+
+pub struct AuditRow {
+    user: String,
+    action: String,
+    target: String,
+    at: When,
+}
+
+#[derive(Template)]
+#[template(path = "audit.html")]
+struct AuditPage {
+    chrome: Chrome,
+    entries: Vec<AuditRow>,
+    next: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct AuditQuery {
+    before: Option<i64>,
+}
+
+pub async fn audit_log(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Query(q): Query<AuditQuery>,
+) -> PageResult {
+    let mut entries = console.node.store().list_audit(q.before, PAGE).await?;
+    let more = entries.len() > PAGE as usize;
+    entries.truncate(PAGE as usize);
+    let next = more
+        .then(|| {
+            entries
+                .last()
+                .map(|e| format!("{PREFIX}/audit?before={}", e.id))
+        })
+        .flatten();
+    render(&AuditPage {
+        chrome: Chrome::of(&s, "audit"),
+        entries: entries
+            .into_iter()
+            .map(|e| AuditRow {
+                user: e.user_name,
+                action: e.action,
+                target: e.target,
+                at: When::of(e.at),
+            })
+            .collect(),
+        next,
+    })
+}

@@ -1,0 +1,737 @@
+//! The web console through `router(state).oneshot(req)`, on a real SQLite store in a temp
+//! dir: sign-in, the login wall on every route, CSRF, every page, the job form.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use rota_scheduler::api::{AppState, router};
+use rota_scheduler::console::console_routes;
+use rota_scheduler::model::{Dispatched, now_ms};
+use rota_scheduler::{Config, Node, Store};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+const PASSWORD: &str = "correct horse battery staple";
+const START: &str = r#"(module (func (export "_start")))"#;
+
+struct TestApp {
+    app: Router,
+    node: Node,
+    stop: watch::Sender<bool>,
+    _dir: tempfile::TempDir,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    #[track_caller]
+    fn expect(&self, status: StatusCode) -> &Self {
+        assert_eq!(self.status, status, "body: {}", self.body);
+        self
+    }
+
+    fn location(&self) -> &str {
+        self.headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    #[track_caller]
+    fn contains(&self, needle: &str) -> &Self {
+        assert!(
+            self.body.contains(needle),
+            "`{needle}` not in the page:\n{}",
+            self.body
+        );
+        self
+    }
+
+    /// The CSRF token of the page's forms.
+    fn csrf(&self) -> String {
+        let marker = r#"name="csrf" value=""#;
+        let at = self.body.find(marker).expect("a form with a CSRF token") + marker.len();
+        self.body[at..at + 64].to_owned()
+    }
+}
+
+async fn start() -> TestApp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("rota.db").display());
+    let mut config = Config::for_tests(url.clone());
+    config.dispatch_timeout_ms = 100;
+    config.admin_password = Some(PASSWORD.into());
+    let store = Store::connect(&url).await.expect("store");
+    let (stop, stop_rx) = watch::channel(false);
+    let node = Node::start(config, store, stop_rx).await.expect("node");
+    let app = router(AppState { node: node.clone() });
+    TestApp {
+        app,
+        node,
+        stop,
+        _dir: dir,
+    }
+}
+
+/// A signed-in browser: its session cookie and CSRF token.
+struct Browser {
+    cookie: String,
+    csrf: String,
+}
+
+impl TestApp {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.node.stopped().await;
+    }
+
+    async fn send(&self, req: Request<Body>) -> Answer {
+        let res = self.app.clone().oneshot(req).await.expect("infallible");
+        let status = res.status();
+        let headers = res.headers().clone();
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        Answer {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    async fn get(&self, path: &str, cookie: Option<&str>) -> Answer {
+        let mut req = Request::get(path);
+        if let Some(c) = cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        self.send(req.body(Body::empty()).unwrap()).await
+    }
+
+    async fn post_form(&self, path: &str, cookie: Option<&str>, form: &[(&str, &str)]) -> Answer {
+        let body = form
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut req =
+            Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        if let Some(c) = cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        self.send(req.body(Body::from(body)).unwrap()).await
+    }
+
+    async fn login(&self, user: &str, password: &str) -> Answer {
+        self.post_form("/login", None, &[("user", user), ("password", password)])
+            .await
+    }
+
+    async fn sign_in(&self) -> Browser {
+        let res = self.login("admin", PASSWORD).await;
+        res.expect(StatusCode::SEE_OTHER);
+        let set = res
+            .headers
+            .get(header::SET_COOKIE)
+            .and_then(|v| v.to_str().ok())
+            .expect("a session cookie")
+            .to_owned();
+        let cookie = set.split(';').next().unwrap().to_owned();
+        let page = self.get("/console", Some(&cookie)).await;
+        page.expect(StatusCode::OK);
+        Browser {
+            csrf: page.csrf(),
+            cookie,
+        }
+    }
+
+    /// A form POST with the browser's session and CSRF token.
+    async fn submit(&self, b: &Browser, path: &str, form: &[(&str, &str)]) -> Answer {
+        let mut form = form.to_vec();
+        form.push(("csrf", &b.csrf));
+        self.post_form(path, Some(&b.cookie), &form).await
+    }
+
+    /// An API call with the token (to set up what the console shows).
+    async fn api(&self, method: Method, path: &str, content_type: &str, body: String) -> Value {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::AUTHORIZATION, "Bearer test-token")
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(body))
+            .unwrap();
+        let res = self.send(req).await;
+        assert!(res.status.is_success(), "{path}: {}", res.body);
+        serde_json::from_str(&res.body).unwrap_or(Value::Null)
+    }
+
+    async fn upload_plugin(&self) {
+        self.api(
+            Method::POST,
+            "/api/v1/plugins?name=echo",
+            "application/wasm",
+            START.into(),
+        )
+        .await;
+    }
+
+    /// Creates a job through the console's form; returns its id.
+    async fn create_job(&self, b: &Browser, name: &str) -> i64 {
+        let res = self.submit(b, "/console/jobs", &job_form(name)).await;
+        res.expect(StatusCode::SEE_OTHER);
+        res.location()
+            .strip_prefix("/console/jobs/")
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("redirect to the job: {}", res.location()))
+    }
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A valid job form with schedule `none`.
+fn job_form(name: &str) -> Vec<(&str, &str)> {
+    vec![
+        ("name", name),
+        ("app", "default"),
+        ("plugin", "echo"),
+        ("schedule_kind", "none"),
+        ("cron_expr", ""),
+        ("time_zone", ""),
+        ("every_ms", ""),
+        ("params", ""),
+        ("route", "first"),
+        ("block", "serial"),
+        ("misfire", "do_nothing"),
+        ("timeout_ms", "300000"),
+        ("max_attempts", "1"),
+        ("memory_mb", "64"),
+        ("max_concurrency", ""),
+        ("enabled", "on"),
+    ]
+}
+
+fn with<'a>(
+    mut form: Vec<(&'a str, &'a str)>,
+    key: &'a str,
+    value: &'a str,
+) -> Vec<(&'a str, &'a str)> {
+    for kv in &mut form {
+        if kv.0 == key {
+            kv.1 = value;
+        }
+    }
+    form
+}
+
+fn concrete(path: &str, id: i64) -> String {
+    path.replace("{id}", &id.to_string())
+}
+
+#[tokio::test]
+async fn every_console_route_needs_a_login() {
+    let t = start().await;
+    let routes = console_routes();
+    assert!(routes.len() >= 15, "the console's routes: {routes:?}");
+    for cookie in [None, Some("rota_session=forged")] {
+        for (method, path) in &routes {
+            let path = concrete(path, 1);
+            let res = if *method == Method::GET {
+                t.get(&path, cookie).await
+            } else {
+                t.post_form(&path, cookie, &[]).await
+            };
+            if *method == Method::GET {
+                assert_eq!(res.status, StatusCode::SEE_OTHER, "GET {path}");
+                assert_eq!(res.location(), "/login", "GET {path}");
+            } else {
+                assert_eq!(res.status, StatusCode::FORBIDDEN, "{method} {path}");
+            }
+        }
+    }
+    // The login page itself and the assets are open.
+    t.get("/login", None).await.expect(StatusCode::OK);
+    t.get("/static/console.css", None)
+        .await
+        .expect(StatusCode::OK);
+    t.get("/static/console.js", None)
+        .await
+        .expect(StatusCode::OK);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn sign_in_and_out() {
+    let t = start().await;
+    t.login("admin", "wrong")
+        .await
+        .expect(StatusCode::UNAUTHORIZED)
+        .contains("Wrong user name or password");
+    t.login("nobody", PASSWORD)
+        .await
+        .expect(StatusCode::UNAUTHORIZED);
+
+    let res = t.login("admin", PASSWORD).await;
+    res.expect(StatusCode::SEE_OTHER);
+    assert_eq!(res.location(), "/console");
+    let cookie = res.headers[header::SET_COOKIE].to_str().unwrap();
+    for part in ["rota_session=", "HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "no TLS in tests: {cookie}");
+
+    let b = t.sign_in().await;
+    t.get("/console", Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains("Dashboard")
+        .contains("admin");
+    // Signed in, the login page sends you on.
+    assert_eq!(
+        t.get("/login", Some(&b.cookie)).await.location(),
+        "/console"
+    );
+
+    let out = t.submit(&b, "/console/logout", &[]).await;
+    out.expect(StatusCode::SEE_OTHER);
+    assert_eq!(out.location(), "/login");
+    assert!(
+        out.headers[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    let after = t.get("/console", Some(&b.cookie)).await;
+    assert_eq!(after.location(), "/login", "the session is gone");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn failed_sign_ins_are_slowed() {
+    let t = start().await;
+    for _ in 0..3 {
+        t.login("admin", "guess")
+            .await
+            .expect(StatusCode::UNAUTHORIZED);
+    }
+    // Even the right password waits now.
+    t.login("admin", PASSWORD)
+        .await
+        .expect(StatusCode::TOO_MANY_REQUESTS)
+        .contains("try again in");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn posts_need_the_sessions_csrf_token() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let form = job_form("nightly");
+    for csrf in [None, Some("0".repeat(64)), Some("not hex".to_owned())] {
+        let mut f = form.clone();
+        if let Some(c) = &csrf {
+            f.push(("csrf", c));
+        }
+        t.post_form("/console/jobs", Some(&b.cookie), &f)
+            .await
+            .expect(StatusCode::FORBIDDEN);
+    }
+    // Another session's token does not do either.
+    let other = t.sign_in().await;
+    assert_ne!(other.csrf, b.csrf);
+    let mut f = form.clone();
+    f.push(("csrf", &other.csrf));
+    t.post_form("/console/jobs", Some(&b.cookie), &f)
+        .await
+        .expect(StatusCode::FORBIDDEN);
+    // The header works for scripts.
+    let body = form
+        .iter()
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let req = Request::post("/console/jobs")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::COOKIE, &b.cookie)
+        .header("x-csrf-token", &b.csrf)
+        .body(Body::from(body))
+        .unwrap();
+    t.send(req).await.expect(StatusCode::SEE_OTHER);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn every_page_renders() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, "report").await;
+    // A run, as if dispatched to an executor that is not there.
+    let delayed = t
+        .api(
+            Method::POST,
+            "/api/v1/tasks",
+            "application/json",
+            json!({"job": job, "delay_ms": 3_600_000}).to_string(),
+        )
+        .await;
+    let task = delayed["id"].as_i64().unwrap();
+    let store = t.node.store();
+    let now = now_ms();
+    store
+        .record_dispatches(
+            &[Dispatched {
+                run_id: 7,
+                job_id: job,
+                task_id: task,
+                attempt: 1,
+                shard_index: 0,
+                shard_total: 1,
+                executor: "http://127.0.0.1:9".into(),
+                scheduled_at: now,
+                dispatched_at: now,
+            }],
+            now,
+        )
+        .await
+        .unwrap();
+
+    for (method, path) in console_routes() {
+        if method != Method::GET {
+            continue;
+        }
+        let id = match path.split('/').nth(2) {
+            Some("jobs") => job,
+            Some("tasks") => task,
+            Some("runs") => 7,
+            _ => 1,
+        };
+        let path = concrete(&path, id);
+        let res = t.get(&path, Some(&b.cookie)).await;
+        if path.ends_with("/log") {
+            // JSON for the live tail; the executor is unreachable here.
+            assert!(res.body.starts_with('{'), "{path}: {}", res.body);
+            continue;
+        }
+        res.expect(StatusCode::OK);
+        assert!(res.body.starts_with("<!doctype html>"), "{path}");
+        res.contains(r#"name="csrf""#);
+    }
+    t.get(&format!("/console/jobs/{job}"), Some(&b.cookie))
+        .await
+        .contains("report")
+        .contains("Trigger now");
+    t.get(&format!("/console/tasks/{task}"), Some(&b.cookie))
+        .await
+        .contains("/console/runs/7");
+    t.get("/console/runs/7", Some(&b.cookie))
+        .await
+        .contains("http://127.0.0.1:9")
+        .contains("Kill run");
+    t.get("/console/plugins", Some(&b.cookie))
+        .await
+        .contains("echo");
+    t.get("/console/jobs?q=rep", Some(&b.cookie))
+        .await
+        .contains("report");
+    t.get("/console/jobs?q=zzz", Some(&b.cookie))
+        .await
+        .contains("No jobs.");
+    t.get("/console/tasks/999", Some(&b.cookie))
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn the_job_form_shows_errors_next_to_their_fields() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let base = job_form("daily");
+    let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+        (
+            with(base.clone(), "timeout_ms", "soon"),
+            "`soon` is not a whole number",
+        ),
+        (with(base.clone(), "name", "  "), "must not be empty"),
+        (
+            with(base.clone(), "max_attempts", "0"),
+            "must be between 1 and 100",
+        ),
+        (with(base.clone(), "plugin", "nope"), "nope"),
+        (
+            with(
+                with(base.clone(), "schedule_kind", "cron"),
+                "cron_expr",
+                "every day",
+            ),
+            "field-error",
+        ),
+        (
+            with(base.clone(), "schedule_kind", "fixed_rate"),
+            "required for a fixed rate",
+        ),
+    ];
+    for (form, needle) in cases {
+        let res = t.submit(&b, "/console/jobs", &form).await;
+        res.expect(StatusCode::UNPROCESSABLE_ENTITY)
+            .contains("field-error")
+            .contains(needle)
+            // What was typed stays in the form.
+            .contains(r#"value="default""#);
+    }
+    // A taken name is an error on the name.
+    t.create_job(&b, "daily").await;
+    t.submit(&b, "/console/jobs", &base)
+        .await
+        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains("a job with this name already exists");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn the_preview_shows_the_next_five_fire_times_and_saves_nothing() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let mut form = with(
+        with(job_form("noon"), "schedule_kind", "cron"),
+        "cron_expr",
+        "0 0 12 * * ?",
+    );
+    form.push(("preview", "1"));
+    let res = t.submit(&b, "/console/jobs", &form).await;
+    res.expect(StatusCode::OK);
+    assert_eq!(
+        res.body.matches("<li><time datetime=").count(),
+        5,
+        "{}",
+        res.body
+    );
+    res.contains("12:00:00 UTC");
+    t.get("/console/jobs", Some(&b.cookie))
+        .await
+        .contains("No jobs.");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn job_names_are_escaped() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let name = "<script>alert(1)</script>";
+    let job = t.create_job(&b, name).await;
+    for path in ["/console/jobs".to_owned(), format!("/console/jobs/{job}")] {
+        let res = t.get(&path, Some(&b.cookie)).await;
+        res.expect(StatusCode::OK).contains("alert(1)");
+        assert!(
+            res.body.contains("&#60;script&#62;") || res.body.contains("&lt;script&gt;"),
+            "{path}: the name, escaped"
+        );
+        assert!(!res.body.contains(name), "{path} must escape the name");
+    }
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn job_actions_edit_disable_trigger_and_delete() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, "cleanup").await;
+    let path = format!("/console/jobs/{job}");
+
+    let edit = with(
+        with(job_form("cleanup"), "schedule_kind", "cron"),
+        "cron_expr",
+        "0 0 3 * * ?",
+    );
+    let res = t.submit(&b, &path, &edit).await;
+    res.expect(StatusCode::SEE_OTHER);
+    t.get(&path, Some(&b.cookie))
+        .await
+        .contains("0 0 3 * * ?")
+        .contains("03:00:00 UTC");
+
+    t.submit(&b, &format!("{path}/enabled"), &[("enabled", "false")])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    t.get(&path, Some(&b.cookie))
+        .await
+        .contains(">Enable</button>");
+    assert!(!t.node.store().get_job(job).await.unwrap().spec.enabled);
+
+    let res = t
+        .submit(&b, &format!("{path}/trigger"), &[("params", "--dry-run")])
+        .await;
+    res.expect(StatusCode::SEE_OTHER);
+    let task: i64 = res
+        .location()
+        .strip_prefix("/console/tasks/")
+        .and_then(|id| id.parse().ok())
+        .expect("redirect to the task");
+    let stored = t.node.store().get_task(task).await.unwrap();
+    assert_eq!(stored.params.as_deref(), Some("--dry-run"));
+
+    t.get(&format!("{path}/delete"), Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains("Delete job cleanup?");
+    let res = t.submit(&b, &format!("{path}/delete"), &[]).await;
+    res.expect(StatusCode::SEE_OTHER);
+    assert_eq!(res.location(), "/console/jobs");
+    t.get(&path, Some(&b.cookie))
+        .await
+        .expect(StatusCode::NOT_FOUND);
+
+    // Each change is in the audit log, with who made it.
+    let audit = t.get("/console/audit", Some(&b.cookie)).await;
+    for action in [
+        "create job",
+        "update job",
+        "disable job",
+        "trigger job",
+        "delete job",
+        "login",
+    ] {
+        audit.contains(&format!("<td>{action}</td>"));
+    }
+    audit
+        .contains("<td>admin</td>")
+        .contains("<td>cleanup</td>");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn a_delayed_task_is_cancelled_from_its_page() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, "close-order").await;
+    let task = t
+        .api(
+            Method::POST,
+            "/api/v1/tasks",
+            "application/json",
+            json!({"job": job, "delay_ms": 3_600_000, "key": "order-42"}).to_string(),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    t.get(
+        &format!("/console/tasks?job={job}&status=pending&key=order-42"),
+        Some(&b.cookie),
+    )
+    .await
+    .expect(StatusCode::OK)
+    .contains(&format!("/console/tasks/{task}"));
+    let page = format!("/console/tasks/{task}");
+    t.get(&page, Some(&b.cookie)).await.contains("Cancel task");
+    t.submit(&b, &format!("{page}/cancel"), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    let after = t.get(&page, Some(&b.cookie)).await;
+    after.contains("cancelled");
+    assert!(!after.body.contains("Cancel task"));
+    // A filter that is not a status says so.
+    t.get("/console/tasks?status=bogus", Some(&b.cookie))
+        .await
+        .expect(StatusCode::BAD_REQUEST);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn plugins_are_uploaded_with_the_csrf_header() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    let upload = |body: &'static str, csrf: Option<&str>| {
+        let mut req = Request::post("/console/plugins?name=echo")
+            .header(header::CONTENT_TYPE, "application/wasm")
+            .header(header::COOKIE, &b.cookie);
+        if let Some(c) = csrf {
+            req = req.header("x-csrf-token", c);
+        }
+        req.body(Body::from(body)).unwrap()
+    };
+    t.send(upload(START, None))
+        .await
+        .expect(StatusCode::FORBIDDEN);
+    let bad = t.send(upload("not a module", Some(&b.csrf))).await;
+    bad.expect(StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(bad.body.contains("\"error\""), "{}", bad.body);
+    t.send(upload(START, Some(&b.csrf)))
+        .await
+        .expect(StatusCode::CREATED);
+    t.get("/console/plugins", Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains("echo")
+        .contains("at most 32 MiB");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn pages_speak_english_or_chinese() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    let get = |path: &'static str, extra: Option<(header::HeaderName, &'static str)>| {
+        let mut req = Request::get(path).header(header::COOKIE, &b.cookie);
+        if let Some((k, v)) = extra {
+            req = req.header(k, v);
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    t.send(get("/console/jobs", None))
+        .await
+        .contains(r#"<html lang="en">"#)
+        .contains(">New job<");
+    let zh = Some((header::ACCEPT_LANGUAGE, "zh-CN,zh;q=0.9,en;q=0.5"));
+    for (_, path) in console_routes()
+        .into_iter()
+        .filter(|(m, p)| *m == Method::GET && !p.contains('{'))
+    {
+        let res = t.send(get(path.leak(), zh.clone())).await;
+        res.expect(StatusCode::OK)
+            .contains(r#"<html lang="zh-CN">"#)
+            .contains(">作业<");
+    }
+    // The switch's cookie outranks the browser's languages.
+    let res = t.get("/lang/en", None).await;
+    res.expect(StatusCode::SEE_OTHER);
+    let cookie = res.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.starts_with("rota_lang=en;"), "{cookie}");
+    let both = format!("{}; rota_lang=en", b.cookie);
+    let req = Request::get("/console")
+        .header(header::COOKIE, both)
+        .header(header::ACCEPT_LANGUAGE, "zh-CN")
+        .body(Body::empty())
+        .unwrap();
+    t.send(req).await.contains(">Dashboard<");
+    // The login page too, and its errors.
+    let req = Request::post("/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ACCEPT_LANGUAGE, "zh-CN")
+        .body(Body::from("user=admin&password=nope"))
+        .unwrap();
+    t.send(req)
+        .await
+        .expect(StatusCode::UNAUTHORIZED)
+        .contains("用户名或密码错误");
+    t.stop().await;
+}
