@@ -220,12 +220,15 @@ struct Bed {
 /// process running the no-op plugin (`ROTA_BENCH_EXECUTOR_BIN=target/release/rota`).
 enum Executor {
     Double(ExecutorDouble),
-    Real(std::process::Child, tempfile::TempDir),
+    Real {
+        child: std::process::Child,
+        _data: tempfile::TempDir,
+    },
 }
 
 impl Drop for Executor {
     fn drop(&mut self) {
-        if let Executor::Real(child, _) = self {
+        if let Executor::Real { child, .. } = self {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -254,7 +257,7 @@ async fn real_executor(bin: &str, server: &TestServer, app: &str) -> Executor {
         )
         .spawn()
         .unwrap_or_else(|e| panic!("starting {bin} executor: {e}"));
-    let executor = Executor::Real(child, dir);
+    let executor = Executor::Real { child, _data: dir };
     let needle = format!("127.0.0.1:{port}");
     let api = server.api.clone();
     eventually(
@@ -442,6 +445,29 @@ async fn fire() {
     let db = Db::connect(&backend.url).await;
     let window_ms = 5_000; // the scan window (Config::window_ms)
 
+    // Warm up first (a real executor compiles the plugin on its first run): one task of a
+    // second job of the same app and plugin, run to completion before the measured burst.
+    let warm = format!("{}-warm", bed.job);
+    let warm_id = bed
+        .server
+        .api
+        .ok(
+            "POST",
+            "/api/v1/jobs",
+            Some(json!({"name": warm, "app": bed.job, "plugin": "noop", "schedule": {"kind": "none"}})),
+        )
+        .await["id"]
+        .as_i64()
+        .expect("the warm-up job's id");
+    bed.server
+        .api
+        .ok("POST", "/api/v1/tasks", Some(json!({"job": warm, "delay_ms": 0})))
+        .await;
+    eventually(Duration::from_secs(60), "the warm-up task to succeed", || async {
+        (db.count_tasks(warm_id, Some("succeeded")).await == 1).then_some(())
+    })
+    .await;
+
     let due = now_ms() + lead_ms;
     let bodies = batch_bodies(&bed.job, total, 10_000, false, |_| due);
     eprintln!(
@@ -498,7 +524,7 @@ async fn fire() {
                 "trigger",
             )
         }
-        Executor::Real(..) => {
+        Executor::Real { .. } => {
             let (first, last, runs, early) = db.run_starts(bed.job_id).await;
             (first * 1000, last * 1000, runs, early, "run start")
         }
@@ -524,7 +550,7 @@ async fn fire() {
         backend.name,
         match bed.executor {
             Executor::Double(_) => "double",
-            Executor::Real(..) => "rota executor",
+            Executor::Real { .. } => "rota executor",
         },
         (first - due * 1000) as f64 / 1e3,
         rate(spread_s),

@@ -89,7 +89,7 @@ async fn bench() {
 
     let wait = Duration::from_secs(seconds + 60);
     eventually(wait, "every task to reach the executor", || async {
-        (executor.received().len() as u64 >= total).then_some(())
+        (executor.received_count() as u64 >= total).then_some(())
     })
     .await;
     let received = executor.received();

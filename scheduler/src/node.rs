@@ -35,16 +35,19 @@ pub struct JobEntry {
 type CachedJob = (Instant, Option<Arc<JobEntry>>);
 
 /// Jobs by id, re-read at most every few seconds (other nodes may change them) and at once
-/// when this node changes one.
+/// when this node changes one. A stale entry is served while it is re-read in the background,
+/// so the fire path waits for the database only for a job it has never seen.
 pub(crate) struct JobCache {
-    map: Mutex<HashMap<i64, CachedJob>>,
+    map: Arc<Mutex<HashMap<i64, CachedJob>>>,
+    refreshing: Arc<Mutex<std::collections::HashSet<i64>>>,
     ttl: Duration,
 }
 
 impl JobCache {
     fn new(ttl: Duration) -> Self {
         JobCache {
-            map: Mutex::new(HashMap::new()),
+            map: Arc::new(Mutex::new(HashMap::new())),
+            refreshing: Arc::new(Mutex::new(std::collections::HashSet::new())),
             ttl,
         }
     }
@@ -54,25 +57,47 @@ impl JobCache {
     }
 
     pub(crate) async fn get(&self, store: &Store, id: i64) -> store::Result<Option<Arc<JobEntry>>> {
-        if let Some((at, entry)) = self.lock().get(&id)
-            && at.elapsed() < self.ttl
-        {
-            return Ok(entry.clone());
-        }
-        let entry = match store.get_job(id).await {
-            Ok(job) => {
-                let plugin = match store.latest_plugin(&job.spec.plugin).await {
-                    Ok(p) => Some(p),
-                    Err(store::Error::NotFound(_)) => None,
-                    Err(e) => return Err(e),
-                };
-                Some(Arc::new(JobEntry { job, plugin }))
+        let cached = self.lock().get(&id).cloned();
+        match cached {
+            Some((at, entry)) if at.elapsed() < self.ttl => Ok(entry),
+            Some((_, entry)) => {
+                self.refresh_in_background(store, id);
+                Ok(entry)
             }
-            Err(store::Error::NotFound(_)) => None,
-            Err(e) => return Err(e),
-        };
-        self.lock().insert(id, (Instant::now(), entry.clone()));
-        Ok(entry)
+            None => {
+                let entry = load_job(store, id).await?;
+                self.lock().insert(id, (Instant::now(), entry.clone()));
+                Ok(entry)
+            }
+        }
+    }
+
+    fn refresh_in_background(&self, store: &Store, id: i64) {
+        if !self
+            .refreshing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id)
+        {
+            return;
+        }
+        let (store, map, refreshing) = (store.clone(), self.map.clone(), self.refreshing.clone());
+        tokio::spawn(async move {
+            match load_job(&store, id).await {
+                Ok(entry) => {
+                    map.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id, (Instant::now(), entry));
+                }
+                Err(e) => {
+                    tracing::warn!(job.id = id, error = %e, "re-reading a job failed; keeping the cached one")
+                }
+            }
+            refreshing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+        });
     }
 
     pub(crate) fn invalidate(&self, id: i64) {
@@ -82,6 +107,21 @@ impl JobCache {
     pub(crate) fn clear(&self) {
         self.lock().clear();
     }
+}
+
+/// A job and the newest version of its plugin; `None` if the job does not exist.
+async fn load_job(store: &Store, id: i64) -> store::Result<Option<Arc<JobEntry>>> {
+    let job = match store.get_job(id).await {
+        Ok(job) => job,
+        Err(store::Error::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let plugin = match store.latest_plugin(&job.spec.plugin).await {
+        Ok(p) => Some(p),
+        Err(store::Error::NotFound(_)) => None,
+        Err(e) => return Err(e),
+    };
+    Ok(Some(Arc::new(JobEntry { job, plugin })))
 }
 
 /// Live executors by app, sorted by address; refreshed from the database every second (the
@@ -112,32 +152,72 @@ impl ExecutorCache {
 
 /// A block of run ids reserved from the database, handed out without a statement each.
 pub(crate) struct RunIds {
-    next: Mutex<(i64, i64)>,
+    state: Arc<Mutex<IdBlocks>>,
     refill: tokio::sync::Mutex<()>,
+}
+
+/// The block being handed out and the next one, fetched in the background before the first
+/// runs out, so the fire path does not wait for the database.
+#[derive(Default)]
+struct IdBlocks {
+    next: i64,
+    end: i64,
+    spare: Option<(i64, i64)>,
+    fetching: bool,
 }
 
 const RUN_ID_BLOCK: i64 = 10_000;
 
 impl RunIds {
+    pub(crate) fn new() -> Self {
+        RunIds {
+            state: Arc::new(Mutex::new(IdBlocks::default())),
+            refill: tokio::sync::Mutex::new(()),
+        }
+    }
+
     pub(crate) async fn take(&self, store: &Store, n: usize) -> store::Result<Vec<i64>> {
         let n = n as i64;
         loop {
             {
-                let mut g = self.next.lock().unwrap_or_else(|e| e.into_inner());
-                let (next, end) = *g;
-                if end - next >= n {
-                    g.0 += n;
-                    return Ok((next..next + n).collect());
+                let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                if g.end - g.next < n
+                    && let Some((first, end)) = g.spare.take()
+                    && end - first >= n
+                {
+                    (g.next, g.end) = (first, end);
+                }
+                if g.end - g.next >= n {
+                    let first = g.next;
+                    g.next += n;
+                    if g.spare.is_none() && !g.fetching {
+                        g.fetching = true;
+                        let (store, state) = (store.clone(), self.state.clone());
+                        tokio::spawn(async move {
+                            let spare = store.allocate_ids("run", RUN_ID_BLOCK).await;
+                            let mut g = state.lock().unwrap_or_else(|e| e.into_inner());
+                            g.fetching = false;
+                            match spare {
+                                Ok(first) => g.spare = Some((first, first + RUN_ID_BLOCK)),
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "reserving the next run id block failed")
+                                }
+                            }
+                        });
+                    }
+                    return Ok((first..first + n).collect());
                 }
             }
+            // Nothing left (start-up, or a batch larger than a block): fetch now.
             let _refill = self.refill.lock().await;
-            let (next, end) = *self.next.lock().unwrap_or_else(|e| e.into_inner());
-            if end - next >= n {
-                continue;
-            }
             let size = RUN_ID_BLOCK.max(n);
             let first = store.allocate_ids("run", size).await?;
-            *self.next.lock().unwrap_or_else(|e| e.into_inner()) = (first, first + size);
+            let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if g.end - g.next < n {
+                (g.next, g.end) = (first, first + size);
+            } else {
+                g.spare = Some((first, first + size));
+            }
         }
     }
 }
@@ -207,10 +287,7 @@ impl Node {
                 by_app: Mutex::new(Arc::new(HashMap::new())),
             },
             router: Router::default(),
-            run_ids: RunIds {
-                next: Mutex::new((0, 0)),
-                refill: tokio::sync::Mutex::new(()),
-            },
+            run_ids: RunIds::new(),
             recorder,
             scan_wake: Notify::new(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),

@@ -292,6 +292,20 @@ async fn sign_in_and_out() {
         assert!(cookie.contains(part), "{cookie}");
     }
     assert!(!cookie.contains("Secure"), "no TLS in tests: {cookie}");
+    // A login form posted from another site is refused.
+    let req = Request::post("/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::HOST, "rota.example")
+        .header(header::ORIGIN, "https://evil.example")
+        .body(Body::from(format!(
+            "user=admin&password={}",
+            encode(PASSWORD)
+        )))
+        .unwrap();
+    t.send(req)
+        .await
+        .expect(StatusCode::FORBIDDEN)
+        .contains("did not come from this site");
 
     let b = t.sign_in().await;
     t.get("/console", Some(&b.cookie))
@@ -429,6 +443,13 @@ async fn every_page_renders() {
         }
         res.expect(StatusCode::OK);
         assert!(res.body.starts_with("<!doctype html>"), "{path}");
+        assert_eq!(res.headers[header::CACHE_CONTROL], "no-store", "{path}");
+        assert!(
+            res.headers[header::CONTENT_SECURITY_POLICY]
+                .to_str()
+                .unwrap()
+                .contains("frame-ancestors 'none'")
+        );
         res.contains(r#"name="csrf""#);
     }
     t.get(&format!("/console/jobs/{job}"), Some(&b.cookie))

@@ -65,7 +65,8 @@ SERVER_PID=
 EXECUTOR_PID=
 start_nodes() { # TAG
     ROTA_EXECUTOR_SECRET=$SECRET ROTA_API_TOKEN=$TOKEN RUST_LOG=${RUST_LOG:-warn} \
-        "$BIN" server --database-url "$URL" --listen "127.0.0.1:$SPORT" >"$OUT/server-$1.log" 2>&1 &
+        "$BIN" server --database-url "$URL" --listen "127.0.0.1:$SPORT" \
+        --node-name "bench10m-$1-$$" >"$OUT/server-$1.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 1 240); do
         curl -fsS "$API/healthz" >/dev/null 2>&1 && break

@@ -195,6 +195,11 @@ impl ExecutorDouble {
         self.state.received.lock().unwrap().clone()
     }
 
+    /// How many triggers arrived (cheap: no copy).
+    pub fn received_count(&self) -> usize {
+        self.state.received.lock().unwrap().len()
+    }
+
     /// Registers (or heartbeats: the same body) with the scheduler.
     pub async fn register(&self) {
         let reg = Registration {

@@ -90,6 +90,33 @@ pub async fn verify_password(password: String, hash: String) -> anyhow::Result<b
     .await?)
 }
 
+/// Checks a password for a user name that does not exist, as slowly as for one that does,
+/// so the answer's timing does not tell which names exist.
+pub async fn verify_nobody(password: String) -> anyhow::Result<()> {
+    static DUMMY: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    let hash = DUMMY
+        .get_or_try_init(|| hash_password(random_token(16)))
+        .await?
+        .clone();
+    verify_password(password, hash).await?;
+    Ok(())
+}
+
+/// Whether a POST comes from a page of this site: a browser's `Origin`, when it sends
+/// one, must name the host the request was sent to.
+pub fn same_origin(headers: &axum::http::HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    origin
+        .split_once("://")
+        .is_some_and(|(_, authority)| !host.is_empty() && authority == host)
+}
+
 /// `n` random bytes as hex.
 pub fn random_token(n: usize) -> String {
     let mut bytes = vec![0u8; n];
@@ -309,6 +336,16 @@ mod tests {
         assert_ne!(csrf_for("abc"), token_hash("abc"));
         assert!(session_cookie("abc", true).ends_with("; Secure"));
         assert!(session_cookie("abc", false).contains("HttpOnly; SameSite=Strict; Path=/"));
+        let mut h = axum::http::HeaderMap::new();
+        assert!(
+            same_origin(&h),
+            "no Origin: not a cross-site browser request"
+        );
+        h.insert(header::HOST, "rota.example:8080".parse().unwrap());
+        h.insert(header::ORIGIN, "https://rota.example:8080".parse().unwrap());
+        assert!(same_origin(&h));
+        h.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
+        assert!(!same_origin(&h));
         assert_eq!(
             form_field(b"name=x&csrf=00ff&y=", "csrf").as_deref(),
             Some("00ff")

@@ -238,6 +238,10 @@ const ZH_CN: &[(&str, &str)] = &[
     ("target", "对象"),
     ("Nothing yet.", "暂无记录。"),
     ("Wrong user name or password.", "用户名或密码错误。"),
+    (
+        "This sign-in form did not come from this site.",
+        "此登录表单并非来自本站。",
+    ),
 ];
 
 #[cfg(test)]

@@ -210,6 +210,18 @@ impl IntoResponse for PageError {
 
 pub type PageResult<T = Response> = Result<T, PageError>;
 
+/// Every page: no script or style from elsewhere, never inside a frame, not cached (they
+/// show what only a signed-in user may see).
+const PAGE_HEADERS: [(header::HeaderName, &str); 4] = [
+    (
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    ),
+    (header::X_FRAME_OPTIONS, "DENY"),
+    (header::REFERRER_POLICY, "same-origin"),
+    (header::CACHE_CONTROL, "no-store"),
+];
+
 /// Renders a template as a page.
 pub fn render(t: &impl askama::Template) -> PageResult {
     render_status(StatusCode::OK, t)
@@ -219,7 +231,7 @@ pub fn render_status(status: StatusCode, t: &impl askama::Template) -> PageResul
     let html = t
         .render()
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("rendering a page: {e}")))?;
-    Ok((status, Html(html)).into_response())
+    Ok((status, PAGE_HEADERS, Html(html)).into_response())
 }
 
 /// A time for a page: UTC text, and the RFC 3339 value the script turns into local time.

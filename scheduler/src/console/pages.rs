@@ -122,6 +122,7 @@ pub struct LoginForm {
 pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
     let ip = auth::client_ip(&req);
     let lang = Lang::of(req.headers());
+    let same_origin = auth::same_origin(req.headers());
     let Form(form) = Form::<LoginForm>::from_request(req, &())
         .await
         .map_err(|e| ApiError::BadRequest(e.body_text()))?;
@@ -136,6 +137,14 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
             },
         )
     };
+    // The login form has no session to tie a CSRF token to; a cross-site form is refused by
+    // its Origin instead (it would sign the victim into the attacker's account).
+    if !same_origin {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            lang.t("This sign-in form did not come from this site."),
+        );
+    }
     if let Some(wait) = console.throttle.wait(&form.user, ip, now) {
         let secs = wait.as_secs().max(1);
         let message = match lang {
@@ -150,7 +159,12 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
         Some(u) => auth::verify_password(form.password.clone(), u.password_hash.clone())
             .await
             .map_err(ApiError::Internal)?,
-        None => false,
+        None => {
+            auth::verify_nobody(form.password.clone())
+                .await
+                .map_err(ApiError::Internal)?;
+            false
+        }
     };
     let Some(user) = user.filter(|_| ok) else {
         console.throttle.failed(&form.user, ip, now);
