@@ -9,15 +9,16 @@
 //!   request to the last `201`; request bodies are serialized before the clock starts.
 //!   `ROTA_BENCH_KEYS=1` gives every task an idempotency key (one more lookup per batch).
 //! - `fire` — `ROTA_BENCH_TASKS` (100,000) tasks all due at one instant, created
-//!   `ROTA_BENCH_LEAD_S` (10) seconds ahead, i.e. beyond the 5 s scan window, so they travel
-//!   scan → wheel → ring → pool → trigger. Reports fires/s between the first and the last
-//!   trigger received by the executor double, and the time from the due instant until every
-//!   task is `succeeded` (polled with `COUNT(*)` every 100 ms on a separate connection).
-//!   On MySQL it also reads the server's `Com_*` counters (`SHOW GLOBAL STATUS`) before and
-//!   after and prints statements per 1,000 fires, by kind: raw, minus this bench's own
-//!   polling (counted exactly), and minus an idle period of the same length measured right
-//!   after (`ROTA_BENCH_IDLE=0` skips it). Use a private server (scripts/bench/
-//!   mariadb-instance.sh): the counters are server-wide.
+//!   `ROTA_BENCH_LEAD_S` (10 + 1 per 20,000 tasks: 15 for 100,000) seconds ahead, beyond the
+//!   5 s scan window and the time creating them takes, so they travel scan → wheel → ring →
+//!   pool → trigger (after a one-task warm-up). Reports fires/s between the first and the last
+//!   trigger received by the executor, and from the due instant to the last trigger, and the
+//!   time from the due instant until every task is `succeeded` (polled with `COUNT(*)` every
+//!   100 ms on a separate connection). On MySQL it also reads the server's `Com_*` counters
+//!   (`SHOW GLOBAL STATUS`) before and after and prints statements per 1,000 fires, by kind:
+//!   raw, minus this bench's own polling (counted exactly), and minus an idle period of the
+//!   same length measured right after (`ROTA_BENCH_IDLE=0` skips it). Use a private server
+//!   (scripts/bench/mariadb-instance.sh): the counters are server-wide.
 //! - `all` (default) — `ingest` then `fire`.
 //!
 //! Triggers go to an in-process executor double (real signed HTTP, reports success at once)
@@ -438,7 +439,8 @@ const KINDS: &[&str] = &[
 async fn fire() {
     let backend = backend();
     let total = env_or("ROTA_BENCH_TASKS", 100_000);
-    let lead_ms = env_or("ROTA_BENCH_LEAD_S", 10) as i64 * 1000;
+    // Far enough ahead that creating them ends before the scan window reaches them.
+    let lead_ms = env_or("ROTA_BENCH_LEAD_S", 10 + total.div_ceil(20_000)) as i64 * 1000;
     let clients = env_or("ROTA_BENCH_CLIENTS", 4) as usize;
     let idle_baseline = env_flag("ROTA_BENCH_IDLE", true);
     let bed = bed(&backend.url).await;
@@ -461,11 +463,17 @@ async fn fire() {
         .expect("the warm-up job's id");
     bed.server
         .api
-        .ok("POST", "/api/v1/tasks", Some(json!({"job": warm, "delay_ms": 0})))
+        .ok(
+            "POST",
+            "/api/v1/tasks",
+            Some(json!({"job": warm, "delay_ms": 0})),
+        )
         .await;
-    eventually(Duration::from_secs(60), "the warm-up task to succeed", || async {
-        (db.count_tasks(warm_id, Some("succeeded")).await == 1).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the warm-up task to succeed",
+        || async { (db.count_tasks(warm_id, Some("succeeded")).await == 1).then_some(()) },
+    )
     .await;
 
     let due = now_ms() + lead_ms;
@@ -512,7 +520,8 @@ async fn fire() {
     // reported start times (ms, the plugin's start).
     let (first, last, sent, early, seen) = match &bed.executor {
         Executor::Double(d) => {
-            let received = d.received();
+            let mut received = d.received();
+            received.retain(|r| r.trigger.job_id == bed.job_id); // not the warm-up
             (
                 received.iter().map(|r| r.received_at_us).min().unwrap_or(0),
                 received.iter().map(|r| r.received_at_us).max().unwrap_or(0),

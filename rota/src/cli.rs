@@ -59,6 +59,10 @@ struct ServerArgs {
     /// URL executors and other nodes reach this node at; defaults to http://<listen>.
     #[arg(long, env = "ROTA_ADVERTISE_URL")]
     advertise_url: Option<String>,
+    /// Password of the console's `admin` user, set at its creation (first start); without it
+    /// a random one is generated and logged once.
+    #[arg(long, env = "ROTA_ADMIN_PASSWORD", hide_env_values = true)]
+    admin_password: Option<String>,
     /// Admin API bearer token.
     #[arg(long, env = "ROTA_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
@@ -103,6 +107,7 @@ impl ServerArgs {
             .clone()
             .unwrap_or_else(|| format!("http://{}", self.listen));
         c.api_token = self.api_token.clone().filter(|t| !t.is_empty());
+        c.admin_password = self.admin_password.clone().filter(|p| !p.is_empty());
         c.fast_pool_size = self.fast_pool;
         c.slow_pool_size = self.slow_pool;
         c.slow_dispatch_ms = self.slow_dispatch_ms;

@@ -116,6 +116,9 @@ pub async fn standalone(
     config.advertise_url = scheduler_url.clone();
     config.api_token = Some(token.clone());
     config.executors_die_with_node = true;
+    config.admin_password = std::env::var("ROTA_ADMIN_PASSWORD")
+        .ok()
+        .filter(|p| !p.is_empty());
 
     let mut executor = ExecutorConfig::new(
         vec![scheduler_url.clone()],

@@ -74,7 +74,7 @@ async fn a_killed_server_dispatches_every_claimed_fire_exactly_once_after_restar
     let port = free_port();
     let api = Api::new(format!("http://127.0.0.1:{port}"));
 
-    let mut server = spawn_server(&db, port, &log);
+    let mut server = KillOnDrop(spawn_server(&db, port, &log));
     wait_healthy(&api).await;
     let executor = ExecutorDouble::start(&api.base, "default", Behaviour::Succeed).await;
     api.upload_plugin("noop").await;
@@ -103,11 +103,11 @@ async fn a_killed_server_dispatches_every_claimed_fire_exactly_once_after_restar
 
     // Let a few fire (some recorded, some perhaps sent but not yet recorded), then SIGKILL.
     tokio::time::sleep(Duration::from_millis(900)).await;
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
     let before_restart = executor.received().len();
 
-    let mut server = spawn_server(&db, port, &log);
+    let server = KillOnDrop(spawn_server(&db, port, &log));
     wait_healthy(&api).await;
     for &id in &ids {
         eventually(
@@ -159,6 +159,5 @@ async fn a_killed_server_dispatches_every_claimed_fire_exactly_once_after_restar
         eprintln!("{line}");
     }
     eprintln!("sent before the kill: {before_restart} of {}", ids.len());
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
 }

@@ -41,6 +41,7 @@ async fn close_order_decides_per_order_from_a_delayed_task() {
         .spawn()
         .unwrap();
     let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let _child = KillOnDrop(child);
     let mut first = String::new();
     reader.read_line(&mut first).unwrap();
     std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
@@ -136,6 +137,4 @@ async fn close_order_decides_per_order_from_a_delayed_task() {
         .ok("GET", &format!("/api/v1/runs?task={bad}"), None)
         .await;
     assert_eq!(runs["items"][0]["exit_code"], 1);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }

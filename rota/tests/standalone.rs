@@ -5,7 +5,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
@@ -33,7 +33,7 @@ const HELLO: &str = r#"(module
 const SPIN: &str = r#"(module (memory (export "memory") 1) (func (export "_start") (loop br 0)))"#;
 
 struct Standalone {
-    child: Child,
+    child: KillOnDrop,
     api: Api,
 }
 
@@ -61,7 +61,7 @@ fn start(data_dir: &std::path::Path) -> Standalone {
         .trim_end_matches(',')
         .to_owned();
     Standalone {
-        child,
+        child: KillOnDrop(child),
         api: Api::new(url),
     }
 }
@@ -152,8 +152,8 @@ async fn a_plugin_runs_in_standalone_and_its_log_is_readable() {
         )
         .await;
     assert_eq!(rest["lines"][0], "your payload: order-42");
-    node.child.kill().unwrap();
-    node.child.wait().unwrap();
+    node.child.0.kill().unwrap();
+    node.child.0.wait().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -183,8 +183,8 @@ async fn a_run_in_flight_when_standalone_dies_is_lost_and_retried_at_restart() {
         }
     })
     .await;
-    node.child.kill().unwrap();
-    node.child.wait().unwrap();
+    node.child.0.kill().unwrap();
+    node.child.0.wait().unwrap();
 
     // At restart the in-flight run is lost at once (not after the 90 s heartbeat timeout) and
     // its task retried; the retry spins into its 2 s timeout.
@@ -206,6 +206,6 @@ async fn a_run_in_flight_when_standalone_dies_is_lost_and_retried_at_restart() {
         runs.iter().any(|r| r["attempt"] == 2),
         "the retry is attempt 2: {runs:?}"
     );
-    node.child.kill().unwrap();
-    node.child.wait().unwrap();
+    node.child.0.kill().unwrap();
+    node.child.0.wait().unwrap();
 }

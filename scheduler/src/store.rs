@@ -2043,6 +2043,30 @@ impl Store {
         })
     }
 
+    /// Changes a user's password and ends their other sessions (all but `keep_session`).
+    pub async fn set_password(
+        &self,
+        user_id: i64,
+        password_hash: &str,
+        keep_session: &str,
+    ) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            sqlx::query("UPDATE users SET password_hash = ? WHERE id = ?")
+                .bind(password_hash)
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM sessions WHERE user_id = ? AND token_hash <> ?")
+                .bind(user_id)
+                .bind(keep_session)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
     /// Audit entries, newest first, older than `before_id`; `limit + 1` rows so the caller
     /// knows whether there is a next page.
     pub async fn list_audit(

@@ -2,9 +2,13 @@
 //! dir: sign-in, the login wall on every route, CSRF, every page, the job form.
 
 use axum::Router;
+use std::net::SocketAddr;
+
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use rota_scheduler::api::{AppState, router};
+use rota_scheduler::console::auth::token_hash;
 use rota_scheduler::console::console_routes;
 use rota_scheduler::model::{Dispatched, now_ms};
 use rota_scheduler::{Config, Node, Store};
@@ -262,6 +266,19 @@ async fn every_console_route_needs_a_login() {
             }
         }
     }
+    // An expired session is no session.
+    let store = t.node.store();
+    let user = store.user_by_name("admin").await.unwrap().unwrap();
+    let now = now_ms();
+    let old = "0123456789abcdef";
+    store
+        .insert_session(&token_hash(old), user.id, now - 10_000, now - 1)
+        .await
+        .unwrap();
+    let res = t
+        .get("/console", Some(&format!("rota_session={old}")))
+        .await;
+    assert_eq!(res.location(), "/login");
     // The login page itself and the assets are open.
     t.get("/login", None).await.expect(StatusCode::OK);
     t.get("/static/console.css", None)
@@ -346,6 +363,36 @@ async fn failed_sign_ins_are_slowed() {
         .await
         .expect(StatusCode::TOO_MANY_REQUESTS)
         .contains("try again in");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn failed_sign_ins_slow_down_only_their_own_address() {
+    let t = start().await;
+    let from = |ip: [u8; 4], password: &str| {
+        let mut req = Request::post("/login")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(format!(
+                "user=admin&password={}",
+                encode(password)
+            )))
+            .unwrap();
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from((ip, 40_000))));
+        req
+    };
+    let attacker = [203, 0, 113, 9];
+    for _ in 0..3 {
+        t.send(from(attacker, "guess"))
+            .await
+            .expect(StatusCode::UNAUTHORIZED);
+    }
+    t.send(from(attacker, PASSWORD))
+        .await
+        .expect(StatusCode::TOO_MANY_REQUESTS);
+    t.send(from([192, 0, 2, 1], PASSWORD))
+        .await
+        .expect(StatusCode::SEE_OTHER);
     t.stop().await;
 }
 
@@ -754,5 +801,61 @@ async fn pages_speak_english_or_chinese() {
         .await
         .expect(StatusCode::UNAUTHORIZED)
         .contains("用户名或密码错误");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn a_password_change_checks_the_old_one_and_ends_other_sessions() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    let elsewhere = t.sign_in().await;
+    t.get("/console/account", Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains("Change password");
+    let new = "a much better passphrase";
+    let cases = [
+        (("wrong", new, new), "This is not your password."),
+        ((PASSWORD, "short", "short"), "Use at least 10 characters."),
+        (
+            (PASSWORD, new, "something else"),
+            "The two passwords differ.",
+        ),
+    ];
+    for ((current, password, confirm), needle) in cases {
+        t.submit(
+            &b,
+            "/console/account",
+            &[
+                ("current", current),
+                ("new", password),
+                ("confirm", confirm),
+            ],
+        )
+        .await
+        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains(needle);
+    }
+    let res = t
+        .submit(
+            &b,
+            "/console/account",
+            &[("current", PASSWORD), ("new", new), ("confirm", new)],
+        )
+        .await;
+    res.expect(StatusCode::SEE_OTHER);
+    t.get(res.location(), Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains("Password changed");
+    // This session goes on; the other one has ended.
+    assert_eq!(
+        t.get("/console", Some(&elsewhere.cookie)).await.location(),
+        "/login"
+    );
+    t.login("admin", PASSWORD)
+        .await
+        .expect(StatusCode::UNAUTHORIZED);
+    t.login("admin", new).await.expect(StatusCode::SEE_OTHER);
     t.stop().await;
 }

@@ -554,3 +554,14 @@ pub fn sqlite_url() -> (String, tempfile::TempDir) {
         dir,
     )
 }
+
+/// A child process killed when dropped, so a failing test leaves nothing running (an
+/// orphan holding the test's stderr would keep CI waiting).
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -238,6 +238,17 @@ const ZH_CN: &[(&str, &str)] = &[
     ("target", "对象"),
     ("Nothing yet.", "暂无记录。"),
     ("Wrong user name or password.", "用户名或密码错误。"),
+    ("Account", "账户"),
+    ("Change password", "修改密码"),
+    ("Current password", "当前密码"),
+    ("New password", "新密码"),
+    ("New password, again", "再次输入新密码"),
+    ("This is not your password.", "当前密码不正确。"),
+    ("The two passwords differ.", "两次输入的密码不一致。"),
+    (
+        "Password changed; your other sessions have ended.",
+        "密码已修改；你的其他会话已结束。",
+    ),
     (
         "This sign-in form did not come from this site.",
         "此登录表单并非来自本站。",

@@ -104,6 +104,8 @@ fn protected(max_plugin_bytes: usize) -> Vec<(Method, &'static str, MethodRouter
         ),
         (M::GET, "/executors", get(executors)),
         (M::GET, "/audit", get(audit_log)),
+        (M::GET, "/account", get(account)),
+        (M::POST, "/account", post(change_password)),
         (M::POST, "/logout", post(logout)),
     ]
 }

@@ -218,6 +218,9 @@ pub async fn logout(
 
 /// Notes who changed what; a failure to note it is logged, not shown.
 async fn audit(console: &Console, user: &str, action: &str, target: &str) {
+    // The column holds 400 characters.
+    let target: String = target.chars().take(400).collect();
+    let target = target.as_str();
     if let Err(e) = console
         .node
         .store()
@@ -1322,4 +1325,94 @@ pub async fn audit_log(
             .collect(),
         next,
     })
+}
+
+// ----- account -----------------------------------------------------------------------------
+
+/// Shortest password the console accepts.
+const MIN_PASSWORD_CHARS: usize = 10;
+
+#[derive(Template)]
+#[template(path = "account.html")]
+struct AccountPage {
+    chrome: Chrome,
+    errors: Errors,
+    changed: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct AccountQuery {
+    changed: Option<String>,
+}
+
+pub async fn account(
+    Extension(s): Extension<Session>,
+    Query(q): Query<AccountQuery>,
+) -> PageResult {
+    render(&AccountPage {
+        chrome: Chrome::of(&s, "account"),
+        errors: Errors::new(),
+        changed: q.changed.is_some(),
+    })
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PasswordForm {
+    current: String,
+    new: String,
+    confirm: String,
+}
+
+/// Changes the signed-in user's password; their other sessions end.
+pub async fn change_password(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    req: Request,
+) -> PageResult {
+    let token = auth::cookie_token(req.headers()).unwrap_or_default();
+    let Form(f) = Form::<PasswordForm>::from_request(req, &())
+        .await
+        .map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let mut errors = Errors::new();
+    let current_ok = auth::verify_password(f.current, s.user.password_hash.clone())
+        .await
+        .map_err(ApiError::Internal)?;
+    if !current_ok {
+        errors.insert(
+            "current".into(),
+            s.lang.t("This is not your password.").into(),
+        );
+    }
+    if f.new.chars().count() < MIN_PASSWORD_CHARS {
+        let message = match s.lang {
+            Lang::En => format!("Use at least {MIN_PASSWORD_CHARS} characters."),
+            Lang::ZhCn => format!("至少 {MIN_PASSWORD_CHARS} 个字符。"),
+        };
+        errors.insert("new".into(), message);
+    }
+    if f.new != f.confirm {
+        errors.insert(
+            "confirm".into(),
+            s.lang.t("The two passwords differ.").into(),
+        );
+    }
+    if !errors.is_empty() {
+        let page = AccountPage {
+            chrome: Chrome::of(&s, "account"),
+            errors,
+            changed: false,
+        };
+        return render_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
+    }
+    let hash = auth::hash_password(f.new)
+        .await
+        .map_err(ApiError::Internal)?;
+    console
+        .node
+        .store()
+        .set_password(s.user.id, &hash, &auth::token_hash(&token))
+        .await?;
+    audit(&console, &s.user.name, "change password", &s.user.name).await;
+    Ok(Redirect::to(&format!("{PREFIX}/account?changed=1")).into_response())
 }

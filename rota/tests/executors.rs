@@ -1,0 +1,132 @@
+//! Two real `rota executor` processes: SIGKILL the one running a plugin; the run is marked
+//! `lost` and retried on the other.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+/// Loops forever: the run is in flight when its executor is killed.
+const SPIN: &str = r#"(module (memory (export "memory") 1) (func (export "_start") (loop br 0)))"#;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn_executor(scheduler: &str, port: u16, data_dir: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args(["executor", "--scheduler", scheduler, "--app", "default"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+        .env("ROTA_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting rota executor")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_on_a_killed_executor_is_lost_and_retried_on_the_other() {
+    let (db, _dir) = sqlite_url();
+    // Executors heartbeat every 500 ms (the registration ack tells them) and are dead after 2 s.
+    let server = TestServer::start(&db, |c| {
+        c.heartbeat_interval_ms = 500;
+        c.executor_dead_after_ms = 2_000;
+    })
+    .await;
+    let api = &server.api;
+    let data = tempfile::tempdir().unwrap();
+    let ports = [free_port(), free_port()];
+    let mut executors: Vec<KillOnDrop> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, &port)| {
+            KillOnDrop(spawn_executor(
+                &server.url,
+                port,
+                &data.path().join(format!("e{i}")),
+            ))
+        })
+        .collect();
+    eventually(
+        Duration::from_secs(30),
+        "both executors to register",
+        || async {
+            let v = api.ok("GET", "/api/v1/executors", None).await;
+            (v["items"].as_array().unwrap().len() == 2).then_some(())
+        },
+    )
+    .await;
+
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/v1/plugins?name=spin", server.url))
+        .bearer_auth(TOKEN)
+        .body(SPIN)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "long", "app": "default", "plugin": "spin", "schedule": {"kind": "none"},
+                    "timeout_ms": 3000, "route": "first"}),
+        ),
+    )
+    .await;
+    let task = api.ok("POST", "/api/v1/jobs/long/trigger", None).await["task_id"]
+        .as_i64()
+        .unwrap();
+    let first = eventually(Duration::from_secs(30), "the run to start", || async move {
+        let runs = api
+            .ok("GET", &format!("/api/v1/runs?task={task}"), None)
+            .await;
+        let run = runs["items"].as_array().unwrap().first().cloned()?;
+        (run["status"] == "running").then_some(run)
+    })
+    .await;
+    let victim_address = first["executor"].as_str().unwrap().to_owned();
+    let victim = ports
+        .iter()
+        .position(|p| victim_address.ends_with(&format!(":{p}")))
+        .unwrap();
+    executors[victim].0.kill().unwrap();
+    executors[victim].0.wait().unwrap();
+
+    // Lost after the dead timeout, retried at once on the survivor, where it spins into its
+    // 3 s timeout.
+    let runs = eventually(
+        Duration::from_secs(60),
+        "the retry to end on the survivor",
+        || async move {
+            let runs = api
+                .ok("GET", &format!("/api/v1/runs?task={task}"), None)
+                .await;
+            let items = runs["items"].as_array().unwrap().clone();
+            let retried = items
+                .iter()
+                .any(|r| r["attempt"] == 2 && r["status"] == "timeout");
+            retried.then_some(items)
+        },
+    )
+    .await;
+    let lost = runs.iter().find(|r| r["attempt"] == 1).unwrap();
+    assert_eq!(lost["status"], "lost");
+    let retry = runs.iter().find(|r| r["attempt"] == 2).unwrap();
+    assert_ne!(
+        retry["executor"], lost["executor"],
+        "retried on the other executor"
+    );
+    drop(executors);
+    server.stop().await;
+}
