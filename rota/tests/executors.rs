@@ -105,21 +105,24 @@ async fn a_run_on_a_killed_executor_is_lost_and_retried_on_the_other() {
 
     // Lost after the dead timeout, retried at once on the survivor, where it spins into its
     // 3 s timeout.
-    let runs = eventually(
-        Duration::from_secs(60),
-        "the retry to end on the survivor",
-        || async move {
-            let runs = api
-                .ok("GET", &format!("/api/v1/runs?task={task}"), None)
-                .await;
-            let items = runs["items"].as_array().unwrap().clone();
-            let retried = items
-                .iter()
-                .any(|r| r["attempt"] == 2 && r["status"] == "timeout");
-            retried.then_some(items)
-        },
-    )
-    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let runs = loop {
+        let page = api
+            .ok("GET", &format!("/api/v1/runs?task={task}"), None)
+            .await;
+        let items = page["items"].as_array().unwrap().clone();
+        if items
+            .iter()
+            .any(|r| r["attempt"] == 2 && r["status"] == "timeout")
+        {
+            break items;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the retry did not end on the survivor within 60 s; runs: {items:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let lost = runs.iter().find(|r| r["attempt"] == 1).unwrap();
     assert_eq!(lost["status"], "lost");
     let retry = runs.iter().find(|r| r["attempt"] == 2).unwrap();

@@ -491,17 +491,26 @@ impl Node {
 
     pub async fn executor_heartbeat(&self, reg: &Registration) -> anyhow::Result<()> {
         let now = now_ms();
+        let previous = self
+            .shared
+            .store
+            .executor_heartbeat_at(&reg.app, &reg.address)
+            .await?;
         self.upsert_executor(reg, now).await?;
-        // Runs dispatched more than a heartbeat interval ago must be in the list.
-        let before = now - self.shared.config.heartbeat_interval_ms;
-        crate::complete::reconcile_executor(
-            &self.shared,
-            &reg.address,
-            &reg.active_runs,
-            Some(before),
-            now,
-        )
-        .await
+        // A run dispatched before the previous heartbeat arrived was known to the executor
+        // before it built this one (heartbeats go one at a time), so it must be listed.
+        // Anything dispatched later may legitimately be missing.
+        if let Some(previous) = previous {
+            crate::complete::reconcile_executor(
+                &self.shared,
+                &reg.address,
+                &reg.active_runs,
+                Some(previous),
+                now,
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     pub async fn executor_deregistered(&self, d: &Deregistration) -> anyhow::Result<()> {

@@ -669,6 +669,21 @@ impl Store {
         Ok(())
     }
 
+    /// When the registry last heard from this executor.
+    pub async fn executor_heartbeat_at(&self, app: &str, address: &str) -> Result<Option<Millis>> {
+        on_pool!(self, |pool, Db| {
+            let at: Option<i64> = sqlx::query_scalar(
+                "SELECT e.last_heartbeat_at FROM executors e JOIN apps a ON a.id = e.app_id \
+                 WHERE a.name = ? AND e.address = ?",
+            )
+            .bind(app)
+            .bind(address)
+            .fetch_optional(pool)
+            .await?;
+            Ok(at)
+        })
+    }
+
     /// Removes an executor from the registry; false if it was not registered.
     pub async fn remove_executor(&self, app: &str, address: &str) -> Result<bool> {
         on_pool!(self, |pool, Db| {
