@@ -11,14 +11,6 @@ use std::time::Duration;
 use serde_json::json;
 use support::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn spawn_server(db: &str, port: u16, log: &std::path::Path) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)

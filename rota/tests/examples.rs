@@ -57,14 +57,7 @@ async fn close_order_decides_per_order_from_a_delayed_task() {
     })
     .await;
 
-    let resp = reqwest::Client::new()
-        .post(format!("{url}/api/v1/plugins?name=close-order"))
-        .bearer_auth(TOKEN)
-        .body(module)
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
+    api.upload("close-order", module).await;
     api.ok(
         "POST",
         "/api/v1/jobs",

@@ -12,14 +12,6 @@ use support::*;
 /// Loops forever: the run is in flight when its executor is killed.
 const SPIN: &str = r#"(module (memory (export "memory") 1) (func (export "_start") (loop br 0)))"#;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn spawn_executor(scheduler: &str, port: u16, data_dir: &std::path::Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_rota"))
         .args(["executor", "--scheduler", scheduler, "--app", "default"])
@@ -67,14 +59,7 @@ async fn a_run_on_a_killed_executor_is_lost_and_retried_on_the_other() {
     )
     .await;
 
-    let resp = reqwest::Client::new()
-        .post(format!("{}/api/v1/plugins?name=spin", server.url))
-        .bearer_auth(TOKEN)
-        .body(SPIN)
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
+    api.upload("spin", SPIN).await;
     api.ok(
         "POST",
         "/api/v1/jobs",

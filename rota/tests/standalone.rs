@@ -66,21 +66,6 @@ fn start(data_dir: &std::path::Path) -> Standalone {
     }
 }
 
-async fn upload(api: &Api, name: &str, wat: &str) {
-    let resp = reqwest::Client::new()
-        .post(format!("{}/api/v1/plugins?name={name}", api.base))
-        .bearer_auth(TOKEN)
-        .body(wat.to_owned())
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        resp.status().is_success(),
-        "upload {name}: {}",
-        resp.text().await.unwrap()
-    );
-}
-
 async fn wait_ready(api: &Api) {
     eventually(
         Duration::from_secs(30),
@@ -99,7 +84,7 @@ async fn a_plugin_runs_in_standalone_and_its_log_is_readable() {
     let mut node = start(dir.path());
     let api = node.api.clone();
     wait_ready(&api).await;
-    upload(&api, "hello", HELLO).await;
+    api.upload("hello", HELLO).await;
     api.ok(
         "POST",
         "/api/v1/jobs",
@@ -162,7 +147,7 @@ async fn a_run_in_flight_when_standalone_dies_is_lost_and_retried_at_restart() {
     let mut node = start(dir.path());
     let api = node.api.clone();
     wait_ready(&api).await;
-    upload(&api, "spin", SPIN).await;
+    api.upload("spin", SPIN).await;
     api.ok(
         "POST",
         "/api/v1/jobs",

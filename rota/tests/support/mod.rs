@@ -93,18 +93,29 @@ impl Api {
     }
 
     /// Uploads a `.wat` plugin that does nothing and returns its name.
+    /// Uploads a `.wat` plugin that does nothing.
     pub async fn upload_plugin(&self, name: &str) {
+        self.upload(
+            name,
+            r#"(module (memory (export "memory") 1) (func (export "_start")))"#,
+        )
+        .await;
+    }
+
+    /// Uploads a plugin (`.wasm` bytes or `.wat` text) under `name`.
+    pub async fn upload(&self, name: &str, module: impl Into<reqwest::Body>) {
         let resp = self
             .http
             .post(format!("{}/api/v1/plugins?name={name}", self.base))
             .bearer_auth(TOKEN)
-            .body(r#"(module (memory (export "memory") 1) (func (export "_start")))"#)
+            .body(module)
             .send()
             .await
             .unwrap();
+        let status = resp.status();
         assert!(
-            resp.status().is_success(),
-            "plugin upload: {}",
+            status.is_success(),
+            "plugin upload: {status} {}",
             resp.text().await.unwrap()
         );
     }
@@ -564,4 +575,13 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A port nobody listens on right now (for processes that take `--listen`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
