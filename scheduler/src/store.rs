@@ -86,6 +86,28 @@ macro_rules! on_pool {
     };
 }
 
+/// Reserves `$n` task ids for rows transaction `$tx` is about to insert and evaluates to the
+/// first. MySQL: from another connection, so the sequence row is never held for the
+/// transaction (API inserts allocate from it too). SQLite: inside the transaction, on its
+/// single connection.
+macro_rules! task_ids_in_tx {
+    ($store:expr, $tx:ident, $n:expr) => {
+        if $store.is_mysql() {
+            $store.allocate_ids("task", $n).await?
+        } else {
+            sqlx::query("UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'")
+                .bind($n)
+                .execute(&mut *$tx)
+                .await?;
+            let end: i64 =
+                sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
+                    .fetch_one(&mut *$tx)
+                    .await?;
+            end - $n
+        }
+    };
+}
+
 /// The id of the row an `INSERT` created, on either backend.
 trait InsertId {
     fn insert_id(&self) -> i64;
@@ -1297,24 +1319,7 @@ impl Store {
             }
             if !fires.is_empty() {
                 let n = fires.len() as i64;
-                // Ids for the new rows. MySQL: from another connection, so the sequence row is
-                // never held for the scan's transaction (API inserts allocate from it too).
-                // SQLite: inside this transaction, on its single connection.
-                let first = if self.is_mysql() {
-                    self.allocate_ids("task", n).await?
-                } else {
-                    sqlx::query(
-                        "UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'",
-                    )
-                    .bind(n)
-                    .execute(&mut *tx)
-                    .await?;
-                    let end: i64 =
-                        sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
-                            .fetch_one(&mut *tx)
-                            .await?;
-                    end - n
-                };
+                let first = task_ids_in_tx!(self, tx, n);
                 for (chunk_no, chunk) in fires.chunks(CHUNK).enumerate() {
                     let mut qb = QueryBuilder::<Db>::new(format!(
                         "{insert_ignore} INTO tasks (id, job_id, kind, idem_key, status, due_at, attempt, \
@@ -1802,22 +1807,7 @@ impl Store {
             // deleted meanwhile is still created; dispatch fails it with a clear message.)
             if !child_tasks.is_empty() {
                 let n = child_tasks.len() as i64;
-                let first = if mysql {
-                    // Another connection: the sequence row is not held for this transaction.
-                    self.allocate_ids("task", n).await?
-                } else {
-                    sqlx::query(
-                        "UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'",
-                    )
-                    .bind(n)
-                    .execute(&mut *tx)
-                    .await?;
-                    let end: i64 =
-                        sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
-                            .fetch_one(&mut *tx)
-                            .await?;
-                    end - n
-                };
+                let first = task_ids_in_tx!(self, tx, n);
                 for (chunk_no, chunk) in child_tasks.chunks(CHUNK).enumerate() {
                     let base = first + (chunk_no * CHUNK) as i64;
                     let mut qb = QueryBuilder::<Db>::new(

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -181,6 +182,7 @@ impl ExecutorDouble {
             .route("/idle-beat", post(idle_beat))
             .route("/kill", post(kill))
             .route("/log", post(log))
+            .layer(axum::middleware::from_fn_with_state(state.clone(), signed))
             .with_state(state.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app_router).await;
@@ -288,15 +290,27 @@ fn rejected(state: &DoubleState, uri: &Uri, headers: &HeaderMap, body: &[u8]) ->
     )
 }
 
-async fn trigger(
+/// Every call from the scheduler must be signed with the secret: checked once, here.
+async fn signed(
     State(state): State<Arc<DoubleState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
 ) -> Response {
-    if let Some(r) = rejected(&state, &uri, &headers, &body) {
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    if let Some(r) = rejected(&state, &parts.uri, &parts.headers, &bytes) {
         return r;
     }
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
+}
+
+async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response {
     let behaviour = *state.behaviour.lock().unwrap();
     if behaviour == Behaviour::Refuse {
         return (
@@ -398,14 +412,8 @@ async fn trigger(
 
 async fn runs_known(
     State(state): State<Arc<DoubleState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Json(req): Json<RunsKnownRequest>,
 ) -> Response {
-    if let Some(r) = rejected(&state, &uri, &headers, &body) {
-        return r;
-    }
-    let req: RunsKnownRequest = serde_json::from_slice(&body).unwrap();
     let known = state.known.lock().unwrap();
     let out = req
         .runs
@@ -424,15 +432,7 @@ async fn runs_known(
     axum::Json(RunsKnownAck { known: out }).into_response()
 }
 
-async fn beat(
-    State(state): State<Arc<DoubleState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Some(r) = rejected(&state, &uri, &headers, &body) {
-        return r;
-    }
+async fn beat() -> Response {
     axum::Json(BeatAck {
         running: 0,
         capacity: 100,
@@ -442,14 +442,8 @@ async fn beat(
 
 async fn idle_beat(
     State(state): State<Arc<DoubleState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Json(req): Json<IdleBeatRequest>,
 ) -> Response {
-    if let Some(r) = rejected(&state, &uri, &headers, &body) {
-        return r;
-    }
-    let req: IdleBeatRequest = serde_json::from_slice(&body).unwrap();
     // A hanging double is still running every job it was given.
     let hanging = *state.behaviour.lock().unwrap() == Behaviour::Hang;
     let runs_it = state
@@ -464,15 +458,7 @@ async fn idle_beat(
     .into_response()
 }
 
-async fn kill(
-    State(state): State<Arc<DoubleState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Some(r) = rejected(&state, &uri, &headers, &body) {
-        return r;
-    }
+async fn kill() -> Response {
     axum::Json(KillAck {
         killed: false,
         message: "the double runs nothing".into(),
@@ -480,16 +466,7 @@ async fn kill(
     .into_response()
 }
 
-async fn log(
-    State(state): State<Arc<DoubleState>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Some(r) = rejected(&state, &uri, &headers, &body) {
-        return r;
-    }
-    let req: LogRequest = serde_json::from_slice(&body).unwrap();
+async fn log(Json(req): Json<LogRequest>) -> Response {
     let lines = if req.from_line <= 1 {
         vec![format!("run {} says hello", req.run_id)]
     } else {
