@@ -5,9 +5,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
@@ -31,31 +29,9 @@ async fn close_order_decides_per_order_from_a_delayed_task() {
         std::fs::read(dir.join("close-order.wasm")).expect("plugins/target/close-order.wasm");
 
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rota"))
-        .args(["standalone", "--data-dir"])
-        .arg(data.path())
-        .args(["--listen", "127.0.0.1:0"])
-        .env("ROTA_API_TOKEN", TOKEN)
-        .env("ROTA_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let _child = KillOnDrop(child);
-    let mut first = String::new();
-    reader.read_line(&mut first).unwrap();
-    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .trim_end_matches(',');
-    let api = Api::new(url);
-    eventually(Duration::from_secs(30), "the embedded executor", || async {
-        let v = api.ok("GET", "/api/v1/executors", None).await;
-        (!v["items"].as_array().unwrap().is_empty()).then_some(())
-    })
-    .await;
+    let node = Standalone::start(data.path());
+    let api = node.api.clone();
+    wait_ready(&api).await;
 
     api.upload("close-order", module).await;
     api.ok(

@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
@@ -32,56 +30,10 @@ const HELLO: &str = r#"(module
 /// Loops forever: a run that is in flight whenever the process dies.
 const SPIN: &str = r#"(module (memory (export "memory") 1) (func (export "_start") (loop br 0)))"#;
 
-struct Standalone {
-    child: KillOnDrop,
-    api: Api,
-}
-
-fn start(data_dir: &std::path::Path) -> Standalone {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rota"))
-        .args(["standalone", "--data-dir"])
-        .arg(data_dir)
-        .args(["--listen", "127.0.0.1:0"])
-        .env("ROTA_API_TOKEN", TOKEN)
-        .env("ROTA_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("starting rota standalone");
-    let stdout = child.stdout.take().unwrap();
-    let mut reader = BufReader::new(stdout);
-    let mut first = String::new();
-    reader.read_line(&mut first).unwrap();
-    // Keep draining what it prints after the first line.
-    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in the first line: {first}"))
-        .trim_end_matches(',')
-        .to_owned();
-    Standalone {
-        child: KillOnDrop(child),
-        api: Api::new(url),
-    }
-}
-
-async fn wait_ready(api: &Api) {
-    eventually(
-        Duration::from_secs(30),
-        "the embedded executor to register",
-        || async {
-            let (status, v) = api.call("GET", "/api/v1/executors", None).await;
-            (status == 200 && !v["items"].as_array().unwrap().is_empty()).then_some(())
-        },
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_runs_in_standalone_and_its_log_is_readable() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = start(dir.path());
+    let mut node = Standalone::start(dir.path());
     let api = node.api.clone();
     wait_ready(&api).await;
     api.upload("hello", HELLO).await;
@@ -144,7 +96,7 @@ async fn a_plugin_runs_in_standalone_and_its_log_is_readable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_in_flight_when_standalone_dies_is_lost_and_retried_at_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let mut node = start(dir.path());
+    let mut node = Standalone::start(dir.path());
     let api = node.api.clone();
     wait_ready(&api).await;
     api.upload("spin", SPIN).await;
@@ -173,7 +125,7 @@ async fn a_run_in_flight_when_standalone_dies_is_lost_and_retried_at_restart() {
 
     // At restart the in-flight run is lost at once (not after the 90 s heartbeat timeout) and
     // its task retried; the retry spins into its 2 s timeout.
-    let mut node = start(dir.path());
+    let mut node = Standalone::start(dir.path());
     let api = node.api.clone();
     let runs = eventually(Duration::from_secs(60), "a lost run and a retry", || {
         let api = api.clone();

@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -561,4 +563,54 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// `rota standalone` (the real binary) on port 0 with its own data directory.
+pub struct Standalone {
+    pub child: KillOnDrop,
+    pub api: Api,
+}
+
+impl Standalone {
+    pub fn start(data_dir: &std::path::Path) -> Standalone {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rota"))
+            .args(["standalone", "--data-dir"])
+            .arg(data_dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("ROTA_API_TOKEN", TOKEN)
+            .env("ROTA_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting rota standalone");
+        let stdout = child.stdout.take().unwrap();
+        let mut reader = BufReader::new(stdout);
+        let mut first = String::new();
+        reader.read_line(&mut first).unwrap();
+        // Keep draining what it prints after the first line.
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+        let url = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in the first line: {first}"))
+            .trim_end_matches(',')
+            .to_owned();
+        Standalone {
+            child: KillOnDrop(child),
+            api: Api::new(url),
+        }
+    }
+}
+
+/// Waits until the embedded executor has registered.
+pub async fn wait_ready(api: &Api) {
+    eventually(
+        Duration::from_secs(30),
+        "the embedded executor to register",
+        || async {
+            let (status, v) = api.call("GET", "/api/v1/executors", None).await;
+            (status == 200 && !v["items"].as_array().unwrap().is_empty()).then_some(())
+        },
+    )
+    .await;
 }
