@@ -27,7 +27,8 @@
 //!   `<data_dir>/spool/` while no scheduler answers.
 //! - `client`: signed HTTP calls to the schedulers (register, heartbeat, callback,
 //!   plugin download), first one that answers.
-//! - `shell`: params → argv words, split like a shell would.
+//! - `workers`: the threads runs execute on, fed in batches from one queue.
+//! - `shell` → argv words, split like a shell would.
 //! - [`local`]: `rota plugin run`: one run of a plugin file without a scheduler.
 
 mod client;
@@ -40,5 +41,6 @@ mod report;
 pub mod runtime;
 mod server;
 mod shell;
+mod workers;
 
 pub use module::{PluginError, ValidPlugin, validate_plugin};

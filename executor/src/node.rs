@@ -10,12 +10,14 @@
 //!   answers;
 //! - a log sweep every hour ([`crate::logs`]).
 //!
-//! A trigger is taken by [`Node::accept`]: dedupe, queue bound and block strategy
+//! Triggers are taken by [`Node::accept_all`]: dedupe, queue bound and block strategy
 //! ([`crate::registry`]), the plugin fetched from a scheduler, verified and compiled once
-//! if it is not cached, then one tokio task per run that waits for `scheduled_at` (a run
-//! never starts early), for its turn in its job's lane (exclusive triggers) and for one
-//! of `capacity` execution slots, then runs the plugin on a blocking thread
-//! ([`Runtime::run`]) and reports `running` and the final status.
+//! if it is not cached. A run that is due, not in an exclusive lane and finds a free
+//! execution slot goes straight to the run workers ([`crate::workers`]); any other waits
+//! in a tokio task for `scheduled_at` (a run never starts early), for its turn in its
+//! job's lane and for one of `capacity` slots, then goes to them. A worker thread runs
+//! the plugin ([`Runtime::run`]) and hands the `running` and final reports to the
+//! reporter, which sends a `running` report only for runs that outlive its hold.
 //!
 //! Shutdown: triggers are answered `full`, runs that have not started are handed back
 //! (dropped without a report), running runs get `drain_grace` to finish and are then
@@ -34,7 +36,7 @@ use anyhow::Context as _;
 use rota_proto::wire::{PATH_DEREGISTER, PATH_HEARTBEAT, PATH_REGISTER};
 use rota_proto::{
     Deregistration, KnownRun, Registration, RegistrationAck, ReportStatus, RunReport, Secret,
-    TaskAttempt, Trigger, TriggerOutcome,
+    TaskAttempt, Trigger, TriggerAck, TriggerOutcome,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -43,12 +45,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::SchedulerClient;
 use crate::logs::{DEFAULT_LOG_CAP_BYTES, DEFAULT_LOG_RETENTION, LogStore};
-use crate::registry::{Admission, Registry};
+use crate::registry::Registry;
 use crate::report::{Spool, SpoolIndex, run_reporter};
 use crate::runtime::{
     DEFAULT_MEMORY_CAP_MB, Invocation, Plugin, PluginEnv, RunOutcome, RunStatus, Runtime,
     RuntimeConfig,
 };
+use crate::workers::{Work, Workers};
 
 pub const DEFAULT_CAPACITY: usize = 64;
 pub const DEFAULT_QUEUE: usize = 10_000;
@@ -197,6 +200,7 @@ pub async fn run_with_runtime(
     let node = Arc::new(Node {
         registry: Mutex::new(Registry::new(config.capacity.saturating_add(config.queue))),
         slots: Arc::new(Semaphore::new(config.capacity)),
+        workers: Workers::new(config.capacity, "rota-run"),
         config,
         runtime,
         logs,
@@ -282,6 +286,8 @@ pub struct Node {
     registry: Mutex<Registry>,
     /// One permit per concurrent run.
     slots: Arc<Semaphore>,
+    /// The threads runs execute on.
+    workers: Workers,
     reports: mpsc::Sender<RunReport>,
     /// One lock per plugin being fetched, so a burst of triggers fetches it once.
     fetches: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -322,30 +328,68 @@ impl Node {
         self.registry().kill(run_id)
     }
 
-    /// Takes a trigger or says why not (see the module docs).
-    pub(crate) async fn accept(self: &Arc<Self>, trigger: Trigger) -> TriggerOutcome {
+    /// Takes a request's triggers, one ack each, in order (see the module docs). Runs
+    /// that can start at once go to the workers in chunks, so the first of a large
+    /// request starts while the rest are still being admitted.
+    pub(crate) async fn accept_all(self: &Arc<Self>, triggers: Vec<Trigger>) -> Vec<TriggerAck> {
+        const CHUNK: usize = 64;
+        let mut acks = Vec::with_capacity(triggers.len());
+        let mut ready: Vec<Work> = Vec::with_capacity(CHUNK.min(triggers.len()));
+        for trigger in triggers {
+            let run_id = trigger.run_id;
+            let outcome = match self.take(trigger).await {
+                Taken::Now(work) => {
+                    ready.push(work);
+                    if ready.len() == CHUNK {
+                        self.workers.submit_all(ready.drain(..));
+                    }
+                    TriggerOutcome::Accepted
+                }
+                Taken::Later => TriggerOutcome::Accepted,
+                Taken::Not(outcome) => outcome,
+            };
+            acks.push(TriggerAck { run_id, outcome });
+        }
+        self.workers.submit_all(ready);
+        acks
+    }
+
+    /// Admits one trigger: ready to run now, queued to wait, or refused with the reason.
+    async fn take(self: &Arc<Self>, trigger: Trigger) -> Taken {
         if self.draining.load(Ordering::SeqCst) {
-            return TriggerOutcome::Full;
+            return Taken::Not(TriggerOutcome::Full);
         }
         if let Some(outcome) = self.registry().check(&trigger) {
-            return outcome;
+            return Taken::Not(outcome);
         }
         let plugin = match self.plugin(&trigger.plugin.sha256).await {
             Ok(plugin) => plugin,
             Err(reason) => {
                 tracing::warn!(run.id = trigger.run_id, %reason, "trigger rejected");
-                return TriggerOutcome::Rejected { reason };
+                return Taken::Not(TriggerOutcome::Rejected { reason });
             }
         };
         if self.draining.load(Ordering::SeqCst) {
-            return TriggerOutcome::Full;
+            return Taken::Not(TriggerOutcome::Full);
         }
         let admission = match self.registry().admit(&trigger) {
             Ok(admission) => admission,
-            Err(outcome) => return outcome,
+            Err(outcome) => return Taken::Not(outcome),
         };
-        tokio::spawn(drive(self.clone(), Arc::new(trigger), plugin, admission));
-        TriggerOutcome::Accepted
+        let run = Run {
+            node: self.clone(),
+            trigger: Arc::new(trigger),
+            plugin,
+            kill: admission.kill,
+        };
+        if !run.trigger.exclusive
+            && run.trigger.scheduled_at <= now_ms()
+            && let Ok(permit) = self.slots.clone().try_acquire_owned()
+        {
+            return Taken::Now(Box::new(move || run.execute(permit)));
+        }
+        tokio::spawn(run.wait(admission.turn));
+        Taken::Later
     }
 
     /// The compiled plugin: from memory, the disk cache, or fetched from a scheduler,
@@ -431,6 +475,13 @@ impl Node {
         }
     }
 
+    /// [`Node::report`] from a worker thread; waits if the reporter is behind.
+    fn report_blocking(&self, report: RunReport) {
+        if self.reports.blocking_send(report).is_err() {
+            tracing::error!("the reporter has stopped; a run report is lost");
+        }
+    }
+
     fn finish(&self, run_id: i64, status: Option<RunStatus>) {
         self.registry()
             .finish(run_id, status, std::time::Instant::now());
@@ -502,6 +553,15 @@ impl Node {
     }
 }
 
+/// What became of a trigger at admission.
+enum Taken {
+    /// Due, free to run and holding a slot: work for the run workers.
+    Now(Work),
+    /// Admitted; a task waits for its time, turn and slot.
+    Later,
+    Not(TriggerOutcome),
+}
+
 /// How a queued run's wait ended.
 enum Waited {
     Ready(OwnedSemaphorePermit),
@@ -509,82 +569,101 @@ enum Waited {
     Released,
 }
 
-/// One run, from acceptance to its final report.
-async fn drive(node: Arc<Node>, trigger: Arc<Trigger>, plugin: Plugin, admission: Admission) {
-    let run_id = trigger.run_id;
-    let Admission { kill, turn } = admission;
-    let waited = tokio::select! {
-        biased;
-        _ = kill.cancelled() => Waited::Killed,
-        _ = node.release.cancelled() => Waited::Released,
-        permit = wait_ready(&node, &trigger, &turn) => match permit {
-            Some(permit) => Waited::Ready(permit),
-            None => Waited::Released,
-        },
-    };
-    let permit = match waited {
-        Waited::Ready(permit) => permit,
-        Waited::Released => {
+/// One admitted run, from acceptance to its final report.
+struct Run {
+    node: Arc<Node>,
+    trigger: Arc<Trigger>,
+    plugin: Plugin,
+    kill: CancellationToken,
+}
+
+impl Run {
+    /// Waits for the run's time, turn and slot, then hands it to the workers.
+    async fn wait(self, turn: Arc<Notify>) {
+        let run_id = self.trigger.run_id;
+        let waited = tokio::select! {
+            biased;
+            _ = self.kill.cancelled() => Waited::Killed,
+            _ = self.node.release.cancelled() => Waited::Released,
+            permit = wait_ready(&self.node, &self.trigger, &turn) => match permit {
+                Some(permit) => Waited::Ready(permit),
+                None => Waited::Released,
+            },
+        };
+        match waited {
+            Waited::Ready(permit) => {
+                let node = self.node.clone();
+                node.workers.submit(Box::new(move || self.execute(permit)));
+            }
+            Waited::Released => {
+                tracing::debug!(run.id = run_id, "run handed back unstarted");
+                self.node.finish(run_id, None);
+            }
+            Waited::Killed => {
+                self.node.report(self.killed_before_start()).await;
+                self.node.finish(run_id, Some(RunStatus::Killed));
+            }
+        }
+    }
+
+    fn killed_before_start(&self) -> RunReport {
+        let outcome = RunOutcome {
+            status: RunStatus::Killed,
+            exit_code: None,
+            message: Some("killed before it started".into()),
+        };
+        final_report(&self.node, &self.trigger, None, &outcome)
+    }
+
+    /// Runs the plugin on this (worker) thread and reports; `permit` is its slot.
+    fn execute(self, permit: OwnedSemaphorePermit) {
+        let run_id = self.trigger.run_id;
+        if self.kill.is_cancelled() {
+            drop(permit);
+            self.node.report_blocking(self.killed_before_start());
+            self.node.finish(run_id, Some(RunStatus::Killed));
+            return;
+        }
+        let Self {
+            node,
+            trigger,
+            plugin,
+            kill,
+        } = self;
+        if node.release.is_cancelled() {
+            drop(permit);
             tracing::debug!(run.id = run_id, "run handed back unstarted");
             node.finish(run_id, None);
             return;
         }
-        Waited::Killed => {
-            let outcome = RunOutcome {
-                status: RunStatus::Killed,
-                exit_code: None,
-                message: Some("killed before it started".into()),
-            };
-            node.report(final_report(&node, &trigger, None, &outcome))
-                .await;
-            node.finish(run_id, Some(RunStatus::Killed));
-            return;
-        }
-    };
-
-    node.registry().start(run_id);
-    let started_at = now_ms();
-    node.report(running_report(&node, &trigger, started_at))
-        .await;
-    let runtime = node.runtime.clone();
-    let log = node.logs.create(run_id);
-    let run = trigger.clone();
-    let switch = kill.clone();
-    let outcome = tokio::task::spawn_blocking(move || {
+        node.registry().start(run_id);
+        let started_at = now_ms();
+        node.report_blocking(running_report(&node, &trigger, started_at));
+        let log = node.logs.create(run_id);
         let env = PluginEnv {
-            job_id: run.job_id,
-            job_name: run.job_name.clone(),
-            run_id: run.run_id,
-            task_id: Some(run.task_id),
-            attempt: run.attempt,
-            scheduled_at: run.scheduled_at,
-            shard_index: run.shard_index,
-            shard_total: run.shard_total,
+            job_id: trigger.job_id,
+            job_name: trigger.job_name.clone(),
+            run_id,
+            task_id: Some(trigger.task_id),
+            attempt: trigger.attempt,
+            scheduled_at: trigger.scheduled_at,
+            shard_index: trigger.shard_index,
+            shard_total: trigger.shard_total,
         };
         let invocation = Invocation {
-            plugin_name: &run.plugin.name,
-            input: run.input.as_bytes(),
-            params: run.params.as_deref(),
+            plugin_name: &trigger.plugin.name,
+            input: trigger.input.as_bytes(),
+            params: trigger.params.as_deref(),
             env: &env,
-            timeout: Duration::from_millis(u64::try_from(run.timeout_ms.max(1)).unwrap_or(1)),
-            memory_mb: run.memory_mb,
+            timeout: Duration::from_millis(u64::try_from(trigger.timeout_ms.max(1)).unwrap_or(1)),
+            memory_mb: trigger.memory_mb,
         };
-        runtime.run(&plugin, &invocation, &log, &switch)
-    })
-    .await
-    .unwrap_or_else(|e| {
-        tracing::error!(run.id = run_id, error = %e, "a run's thread failed");
-        RunOutcome {
-            status: RunStatus::Failed,
-            exit_code: None,
-            message: Some("executor error: the run's thread failed".into()),
-        }
-    });
-    drop(permit);
-    tracing::debug!(run.id = run_id, status = %outcome.status, "run ended");
-    node.report(final_report(&node, &trigger, Some(started_at), &outcome))
-        .await;
-    node.finish(run_id, Some(outcome.status));
+        let outcome = node.runtime.run(&plugin, &invocation, &log, &kill);
+        drop(permit);
+        tracing::debug!(run.id = run_id, status = %outcome.status, "run ended");
+        node.report_blocking(final_report(&node, &trigger, Some(started_at), &outcome));
+        node.finish(run_id, Some(outcome.status));
+    }
 }
 
 /// Waits until the run may start: its time, its turn, a slot. `None` if the slots are

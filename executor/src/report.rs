@@ -1,9 +1,10 @@
 //! Run reports on their way to a scheduler: batched, retried, spooled to disk.
 //!
 //! Runs hand their reports ([`RunReport`]: `running` when a plugin starts, then the final
-//! one) to one bounded channel. The reporter task drains it into batches (up to
-//! [`BATCH_MAX`] reports or [`BATCH_WINDOW`] after the first, a `running` report
-//! dropped when its run's final report is in the same batch) and POSTs each to
+//! one) to one bounded channel. A `running` report is held back for [`RUNNING_HOLD`] and
+//! dropped if its run's final report comes in that time, so a short run costs the
+//! scheduler one update, not two. The reporter task drains the channel into batches (up
+//! to [`BATCH_MAX`] reports or [`BATCH_WINDOW`] after the first) and POSTs each to
 //! `/api/executor/v1/callback` on the first scheduler that answers 2xx, retrying a few
 //! times with backoff.
 //!
@@ -34,9 +35,11 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{CallError, SchedulerClient};
 
 /// Most reports in one callback.
-pub const BATCH_MAX: usize = 500;
+pub const BATCH_MAX: usize = 1_000;
 /// How long a batch collects reports after its first one.
 pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
+/// How long a `running` report waits for its run's final report before it is sent.
+pub const RUNNING_HOLD: Duration = Duration::from_millis(500);
 /// Pauses between the attempts of a fresh batch before it is spooled.
 const RETRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(400)];
 const REPLAY_BACKOFF_MIN: Duration = Duration::from_millis(200);
@@ -247,6 +250,52 @@ impl Batch {
     }
 }
 
+/// `running` reports held back for [`RUNNING_HOLD`], oldest first.
+#[derive(Default)]
+struct Postponed {
+    due: VecDeque<(Instant, i64)>,
+    reports: HashMap<i64, RunReport>,
+}
+
+impl Postponed {
+    /// Routes a report: a `running` one is held, a final one goes to `batch` and
+    /// cancels its run's held `running` report.
+    fn route(&mut self, report: RunReport, batch: &mut Batch) {
+        if report.status.is_final() {
+            self.reports.remove(&report.run_id);
+            batch.push(report);
+        } else {
+            self.due
+                .push_back((Instant::now() + RUNNING_HOLD, report.run_id));
+            self.reports.insert(report.run_id, report);
+        }
+    }
+
+    /// When the oldest held report is due, if any is held.
+    fn next_due(&mut self) -> Option<Instant> {
+        while let Some(&(at, run_id)) = self.due.front() {
+            if self.reports.contains_key(&run_id) {
+                return Some(at);
+            }
+            self.due.pop_front();
+        }
+        None
+    }
+
+    /// Moves the held reports due by `now` (all of them if `now` is `None`) to `batch`.
+    fn release(&mut self, now: Option<Instant>, batch: &mut Batch) {
+        while let Some(&(at, run_id)) = self.due.front() {
+            if now.is_some_and(|now| at > now) {
+                break;
+            }
+            self.due.pop_front();
+            if let Some(report) = self.reports.remove(&run_id) {
+                batch.push(report);
+            }
+        }
+    }
+}
+
 /// The reporter task: runs until `stop`, then sends or spools whatever is left.
 pub async fn run_reporter(
     mut reports: mpsc::Receiver<RunReport>,
@@ -261,15 +310,26 @@ pub async fn run_reporter(
         backoff: REPLAY_BACKOFF_MIN,
         retry_at: Instant::now(),
     };
+    let mut postponed = Postponed::default();
     loop {
         let backlog = reporter.has_backlog();
+        let held_due = postponed.next_due();
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
             first = reports.recv(), if reporter.held.len() < HELD_MAX => {
                 let Some(first) = first else { break };
-                let batch = collect(&mut reports, first).await;
-                reporter.submit(batch, &stop).await;
+                let batch = collect(&mut reports, first, &mut postponed).await;
+                if batch.len() > 0 {
+                    reporter.submit(batch.into_callback(), &stop).await;
+                }
+            }
+            _ = tokio::time::sleep_until(held_due.unwrap_or_else(Instant::now)), if held_due.is_some() => {
+                let mut batch = Batch::default();
+                postponed.release(Some(Instant::now()), &mut batch);
+                if batch.len() > 0 {
+                    reporter.submit(batch.into_callback(), &stop).await;
+                }
             }
             _ = tokio::time::sleep_until(reporter.retry_at), if backlog => {
                 reporter.replay().await;
@@ -280,11 +340,12 @@ pub async fn run_reporter(
     reports.close();
     let mut batch = Batch::default();
     while let Some(report) = reports.recv().await {
-        batch.push(report);
+        postponed.route(report, &mut batch);
         if batch.len() >= BATCH_MAX {
             reporter.stash(std::mem::take(&mut batch).into_callback());
         }
     }
+    postponed.release(None, &mut batch);
     if batch.len() > 0 {
         reporter.stash(batch.into_callback());
     }
@@ -297,18 +358,24 @@ pub async fn run_reporter(
     }
 }
 
-/// Up to [`BATCH_MAX`] reports arriving within [`BATCH_WINDOW`] of `first`.
-async fn collect(reports: &mut mpsc::Receiver<RunReport>, first: RunReport) -> CallbackBatch {
+/// Up to [`BATCH_MAX`] reports arriving within [`BATCH_WINDOW`] of `first` (`running`
+/// ones held back), plus the held reports that are due.
+async fn collect(
+    reports: &mut mpsc::Receiver<RunReport>,
+    first: RunReport,
+    postponed: &mut Postponed,
+) -> Batch {
     let deadline = Instant::now() + BATCH_WINDOW;
     let mut batch = Batch::default();
-    batch.push(first);
+    postponed.route(first, &mut batch);
     while batch.len() < BATCH_MAX {
         match tokio::time::timeout_at(deadline, reports.recv()).await {
-            Ok(Some(report)) => batch.push(report),
+            Ok(Some(report)) => postponed.route(report, &mut batch),
             Ok(None) | Err(_) => break,
         }
     }
-    batch.into_callback()
+    postponed.release(Some(Instant::now()), &mut batch);
+    batch
 }
 
 struct Reporter {
@@ -436,4 +503,60 @@ impl Reporter {
 
 fn log_refused(e: &CallError) {
     tracing::error!(error = %e, "a scheduler refused a batch of run reports as malformed; it is kept in spool/rejected/");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rota_proto::ReportStatus;
+
+    fn report(run_id: i64, status: ReportStatus) -> RunReport {
+        RunReport {
+            run_id,
+            job_id: 1,
+            task_id: run_id,
+            attempt: 1,
+            shard_index: 0,
+            shard_total: 1,
+            executor: "http://127.0.0.1:1".into(),
+            scheduled_at: 0,
+            started_at: Some(0),
+            finished_at: status.is_final().then_some(1),
+            status,
+            exit_code: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn a_short_run_is_reported_once_and_a_long_one_as_running_after_the_hold() {
+        let mut postponed = Postponed::default();
+        let mut batch = Batch::default();
+        postponed.route(report(1, ReportStatus::Running), &mut batch);
+        postponed.route(report(2, ReportStatus::Running), &mut batch);
+        assert_eq!(batch.len(), 0, "running reports are held");
+        postponed.route(report(1, ReportStatus::Succeeded), &mut batch);
+        postponed.release(Some(Instant::now()), &mut batch);
+        let sent: Vec<_> = batch.reports.iter().map(|r| (r.run_id, r.status)).collect();
+        assert_eq!(sent, vec![(1, ReportStatus::Succeeded)]);
+
+        let due = postponed.next_due().expect("run 2 is still held");
+        assert!(due > Instant::now() && due <= Instant::now() + RUNNING_HOLD);
+        let mut later = Batch::default();
+        postponed.release(Some(due), &mut later);
+        let sent: Vec<_> = later.reports.iter().map(|r| (r.run_id, r.status)).collect();
+        assert_eq!(sent, vec![(2, ReportStatus::Running)]);
+        assert_eq!(postponed.next_due(), None);
+    }
+
+    #[test]
+    fn shutdown_releases_every_held_report() {
+        let mut postponed = Postponed::default();
+        let mut batch = Batch::default();
+        for run_id in 1..=3 {
+            postponed.route(report(run_id, ReportStatus::Running), &mut batch);
+        }
+        postponed.release(None, &mut batch);
+        assert_eq!(batch.len(), 3);
+    }
 }

@@ -22,8 +22,8 @@ use rota_proto::wire::{
 };
 use rota_proto::{
     BeatAck, ErrorBody, HEADER_SIGNATURE, HEADER_TIMESTAMP, IdleBeatAck, IdleBeatRequest, KillAck,
-    KillRequest, LogPage, LogRequest, MAX_SKEW_MS, RunsKnownAck, RunsKnownRequest, TriggerAck,
-    TriggerBatch, TriggerBatchAck,
+    KillRequest, LogPage, LogRequest, MAX_SKEW_MS, RunsKnownAck, RunsKnownRequest, TriggerBatch,
+    TriggerBatchAck,
 };
 use serde::de::DeserializeOwned;
 
@@ -131,12 +131,7 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 /// `POST /trigger`: one ack per trigger, in order.
 async fn trigger(State(node): State<Arc<Node>>, body: Bytes) -> ApiResult<TriggerBatchAck> {
     let batch: TriggerBatch = parse(&body)?;
-    let mut acks = Vec::with_capacity(batch.triggers.len());
-    for trigger in batch.triggers {
-        let run_id = trigger.run_id;
-        let outcome = node.accept(trigger).await;
-        acks.push(TriggerAck { run_id, outcome });
-    }
+    let acks = node.accept_all(batch.triggers).await;
     Ok(axum::Json(TriggerBatchAck { acks }))
 }
 
