@@ -19,6 +19,11 @@
 //!   raw, minus this bench's own polling (counted exactly), and minus an idle period of the
 //!   same length measured right after (`ROTA_BENCH_IDLE=0` skips it). Use a private server
 //!   (scripts/bench/mariadb-instance.sh): the counters are server-wide.
+//! - `lateness` — `ROTA_BENCH_RATE` (5,000) tasks/s due over `ROTA_BENCH_SECONDS` (10) s,
+//!   created 8 s ahead; lateness = the run's reported start − its due time, in ms, read from
+//!   the runs once every task has succeeded. Meant for a real executor (the runs' start is
+//!   the plugin's start); `benches/lateness.rs` measures the scheduler alone, in µs, at the
+//!   double.
 //! - `all` (default) — `ingest` then `fire`.
 //!
 //! Triggers go to an in-process executor double (real signed HTTP, reports success at once)
@@ -81,12 +86,9 @@ fn main() {
                 ingest().await;
                 fire().await;
             }
-            "lateness" => {
-                eprintln!("lateness is its own bench: cargo bench -p rota --bench lateness");
-                std::process::exit(2);
-            }
+            "lateness" => lateness().await,
             other => {
-                eprintln!("unknown case `{other}`: ingest | fire | all");
+                eprintln!("unknown case `{other}`: ingest | fire | lateness | all");
                 std::process::exit(2);
             }
         }
@@ -181,6 +183,29 @@ impl Db {
         }
         .expect("reading the runs");
         (row.0.unwrap_or(0), row.1.unwrap_or(0), row.2, row.3)
+    }
+
+    /// Each run of `job_id` due from `since` (ms): its start − its due time, ms, sorted.
+    async fn lateness_ms(&self, job_id: i64, since: i64) -> Vec<i64> {
+        const SQL: &str = "SELECT started_at - scheduled_at FROM runs \
+             WHERE job_id = ? AND scheduled_at >= ? AND started_at IS NOT NULL ORDER BY 1";
+        match self {
+            Db::My(p) => {
+                sqlx::query_scalar(SQL)
+                    .bind(job_id)
+                    .bind(since)
+                    .fetch_all(p)
+                    .await
+            }
+            Db::Lite(p) => {
+                sqlx::query_scalar(SQL)
+                    .bind(job_id)
+                    .bind(since)
+                    .fetch_all(p)
+                    .await
+            }
+        }
+        .expect("reading the runs' lateness")
     }
 
     /// MySQL's server-wide statement counters (`Com_*`, `Questions`); empty on SQLite.
@@ -634,6 +659,79 @@ async fn fire() {
             others.join(", ")
         );
     }
+    drop(bed.executor);
+    bed.server.stop().await;
+}
+
+// ----- c. lateness through a real executor ----------------------------------------------------
+
+async fn lateness() {
+    let backend = backend();
+    let rate = env_or("ROTA_BENCH_RATE", 5_000);
+    let seconds = env_or("ROTA_BENCH_SECONDS", 10);
+    let total = rate * seconds;
+    let bed = bed(&backend.url).await;
+    let db = Db::connect(&backend.url).await;
+    // Warm the executor's plugin cache with one run of the measured job.
+    bed.server
+        .api
+        .ok(
+            "POST",
+            "/api/v1/tasks",
+            Some(json!({"job": bed.job, "delay_ms": 0})),
+        )
+        .await;
+    eventually(Duration::from_secs(60), "the warm-up run", || async {
+        (db.count_tasks(bed.job_id, Some("succeeded")).await == 1).then_some(())
+    })
+    .await;
+    let start = now_ms() + 8_000;
+    let step_us = 1_000_000 / rate as i64;
+    let bodies = batch_bodies(&bed.job, total, 10_000, false, |k| {
+        start + (k as i64 * step_us) / 1000
+    });
+    send_batches(&bed.http, &bed.server.url, bodies, 2).await;
+    assert!(
+        now_ms() < start - 1_000,
+        "creating the tasks took too long for the schedule"
+    );
+    eprintln!(
+        "lateness: {total} tasks due at {rate}/s from +8 s, {} …",
+        backend.name
+    );
+    let deadline = Instant::now() + Duration::from_secs(seconds + 120);
+    loop {
+        let n = db.count_tasks(bed.job_id, Some("succeeded")).await;
+        if n > total as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out: {n} of {total} succeeded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let late = db.lateness_ms(bed.job_id, start).await;
+    assert_eq!(late.len() as u64, total, "one started run per task");
+    let pct = |p: f64| late[((late.len() - 1) as f64 * p).round() as usize];
+    println!(
+        "| backend | executor | runs | rate/s | p50 ms | p99 ms | p99.9 ms | max ms | early |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {} | {} | {} | {rate} | {} | {} | {} | {} | {} |",
+        backend.name,
+        match bed.executor {
+            Executor::Double(_) => "double",
+            Executor::Real { .. } => "rota executor",
+        },
+        late.len(),
+        pct(0.50),
+        pct(0.99),
+        pct(0.999),
+        late.last().copied().unwrap_or(0),
+        late.iter().filter(|&&l| l < 0).count(),
+    );
     drop(bed.executor);
     bed.server.stop().await;
 }
