@@ -29,6 +29,7 @@ use bytes::Bytes;
 use rota_proto::wire::PATH_CALLBACK;
 use rota_proto::{CallbackBatch, RunReport};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +41,11 @@ pub const BATCH_MAX: usize = 1_000;
 pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
 /// How long a `running` report waits for its run's final report before it is sent.
 pub const RUNNING_HOLD: Duration = Duration::from_millis(500);
+/// Fresh batches on their way at once: while one is applied by a scheduler the next are
+/// collected and sent, so the reports of a burst are not held up behind one round trip.
+/// (Order between batches does not matter: applying is idempotent and a final status is
+/// never replaced by a `running` one.)
+const IN_FLIGHT_MAX: usize = 3;
 /// Pauses between the attempts of a fresh batch before it is spooled.
 const RETRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(400)];
 const REPLAY_BACKOFF_MIN: Duration = Duration::from_millis(200);
@@ -311,32 +317,36 @@ pub async fn run_reporter(
         retry_at: Instant::now(),
     };
     let mut postponed = Postponed::default();
+    let mut in_flight: JoinSet<Option<CallbackBatch>> = JoinSet::new();
     loop {
         let backlog = reporter.has_backlog();
         let held_due = postponed.next_due();
+        let room = reporter.held.len() < HELD_MAX && in_flight.len() < IN_FLIGHT_MAX;
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            first = reports.recv(), if reporter.held.len() < HELD_MAX => {
+            Some(sent) = in_flight.join_next(), if !in_flight.is_empty() => {
+                reporter.settle(sent);
+            }
+            first = reports.recv(), if room => {
                 let Some(first) = first else { break };
                 let batch = collect(&mut reports, first, &mut postponed).await;
-                if batch.len() > 0 {
-                    reporter.submit(batch.into_callback(), &stop).await;
-                }
+                reporter.submit(batch, &mut in_flight, &stop);
             }
-            _ = tokio::time::sleep_until(held_due.unwrap_or_else(Instant::now)), if held_due.is_some() => {
+            _ = tokio::time::sleep_until(held_due.unwrap_or_else(Instant::now)), if held_due.is_some() && room => {
                 let mut batch = Batch::default();
                 postponed.release(Some(Instant::now()), &mut batch);
-                if batch.len() > 0 {
-                    reporter.submit(batch.into_callback(), &stop).await;
-                }
+                reporter.submit(batch, &mut in_flight, &stop);
             }
-            _ = tokio::time::sleep_until(reporter.retry_at), if backlog => {
+            _ = tokio::time::sleep_until(reporter.retry_at), if backlog && in_flight.is_empty() => {
                 reporter.replay().await;
             }
         }
     }
     // Shutting down: the runs are over; send or spool what is left, once.
+    while let Some(sent) = in_flight.join_next().await {
+        reporter.settle(sent);
+    }
     reports.close();
     let mut batch = Batch::default();
     while let Some(report) = reports.recv().await {
@@ -398,36 +408,37 @@ impl Reporter {
         !self.spool.is_empty() || !self.held.is_empty()
     }
 
-    /// A fresh batch: sent now (with a few retries) unless older ones wait, else spooled.
-    async fn submit(&mut self, batch: CallbackBatch, stop: &CancellationToken) {
+    /// A fresh batch: on its way now (with a few retries) unless older ones wait, else
+    /// spooled.
+    fn submit(
+        &mut self,
+        batch: Batch,
+        in_flight: &mut JoinSet<Option<CallbackBatch>>,
+        stop: &CancellationToken,
+    ) {
+        if batch.len() == 0 {
+            return;
+        }
+        let batch = batch.into_callback();
         if self.has_backlog() {
             self.stash(batch);
             return;
         }
-        let body = match serde_json::to_vec(&batch) {
-            Ok(body) => Bytes::from(body),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode run reports");
-                return;
+        let client = self.client.clone();
+        let stop = stop.clone();
+        in_flight.spawn(async move { deliver(&client, batch, &stop).await });
+    }
+
+    /// What became of a fresh batch: `Some` if no scheduler took it.
+    fn settle(&mut self, sent: Result<Option<CallbackBatch>, tokio::task::JoinError>) {
+        match sent {
+            Ok(None) => {}
+            Ok(Some(batch)) => {
+                self.stash(batch);
+                self.retry_at = Instant::now() + self.backoff;
             }
-        };
-        let mut pauses = RETRIES.iter();
-        loop {
-            match self.send(&body).await {
-                Sent::Delivered => return,
-                Sent::Refused => {
-                    // Keep it for an operator: spooled, it is moved aside on replay.
-                    break;
-                }
-                Sent::Failed => {}
-            }
-            match pauses.next() {
-                Some(&pause) if !stop.is_cancelled() => tokio::time::sleep(pause).await,
-                _ => break,
-            }
+            Err(e) => tracing::error!(error = %e, "a run report delivery failed"),
         }
-        self.stash(batch);
-        self.retry_at = Instant::now() + self.backoff;
     }
 
     /// Keeps a batch for later: in the spool, or in memory if the disk fails.
@@ -487,16 +498,48 @@ impl Reporter {
     }
 
     async fn send(&self, body: &Bytes) -> Sent {
-        match self.client.post_accepted(PATH_CALLBACK, body.clone()).await {
-            Ok(()) => Sent::Delivered,
-            Err(e) if e.is_refused_content() => {
-                log_refused(&e);
-                Sent::Refused
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "no scheduler took the run reports; will retry");
-                Sent::Failed
-            }
+        send(&self.client, body).await
+    }
+}
+
+async fn send(client: &SchedulerClient, body: &Bytes) -> Sent {
+    match client.post_accepted(PATH_CALLBACK, body.clone()).await {
+        Ok(()) => Sent::Delivered,
+        Err(e) if e.is_refused_content() => {
+            log_refused(&e);
+            Sent::Refused
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no scheduler took the run reports; will retry");
+            Sent::Failed
+        }
+    }
+}
+
+/// Sends a fresh batch with a few retries; hands it back if no scheduler took it (or one
+/// refused it: spooled, it is moved aside for an operator on replay).
+async fn deliver(
+    client: &SchedulerClient,
+    batch: CallbackBatch,
+    stop: &CancellationToken,
+) -> Option<CallbackBatch> {
+    let body = match serde_json::to_vec(&batch) {
+        Ok(body) => Bytes::from(body),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode run reports");
+            return None;
+        }
+    };
+    let mut pauses = RETRIES.iter();
+    loop {
+        match send(client, &body).await {
+            Sent::Delivered => return None,
+            Sent::Refused => return Some(batch),
+            Sent::Failed => {}
+        }
+        match pauses.next() {
+            Some(&pause) if !stop.is_cancelled() => tokio::time::sleep(pause).await,
+            _ => return Some(batch),
         }
     }
 }

@@ -8,15 +8,23 @@
 //! side: a busy thread takes the next run without sleeping, so a burst of triggers runs
 //! back to back, and a parked thread is woken only when work arrives and none is free.
 //!
-//! The pool grows lazily up to `max` threads (one per execution slot: a plugin may block
-//! for its whole timeout, so fewer threads could starve the slots), and parked threads
-//! stay for the next burst. Dropping the pool lets its threads finish the queue and exit.
+//! How many threads work at once: as many as there are cores while runs are short, so a
+//! burst of thousands of runs is not spread over hundreds of threads that only switch
+//! between each other; more, up to `max` (one per execution slot), when runs wait because
+//! the working threads are stuck in long runs (a plugin may sleep or block for its whole
+//! timeout). A supervisor thread checks every [`STARVED`]: if the oldest queued run has
+//! waited that long, one more thread is woken or started. Parked threads stay for the next
+//! burst. Dropping the pool lets its threads finish the queue and exit.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// A unit of work for a worker thread.
 pub(crate) type Work = Box<dyn FnOnce() + Send + 'static>;
+
+/// How long the oldest queued run may wait before another thread joins in.
+pub(crate) const STARVED: Duration = Duration::from_millis(5);
 
 pub(crate) struct Workers {
     shared: Arc<Shared>,
@@ -25,16 +33,31 @@ pub(crate) struct Workers {
 struct Shared {
     state: Mutex<State>,
     ready: Condvar,
+    /// Wakes the supervisor early (at close).
+    watch: Condvar,
     max: usize,
+    /// Threads working at once without waiting for [`STARVED`]: the cores.
+    eager: usize,
+    /// [`STARVED`], but for tests.
+    starved: Duration,
     name: &'static str,
 }
 
 #[derive(Default)]
 struct State {
-    queue: VecDeque<Work>,
+    /// Work, with when it was queued.
+    queue: VecDeque<(Instant, Work)>,
     threads: usize,
     idle: usize,
+    /// Idle threads woken but not yet running (so a wake is not counted twice).
+    waking: usize,
     closed: bool,
+}
+
+impl State {
+    fn busy(&self) -> usize {
+        self.threads - self.idle + self.waking
+    }
 }
 
 impl Shared {
@@ -47,44 +70,41 @@ impl Shared {
 impl Workers {
     /// A pool of at most `max` (≥ 1) threads named `name`.
     pub(crate) fn new(max: usize, name: &'static str) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                state: Mutex::new(State::default()),
-                ready: Condvar::new(),
-                max: max.max(1),
-                name,
-            }),
-        }
+        let eager = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self::with_policy(max, eager, STARVED, name)
     }
 
-    /// Queues `work` in order, waking parked threads and starting new ones as needed.
-    pub(crate) fn submit_all(&self, work: impl IntoIterator<Item = Work>) {
-        let (wake, spawn) = {
-            let mut state = self.shared.state();
-            let before = state.queue.len();
-            state.queue.extend(work);
-            let added = state.queue.len() - before;
-            if added == 0 {
-                return;
-            }
-            let wake = added.min(state.idle);
-            let spawn = (added - wake).min(self.shared.max - state.threads);
-            state.threads += spawn;
-            (wake, spawn)
-        };
-        for _ in 0..wake {
-            self.shared.ready.notify_one();
+    fn with_policy(max: usize, eager: usize, starved: Duration, name: &'static str) -> Self {
+        let max = max.max(1);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            ready: Condvar::new(),
+            watch: Condvar::new(),
+            max,
+            eager: eager.clamp(1, max),
+            starved,
+            name,
+        });
+        let supervised = shared.clone();
+        let started = std::thread::Builder::new()
+            .name(format!("{name}-watch"))
+            .spawn(move || supervise(&supervised));
+        if let Err(e) = started {
+            tracing::error!(error = %e, "cannot start the run workers' supervisor; long runs may hold up short ones");
         }
-        for _ in 0..spawn {
-            let shared = self.shared.clone();
-            let started = std::thread::Builder::new()
-                .name(self.shared.name.to_owned())
-                .spawn(move || work_loop(&shared));
-            if let Err(e) = started {
-                // The queued work is still taken by the threads that exist.
-                tracing::error!(error = %e, "cannot start a run worker thread");
-                self.shared.state().threads -= 1;
-            }
+        Self { shared }
+    }
+
+    /// Queues `work` in order, waking or starting threads up to the eager count.
+    pub(crate) fn submit_all(&self, work: impl IntoIterator<Item = Work>) {
+        let now = Instant::now();
+        let mut state = self.shared.state();
+        let before = state.queue.len();
+        state.queue.extend(work.into_iter().map(|w| (now, w)));
+        let added = state.queue.len() - before;
+        let wanted = added.min(self.shared.eager.saturating_sub(state.busy()));
+        for _ in 0..wanted {
+            add_worker(&self.shared, &mut state);
         }
     }
 
@@ -103,6 +123,50 @@ impl Drop for Workers {
     fn drop(&mut self) {
         self.shared.state().closed = true;
         self.shared.ready.notify_all();
+        self.shared.watch.notify_all();
+    }
+}
+
+/// One more thread at work: a parked one woken, else a new one (up to the max).
+fn add_worker(shared: &Arc<Shared>, state: &mut MutexGuard<'_, State>) {
+    if state.idle > state.waking {
+        state.waking += 1;
+        shared.ready.notify_one();
+        return;
+    }
+    if state.threads >= shared.max {
+        return;
+    }
+    state.threads += 1;
+    let worker = shared.clone();
+    let started = std::thread::Builder::new()
+        .name(shared.name.to_owned())
+        .spawn(move || work_loop(&worker));
+    if let Err(e) = started {
+        // The queued work is still taken by the threads that exist.
+        tracing::error!(error = %e, "cannot start a run worker thread");
+        state.threads -= 1;
+    }
+}
+
+/// Every [`STARVED`]: a run queued that long means the threads at work are stuck in long
+/// runs, so one more joins in.
+fn supervise(shared: &Arc<Shared>) {
+    let mut state = shared.state();
+    loop {
+        if state.closed {
+            return;
+        }
+        if let Some((queued, _)) = state.queue.front()
+            && queued.elapsed() >= shared.starved
+        {
+            add_worker(shared, &mut state);
+        }
+        state = shared
+            .watch
+            .wait_timeout(state, shared.starved)
+            .map(|(s, _)| s)
+            .unwrap_or_else(|e| e.into_inner().0);
     }
 }
 
@@ -111,7 +175,7 @@ fn work_loop(shared: &Shared) {
         let work = {
             let mut state = shared.state();
             loop {
-                if let Some(work) = state.queue.pop_front() {
+                if let Some((_, work)) = state.queue.pop_front() {
                     break work;
                 }
                 if state.closed {
@@ -121,6 +185,7 @@ fn work_loop(shared: &Shared) {
                 state.idle += 1;
                 state = shared.ready.wait(state).unwrap_or_else(|e| e.into_inner());
                 state.idle -= 1;
+                state.waking = state.waking.saturating_sub(1);
             }
         };
         // A panicking run must not take the thread (and its slot in the pool) with it.
@@ -154,7 +219,8 @@ mod tests {
 
     #[test]
     fn blocked_work_does_not_hold_up_the_rest_while_threads_remain() {
-        let pool = Workers::new(4, "test-worker");
+        // One eager thread: the others join only because the queue starves.
+        let pool = Workers::with_policy(4, 1, STARVED, "test-worker");
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let release_rx = Arc::new(Mutex::new(release_rx));
         // Three runs block until released; a fourth must still run.
@@ -173,6 +239,21 @@ mod tests {
         for _ in 0..3 {
             release_tx.send(()).unwrap();
         }
+    }
+
+    #[test]
+    fn short_work_stays_on_the_eager_threads() {
+        // Nothing ever counts as starved here, so only the eager threads may work.
+        let pool = Workers::with_policy(64, 2, Duration::from_secs(3600), "test-worker");
+        let (tx, rx) = mpsc::channel();
+        pool.submit_all((0..10_000).map(|_| {
+            let tx = tx.clone();
+            Box::new(move || tx.send(()).unwrap()) as Work
+        }));
+        for _ in 0..10_000 {
+            rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        }
+        assert_eq!(pool.threads(), 2);
     }
 
     #[test]
