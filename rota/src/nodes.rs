@@ -88,7 +88,16 @@ pub async fn standalone(
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the data directory {}", dir.display()))?;
     let secret_file = dir.join("executor-secret");
-    let (secret, new_secret) = read_or_create_secret(&secret_file)?;
+    let (secret, new_secret) = match std::env::var("ROTA_EXECUTOR_SECRET")
+        .ok()
+        .filter(|s| !s.is_empty())
+    {
+        Some(s) if s.len() < 16 => {
+            anyhow::bail!("ROTA_EXECUTOR_SECRET must be at least 16 characters")
+        }
+        Some(s) => (s, false),
+        None => read_or_create_secret(&secret_file)?,
+    };
     let token_file = dir.join("api-token");
     let (token, new_token) = match std::env::var("ROTA_API_TOKEN")
         .ok()
@@ -146,14 +155,19 @@ pub async fn standalone(
             "  executor secret generated and kept in {}",
             secret_file.display()
         ));
+    } else if std::env::var("ROTA_EXECUTOR_SECRET").is_ok() {
+        say("  executor secret: from ROTA_EXECUTOR_SECRET".to_owned());
     } else {
         say(format!("  executor secret: in {}", secret_file.display()));
     }
     say(format!("  embedded executor: app `{}`", args.app));
 
+    // The executor drains first (its last reports and its goodbye need the scheduler),
+    // then the scheduler stops.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (stop_scheduler_tx, stop_scheduler_rx) = tokio::sync::watch::channel(false);
     let scheduler = {
-        let mut stop = stop_rx.clone();
+        let mut stop = stop_scheduler_rx;
         tokio::spawn(rota_scheduler::run(config, listener, async move {
             let _ = stop.wait_for(|s| *s).await;
         }))
@@ -170,9 +184,10 @@ pub async fn standalone(
     };
     shutdown.await;
     let _ = stop_tx.send(true);
-    // The executor drains first (its reports need the scheduler), then the scheduler.
-    let executor_result = executor.await.context("the embedded executor panicked")?;
+    let executor_result = executor.await.context("the embedded executor panicked");
+    let _ = stop_scheduler_tx.send(true);
     let scheduler_result = scheduler.await.context("the scheduler panicked")?;
+    let executor_result = executor_result?;
     executor_result.context("embedded executor")?;
     scheduler_result.context("scheduler")
 }
