@@ -134,6 +134,9 @@ impl Pools {
             metrics::histogram!("rota_fire_lateness_seconds")
                 .record((now - t.due_at).max(0) as f64 / 1000.0);
         }
+        shared
+            .lateness
+            .record(now, batch.iter().map(|t| now - t.due_at));
         metrics::counter!("rota_fires_total").increment(batch.len() as u64);
         let (slow, fast): (Vec<DueTask>, Vec<DueTask>) = batch
             .into_iter()

@@ -15,12 +15,15 @@
 //! - [`dispatch`]: fast and slow pools, routing, trigger requests, the dispatch record.
 //! - [`client`]: signed HTTP calls to executors.
 //! - [`complete`]: run reports, the retry policy, executor liveness and lost runs.
+//! - [`lateness`]: recent fire lateness in memory, for the dashboard.
 //! - [`retention`]: deletes finished tasks and runs past the retention period.
 //! - [`node`]: a running node — shared state, start-up, shutdown.
 //! - [`api`]: the REST API, the executor protocol endpoints, `/healthz`, `/metrics`.
 //! - [`metrics`]: the Prometheus recorder.
+//! - [`access`]: roles, app scopes and the principal behind a request.
 //! - [`console`]: the web console (server-rendered pages, sessions, CSRF) on the same port.
 
+pub mod access;
 pub mod api;
 pub mod backoff;
 pub mod client;
@@ -28,6 +31,7 @@ pub mod complete;
 pub mod config;
 pub mod console;
 pub mod dispatch;
+pub mod lateness;
 pub mod metrics;
 pub mod model;
 pub mod node;

@@ -361,6 +361,8 @@ pub enum TaskState {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskFilter {
     pub job_id: Option<i64>,
+    /// Only tasks of these apps' jobs (a scoped user's view); `None` for every app.
+    pub apps: Option<Vec<String>>,
     pub state: Option<TaskState>,
     pub key: Option<String>,
     pub before_id: Option<i64>,
@@ -371,6 +373,8 @@ pub struct TaskFilter {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunFilter {
     pub job_id: Option<i64>,
+    /// Only runs of these apps' jobs (a scoped user's view); `None` for every app.
+    pub apps: Option<Vec<String>>,
     pub task_id: Option<i64>,
     pub status: Option<RunStatus>,
     pub before_id: Option<i64>,

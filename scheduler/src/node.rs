@@ -239,6 +239,7 @@ pub(crate) struct Shared {
     pub in_flight: std::sync::atomic::AtomicUsize,
     pub engine: wasmtime::Engine,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+    pub lateness: crate::lateness::RecentLateness,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -293,6 +294,7 @@ impl Node {
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             engine: validation_engine()?,
             metrics: crate::metrics::handle(),
+            lateness: crate::lateness::RecentLateness::default(),
             shutdown: shutdown.clone(),
             store,
             config,
@@ -386,6 +388,11 @@ impl Node {
 
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// This node's recent fire lateness (the dashboard's).
+    pub fn lateness(&self) -> &crate::lateness::RecentLateness {
+        &self.shared.lateness
     }
 
     pub fn lease(&self) -> NodeLease {

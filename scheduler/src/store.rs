@@ -10,7 +10,7 @@
 //! dispatches and run reports are written many rows per statement (`IN (…)`, `CASE id …`,
 //! multi-row `VALUES`), so the statements per fire stay flat however large the backlog.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -84,6 +84,28 @@ macro_rules! on_pool {
             }
         }
     };
+}
+
+/// Limits a query over a table with a `job_id` column to the jobs of `apps` (none at all
+/// for an empty list).
+macro_rules! in_apps {
+    ($qb:expr, $column:literal, $apps:expr) => {{
+        let apps: &[String] = $apps;
+        if apps.is_empty() {
+            $qb.push(" AND 1 = 0");
+        } else {
+            $qb.push(concat!(
+                " AND ",
+                $column,
+                " IN (SELECT sj.id FROM jobs sj JOIN apps sa ON sa.id = sj.app_id WHERE sa.name IN ("
+            ));
+            let mut names = $qb.separated(", ");
+            for app in apps {
+                names.push_bind(app.as_str());
+            }
+            $qb.push("))");
+        }
+    }};
 }
 
 /// Reserves `$n` task ids for rows transaction `$tx` is about to insert and evaluates to the
@@ -231,8 +253,12 @@ impl TryFrom<JobRow> for Job {
     }
 }
 
+/// A task's columns for `SELECT … FROM tasks`. Its newest run is looked up (an index probe
+/// of `uk_runs_attempt`) rather than kept on the row: writing it on every dispatch and
+/// report took a per-row `CASE` that cost the database more than the rest of the hot path.
 const TASK_COLUMNS: &str = "id, job_id, kind, idem_key, payload, params, status, due_at, attempt, \
-     max_attempts, backoff, priority, last_run_id, created_at, updated_at";
+     max_attempts, backoff, priority, \
+     (SELECT MAX(r.id) FROM runs r WHERE r.task_id = tasks.id) AS last_run_id, created_at, updated_at";
 
 #[derive(FromRow)]
 struct TaskRow {
@@ -1005,9 +1031,11 @@ impl Store {
 
     /// Jobs, newest first, `limit` per page, optionally of one app or whose name contains
     /// `search`.
+    /// Jobs, newest first: of `app`, of `apps` (a scoped user's view), matching `search`.
     pub async fn list_jobs(
         &self,
         app: Option<&str>,
+        apps: Option<&[String]>,
         search: Option<&str>,
         before_id: Option<i64>,
         limit: u32,
@@ -1019,6 +1047,9 @@ impl Store {
             ));
             if let Some(app) = app {
                 qb.push(" AND a.name = ").push_bind(app);
+            }
+            if let Some(apps) = apps {
+                in_apps!(qb, "j.id", apps);
             }
             if let Some(search) = search {
                 // `!` escapes LIKE metacharacters the same way on both backends (a backslash
@@ -1219,6 +1250,9 @@ impl Store {
                 QueryBuilder::<Db>::new(format!("SELECT {TASK_COLUMNS} FROM tasks WHERE 1 = 1"));
             if let Some(job) = f.job_id {
                 qb.push(" AND job_id = ").push_bind(job);
+            }
+            if let Some(apps) = &f.apps {
+                in_apps!(qb, "job_id", apps);
             }
             match f.state {
                 None => {}
@@ -1512,29 +1546,26 @@ impl Store {
                 qb.push(upsert_tail);
                 qb.build().execute(&mut *tx).await?;
 
-                // One row per task, its newest attempt: for a broadcast, any shard's run id will
-                // do as `last_run_id`.
-                let mut newest: HashMap<i64, &Dispatched> = HashMap::new();
-                for &r in chunk {
-                    let e = newest.entry(r.task_id).or_insert(r);
-                    if r.attempt > e.attempt {
-                        *e = r;
-                    }
+                // Tasks by the attempt that was sent (nearly always one group): only that
+                // attempt moves on, since a fast failure report may already have moved the
+                // task to its next attempt, claimed again.
+                let mut by_attempt: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+                for r in chunk {
+                    by_attempt.entry(r.attempt).or_default().push(r.task_id);
                 }
-                let mut rows: Vec<&Dispatched> = newest.into_values().collect();
-                rows.sort_by_key(|r| r.task_id);
-                let pairs: Vec<(i64, i64)> = rows.iter().map(|r| (r.task_id, r.run_id)).collect();
-                let mut qb =
-                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'running', updated_at = ");
-                qb.push_bind(now).push(", last_run_id = ");
-                push_case(&mut qb, pairs.iter().copied());
-                // Only the attempt that was sent: a fast failure report may already have moved
-                // the task on to its next attempt, claimed again.
-                qb.push(" WHERE status = 'claimed' AND attempt = ");
-                push_case(&mut qb, rows.iter().map(|r| (r.task_id, r.attempt)));
-                qb.push(" AND id IN ");
-                push_ids(&mut qb, rows.iter().map(|r| r.task_id));
-                qb.build().execute(&mut *tx).await?;
+                for (attempt, mut task_ids) in by_attempt {
+                    task_ids.sort_unstable();
+                    task_ids.dedup();
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "UPDATE tasks SET status = 'running', updated_at = ",
+                    );
+                    qb.push_bind(now)
+                        .push(" WHERE status = 'claimed' AND attempt = ")
+                        .push_bind(attempt)
+                        .push(" AND id IN ");
+                    push_ids(&mut qb, task_ids.into_iter());
+                    qb.build().execute(&mut *tx).await?;
+                }
             }
             tx.commit().await?;
         });
@@ -1648,6 +1679,25 @@ impl Store {
                 .copied()
                 .filter(|u| u.status.is_final())
                 .collect();
+            // Counted once, by the transaction that ended them, for the dashboard.
+            let mut per_minute: BTreeMap<(Millis, &str), i64> = BTreeMap::new();
+            for u in &ended {
+                let minute = u.finished_at.unwrap_or(now).div_euclid(60_000) * 60_000;
+                *per_minute.entry((minute, u.status.as_str())).or_default() += 1;
+            }
+            if !per_minute.is_empty() {
+                let mut qb =
+                    QueryBuilder::<Db>::new("INSERT INTO run_stats (minute, status, runs) ");
+                qb.push_values(&per_minute, |mut b, ((minute, status), n)| {
+                    b.push_bind(*minute).push_bind(*status).push_bind(*n);
+                });
+                qb.push(if mysql {
+                    " ON DUPLICATE KEY UPDATE runs = runs + VALUES(runs)"
+                } else {
+                    " ON CONFLICT(minute, status) DO UPDATE SET runs = runs + excluded.runs"
+                });
+                qb.build().execute(&mut *tx).await?;
+            }
             let mut by_task: HashMap<i64, &RunUpdate> = HashMap::new();
             for u in &ended {
                 by_task.insert(u.task_id, u);
@@ -1740,7 +1790,6 @@ impl Store {
                     next_by_outcome.push((row.id, verdict));
                 }
             }
-            let last_run: HashMap<i64, i64> = by_task.iter().map(|(t, u)| (*t, u.run_id)).collect();
             for (status, ids) in [
                 (
                     "succeeded",
@@ -1760,14 +1809,7 @@ impl Store {
                     qb.push_bind(status)
                         .push(", updated_at = ")
                         .push_bind(now)
-                        .push(", last_run_id = ");
-                    push_case(
-                        &mut qb,
-                        chunk
-                            .iter()
-                            .map(|t| (*t, last_run.get(t).copied().unwrap_or(0))),
-                    );
-                    qb.push(", owner_node = NULL, owner_epoch = NULL WHERE id IN ");
+                        .push(", owner_node = NULL, owner_epoch = NULL WHERE id IN ");
                     push_ids(&mut qb, chunk.iter().copied());
                     qb.build().execute(&mut *tx).await?;
                 }
@@ -1790,13 +1832,6 @@ impl Store {
                 push_case(
                     &mut qb,
                     chunk.iter().map(|(t, _, lost)| (*t, i32::from(*lost))),
-                );
-                qb.push(", last_run_id = ");
-                push_case(
-                    &mut qb,
-                    chunk
-                        .iter()
-                        .map(|(t, _, _)| (*t, last_run.get(t).copied().unwrap_or(0))),
                 );
                 qb.push(" WHERE id IN ");
                 push_ids(&mut qb, chunk.iter().map(|(t, _, _)| *t));
@@ -1869,6 +1904,11 @@ impl Store {
             );
             push_ids(&mut qb, ids.iter().copied());
             let deleted = qb.build().execute(&mut *tx).await?.affected();
+            // The dashboard's counts go with the runs they counted.
+            sqlx::query("DELETE FROM run_stats WHERE minute < ?")
+                .bind(before)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(deleted as usize)
         })
@@ -1894,6 +1934,9 @@ impl Store {
                 QueryBuilder::<Db>::new(format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1"));
             if let Some(job) = f.job_id {
                 qb.push(" AND job_id = ").push_bind(job);
+            }
+            if let Some(apps) = &f.apps {
+                in_apps!(qb, "job_id", apps);
             }
             if let Some(task) = f.task_id {
                 qb.push(" AND task_id = ").push_bind(task);
@@ -1940,20 +1983,24 @@ impl Store {
         })
     }
 
+    /// A new user; a taken name is a [`Error::Conflict`].
     pub async fn insert_user(
         &self,
         name: &str,
         password_hash: &str,
         role: &str,
+        apps: &str,
         now: Millis,
     ) -> Result<i64> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query(
-                "INSERT INTO users (name, password_hash, role, created_at) VALUES (?, ?, ?, ?)",
+                "INSERT INTO users (name, password_hash, role, apps, created_at) \
+                 VALUES (?, ?, ?, ?, ?)",
             )
             .bind(name)
             .bind(password_hash)
             .bind(role)
+            .bind(apps)
             .bind(now)
             .execute(pool)
             .await?
@@ -1963,12 +2010,12 @@ impl Store {
 
     pub async fn user_by_name(&self, name: &str) -> Result<Option<crate::console::User>> {
         on_pool!(self, |pool, Db| {
-            Ok(
-                sqlx::query_as("SELECT id, name, password_hash, role FROM users WHERE name = ?")
-                    .bind(name)
-                    .fetch_optional(pool)
-                    .await?,
+            Ok(sqlx::query_as(
+                "SELECT id, name, password_hash, role, apps, created_at FROM users WHERE name = ?",
             )
+            .bind(name)
+            .fetch_optional(pool)
+            .await?)
         })
     }
 
@@ -2007,7 +2054,7 @@ impl Store {
     ) -> Result<Option<crate::console::User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT u.id, u.name, u.password_hash, u.role FROM sessions s \
+                "SELECT u.id, u.name, u.password_hash, u.role, u.apps, u.created_at FROM sessions s \
                  JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?",
             )
             .bind(token_hash)
@@ -2072,6 +2119,125 @@ impl Store {
         })
     }
 
+    /// Every user, by name.
+    pub async fn list_users(&self) -> Result<Vec<crate::console::User>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT id, name, password_hash, role, apps, created_at FROM users ORDER BY name",
+            )
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    pub async fn get_user(&self, id: i64) -> Result<crate::console::User> {
+        on_pool!(self, |pool, Db| {
+            sqlx::query_as(
+                "SELECT id, name, password_hash, role, apps, created_at FROM users WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("user {id} does not exist")))
+        })
+    }
+
+    /// Changes a user's role and apps; their sessions and tokens carry the change at once.
+    pub async fn set_user_access(&self, id: i64, role: &str, apps: &str) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            let done = sqlx::query("UPDATE users SET role = ?, apps = ? WHERE id = ?")
+                .bind(role)
+                .bind(apps)
+                .bind(id)
+                .execute(pool)
+                .await?;
+            if done.rows_affected() == 0 {
+                return Err(Error::NotFound(format!("user {id} does not exist")));
+            }
+            Ok(())
+        })
+    }
+
+    /// Deletes a user with their sessions and tokens.
+    pub async fn delete_user(&self, id: i64) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            for sql in [
+                "DELETE FROM sessions WHERE user_id = ?",
+                "DELETE FROM api_tokens WHERE user_id = ?",
+                "DELETE FROM users WHERE id = ?",
+            ] {
+                sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Stores a new API token of `user_id` by its hash.
+    pub async fn insert_token(
+        &self,
+        user_id: i64,
+        name: &str,
+        token_hash: &str,
+        now: Millis,
+    ) -> Result<i64> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query(
+                "INSERT INTO api_tokens (user_id, name, token_hash, created_at) VALUES (?, ?, ?, ?)",
+            )
+            .bind(user_id)
+            .bind(name)
+            .bind(token_hash)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .insert_id())
+        })
+    }
+
+    /// API tokens, newest first: one user's, or everyone's (`None`).
+    pub async fn list_tokens(&self, user_id: Option<i64>) -> Result<Vec<crate::console::ApiToken>> {
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new(
+                "SELECT t.id, t.user_id, u.name AS user_name, t.name, t.created_at, t.revoked_at \
+                 FROM api_tokens t JOIN users u ON u.id = t.user_id",
+            );
+            if let Some(user_id) = user_id {
+                qb.push(" WHERE t.user_id = ").push_bind(user_id);
+            }
+            qb.push(" ORDER BY t.id DESC");
+            Ok(qb.build_query_as().fetch_all(pool).await?)
+        })
+    }
+
+    /// Revokes a token (of `user_id` only, when given); whether one was live.
+    pub async fn revoke_token(&self, id: i64, user_id: Option<i64>, now: Millis) -> Result<bool> {
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new("UPDATE api_tokens SET revoked_at = ");
+            qb.push_bind(now)
+                .push(" WHERE revoked_at IS NULL AND id = ")
+                .push_bind(id);
+            if let Some(user_id) = user_id {
+                qb.push(" AND user_id = ").push_bind(user_id);
+            }
+            Ok(qb.build().execute(pool).await?.rows_affected() > 0)
+        })
+    }
+
+    /// The user behind a live API token: (name, role, apps).
+    pub async fn token_user(&self, token_hash: &str) -> Result<Option<(String, String, String)>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT u.name, u.role, u.apps FROM api_tokens t JOIN users u ON u.id = t.user_id \
+                 WHERE t.token_hash = ? AND t.revoked_at IS NULL",
+            )
+            .bind(token_hash)
+            .fetch_optional(pool)
+            .await?)
+        })
+    }
+
     /// Audit entries, newest first, older than `before_id`; `limit + 1` rows so the caller
     /// knows whether there is a next page.
     pub async fn list_audit(
@@ -2086,6 +2252,26 @@ impl Store {
             )
             .bind(before_id.unwrap_or(i64::MAX))
             .bind(i64::from(limit) + 1)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    /// Finished runs per `bucket_ms` (a multiple of a minute) and status from `since`:
+    /// (bucket start, status, runs), in time order.
+    pub async fn run_stats(
+        &self,
+        since: Millis,
+        bucket_ms: Millis,
+    ) -> Result<Vec<(Millis, String, i64)>> {
+        let bucket = bucket_ms.max(60_000);
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT minute - (minute % ?) AS bucket, status, CAST(SUM(runs) AS SIGNED) \
+                 FROM run_stats WHERE minute >= ? GROUP BY bucket, status ORDER BY bucket",
+            )
+            .bind(bucket)
+            .bind(since)
             .fetch_all(pool)
             .await?)
         })

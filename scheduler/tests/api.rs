@@ -271,7 +271,7 @@ async fn api_and_metrics_want_the_token() {
 }
 
 #[tokio::test]
-async fn api_without_a_configured_token_is_closed() {
+async fn without_a_configured_token_only_issued_tokens_open_the_api() {
     let t = start_with(|c| c.api_token = None).await;
     t.get("/api/v1/jobs")
         .await

@@ -136,7 +136,11 @@ impl TestApp {
     }
 
     async fn sign_in(&self) -> Browser {
-        let res = self.login("admin", PASSWORD).await;
+        self.sign_in_as("admin", PASSWORD).await
+    }
+
+    async fn sign_in_as(&self, user: &str, password: &str) -> Browser {
+        let res = self.login(user, password).await;
         res.expect(StatusCode::SEE_OTHER);
         let set = res
             .headers
@@ -857,5 +861,290 @@ async fn a_password_change_checks_the_old_one_and_ends_other_sessions() {
         .await
         .expect(StatusCode::UNAUTHORIZED);
     t.login("admin", new).await.expect(StatusCode::SEE_OTHER);
+    t.stop().await;
+}
+
+/// Makes a user through the admin's users page.
+async fn make_user(t: &TestApp, admin: &Browser, name: &str, role: &str, apps: &str) -> Browser {
+    let password = format!("{name}-password-long");
+    t.submit(
+        admin,
+        "/console/users",
+        &[
+            ("name", name),
+            ("password", &password),
+            ("role", role),
+            ("apps", apps),
+        ],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    t.sign_in_as(name, &password).await
+}
+
+/// An API call with `token`: (status, body).
+async fn api_as(
+    t: &TestApp,
+    token: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, String) {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"));
+    let body = match body {
+        Some(v) => {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    let res = t.send(req.body(body).unwrap()).await;
+    (res.status, res.body)
+}
+
+/// Creates an API token on the tokens page; returns it (shown this once).
+async fn make_token(t: &TestApp, b: &Browser, name: &str) -> String {
+    let page = t.submit(b, "/console/tokens", &[("name", name)]).await;
+    page.expect(StatusCode::OK).contains("shown only this once");
+    let marker = r#"<code id="new-token" class="token">"#;
+    let at = page.body.find(marker).expect("the new token") + marker.len();
+    let token = page.body[at..].split('<').next().unwrap().to_owned();
+    assert!(token.starts_with("rota_") && token.len() == 45, "{token}");
+    token
+}
+
+#[tokio::test]
+async fn roles_and_app_scopes_hold_on_pages_actions_and_tokens() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let admin = t.sign_in().await;
+    let shop_form = with(job_form("shop-job"), "app", "shop");
+    let res = t.submit(&admin, "/console/jobs", &shop_form).await;
+    res.expect(StatusCode::SEE_OTHER);
+    let shop: i64 = res.location().rsplit('/').next().unwrap().parse().unwrap();
+    let hr_form = with(job_form("hr-job"), "app", "hr");
+    let res = t.submit(&admin, "/console/jobs", &hr_form).await;
+    let hr: i64 = res.location().rsplit('/').next().unwrap().parse().unwrap();
+
+    // A viewer of `shop` sees shop's job, not hr's, and changes nothing.
+    let vera = make_user(&t, &admin, "vera", "viewer", "shop").await;
+    t.get("/console/jobs", Some(&vera.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains("shop-job");
+    assert!(
+        !t.get("/console/jobs", Some(&vera.cookie))
+            .await
+            .body
+            .contains("hr-job")
+    );
+    t.get(&format!("/console/jobs/{hr}"), Some(&vera.cookie))
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.submit(&vera, &format!("/console/jobs/{shop}/trigger"), &[])
+        .await
+        .expect(StatusCode::FORBIDDEN)
+        .contains("operator or admin");
+    for admin_only in ["/console/users", "/console/audit"] {
+        t.get(admin_only, Some(&vera.cookie))
+            .await
+            .expect(StatusCode::FORBIDDEN);
+    }
+    assert!(
+        !t.get("/console", Some(&vera.cookie))
+            .await
+            .body
+            .contains(r#"href="/console/users""#)
+    );
+
+    // An operator of `shop` triggers shop's job, not hr's, and makes no job in hr.
+    let otto = make_user(&t, &admin, "otto", "operator", "shop").await;
+    t.submit(&otto, &format!("/console/jobs/{shop}/trigger"), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    t.submit(&otto, &format!("/console/jobs/{hr}/trigger"), &[])
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.submit(
+        &otto,
+        "/console/jobs",
+        &with(job_form("sneaky"), "app", "hr"),
+    )
+    .await
+    .expect(StatusCode::FORBIDDEN)
+    .contains("no access to app `hr`");
+    let runs = t.get("/console/tasks", Some(&otto.cookie)).await;
+    runs.expect(StatusCode::OK);
+
+    // Their tokens act as they do.
+    let otto_token = make_token(&t, &otto, "ci").await;
+    let vera_token = make_token(&t, &vera, "dashboards").await;
+    let (status, body) = api_as(&t, &otto_token, Method::GET, "/api/v1/jobs", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body.contains("shop-job") && !body.contains("hr-job"),
+        "{body}"
+    );
+    let (status, _) = api_as(
+        &t,
+        &otto_token,
+        Method::POST,
+        &format!("/api/v1/jobs/{shop}/trigger"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = api_as(
+        &t,
+        &otto_token,
+        Method::POST,
+        &format!("/api/v1/jobs/{hr}/trigger"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = api_as(
+        &t,
+        &otto_token,
+        Method::POST,
+        "/api/v1/tasks/batch",
+        Some(json!({"tasks": [{"job": "shop-job", "delay_ms": 1000}, {"job": "hr-job", "delay_ms": 1000}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(body.contains("tasks[1]."), "{body}");
+    let (status, body) = api_as(
+        &t,
+        &vera_token,
+        Method::POST,
+        &format!("/api/v1/jobs/{shop}/trigger"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, _) = api_as(&t, &vera_token, Method::GET, "/api/v1/tasks", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let req = Request::post("/api/v1/plugins?name=mine")
+        .header(header::AUTHORIZATION, format!("Bearer {vera_token}"))
+        .body(Body::from(START))
+        .unwrap();
+    let res = t.send(req).await;
+    res.expect(StatusCode::FORBIDDEN).contains("viewer");
+
+    // The admin demotes otto: his token loses the right at once.
+    let users = t.node.store().list_users().await.unwrap();
+    let id_of = |name: &str| users.iter().find(|u| u.name == name).unwrap().id;
+    t.submit(
+        &admin,
+        &format!("/console/users/{}", id_of("otto")),
+        &[("role", "viewer"), ("apps", "shop")],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    let (status, _) = api_as(
+        &t,
+        &otto_token,
+        Method::POST,
+        &format!("/api/v1/jobs/{shop}/trigger"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // Revoked, a token is refused; the hash is all the store ever had.
+    let tokens = t.node.store().list_tokens(None).await.unwrap();
+    let ci = tokens.iter().find(|k| k.name == "ci").unwrap();
+    t.submit(&otto, &format!("/console/tokens/{}/revoke", ci.id), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    let (status, body) = api_as(&t, &otto_token, Method::GET, "/api/v1/jobs", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    // Vera cannot revoke the admin's tokens, nor see them.
+    let admin_token = make_token(&t, &admin, "ops").await;
+    let ops = t.node.store().list_tokens(None).await.unwrap();
+    let ops = ops.iter().find(|k| k.name == "ops").unwrap();
+    t.submit(&vera, &format!("/console/tokens/{}/revoke", ops.id), &[])
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    assert!(
+        !t.get("/console/tokens", Some(&vera.cookie))
+            .await
+            .body
+            .contains(">ops<")
+    );
+    let (status, _) = api_as(&t, &admin_token, Method::GET, "/api/v1/jobs", None).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The last admin stays an admin; nobody deletes themselves.
+    t.submit(
+        &admin,
+        &format!("/console/users/{}", id_of("admin")),
+        &[("role", "viewer"), ("apps", "*")],
+    )
+    .await
+    .expect(StatusCode::CONFLICT)
+    .contains("only admin");
+    t.submit(
+        &admin,
+        &format!("/console/users/{}/delete", id_of("admin")),
+        &[],
+    )
+    .await
+    .expect(StatusCode::CONFLICT);
+    t.submit(
+        &admin,
+        &format!("/console/users/{}/delete", id_of("vera")),
+        &[],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    t.get("/console", Some(&vera.cookie))
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn the_user_form_names_every_bad_field() {
+    let t = start().await;
+    let admin = t.sign_in().await;
+    let page = t
+        .submit(
+            &admin,
+            "/console/users",
+            &[
+                ("name", ""),
+                ("password", "short"),
+                ("role", "root"),
+                ("apps", " , "),
+            ],
+        )
+        .await;
+    page.expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains("name: must not be empty")
+        .contains("at least 10 characters")
+        .contains("role `root` is not one of admin, operator, viewer");
+    for (apps, error) in [
+        ("", "apps: name at least one app"),
+        ("*", "a user `admin` exists"),
+    ] {
+        let form = [
+            ("name", "admin"),
+            ("password", "long enough password"),
+            ("role", "viewer"),
+            ("apps", apps),
+        ];
+        t.submit(&admin, "/console/users", &form)
+            .await
+            .expect(StatusCode::UNPROCESSABLE_ENTITY)
+            .contains(error);
+    }
+    t.submit(&admin, "/console/tokens", &[("name", "")])
+        .await
+        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains("name: must not be empty");
     t.stop().await;
 }

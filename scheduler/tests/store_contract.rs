@@ -241,20 +241,23 @@ contract!(
                 .await
                 .unwrap();
         }
-        let page1 = store.list_jobs(None, None, None, 4).await.unwrap();
+        let page1 = store.list_jobs(None, None, None, None, 4).await.unwrap();
         assert_eq!(page1.items.len(), 4);
-        let page2 = store.list_jobs(None, None, page1.next, 4).await.unwrap();
+        let page2 = store
+            .list_jobs(None, None, None, page1.next, 4)
+            .await
+            .unwrap();
         assert_eq!(page2.items.len(), 2);
         assert_eq!(page2.next, None);
         let found = store
-            .list_jobs(None, Some("job-3"), None, 50)
+            .list_jobs(None, None, Some("job-3"), None, 50)
             .await
             .unwrap();
         assert_eq!(found.items.len(), 1);
         // LIKE metacharacters in a search are literal.
         assert!(
             store
-                .list_jobs(None, Some("%"), None, 50)
+                .list_jobs(None, None, Some("%"), None, 50)
                 .await
                 .unwrap()
                 .items
@@ -986,3 +989,190 @@ contract!(
         );
     }
 );
+
+contract!(users_tokens_and_sessions, |store: Store| async move {
+    let admin = store
+        .insert_user("admin", "hash-a", "admin", "*", NOW)
+        .await
+        .unwrap();
+    let vera = store
+        .insert_user("vera", "hash-v", "viewer", "shop,billing", NOW)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.insert_user("vera", "h", "viewer", "*", NOW).await,
+        Err(Error::Conflict(_))
+    ));
+    let names: Vec<String> = store
+        .list_users()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.name)
+        .collect();
+    assert_eq!(names, ["admin", "vera"]);
+    let v = store.user_by_name("vera").await.unwrap().unwrap();
+    assert_eq!(
+        (v.role.as_str(), v.apps.as_str()),
+        ("viewer", "shop,billing")
+    );
+
+    store
+        .set_user_access(vera, "operator", "shop")
+        .await
+        .unwrap();
+    let v = store.get_user(vera).await.unwrap();
+    assert_eq!((v.role.as_str(), v.apps.as_str()), ("operator", "shop"));
+    assert!(matches!(
+        store.set_user_access(999, "viewer", "*").await,
+        Err(Error::NotFound(_))
+    ));
+
+    // Tokens: found by hash while live, listed per user, revoked once.
+    let t1 = store.insert_token(vera, "ci", "h1", NOW).await.unwrap();
+    store.insert_token(admin, "ops", "h2", NOW).await.unwrap();
+    assert_eq!(
+        store.token_user("h1").await.unwrap(),
+        Some(("vera".into(), "operator".into(), "shop".into()))
+    );
+    assert_eq!(store.list_tokens(Some(vera)).await.unwrap().len(), 1);
+    assert_eq!(store.list_tokens(None).await.unwrap().len(), 2);
+    assert!(
+        !store.revoke_token(t1, Some(admin), NOW).await.unwrap(),
+        "not admin's token"
+    );
+    assert!(store.revoke_token(t1, Some(vera), NOW).await.unwrap());
+    assert!(
+        !store.revoke_token(t1, None, NOW).await.unwrap(),
+        "already revoked"
+    );
+    assert_eq!(store.token_user("h1").await.unwrap(), None);
+
+    // Sessions end with their user.
+    store
+        .insert_session("s1", vera, NOW, NOW + 1_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.session_user("s1", NOW).await.unwrap().map(|u| u.name),
+        Some("vera".into())
+    );
+    assert_eq!(
+        store
+            .session_user("s1", NOW + 1_000)
+            .await
+            .unwrap()
+            .map(|u| u.id),
+        None
+    );
+    store
+        .insert_session("s2", vera, NOW, NOW + 1_000)
+        .await
+        .unwrap();
+    store.delete_user(vera).await.unwrap();
+    assert!(store.session_user("s2", NOW).await.unwrap().is_none());
+    assert_eq!(store.list_tokens(None).await.unwrap().len(), 1);
+});
+
+contract!(
+    finished_runs_are_counted_once_per_minute,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+        store
+            .insert_tasks(&[task(job.id, NOW, None), task(job.id, NOW, None)], NOW)
+            .await
+            .unwrap();
+        let claimed = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        let runs = store.allocate_ids("run", 2).await.unwrap();
+        let (a, b) = (&claimed.tasks[0], &claimed.tasks[1]);
+        store
+            .record_dispatches(&[dispatched(a, runs), dispatched(b, runs + 1)], NOW)
+            .await
+            .unwrap();
+        let updates = [
+            report(a, runs, RunStatus::Running),
+            report(a, runs, RunStatus::Succeeded),
+            report(b, runs + 1, RunStatus::Failed),
+        ];
+        store
+            .apply_run_updates(&updates, NOW, &mut policy)
+            .await
+            .unwrap();
+        // The same reports again (a retried callback) count nothing more.
+        store
+            .apply_run_updates(&updates, NOW, &mut policy)
+            .await
+            .unwrap();
+        let minute = (NOW + 5) - (NOW + 5) % 60_000;
+        let stats = store.run_stats(minute - 3_600_000, 60_000).await.unwrap();
+        assert_eq!(
+            stats,
+            vec![
+                (minute, "failed".to_owned(), 1),
+                (minute, "succeeded".to_owned(), 1)
+            ]
+        );
+        let per_day = store.run_stats(0, 86_400_000).await.unwrap();
+        let day = minute - minute % 86_400_000;
+        assert_eq!(per_day.iter().map(|r| r.2).sum::<i64>(), 2);
+        assert!(per_day.iter().all(|r| r.0 == day));
+        assert!(
+            store
+                .run_stats(minute + 60_000, 60_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+);
+
+contract!(lists_are_scoped_to_apps, |store: Store| async move {
+    let mut hr_spec = spec("hr-job");
+    hr_spec.app = "hr".into();
+    let shop = store
+        .insert_job(&spec("shop-job"), None, NOW)
+        .await
+        .unwrap();
+    let hr = store.insert_job(&hr_spec, None, NOW).await.unwrap();
+    store
+        .insert_tasks(&[task(shop.id, NOW, None), task(hr.id, NOW, None)], NOW)
+        .await
+        .unwrap();
+    let only = |apps: &[&str]| Some(apps.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+    let jobs = store
+        .list_jobs(None, only(&["default"]).as_deref(), None, None, 50)
+        .await
+        .unwrap();
+    assert_eq!(
+        jobs.items.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [shop.id]
+    );
+    let none = store
+        .list_jobs(None, Some(&[]), None, None, 50)
+        .await
+        .unwrap();
+    assert!(none.items.is_empty(), "an empty scope shows nothing");
+    let tasks = store
+        .list_tasks(&TaskFilter {
+            apps: only(&["hr"]),
+            limit: 50,
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(tasks.items.len(), 1);
+    assert_eq!(tasks.items[0].job_id, hr.id);
+    let runs = store
+        .list_runs(&RunFilter {
+            apps: only(&["nobody"]),
+            limit: 50,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(runs.items.is_empty());
+});

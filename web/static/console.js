@@ -1,4 +1,5 @@
-// Rota console: times in the browser's zone (UTC on hover) and the live log tail of a run.
+// Rota console: times in the browser's zone (UTC on hover), the live log tail of a run,
+// plugin upload and confirmation of destructive forms.
 // Everything else works without this script.
 "use strict";
 
@@ -73,8 +74,18 @@ function uploadPlugins(form) {
   });
 }
 
+// Forms marked data-confirm ask first (without the script they submit at once).
+function confirmForms() {
+  for (const form of document.querySelectorAll("form[data-confirm]")) {
+    form.addEventListener("submit", (e) => {
+      if (!window.confirm(form.dataset.confirm)) e.preventDefault();
+    });
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   localTimes();
+  confirmForms();
   const upload = document.getElementById("upload");
   if (upload) uploadPlugins(upload);
   const log = document.getElementById("log");

@@ -1,8 +1,9 @@
 //! Who may call what. Two middlewares, each deciding for a whole group of routes:
 //!
-//! - [`require_token`]: the REST API and `/metrics` want `Authorization: Bearer <token>`
-//!   matching `ROTA_API_TOKEN`. With no token configured every request is refused: the
-//!   API fails closed rather than open.
+//! - [`require_token`]: the REST API and `/metrics` want `Authorization: Bearer <token>`:
+//!   `ROTA_API_TOKEN` (acting as the admin `root`), or a token issued to a user in the
+//!   console (acting as that user). The [`Principal`] goes into the request's extensions;
+//!   each handler checks it against what it touches ([`crate::access`]).
 //! - [`require_signature`]: the executor protocol wants the HMAC signature of
 //!   [`rota_proto::sign`](mod@rota_proto::sign) over the method, target, timestamp and
 //!   body, so the body is buffered (bounded) here and handed on.
@@ -17,18 +18,14 @@ use sha2::{Digest, Sha256};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::access::Principal;
 use crate::model::now_ms;
 
 pub async fn require_token(
     State(state): State<AppState>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let Some(expected) = state.node.config().api_token.as_deref() else {
-        return Err(ApiError::Unauthorized(
-            "the API is closed: ROTA_API_TOKEN is not set on this scheduler".into(),
-        ));
-    };
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -38,15 +35,36 @@ pub async fn require_token(
             "missing `Authorization: Bearer <token>` header".into(),
         ));
     };
-    let token = given
+    let Some(token) = given
         .strip_prefix(b"Bearer ")
         .or_else(|| given.strip_prefix(b"bearer "))
-        .map(<[u8]>::trim_ascii);
-    match token {
-        Some(token) if same_secret(token, expected.as_bytes()) => Ok(next.run(req).await),
-        Some(_) => Err(ApiError::Unauthorized("invalid API token".into())),
-        None => Err(ApiError::Unauthorized(
+        .map(<[u8]>::trim_ascii)
+    else {
+        return Err(ApiError::Unauthorized(
             "the `Authorization` header must be `Bearer <token>`".into(),
+        ));
+    };
+    let principal = principal_of(&state, token).await?;
+    req.extensions_mut().insert(principal);
+    Ok(next.run(req).await)
+}
+
+/// The node's own token is `root`; any other is looked up, by its hash, among the tokens
+/// issued to users.
+async fn principal_of(state: &AppState, token: &[u8]) -> Result<Principal, ApiError> {
+    if let Some(root) = state.node.config().api_token.as_deref()
+        && same_secret(token, root.as_bytes())
+    {
+        return Ok(Principal::root());
+    }
+    let hash = hex::encode(Sha256::digest(token));
+    match state.node.store().token_user(&hash).await? {
+        Some((name, role, apps)) => Ok(Principal::of_user(&name, &role, &apps)),
+        None if state.node.config().api_token.is_none() => Err(ApiError::Unauthorized(
+            "invalid API token: not one issued in the console (and ROTA_API_TOKEN is not set on this scheduler)".into(),
+        )),
+        None => Err(ApiError::Unauthorized(
+            "invalid API token (unknown or revoked)".into(),
         )),
     }
 }

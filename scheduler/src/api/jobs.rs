@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::str::FromStr;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
 use rota_proto::BlockStrategy;
@@ -18,8 +19,9 @@ use super::openapi::{BlockName, ErrorBody};
 use super::tasks::store_tasks;
 use super::validate::{self, invalid};
 use super::views::{JobPage, JobView, PageView};
+use crate::access::{Need, Principal};
 use crate::backoff::Backoff;
-use crate::model::{Job, JobSpec, Millis, NewTask, TaskKind, now_ms};
+use crate::model::{Job, JobSpec, Millis, NewTask, Run, Task, TaskKind, now_ms};
 use crate::route::Route;
 use crate::schedule::{CompiledSchedule, Misfire, Schedule};
 use crate::store::{self, Store};
@@ -93,10 +95,12 @@ const JOB_ID: &str = "The job's id, or its name";
 )]
 pub async fn create(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     Json(fields): Json<JobFields>,
 ) -> ApiResult<(StatusCode, Json<JobView>)> {
     let now = now_ms();
     let (spec, schedule) = build_spec(&state, fields, None).await?;
+    who.check_app(&spec.app)?;
     let next_fire_at = first_fire(&spec, &schedule, now);
     let job = state
         .node
@@ -121,9 +125,12 @@ pub async fn create(
 )]
 pub async fn get(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<JobView>> {
-    Ok(Json(find_job(state.node.store(), &id).await?.into()))
+    let job = find_job(state.node.store(), &id).await?;
+    who.check(&job.spec.app, Need::Read, &format!("job `{id}`"))?;
+    Ok(Json(job.into()))
 }
 
 /// `PATCH /api/v1/jobs/{id}`: the given fields replace the stored ones; everything is
@@ -145,13 +152,16 @@ pub async fn get(
 )]
 pub async fn update(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     PathParam(id): PathParam,
     Json(fields): Json<JobFields>,
 ) -> ApiResult<Json<JobView>> {
     let store = state.node.store();
     let job = find_job(store, &id).await?;
+    who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
     let now = now_ms();
     let (spec, schedule) = build_spec(&state, fields, Some(&job)).await?;
+    who.check_app(&spec.app)?;
     let next_fire_at = if spec.schedule != job.spec.schedule || spec.enabled != job.spec.enabled {
         first_fire(&spec, &schedule, now)
     } else {
@@ -187,12 +197,14 @@ pub struct DeleteQuery {
 )]
 pub async fn delete(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     PathParam(id): PathParam,
     Query(q): Query<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
     let force = query_flag("force", q.force.as_deref())?;
     let store = state.node.store();
     let job = find_job(store, &id).await?;
+    who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
     let cancelled = state.node.delete_job(job.id, force).await?;
     state.node.job_changed(job.id).await;
     tracing::info!(
@@ -232,6 +244,7 @@ pub struct Triggered {
 )]
 pub async fn trigger(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     PathParam(id): PathParam,
     OptionalJson(body): OptionalJson<TriggerBody>,
 ) -> ApiResult<(StatusCode, Json<Triggered>)> {
@@ -241,6 +254,7 @@ pub async fn trigger(
     }
     let store = state.node.store();
     let job = find_job(store, &id).await?;
+    who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
     let now = now_ms();
     let task = NewTask {
         job_id: job.id,
@@ -283,6 +297,7 @@ pub struct ListQuery {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     Query(q): Query<ListQuery>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<JobPage>> {
@@ -294,6 +309,7 @@ pub async fn list(
         .store()
         .list_jobs(
             app.as_deref(),
+            who.app_filter(),
             search.as_deref(),
             page.before_id,
             page.limit,
@@ -317,6 +333,45 @@ pub(crate) async fn find_job(store: &Store, id_or_name: &str) -> ApiResult<Job> 
         }
         other => Ok(other?),
     }
+}
+
+/// Checks `who` against the job `job_id` of a task or run (`what` names it in a 404). A
+/// principal scoped to no app needs no lookup; the job of a deleted job's task is in no
+/// app a scoped user has.
+pub(crate) async fn check_job(
+    store: &Store,
+    who: &Principal,
+    job_id: i64,
+    need: Need,
+    what: &str,
+) -> ApiResult<()> {
+    if who.app_filter().is_none() {
+        return who.check("", need, what);
+    }
+    match store.get_job(job_id).await {
+        Ok(job) => who.check(&job.spec.app, need, what),
+        Err(store::Error::NotFound(_)) => Err(ApiError::NotFound(format!("{what} not found"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Task `id`, if `who` may read (or change) it.
+pub(crate) async fn task_as(
+    store: &Store,
+    who: &Principal,
+    id: i64,
+    need: Need,
+) -> ApiResult<Task> {
+    let task = store.get_task(id).await?;
+    check_job(store, who, task.job_id, need, &format!("task {id}")).await?;
+    Ok(task)
+}
+
+/// Run `id`, if `who` may read (or change) it.
+pub(crate) async fn run_as(store: &Store, who: &Principal, id: i64, need: Need) -> ApiResult<Run> {
+    let run = store.get_run(id).await?;
+    check_job(store, who, run.job_id, need, &format!("run {id}")).await?;
+    Ok(run)
 }
 
 /// The `job` filter of a list: an id is used as it is (so the tasks and runs of a deleted

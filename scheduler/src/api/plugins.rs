@@ -1,5 +1,6 @@
 //! `/api/v1/plugins`: uploading and listing plugin modules.
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -11,6 +12,7 @@ use super::extract::{Json, Query, RawBody};
 use super::openapi::{ErrorBody, WasmModule};
 use super::validate;
 use super::views::{PageView, PluginPage, PluginView};
+use crate::access::Principal;
 use crate::model::now_ms;
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -42,9 +44,11 @@ pub struct UploadQuery {
 )]
 pub async fn upload(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     Query(q): Query<UploadQuery>,
     RawBody(body): RawBody,
 ) -> ApiResult<(StatusCode, Json<PluginView>)> {
+    who.check_operator("uploading a plugin")?;
     let name = q.name.ok_or_else(|| {
         ApiError::BadRequest(
             "query parameter `name` is required: POST /api/v1/plugins?name=…".into(),

@@ -1,6 +1,7 @@
 //! `/api/v1/runs`: reading runs, their logs (from the executor that has them) and killing
 //! them.
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
 use rota_proto::LogPage;
@@ -10,9 +11,10 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PageQuery, PathId, Query, query_param};
-use super::jobs::job_filter;
+use super::jobs::{job_filter, run_as};
 use super::openapi::{self, ErrorBody};
 use super::views::{PageView, RunPage, RunView};
+use crate::access::{Need, Principal};
 use crate::model::{RunFilter, RunStatus};
 
 /// Log lines per request by default, and at most.
@@ -46,6 +48,7 @@ pub struct ListQuery {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     Query(q): Query<ListQuery>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<RunPage>> {
@@ -54,6 +57,7 @@ pub async fn list(
     let statuses: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
     let filter = RunFilter {
         job_id,
+        apps: who.app_filter().map(<[String]>::to_vec),
         task_id: query_param("task", q.task.as_deref(), "a task id")?,
         status: query_param(
             "status",
@@ -82,8 +86,16 @@ const RUN_ID: &str = "The run's id";
         (status = 404, description = "No such run", body = ErrorBody),
     )
 )]
-pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> ApiResult<Json<RunView>> {
-    Ok(Json(state.node.store().get_run(id).await?.into()))
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
+    PathId(id): PathId,
+) -> ApiResult<Json<RunView>> {
+    Ok(Json(
+        run_as(state.node.store(), &who, id, Need::Read)
+            .await?
+            .into(),
+    ))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -112,6 +124,7 @@ pub struct LogQuery {
 )]
 pub async fn log(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     PathId(id): PathId,
     Query(q): Query<LogQuery>,
 ) -> ApiResult<Json<LogPage>> {
@@ -126,7 +139,7 @@ pub async fn log(
     let max_lines = query_param::<u32>("limit", q.limit.as_deref(), "a positive integer")?
         .unwrap_or(DEFAULT_LOG_LINES)
         .clamp(1, MAX_LOG_LINES);
-    let run = state.node.store().get_run(id).await?;
+    let run = run_as(state.node.store(), &who, id, Need::Read).await?;
     if run.executor.is_none() {
         // Not dispatched yet (or lost before it was): no log anywhere.
         return Ok(Json(LogPage {
@@ -165,9 +178,10 @@ pub struct KillAnswer {
 )]
 pub async fn kill(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     PathId(id): PathId,
 ) -> ApiResult<(StatusCode, Json<KillAnswer>)> {
-    let run = state.node.store().get_run(id).await?;
+    let run = run_as(state.node.store(), &who, id, Need::Change).await?;
     if run.status.is_final() {
         return Err(ApiError::Conflict(format!(
             "run {id} has already finished ({})",

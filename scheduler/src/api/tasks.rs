@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -12,10 +13,11 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, NameOrId, PageQuery, PathId, Query};
-use super::jobs::{find_job, job_filter, job_ref};
+use super::jobs::{find_job, job_filter, job_ref, task_as};
 use super::openapi::{ErrorBody, TaskStatusName};
 use super::validate::{self, invalid};
 use super::views::{PageView, TASK_STATUSES, TaskPage, TaskView, parse_rfc3339};
+use crate::access::{Need, Principal};
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::model::{Millis, NewTask, TaskFilter, TaskKind, TaskState, TaskStatus, now_ms};
@@ -67,12 +69,15 @@ pub struct TaskFields {
 )]
 pub async fn create(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     Json(fields): Json<TaskFields>,
 ) -> ApiResult<(StatusCode, Json<TaskView>)> {
     // Delays count from the moment the request is accepted.
     let now = now_ms();
     let store = state.node.store();
-    let job_id = job_ref(store, "job", &fields.job).await?.id;
+    let job = job_ref(store, "job", &fields.job).await?;
+    who.check(&job.spec.app, Need::Change, &format!("job {}", fields.job))?;
+    let job_id = job.id;
     let task = new_task(fields, job_id, now, state.node.config())?;
     let (id, created) = *store_tasks(&state, std::slice::from_ref(&task), now)
         .await?
@@ -116,6 +121,7 @@ pub struct BatchCreated {
 )]
 pub async fn create_batch(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     Json(body): Json<BatchBody>,
 ) -> ApiResult<(StatusCode, Json<BatchCreated>)> {
     let now = now_ms();
@@ -134,12 +140,14 @@ pub async fn create_batch(
         let prefix = format!("tasks[{i}].");
         let job_id = match jobs.entry(fields.job.clone()) {
             Entry::Occupied(e) => *e.get(),
-            Entry::Vacant(e) => *e.insert(
-                job_ref(store, "job", &fields.job)
+            Entry::Vacant(e) => {
+                let job = job_ref(store, "job", &fields.job)
                     .await
-                    .map_err(|e| e.prefixed(&prefix))?
-                    .id,
-            ),
+                    .map_err(|e| e.prefixed(&prefix))?;
+                who.check(&job.spec.app, Need::Change, &format!("job {}", fields.job))
+                    .map_err(|e| e.prefixed(&prefix))?;
+                *e.insert(job.id)
+            }
         };
         let task = new_task(fields, job_id, now, config).map_err(|e| e.prefixed(&prefix))?;
         if let Some(key) = &task.key
@@ -265,8 +273,13 @@ const TASK_ID: &str = "The task's id";
         (status = 404, description = "No such task", body = ErrorBody),
     )
 )]
-pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> ApiResult<Json<TaskView>> {
-    Ok(Json(state.node.store().get_task(id).await?.into()))
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
+    PathId(id): PathId,
+) -> ApiResult<Json<TaskView>> {
+    let task = task_as(state.node.store(), &who, id, Need::Read).await?;
+    Ok(Json(task.into()))
 }
 
 /// `DELETE /api/v1/tasks/{id}`: cancels a task that has not started (also one already in
@@ -285,8 +298,10 @@ pub async fn get(State(state): State<AppState>, PathId(id): PathId) -> ApiResult
 )]
 pub async fn cancel(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     PathId(id): PathId,
 ) -> ApiResult<Json<TaskView>> {
+    task_as(state.node.store(), &who, id, Need::Change).await?;
     let (task, _) = state.node.cancel_task(id).await?;
     Ok(Json(task.into()))
 }
@@ -317,6 +332,7 @@ pub struct CancelByKeyQuery {
 )]
 pub async fn cancel_by_key(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     Query(q): Query<CancelByKeyQuery>,
 ) -> ApiResult<Json<TaskView>> {
     let (Some(job), Some(key)) = (
@@ -328,8 +344,9 @@ pub async fn cancel_by_key(
         ));
     };
     let store = state.node.store();
-    let job = find_job(store, &job).await?;
-    let task = store.get_task_by_key(job.id, &key).await?;
+    let found = find_job(store, &job).await?;
+    who.check(&found.spec.app, Need::Change, &format!("job `{job}`"))?;
+    let task = store.get_task_by_key(found.id, &key).await?;
     let (task, _) = state.node.cancel_task(task.id).await?;
     Ok(Json(task.into()))
 }
@@ -360,6 +377,7 @@ pub struct ListQuery {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
     Query(q): Query<ListQuery>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<TaskPage>> {
@@ -368,6 +386,7 @@ pub async fn list(
     let job_id = job_filter(store, q.job.as_deref()).await?;
     let filter = TaskFilter {
         job_id,
+        apps: who.app_filter().map(<[String]>::to_vec),
         state: task_state(q.status.as_deref().filter(|s| !s.is_empty()))?,
         key: q.key.filter(|k| !k.is_empty()),
         before_id: page.before_id,

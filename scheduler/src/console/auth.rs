@@ -32,6 +32,8 @@ pub const SESSION_MS: Millis = 12 * 3600 * 1000;
 #[derive(Debug, Clone)]
 pub struct Session {
     pub user: User,
+    /// What the user may do, from their role and apps.
+    pub who: crate::access::Principal,
     pub csrf: String,
     pub lang: super::lang::Lang,
 }
@@ -47,7 +49,10 @@ pub async fn seed_admin(store: &Store, password: Option<&str>) -> anyhow::Result
         None => (random_token(12), true),
     };
     let hash = hash_password(password.clone()).await?;
-    match store.insert_user("admin", &hash, "admin", now_ms()).await {
+    match store
+        .insert_user("admin", &hash, "admin", "*", now_ms())
+        .await
+    {
         // Another node seeded it first.
         Ok(_) | Err(store::Error::Conflict(_)) => {}
         Err(e) => return Err(e.into()),
@@ -226,7 +231,13 @@ pub async fn require_session(State(console): State<Console>, req: Request, next:
         }
         Request::from_parts(parts, Body::from(bytes))
     };
-    req.extensions_mut().insert(Session { user, csrf, lang });
+    let who = user.principal();
+    req.extensions_mut().insert(Session {
+        user,
+        who,
+        csrf,
+        lang,
+    });
     next.run(req).await
 }
 

@@ -253,6 +253,64 @@ const ZH_CN: &[(&str, &str)] = &[
         "This sign-in form did not come from this site.",
         "此登录表单并非来自本站。",
     ),
+    ("Users", "用户"),
+    ("Tokens", "令牌"),
+    ("API tokens", "API 令牌"),
+    ("New user", "新用户"),
+    ("Create user", "创建用户"),
+    ("Role", "角色"),
+    ("role", "角色"),
+    ("apps", "应用"),
+    ("role and apps", "角色与应用"),
+    (
+        "Apps (comma-separated, or * for every app)",
+        "应用（逗号分隔，* 表示全部应用）",
+    ),
+    ("you", "你"),
+    (
+        "viewer: reads its apps. operator: also changes jobs, tasks and runs of its apps and uploads plugins. admin: everything, every app, users and tokens.",
+        "viewer：只读其应用。operator：还可修改其应用的作业、任务和运行，并上传插件。admin：全部权限，所有应用、用户和令牌。",
+    ),
+    (
+        "Delete this user, their sessions and tokens?",
+        "删除该用户及其会话和令牌？",
+    ),
+    (
+        "Your new token. Copy it now: it is shown only this once.",
+        "你的新令牌。请立即复制：它只显示这一次。",
+    ),
+    (
+        "A token acts as the user it belongs to, with that user's role and apps.",
+        "令牌以其所属用户的身份、角色和应用行事。",
+    ),
+    ("revoked", "已吊销"),
+    ("Revoke", "吊销"),
+    (
+        "Revoke this token? Clients using it stop working at once.",
+        "吊销该令牌？使用它的客户端将立即失效。",
+    ),
+    ("No tokens.", "没有令牌。"),
+    ("New token", "新令牌"),
+    ("Name (what uses it)", "名称（谁在使用）"),
+    ("Create token", "创建令牌"),
+    ("Runs per minute, last hour", "每分钟运行数（最近一小时）"),
+    ("Runs per day, last 7 days", "每天运行数（最近 7 天）"),
+    (
+        "fire lateness p99, last 5 min",
+        "触发延迟 p99（最近 5 分钟）",
+    ),
+    (
+        "fires on this node in the last 5 minutes",
+        "本节点最近 5 分钟的触发次数",
+    ),
+    (
+        "failed, timed out, killed or lost",
+        "失败、超时、被终止或丢失",
+    ),
+    (
+        "Cancel this task? It will not run.",
+        "取消该任务？它将不会运行。",
+    ),
 ];
 
 #[cfg(test)]

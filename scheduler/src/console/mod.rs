@@ -13,11 +13,19 @@
 //!
 //! - [`auth`]: passwords, sessions, CSRF, the slowing of failed logins, the admin seed.
 //! - [`pages`]: the handlers and their templates.
+//! - [`charts`]: the dashboard's SVG charts, drawn on the server.
+//! - [`people`]: users (admin only) and API tokens.
 //! - [`lang`]: English and Simplified Chinese, chosen by cookie or `Accept-Language`.
+//!
+//! What a signed-in user may see and do is their role and apps ([`crate::access`]),
+//! checked by each handler against the job, task or run it touches; lists show only the
+//! user's apps.
 
 pub mod auth;
+pub mod charts;
 pub mod lang;
 pub mod pages;
+pub mod people;
 
 use std::sync::Arc;
 
@@ -41,6 +49,27 @@ pub struct User {
     pub name: String,
     pub password_hash: String,
     pub role: String,
+    /// `*` or app names joined by commas (see [`crate::access::Apps`]).
+    pub apps: String,
+    pub created_at: Millis,
+}
+
+impl User {
+    /// What this user may do.
+    pub fn principal(&self) -> crate::access::Principal {
+        crate::access::Principal::of_user(&self.name, &self.role, &self.apps)
+    }
+}
+
+/// An API token as listed (never the token itself: only its hash is stored).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ApiToken {
+    pub id: i64,
+    pub user_id: i64,
+    pub user_name: String,
+    pub name: String,
+    pub created_at: Millis,
+    pub revoked_at: Option<Millis>,
 }
 
 /// One line of the audit log: who did what to which thing, when.
@@ -87,6 +116,7 @@ fn protected(max_plugin_bytes: usize) -> Vec<(Method, &'static str, MethodRouter
         (M::POST, "/jobs/{id}", post(update_job)),
         (M::POST, "/jobs/{id}/enabled", post(set_enabled)),
         (M::POST, "/jobs/{id}/trigger", post(trigger_job)),
+        (M::POST, "/jobs/{id}/tasks", post(schedule_task)),
         (M::GET, "/jobs/{id}/delete", get(confirm_delete)),
         (M::POST, "/jobs/{id}/delete", post(delete_job)),
         (M::GET, "/tasks", get(tasks)),
@@ -104,6 +134,13 @@ fn protected(max_plugin_bytes: usize) -> Vec<(Method, &'static str, MethodRouter
         ),
         (M::GET, "/executors", get(executors)),
         (M::GET, "/audit", get(audit_log)),
+        (M::GET, "/users", get(people::users)),
+        (M::POST, "/users", post(people::create_user)),
+        (M::POST, "/users/{id}", post(people::set_access)),
+        (M::POST, "/users/{id}/delete", post(people::delete_user)),
+        (M::GET, "/tokens", get(people::tokens)),
+        (M::POST, "/tokens", post(people::create_token)),
+        (M::POST, "/tokens/{id}/revoke", post(people::revoke_token)),
         (M::GET, "/account", get(account)),
         (M::POST, "/account", post(change_password)),
         (M::POST, "/logout", post(logout)),
@@ -140,6 +177,11 @@ pub fn router<S>(state: AppState) -> Router<S> {
         .route("/lang/{tag}", get(switch_lang))
         .route("/static/console.css", get(css))
         .route("/static/console.js", get(js))
+        .route("/static/favicon.svg", get(favicon))
+        .route(
+            "/favicon.ico",
+            get(|| async { Redirect::permanent("/static/favicon.svg") }),
+        )
         .with_state(console)
 }
 
@@ -158,6 +200,13 @@ async fn css() -> Response {
     static_asset(
         "text/css; charset=utf-8",
         include_str!("../../../web/static/console.css"),
+    )
+}
+
+async fn favicon() -> Response {
+    static_asset(
+        "image/svg+xml",
+        include_str!("../../../web/static/favicon.svg"),
     )
 }
 

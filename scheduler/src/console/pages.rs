@@ -15,11 +15,13 @@ use serde_json::{Value, json};
 use super::auth::{self, Session};
 use super::lang::Lang;
 use super::{Console, PREFIX, PageResult, When, render, render_status};
-use crate::api::jobs::{JobFields, build_spec, first_fire};
+use crate::access::Need;
+use crate::api::jobs::{JobFields, build_spec, first_fire, run_as, task_as};
 use crate::api::tasks::store_tasks;
 use crate::api::{ApiError, AppState};
 use crate::model::{
-    Job, NewTask, Page, RunFilter, RunStatus, TaskFilter, TaskKind, TaskState, TaskStatus, now_ms,
+    Job, Millis, NewTask, Page, RunFilter, RunStatus, TaskFilter, TaskKind, TaskState, TaskStatus,
+    now_ms,
 };
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
@@ -36,15 +38,18 @@ pub struct Chrome {
     pub csrf: String,
     pub section: &'static str,
     pub lang: Lang,
+    /// Shows the admin's sections (users, audit).
+    pub admin: bool,
 }
 
 impl Chrome {
-    fn of(s: &Session, section: &'static str) -> Chrome {
+    pub(super) fn of(s: &Session, section: &'static str) -> Chrome {
         Chrome {
             user: s.user.name.clone(),
             csrf: s.csrf.clone(),
             section,
             lang: s.lang,
+            admin: s.who.is_admin(),
         }
     }
 
@@ -217,7 +222,7 @@ pub async fn logout(
 }
 
 /// Notes who changed what; a failure to note it is logged, not shown.
-async fn audit(console: &Console, user: &str, action: &str, target: &str) {
+pub(super) async fn audit(console: &Console, user: &str, action: &str, target: &str) {
     // The column holds 400 characters.
     let target: String = target.chars().take(400).collect();
     let target = target.as_str();
@@ -242,6 +247,41 @@ struct DashboardPage {
     runs_today: Vec<(String, i64)>,
     executors_online: usize,
     since: When,
+    /// Inline SVG: runs per minute over the last hour, per day over the last week.
+    per_minute: String,
+    per_day: String,
+    /// Fire lateness p99 on this node over the last 5 minutes, and how many fires.
+    lateness_p99: Option<String>,
+    lateness_fires: u64,
+}
+
+/// Finished runs per bucket from `since`, one bar per bucket up to `now` (empty ones too).
+fn bars(
+    stats: &[(Millis, String, i64)],
+    since: Millis,
+    now: Millis,
+    bucket: Millis,
+    label: impl Fn(Millis) -> String,
+) -> Vec<super::charts::Bar> {
+    let mut out = Vec::new();
+    let mut at = since - since.rem_euclid(bucket);
+    while at <= now {
+        let (mut ok, mut bad) = (0, 0);
+        for (_, status, n) in stats.iter().filter(|(b, _, _)| *b == at) {
+            if status == RunStatus::Succeeded.as_str() {
+                ok += n;
+            } else {
+                bad += n;
+            }
+        }
+        out.push(super::charts::Bar {
+            label: label(at),
+            ok,
+            bad,
+        });
+        at += bucket;
+    }
+    out
 }
 
 pub async fn dashboard(
@@ -254,6 +294,31 @@ pub async fn dashboard(
     let counts = store.console_counts(midnight).await?;
     let alive_after = now - console.node.config().executor_dead_after_ms;
     let executors = store.list_executors(None, alive_after).await?;
+    let fmt = |pattern: &'static str| {
+        move |ms: Millis| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap_or_default()
+                .format(pattern)
+                .to_string()
+        }
+    };
+    const MINUTE: Millis = 60_000;
+    const DAY: Millis = 86_400_000;
+    let hour_ago = now - 59 * MINUTE;
+    let minutes = store
+        .run_stats(hour_ago - hour_ago.rem_euclid(MINUTE), MINUTE)
+        .await?;
+    let per_minute = super::charts::stacked_bars(
+        &bars(&minutes, hour_ago, now, MINUTE, fmt("%H:%M UTC")),
+        s.lang.t("Runs per minute, last hour"),
+    );
+    let week_ago = midnight - 6 * DAY;
+    let days = store.run_stats(week_ago, DAY).await?;
+    let per_day = super::charts::stacked_bars(
+        &bars(&days, week_ago, now, DAY, fmt("%Y-%m-%d")),
+        s.lang.t("Runs per day, last 7 days"),
+    );
+    let p99 = console.node.lateness().quantile(now, 5 * MINUTE, 0.99);
     let runs_today = RunStatus::ALL
         .iter()
         .map(|st| {
@@ -272,6 +337,13 @@ pub async fn dashboard(
         runs_today,
         executors_online: executors.len(),
         since: When::of(midnight),
+        per_minute,
+        per_day,
+        lateness_p99: p99.map(|p| match p.le_ms {
+            Some(ms) => format!("≤ {ms} ms"),
+            None => "> 60 s".to_owned(),
+        }),
+        lateness_fires: p99.map_or(0, |p| p.fires),
     })
 }
 
@@ -336,7 +408,7 @@ pub async fn jobs(
     let page = console
         .node
         .store()
-        .list_jobs(None, q, query.before, PAGE)
+        .list_jobs(None, s.who.app_filter(), q, query.before, PAGE)
         .await?;
     let q = q.unwrap_or_default().to_owned();
     let next = page.next.map(|n| {
@@ -514,7 +586,16 @@ impl JobForm {
     }
 }
 
-type Errors = BTreeMap<String, String>;
+pub(super) type Errors = BTreeMap<String, String>;
+
+/// A form page's status: 422 when it shows errors.
+pub(super) fn form_status(errors: &Errors) -> StatusCode {
+    if errors.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    }
+}
 
 /// An optional whole number from a text field (blank: none).
 fn int(field: &str, text: &str, errors: &mut Errors) -> Option<i64> {
@@ -648,7 +729,7 @@ pub async fn job(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let job = console.node.store().get_job(id).await?;
+    let job = job_for(&console, &s, id, Need::Read).await?;
     let page = JobFormPage::new(&console, &s, Some(&job), JobForm::of(&job), Errors::new()).await?;
     render(&page)
 }
@@ -667,7 +748,7 @@ pub async fn update_job(
     Path(id): Path<i64>,
     Form(form): Form<JobForm>,
 ) -> PageResult {
-    let job = console.node.store().get_job(id).await?;
+    let job = job_for(&console, &s, id, Need::Change).await?;
     save_job(console, s, Some(job), form).await
 }
 
@@ -690,6 +771,7 @@ async fn save_job(console: Console, s: Session, base: Option<Job>, form: JobForm
     };
     let preview = form.preview.is_some();
     if let (Some((spec, compiled)), false) = (built, preview) {
+        s.who.check_app(&spec.app)?;
         let store = console.node.store();
         let now = now_ms();
         let saved = match &base {
@@ -721,11 +803,7 @@ async fn save_job(console: Console, s: Session, base: Option<Job>, form: JobForm
             Err(e) => file_error(&mut errors, ApiError::from(e))?,
         }
     }
-    let status = if errors.is_empty() {
-        StatusCode::OK
-    } else {
-        StatusCode::UNPROCESSABLE_ENTITY
-    };
+    let status = form_status(&errors);
     let page = JobFormPage::new(&console, &s, base.as_ref(), form, errors).await?;
     render_status(status, &page)
 }
@@ -742,7 +820,7 @@ pub async fn set_enabled(
     Form(f): Form<EnabledForm>,
 ) -> PageResult {
     let store = console.node.store();
-    let job = store.get_job(id).await?;
+    let job = job_for(&console, &s, id, Need::Change).await?;
     let mut spec = job.spec.clone();
     spec.enabled = f.enabled == "true";
     let compiled = spec
@@ -773,7 +851,7 @@ pub async fn trigger_job(
     Path(id): Path<i64>,
     Form(f): Form<TriggerForm>,
 ) -> PageResult {
-    let job = console.node.store().get_job(id).await?;
+    let job = job_for(&console, &s, id, Need::Change).await?;
     let params = if f.params.is_empty() {
         job.spec.params.clone()
     } else {
@@ -796,16 +874,9 @@ pub async fn trigger_job(
         backoff: None,
         priority: 0,
     };
-    let state = AppState {
-        node: console.node.clone(),
-    };
-    let ids = store_tasks(&state, std::slice::from_ref(&task), now).await?;
+    let task_id = store_task(&console, task, now).await?;
     audit(&console, &s.user.name, "trigger job", &job.spec.name).await;
-    let to = match ids.first() {
-        Some((task_id, _)) => format!("{PREFIX}/tasks/{task_id}"),
-        None => format!("{PREFIX}/jobs/{id}"),
-    };
-    Ok(Redirect::to(&to).into_response())
+    Ok(Redirect::to(&format!("{PREFIX}/tasks/{task_id}")).into_response())
 }
 
 #[derive(Template)]
@@ -815,12 +886,84 @@ struct DeletePage {
     job: JobRow,
 }
 
+/// Stores one task made in the console, through the API's path (so a node's wheel sees
+/// one due soon); its id.
+async fn store_task(console: &Console, task: NewTask, now: Millis) -> Result<i64, ApiError> {
+    let state = AppState {
+        node: console.node.clone(),
+    };
+    let ids = store_tasks(&state, std::slice::from_ref(&task), now).await?;
+    ids.first()
+        .map(|(id, _)| *id)
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("inserting a task returned no id")))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ScheduleForm {
+    delay_s: String,
+    key: String,
+    payload: String,
+}
+
+/// A delayed task of the job, from the job page: due in `delay_s` seconds, with an
+/// optional idempotency key and payload (a key already used shows its task).
+pub async fn schedule_task(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    Form(f): Form<ScheduleForm>,
+) -> PageResult {
+    let job = job_for(&console, &s, id, Need::Change).await?;
+    let config = console.node.config();
+    let delay_s: i64 = f.delay_s.trim().parse().map_err(|_| {
+        ApiError::Unprocessable(format!(
+            "delay: `{}` is not a whole number of seconds",
+            crate::api::validate::excerpt(&f.delay_s)
+        ))
+    })?;
+    let horizon_s = crate::schedule::FIRE_HORIZON_MS / 1000;
+    crate::api::validate::within("delay", delay_s, 0..=horizon_s)?;
+    let key = match f.key.trim() {
+        "" => None,
+        k => {
+            crate::api::validate::name("key", k)?;
+            Some(k.to_owned())
+        }
+    };
+    let payload = (!f.payload.is_empty()).then_some(f.payload);
+    if let Some(p) = &payload {
+        crate::api::validate::max_bytes("payload", p, config.max_payload_bytes)?;
+    }
+    let now = now_ms();
+    let task = NewTask {
+        job_id: job.id,
+        kind: TaskKind::Delayed,
+        key,
+        payload,
+        params: None,
+        due_at: now + delay_s * 1000,
+        max_attempts: None,
+        backoff: None,
+        priority: 0,
+    };
+    let task_id = store_task(&console, task, now).await?;
+    audit(
+        &console,
+        &s.user.name,
+        "schedule task",
+        &format!("{} in {delay_s} s", job.spec.name),
+    )
+    .await;
+    Ok(Redirect::to(&format!("{PREFIX}/tasks/{task_id}")).into_response())
+}
+
 pub async fn confirm_delete(
     State(console): State<Console>,
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let job = console.node.store().get_job(id).await?;
+    let job = job_for(&console, &s, id, Need::Change).await?;
     render(&DeletePage {
         chrome: Chrome::of(&s, "jobs"),
         job: JobRow::from(&job),
@@ -832,7 +975,7 @@ pub async fn delete_job(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let job = console.node.store().get_job(id).await?;
+    let job = job_for(&console, &s, id, Need::Change).await?;
     // Confirmed by the user: pending tasks go with the job.
     console.node.delete_job(id, true).await?;
     console.node.job_changed(id).await;
@@ -919,6 +1062,7 @@ pub async fn tasks(
     let key = empty_none(&q.key).map(str::to_owned);
     let filter = TaskFilter {
         job_id,
+        apps: s.who.app_filter().map(<[String]>::to_vec),
         state,
         key: key.clone(),
         before_id: q.before,
@@ -974,7 +1118,7 @@ pub async fn task(
     Path(id): Path<i64>,
 ) -> PageResult {
     let store = console.node.store();
-    let task = store.get_task(id).await?;
+    let task = task_as(store, &s.who, id, Need::Read).await?;
     let runs = store
         .list_runs(&RunFilter {
             task_id: Some(id),
@@ -994,6 +1138,7 @@ pub async fn cancel_task(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
+    task_as(console.node.store(), &s.who, id, Need::Change).await?;
     console.node.cancel_task(id).await?;
     audit(&console, &s.user.name, "cancel task", &id.to_string()).await;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
@@ -1076,6 +1221,7 @@ pub async fn runs(
         .store()
         .list_runs(&RunFilter {
             job_id,
+            apps: s.who.app_filter().map(<[String]>::to_vec),
             status: parsed,
             before_id: q.before,
             limit: PAGE,
@@ -1118,7 +1264,7 @@ pub async fn run(
     Path(id): Path<i64>,
     Query(q): Query<RunQuery>,
 ) -> PageResult {
-    let run = console.node.store().get_run(id).await?;
+    let run = run_for(&console, &s, id, Need::Read).await?;
     render(&RunPage {
         chrome: Chrome::of(&s, "runs"),
         run: RunRow::from(&run),
@@ -1135,13 +1281,14 @@ pub struct LogQuery {
 /// the live tail (`complete` tells the script to stop).
 pub async fn run_log(
     State(console): State<Console>,
+    Extension(s): Extension<Session>,
     Path(id): Path<i64>,
     Query(q): Query<LogQuery>,
 ) -> Response {
     let from_line = q.from_line.unwrap_or(1).max(1);
-    let run = match console.node.store().get_run(id).await {
+    let run = match run_for(&console, &s, id, Need::Read).await {
         Ok(run) => run,
-        Err(e) => return ApiError::from(e).into_response(),
+        Err(e) => return e.into_response(),
     };
     if run.executor.is_none() {
         return Json(
@@ -1160,7 +1307,7 @@ pub async fn kill_run(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let run = console.node.store().get_run(id).await?;
+    let run = run_for(&console, &s, id, Need::Change).await?;
     if run.status.is_final() {
         return Err(
             ApiError::Conflict(format!("run {id} is {}; it cannot be killed", run.status)).into(),
@@ -1170,6 +1317,23 @@ pub async fn kill_run(
     audit(&console, &s.user.name, "kill run", &id.to_string()).await;
     let to = format!("{PREFIX}/runs/{id}?message={}", encode(&ack.message));
     Ok(Redirect::to(&to).into_response())
+}
+
+/// Job `id`, if the signed-in user may read (or change) it.
+async fn job_for(console: &Console, s: &Session, id: i64, need: Need) -> Result<Job, ApiError> {
+    let job = console.node.store().get_job(id).await?;
+    s.who.check(&job.spec.app, need, &format!("job {id}"))?;
+    Ok(job)
+}
+
+/// Run `id`, if the signed-in user may read (or change) it.
+async fn run_for(
+    console: &Console,
+    s: &Session,
+    id: i64,
+    need: Need,
+) -> Result<crate::model::Run, ApiError> {
+    run_as(console.node.store(), &s.who, id, need).await
 }
 
 // ----- plugins and executors ---------------------------------------------------------------
@@ -1219,12 +1383,20 @@ pub async fn plugins(
 pub async fn upload_plugin(
     State(console): State<Console>,
     Extension(s): Extension<Session>,
-    req: Request,
+    mut req: Request,
 ) -> Response {
-    let name = req.uri().query().unwrap_or_default().to_owned();
+    #[derive(Deserialize)]
+    struct Name {
+        name: Option<String>,
+    }
+    let name = Query::<Name>::try_from_uri(req.uri())
+        .ok()
+        .and_then(|q| q.0.name)
+        .unwrap_or_default();
     let state = AppState {
         node: console.node.clone(),
     };
+    req.extensions_mut().insert(s.who.clone());
     let res = axum::handler::Handler::call(crate::api::plugins::upload, req, state).await;
     if res.status().is_success() {
         audit(&console, &s.user.name, "upload plugin", &name).await;
@@ -1302,6 +1474,7 @@ pub async fn audit_log(
     Extension(s): Extension<Session>,
     Query(q): Query<AuditQuery>,
 ) -> PageResult {
+    s.who.check_admin("reading the audit log")?;
     let mut entries = console.node.store().list_audit(q.before, PAGE).await?;
     let more = entries.len() > PAGE as usize;
     entries.truncate(PAGE as usize);
@@ -1330,7 +1503,7 @@ pub async fn audit_log(
 // ----- account -----------------------------------------------------------------------------
 
 /// Shortest password the console accepts.
-const MIN_PASSWORD_CHARS: usize = 10;
+pub(super) const MIN_PASSWORD_CHARS: usize = 10;
 
 #[derive(Template)]
 #[template(path = "account.html")]
