@@ -12,12 +12,13 @@
 //!
 //! Triggers are taken by [`Node::accept_all`]: dedupe, queue bound and block strategy
 //! ([`crate::registry`]), the plugin fetched from a scheduler, verified and compiled once
-//! if it is not cached. A run that is due, not in an exclusive lane and finds a free
-//! execution slot goes straight to the run workers ([`crate::workers`]); any other waits
-//! in a tokio task for `scheduled_at` (a run never starts early), for its turn in its
-//! job's lane and for one of `capacity` slots, then goes to them. A worker thread runs
-//! the plugin ([`Runtime::run`]) and hands the `running` and final reports to the
-//! reporter, which sends a `running` report only for runs that outlive its hold.
+//! if it is not cached. A run that is due and not in an exclusive lane goes straight to
+//! the run workers' queue ([`crate::workers`]); any other waits in a tokio task for
+//! `scheduled_at` (a run never starts early) and for its turn in its job's lane, then goes
+//! there. At most `capacity` worker threads run plugins at once (the execution slots). A
+//! worker thread runs the plugin ([`Runtime::run`]) and hands the `running` and final
+//! reports to the reporter, which sends a `running` report only for runs that outlive its
+//! hold.
 //!
 //! Shutdown: triggers are answered `full`, runs that have not started are handed back
 //! (dropped without a report), running runs get `drain_grace` to finish and are then
@@ -39,7 +40,7 @@ use rota_proto::{
     TaskAttempt, Trigger, TriggerAck, TriggerOutcome,
 };
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -199,7 +200,6 @@ pub async fn run_with_runtime(
     let (reports_tx, reports_rx) = mpsc::channel(report_queue(&config));
     let node = Arc::new(Node {
         registry: Mutex::new(Registry::new(config.capacity.saturating_add(config.queue))),
-        slots: Arc::new(Semaphore::new(config.capacity)),
         workers: Workers::new(config.capacity, "rota-run"),
         config,
         runtime,
@@ -284,9 +284,7 @@ pub struct Node {
     pub(crate) logs: LogStore,
     client: Arc<SchedulerClient>,
     registry: Mutex<Registry>,
-    /// One permit per concurrent run.
-    slots: Arc<Semaphore>,
-    /// The threads runs execute on.
+    /// The threads runs execute on, at most `capacity` of them.
     workers: Workers,
     reports: mpsc::Sender<RunReport>,
     /// One lock per plugin being fetched, so a burst of triggers fetches it once.
@@ -382,11 +380,8 @@ impl Node {
             plugin,
             kill: admission.kill,
         };
-        if !run.trigger.exclusive
-            && run.trigger.scheduled_at <= now_ms()
-            && let Ok(permit) = self.slots.clone().try_acquire_owned()
-        {
-            return Taken::Now(Box::new(move || run.execute(permit)));
+        if !run.trigger.exclusive && run.trigger.scheduled_at <= now_ms() {
+            return Taken::Now(Box::new(move || run.execute()));
         }
         tokio::spawn(run.wait(admission.turn));
         Taken::Later
@@ -555,7 +550,7 @@ impl Node {
 
 /// What became of a trigger at admission.
 enum Taken {
-    /// Due, free to run and holding a slot: work for the run workers.
+    /// Due and free to run: work for the run workers.
     Now(Work),
     /// Admitted; a task waits for its time, turn and slot.
     Later,
@@ -564,7 +559,7 @@ enum Taken {
 
 /// How a queued run's wait ended.
 enum Waited {
-    Ready(OwnedSemaphorePermit),
+    Ready,
     Killed,
     Released,
 }
@@ -585,15 +580,12 @@ impl Run {
             biased;
             _ = self.kill.cancelled() => Waited::Killed,
             _ = self.node.release.cancelled() => Waited::Released,
-            permit = wait_ready(&self.node, &self.trigger, &turn) => match permit {
-                Some(permit) => Waited::Ready(permit),
-                None => Waited::Released,
-            },
+            () = wait_ready(&self.node, &self.trigger, &turn) => Waited::Ready,
         };
         match waited {
-            Waited::Ready(permit) => {
+            Waited::Ready => {
                 let node = self.node.clone();
-                node.workers.submit(Box::new(move || self.execute(permit)));
+                node.workers.submit(Box::new(move || self.execute()));
             }
             Waited::Released => {
                 tracing::debug!(run.id = run_id, "run handed back unstarted");
@@ -615,11 +607,10 @@ impl Run {
         final_report(&self.node, &self.trigger, None, &outcome)
     }
 
-    /// Runs the plugin on this (worker) thread and reports; `permit` is its slot.
-    fn execute(self, permit: OwnedSemaphorePermit) {
+    /// Runs the plugin on this (worker) thread and reports.
+    fn execute(self) {
         let run_id = self.trigger.run_id;
         if self.kill.is_cancelled() {
-            drop(permit);
             self.node.report_blocking(self.killed_before_start());
             self.node.finish(run_id, Some(RunStatus::Killed));
             return;
@@ -631,7 +622,6 @@ impl Run {
             kill,
         } = self;
         if node.release.is_cancelled() {
-            drop(permit);
             tracing::debug!(run.id = run_id, "run handed back unstarted");
             node.finish(run_id, None);
             return;
@@ -659,16 +649,14 @@ impl Run {
             memory_mb: trigger.memory_mb,
         };
         let outcome = node.runtime.run(&plugin, &invocation, &log, &kill);
-        drop(permit);
         tracing::debug!(run.id = run_id, status = %outcome.status, "run ended");
         node.report_blocking(final_report(&node, &trigger, Some(started_at), &outcome));
         node.finish(run_id, Some(outcome.status));
     }
 }
 
-/// Waits until the run may start: its time, its turn, a slot. `None` if the slots are
-/// gone (never, in practice).
-async fn wait_ready(node: &Node, trigger: &Trigger, turn: &Notify) -> Option<OwnedSemaphorePermit> {
+/// Waits until the run may start: its time, and its turn in an exclusive lane.
+async fn wait_ready(node: &Node, trigger: &Trigger, turn: &Notify) {
     sleep_until_ms(trigger.scheduled_at).await;
     if trigger.exclusive {
         loop {
@@ -679,7 +667,6 @@ async fn wait_ready(node: &Node, trigger: &Trigger, turn: &Notify) -> Option<Own
             notified.await;
         }
     }
-    node.slots.clone().acquire_owned().await.ok()
 }
 
 /// Sleeps until the wall clock reads `at` (epoch ms) or later; never returns early.

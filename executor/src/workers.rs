@@ -10,11 +10,12 @@
 //!
 //! How many threads work at once: as many as there are cores while runs are short, so a
 //! burst of thousands of runs is not spread over hundreds of threads that only switch
-//! between each other; more, up to `max` (one per execution slot), when runs wait because
-//! the working threads are stuck in long runs (a plugin may sleep or block for its whole
-//! timeout). A supervisor thread checks every [`STARVED`]: if the oldest queued run has
-//! waited that long, one more thread is woken or started. Parked threads stay for the next
-//! burst. Dropping the pool lets its threads finish the queue and exit.
+//! between each other; more, up to `max` (one per execution slot), when threads are stuck
+//! in long runs (a plugin may sleep or block for its whole timeout). A supervisor thread
+//! looks every [`STARVED`]: while runs wait, for each thread whose current run has gone on
+//! longer than that, another is woken or started, so `eager` threads always make progress
+//! on the queue. Parked threads stay for the next burst. Dropping the pool lets its
+//! threads finish the queue and exit.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 /// A unit of work for a worker thread.
 pub(crate) type Work = Box<dyn FnOnce() + Send + 'static>;
 
-/// How long the oldest queued run may wait before another thread joins in.
+/// How long a run may hold its thread before it counts as long and another thread joins in.
 pub(crate) const STARVED: Duration = Duration::from_millis(5);
 
 pub(crate) struct Workers {
@@ -45,12 +46,13 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// Work, with when it was queued.
-    queue: VecDeque<(Instant, Work)>,
+    queue: VecDeque<Work>,
     threads: usize,
     idle: usize,
     /// Idle threads woken but not yet running (so a wake is not counted twice).
     waking: usize,
+    /// When each thread (by id) took its current run; `None` while it waits for one.
+    started: Vec<Option<Instant>>,
     closed: bool,
 }
 
@@ -97,10 +99,9 @@ impl Workers {
 
     /// Queues `work` in order, waking or starting threads up to the eager count.
     pub(crate) fn submit_all(&self, work: impl IntoIterator<Item = Work>) {
-        let now = Instant::now();
         let mut state = self.shared.state();
         let before = state.queue.len();
-        state.queue.extend(work.into_iter().map(|w| (now, w)));
+        state.queue.extend(work);
         let added = state.queue.len() - before;
         let wanted = added.min(self.shared.eager.saturating_sub(state.busy()));
         for _ in 0..wanted {
@@ -138,29 +139,40 @@ fn add_worker(shared: &Arc<Shared>, state: &mut MutexGuard<'_, State>) {
         return;
     }
     state.threads += 1;
+    let id = state.started.len();
+    state.started.push(None);
     let worker = shared.clone();
     let started = std::thread::Builder::new()
         .name(shared.name.to_owned())
-        .spawn(move || work_loop(&worker));
+        .spawn(move || work_loop(&worker, id));
     if let Err(e) = started {
         // The queued work is still taken by the threads that exist.
         tracing::error!(error = %e, "cannot start a run worker thread");
         state.threads -= 1;
+        state.started.pop();
     }
 }
 
-/// Every [`STARVED`]: a run queued that long means the threads at work are stuck in long
-/// runs, so one more joins in.
+/// Every [`STARVED`]: while runs wait, threads stuck in long runs are made up for, so
+/// `eager` threads keep taking from the queue.
 fn supervise(shared: &Arc<Shared>) {
     let mut state = shared.state();
     loop {
         if state.closed {
             return;
         }
-        if let Some((queued, _)) = state.queue.front()
-            && queued.elapsed() >= shared.starved
-        {
-            add_worker(shared, &mut state);
+        if !state.queue.is_empty() {
+            let now = Instant::now();
+            let stuck = state
+                .started
+                .iter()
+                .flatten()
+                .filter(|&&at| now.duration_since(at) >= shared.starved)
+                .count();
+            let progressing = state.busy().saturating_sub(stuck);
+            for _ in progressing..shared.eager.min(state.queue.len() + progressing) {
+                add_worker(shared, &mut state);
+            }
         }
         state = shared
             .watch
@@ -170,14 +182,16 @@ fn supervise(shared: &Arc<Shared>) {
     }
 }
 
-fn work_loop(shared: &Shared) {
+fn work_loop(shared: &Shared, id: usize) {
     loop {
         let work = {
             let mut state = shared.state();
             loop {
-                if let Some((_, work)) = state.queue.pop_front() {
+                if let Some(work) = state.queue.pop_front() {
+                    state.started[id] = Some(Instant::now());
                     break work;
                 }
+                state.started[id] = None;
                 if state.closed {
                     state.threads -= 1;
                     return;
