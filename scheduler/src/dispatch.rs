@@ -33,6 +33,34 @@ const MAX_PER_REQUEST: usize = 1_000;
 /// How long a trigger waits in the wheel when every executor of its app is full.
 const FULL_RETRY_MS: i64 = 200;
 
+/// Executors that answered `full`, and until when they are left alone: a burst larger
+/// than an executor's queue is held in the wheel instead of being sent, refused and sent
+/// again every round (which cost both sides more than the runs themselves).
+#[derive(Default)]
+pub(crate) struct FullMarks(std::sync::Mutex<HashMap<String, Millis>>);
+
+impl FullMarks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Millis>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mark(&self, address: &str, until: Millis) {
+        self.lock().insert(address.to_owned(), until);
+    }
+
+    fn is_full(&self, address: &str, now: Millis) -> bool {
+        let mut marks = self.lock();
+        match marks.get(address) {
+            Some(&until) if until > now => true,
+            Some(_) => {
+                marks.remove(address);
+                false
+            }
+            None => false,
+        }
+    }
+}
+
 /// Records dispatches in batches of at most this many rows…
 const RECORD_BATCH: usize = 2_000;
 /// …or after this long.
@@ -328,6 +356,19 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
     // per executor.
     while !pending.is_empty() {
         let mut by_executor: HashMap<String, Vec<Pending>> = HashMap::new();
+        let round_at = now_ms();
+        let mut held = std::mem::take(&mut pending);
+        // Executors still marked full count as having said so again, without a request.
+        while let Some(mut p) = held.pop() {
+            match p.candidates.get(p.next) {
+                Some(address) if shared.full.is_full(address, round_at) => {
+                    p.last_error = Some(format!("executor {address} is at capacity"));
+                    p.next += 1;
+                    held.push(p);
+                }
+                _ => pending.push(p),
+            }
+        }
         for p in pending.drain(..) {
             match p.candidates.get(p.next).cloned() {
                 Some(address) => by_executor.entry(address).or_default().push(p),
@@ -377,6 +418,14 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         });
         for (address, group, result) in join_all(requests).await {
             let dispatched_at = now_ms();
+            if let Ok(ack) = &result
+                && ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full)
+            {
+                // Shorter than the deferral, so the deferred triggers find it lifted.
+                shared
+                    .full
+                    .mark(&address, dispatched_at + FULL_RETRY_MS / 2);
+            }
             match result {
                 Ok(ack) if ack.acks.len() == group.len() => {
                     for (mut p, a) in group.into_iter().zip(ack.acks) {

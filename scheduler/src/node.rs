@@ -240,6 +240,8 @@ pub(crate) struct Shared {
     pub engine: wasmtime::Engine,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub lateness: crate::lateness::RecentLateness,
+    /// Executors that said `full` lately.
+    pub full: crate::dispatch::FullMarks,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -295,6 +297,7 @@ impl Node {
             engine: validation_engine()?,
             metrics: crate::metrics::handle(),
             lateness: crate::lateness::RecentLateness::default(),
+            full: crate::dispatch::FullMarks::default(),
             shutdown: shutdown.clone(),
             store,
             config,
