@@ -1,0 +1,11 @@
+;; The e2e test's plugin: a WASI preview 1 command that prints one line to stdout and
+;; exits 0. Memory layout: an iovec at 0 (pointer, length), bytes written at 8, text at 16.
+(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "hello from e2e\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 15))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))
