@@ -364,6 +364,10 @@ pub struct TaskFilter {
     /// Only tasks of these apps' jobs (a scoped user's view); `None` for every app.
     pub apps: Option<Vec<String>>,
     pub state: Option<TaskState>,
+    /// Only tasks due at or after this time (ms).
+    pub due_from: Option<Millis>,
+    /// Only tasks due before this time (ms).
+    pub due_to: Option<Millis>,
     pub key: Option<String>,
     pub before_id: Option<i64>,
     pub limit: u32,

@@ -881,6 +881,48 @@ impl Store {
         })
     }
 
+    /// Which jobs use which plugin: (plugin name, job id, job name), by plugin and job name.
+    pub async fn plugin_users(&self) -> Result<Vec<(String, i64, String)>> {
+        on_pool!(self, |pool, Db| {
+            Ok(
+                sqlx::query_as("SELECT plugin, id, name FROM jobs ORDER BY plugin, name")
+                    .fetch_all(pool)
+                    .await?,
+            )
+        })
+    }
+
+    /// Deletes every version of plugin `name`, which no job may use (a conflict naming
+    /// them otherwise). Returns the versions deleted.
+    pub async fn delete_plugin(&self, name: &str) -> Result<u64> {
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            let users: Vec<String> =
+                sqlx::query_scalar("SELECT name FROM jobs WHERE plugin = ? ORDER BY name LIMIT 6")
+                    .bind(name)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            if !users.is_empty() {
+                let more = if users.len() > 5 { ", …" } else { "" };
+                let listed: Vec<String> = users.iter().take(5).map(|j| format!("`{j}`")).collect();
+                return Err(Error::Conflict(format!(
+                    "plugin `{name}` is used by job {}{more}; change or delete those jobs first",
+                    listed.join(", ")
+                )));
+            }
+            let deleted = sqlx::query("DELETE FROM plugins WHERE name = ?")
+                .bind(name)
+                .execute(&mut *tx)
+                .await?
+                .affected();
+            if deleted == 0 {
+                return Err(Error::NotFound(format!("plugin `{name}`")));
+            }
+            tx.commit().await?;
+            Ok(deleted)
+        })
+    }
+
     /// The newest version of plugin `name`.
     pub async fn latest_plugin(&self, name: &str) -> Result<Plugin> {
         on_pool!(self, |pool, Db| {
@@ -1268,6 +1310,12 @@ impl Store {
             }
             if let Some(key) = &f.key {
                 qb.push(" AND idem_key = ").push_bind(key.as_str());
+            }
+            if let Some(from) = f.due_from {
+                qb.push(" AND due_at >= ").push_bind(from);
+            }
+            if let Some(to) = f.due_to {
+                qb.push(" AND due_at < ").push_bind(to);
             }
             if let Some(before) = f.before_id {
                 qb.push(" AND id < ").push_bind(before);

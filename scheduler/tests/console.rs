@@ -567,6 +567,27 @@ async fn the_job_form_shows_errors_next_to_their_fields() {
             // What was typed stays in the form.
             .contains(r#"value="default""#);
     }
+    // Every field's problem shows at once, next to its field.
+    let all_wrong = with(
+        with(
+            with(with(base.clone(), "name", "  "), "max_attempts", "0"),
+            "plugin",
+            "nope",
+        ),
+        "timeout_ms",
+        "soon",
+    );
+    let res = t.submit(&b, "/console/jobs", &all_wrong).await;
+    res.expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains("must not be empty")
+        .contains("must be between 1 and 100")
+        .contains("nope")
+        .contains("`soon` is not a whole number");
+    assert!(
+        res.body.matches(r#"class="field-error""#).count() >= 4,
+        "{}",
+        res.body
+    );
     // A taken name is an error on the name.
     t.create_job(&b, "daily").await;
     t.submit(&b, "/console/jobs", &base)
@@ -1146,5 +1167,109 @@ async fn the_user_form_names_every_bad_field() {
         .await
         .expect(StatusCode::UNPROCESSABLE_ENTITY)
         .contains("name: must not be empty");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn plugins_show_their_jobs_and_unused_ones_can_be_deleted() {
+    let t = start().await;
+    t.upload_plugin().await;
+    t.api(
+        Method::POST,
+        "/api/v1/plugins?name=spare",
+        "application/wasm",
+        START.into(),
+    )
+    .await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, "uses-echo").await;
+    let page = t.get("/console/plugins", Some(&b.cookie)).await;
+    page.expect(StatusCode::OK)
+        .contains(&format!(r#"<a href="/console/jobs/{job}">uses-echo</a>"#))
+        .contains(r#"action="/console/plugins/spare/delete""#);
+    assert!(
+        !page
+            .body
+            .contains(r#"action="/console/plugins/echo/delete""#)
+    );
+
+    t.submit(&b, "/console/plugins/echo/delete", &[])
+        .await
+        .expect(StatusCode::CONFLICT)
+        .contains("used by job `uses-echo`");
+    t.submit(&b, "/console/plugins/spare/delete", &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    assert!(
+        !t.get("/console/plugins", Some(&b.cookie))
+            .await
+            .body
+            .contains("spare")
+    );
+
+    let req = |path: &str| {
+        Request::delete(path)
+            .header(header::AUTHORIZATION, "Bearer test-token")
+            .body(Body::empty())
+            .unwrap()
+    };
+    t.send(req("/api/v1/plugins/spare"))
+        .await
+        .expect(StatusCode::NOT_FOUND);
+    t.send(req("/api/v1/plugins/echo"))
+        .await
+        .expect(StatusCode::CONFLICT);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn tasks_are_found_by_due_time() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, "timed").await;
+    let mut ids = Vec::new();
+    for (key, at) in [
+        ("early", "2030-01-01T10:00:00Z"),
+        ("late", "2030-01-02T10:00:00Z"),
+    ] {
+        let task = t
+            .api(
+                Method::POST,
+                "/api/v1/tasks",
+                "application/json",
+                json!({"job": job, "run_at": at, "key": key}).to_string(),
+            )
+            .await;
+        ids.push(task["id"].as_i64().unwrap());
+    }
+    let page = t
+        .get(
+            "/console/tasks?due_from=2030-01-01T09:00&due_to=2030-01-01T11:00",
+            Some(&b.cookie),
+        )
+        .await;
+    page.expect(StatusCode::OK)
+        .contains(&format!("/console/tasks/{}", ids[0]));
+    assert!(!page.body.contains(&format!("/console/tasks/{}\"", ids[1])));
+    t.get("/console/tasks?due_from=tomorrow", Some(&b.cookie))
+        .await
+        .expect(StatusCode::BAD_REQUEST)
+        .contains("due from: `tomorrow` is not a date and time");
+    let listed = t
+        .api(
+            Method::GET,
+            "/api/v1/tasks?due_after=2030-01-02T00:00:00Z",
+            "application/json",
+            String::new(),
+        )
+        .await;
+    let found: Vec<i64> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(found, [ids[1]]);
     t.stop().await;
 }

@@ -1176,3 +1176,39 @@ contract!(lists_are_scoped_to_apps, |store: Store| async move {
         .unwrap();
     assert!(runs.items.is_empty());
 });
+
+contract!(plugins_in_use_are_not_deleted, |store: Store| async move {
+    store
+        .insert_plugin("hello", &"a".repeat(64), b"\0asm", NOW)
+        .await
+        .unwrap();
+    store
+        .insert_plugin("hello", &"b".repeat(64), b"\0asm2", NOW)
+        .await
+        .unwrap();
+    store
+        .insert_plugin("spare", &"c".repeat(64), b"\0asm3", NOW)
+        .await
+        .unwrap();
+    let job = store.insert_job(&spec("greeter"), None, NOW).await.unwrap();
+    assert_eq!(
+        store.plugin_users().await.unwrap(),
+        vec![("hello".to_owned(), job.id, "greeter".to_owned())]
+    );
+    assert!(matches!(
+        store.delete_plugin("hello").await,
+        Err(Error::Conflict(m)) if m.contains("`greeter`")
+    ));
+    assert_eq!(store.delete_plugin("spare").await.unwrap(), 1);
+    assert!(matches!(
+        store.delete_plugin("spare").await,
+        Err(Error::NotFound(_))
+    ));
+    store.delete_job(job.id, true, NOW).await.unwrap();
+    assert_eq!(
+        store.delete_plugin("hello").await.unwrap(),
+        2,
+        "every version"
+    );
+    assert!(store.list_plugins().await.unwrap().is_empty());
+});

@@ -57,6 +57,22 @@ impl ApiError {
         }
     }
 
+    /// The same kind of error with another message (an internal error keeps its cause).
+    pub fn with_message(self, message: String) -> Self {
+        match self {
+            Self::BadRequest(_) => Self::BadRequest(message),
+            Self::Unauthorized(_) => Self::Unauthorized(message),
+            Self::Forbidden(_) => Self::Forbidden(message),
+            Self::NotFound(_) => Self::NotFound(message),
+            Self::MethodNotAllowed(_) => Self::MethodNotAllowed(message),
+            Self::Conflict(_) => Self::Conflict(message),
+            Self::PayloadTooLarge(_) => Self::PayloadTooLarge(message),
+            Self::Unprocessable(_) => Self::Unprocessable(message),
+            Self::Unavailable(_) => Self::Unavailable(message),
+            Self::Internal(e) => Self::Internal(e),
+        }
+    }
+
     /// Puts `prefix` before the message of a client error, so an error about one item of a
     /// batch names the item (`tasks[17].` + `delay_ms: …`).
     pub fn prefixed(self, prefix: &str) -> Self {

@@ -412,12 +412,45 @@ pub(crate) fn first_fire(
     }
 }
 
-/// Merges `fields` onto `base` (or the defaults, for a new job) and validates the result.
+/// Every field's problem with a job, in field order; converted to one [`ApiError`] (the
+/// first one's status, every message) for the API, shown field by field in the console.
+#[derive(Debug)]
+pub struct SpecErrors(pub Vec<ApiError>);
+
+impl From<SpecErrors> for ApiError {
+    fn from(SpecErrors(errors): SpecErrors) -> ApiError {
+        let message = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        match errors.into_iter().next() {
+            Some(first) => first.with_message(message),
+            None => ApiError::Internal(anyhow::anyhow!("a job was refused without a reason")),
+        }
+    }
+}
+
+/// Collects field errors: `take` keeps a value or files its error.
+struct Collect(Vec<ApiError>);
+
+impl Collect {
+    fn take<T>(&mut self, r: ApiResult<T>) -> Option<T> {
+        r.map_err(|e| self.0.push(e)).ok()
+    }
+
+    fn check(&mut self, r: ApiResult<impl Sized>) {
+        self.take(r);
+    }
+}
+
+/// Validates the fields (merged onto `base` for an update) into a job spec and its
+/// compiled schedule, checking every field, so a form can show every problem at once.
 pub(crate) async fn build_spec(
     state: &AppState,
     f: JobFields,
     base: Option<&Job>,
-) -> ApiResult<(JobSpec, CompiledSchedule)> {
+) -> Result<(JobSpec, CompiledSchedule), SpecErrors> {
     let store = state.node.store();
     let config = state.node.config();
     let required = |field: &str| {
@@ -426,85 +459,130 @@ pub(crate) async fn build_spec(
         ))
     };
     let old = base.map(|j| &j.spec);
+    let mut bad = Collect(Vec::new());
 
-    let name = f
-        .name
-        .or_else(|| old.map(|s| s.name.clone()))
-        .ok_or_else(|| required("name"))?;
-    validate::name("name", &name)?;
-    let app = f
-        .app
-        .or_else(|| old.map(|s| s.app.clone()))
-        .ok_or_else(|| required("app"))?;
-    validate::name("app", &app)?;
+    let name = bad.take(
+        f.name
+            .or_else(|| old.map(|s| s.name.clone()))
+            .ok_or_else(|| required("name")),
+    );
+    if let Some(name) = &name {
+        bad.check(validate::name("name", name));
+    }
+    let app = bad.take(
+        f.app
+            .or_else(|| old.map(|s| s.app.clone()))
+            .ok_or_else(|| required("app")),
+    );
+    if let Some(app) = &app {
+        bad.check(validate::name("app", app));
+    }
 
     let plugin = match (f.plugin, old) {
-        (Some(r), _) => plugin_ref(store, &r).await?,
-        (None, Some(old)) => old.plugin.clone(),
-        (None, None) => return Err(required("plugin")),
+        (Some(r), _) => bad.take(plugin_ref(store, &r).await),
+        (None, Some(old)) => Some(old.plugin.clone()),
+        (None, None) => bad.take(Err(required("plugin"))),
     };
 
-    let schedule = f
-        .schedule
-        .or_else(|| old.map(|s| s.schedule.clone()))
-        .ok_or_else(|| required("schedule"))?;
-    let compiled = schedule.compile().map_err(|e| invalid("schedule", e))?;
+    let schedule = bad.take(
+        f.schedule
+            .or_else(|| old.map(|s| s.schedule.clone()))
+            .ok_or_else(|| required("schedule")),
+    );
+    let compiled = match &schedule {
+        Some(s) => bad.take(s.compile().map_err(|e| invalid("schedule", e))),
+        None => None,
+    };
 
     let params = match f.params {
         Some(p) => p,
         None => old.and_then(|s| s.params.clone()),
     };
     if let Some(p) = &params {
-        validate::max_bytes("params", p, config.max_payload_bytes)?;
+        bad.check(validate::max_bytes("params", p, config.max_payload_bytes));
     }
 
     let route = match f.route {
-        Some(r) => Route::from_str(&r).map_err(|e| invalid("route", e))?,
-        None => old.map(|s| s.route).unwrap_or_default(),
+        Some(r) => bad.take(Route::from_str(&r).map_err(|e| invalid("route", e))),
+        None => Some(old.map(|s| s.route).unwrap_or_default()),
     };
     let block = match f.block {
-        Some(b) => BlockStrategy::from_str(&b).map_err(|e| invalid("block", e))?,
-        None => old.map(|s| s.block).unwrap_or_default(),
+        Some(b) => bad.take(BlockStrategy::from_str(&b).map_err(|e| invalid("block", e))),
+        None => Some(old.map(|s| s.block).unwrap_or_default()),
     };
     let misfire = match f.misfire {
-        Some(m) => Misfire::from_str(&m).map_err(|e| invalid("misfire", e))?,
-        None => old.map(|s| s.misfire).unwrap_or_default(),
+        Some(m) => bad.take(Misfire::from_str(&m).map_err(|e| invalid("misfire", e))),
+        None => Some(old.map(|s| s.misfire).unwrap_or_default()),
     };
 
     let timeout_ms = f
         .timeout_ms
         .or(old.map(|s| s.timeout_ms))
         .unwrap_or(DEFAULT_TIMEOUT_MS);
-    validate::within("timeout_ms", timeout_ms, 1..=MAX_TIMEOUT_MS)?;
+    bad.check(validate::within(
+        "timeout_ms",
+        timeout_ms,
+        1..=MAX_TIMEOUT_MS,
+    ));
     let max_attempts = f
         .max_attempts
         .or(old.map(|s| i64::from(s.max_attempts)))
         .unwrap_or(DEFAULT_MAX_ATTEMPTS);
-    validate::within("max_attempts", max_attempts, 1..=MAX_ATTEMPTS)?;
+    bad.check(validate::within(
+        "max_attempts",
+        max_attempts,
+        1..=MAX_ATTEMPTS,
+    ));
     let memory_mb = f
         .memory_mb
         .or(old.map(|s| i64::from(s.memory_mb)))
         .unwrap_or(DEFAULT_MEMORY_MB);
-    validate::within("memory_mb", memory_mb, 1..=MAX_MEMORY_MB)?;
+    bad.check(validate::within("memory_mb", memory_mb, 1..=MAX_MEMORY_MB));
     let max_concurrency = match f.max_concurrency {
         Some(m) => m,
         None => old.and_then(|s| s.max_concurrency).map(i64::from),
     };
     if let Some(m) = max_concurrency {
-        validate::within("max_concurrency", m, 1..=MAX_CONCURRENCY)?;
+        bad.check(validate::within("max_concurrency", m, 1..=MAX_CONCURRENCY));
     }
 
     let backoff = f
         .backoff
         .or_else(|| old.map(|s| s.backoff.clone()))
         .unwrap_or_default();
-    backoff.validate().map_err(|e| invalid("backoff", e))?;
+    bad.check(backoff.validate().map_err(|e| invalid("backoff", e)));
 
     let child_jobs = match f.child_jobs {
-        Some(refs) => child_jobs(store, &refs, base.map(|j| j.id)).await?,
-        None => old.map(|s| s.child_jobs.clone()).unwrap_or_default(),
+        Some(refs) => bad.take(child_jobs(store, &refs, base.map(|j| j.id)).await),
+        None => Some(old.map(|s| s.child_jobs.clone()).unwrap_or_default()),
     };
 
+    let (
+        Some(name),
+        Some(app),
+        Some(plugin),
+        Some(schedule),
+        Some(compiled),
+        Some(route),
+        Some(block),
+        Some(misfire),
+        Some(child_jobs),
+        true,
+    ) = (
+        name,
+        app,
+        plugin,
+        schedule,
+        compiled,
+        route,
+        block,
+        misfire,
+        child_jobs,
+        bad.0.is_empty(),
+    )
+    else {
+        return Err(SpecErrors(bad.0));
+    };
     let spec = JobSpec {
         name,
         app,

@@ -112,6 +112,7 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
             "/plugins",
             plugins::upload.layer(DefaultBodyLimit::max(max_plugin_bytes)),
         )
+        .route(M::DELETE, "/plugins/{name}", plugins::delete)
         .route(M::GET, "/jobs", jobs::list)
         .route(M::POST, "/jobs", jobs::create)
         .route(M::GET, "/jobs/{id}", jobs::get)

@@ -42,6 +42,7 @@ const API_TOKEN: &str = "api_token";
     paths(
         plugins::upload,
         plugins::list,
+        plugins::delete,
         jobs::create,
         jobs::list,
         jobs::get,
@@ -90,7 +91,10 @@ impl Modify for CommonAnswers {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let scheme = HttpBuilder::new()
             .scheme(HttpAuthScheme::Bearer)
-            .description(Some("The scheduler's `ROTA_API_TOKEN`."))
+            .description(Some(
+                "The scheduler's `ROTA_API_TOKEN` (an admin), or a token issued in the console \
+                 (it acts as its user: role and apps).",
+            ))
             .build();
         doc.components
             .get_or_insert_with(Default::default)
@@ -108,6 +112,11 @@ impl Modify for CommonAnswers {
                 let responses = &mut operation.responses.responses;
                 responses.entry("401".into()).or_insert_with(|| {
                     error_response("The `Authorization: Bearer <token>` header is missing or wrong")
+                });
+                responses.entry("403".into()).or_insert_with(|| {
+                    error_response(
+                        "The token's user lacks the role for this (viewer, operator, admin)",
+                    )
                 });
                 if has_body {
                     responses.entry("413".into()).or_insert_with(|| {

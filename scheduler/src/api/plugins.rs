@@ -8,7 +8,7 @@ use utoipa::IntoParams;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Json, Query, RawBody};
+use super::extract::{Json, PathParam, Query, RawBody};
 use super::openapi::{ErrorBody, WasmModule};
 use super::validate;
 use super::views::{PageView, PluginPage, PluginView};
@@ -77,6 +77,30 @@ pub async fn upload(
         StatusCode::OK
     };
     Ok((status, Json(plugin.into())))
+}
+
+/// `DELETE /api/v1/plugins/{name}`: every version of a plugin no job uses (admins only).
+#[utoipa::path(
+    delete,
+    path = "/api/v1/plugins/{name}",
+    operation_id = "delete_plugin",
+    params(("name" = String, Path, description = "The plugin's name")),
+    responses(
+        (status = 204, description = "Deleted, every version"),
+        (status = 404, description = "No plugin has this name", body = ErrorBody),
+        (status = 409, description = "Jobs use it (the message names them)", body = ErrorBody),
+    )
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
+    PathParam(name): PathParam,
+) -> ApiResult<StatusCode> {
+    who.check_admin("deleting a plugin")?;
+    let versions = state.node.store().delete_plugin(&name).await?;
+    state.node.plugin_changed(&name);
+    tracing::info!(plugin = %name, versions, by = %who.name, "plugin deleted");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /api/v1/plugins`: every version of every plugin, by name then newest version.

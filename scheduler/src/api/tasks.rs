@@ -361,9 +361,13 @@ pub struct ListQuery {
     status: Option<String>,
     /// Only the task with this key.
     key: Option<String>,
+    /// Only tasks due at or after this time (RFC 3339).
+    due_after: Option<String>,
+    /// Only tasks due before this time (RFC 3339).
+    due_before: Option<String>,
 }
 
-/// `GET /api/v1/tasks?job=&status=&key=&limit=&after=`: newest first.
+/// `GET /api/v1/tasks?job=&status=&key=&due_after=&due_before=&limit=&after=`: newest first.
 #[utoipa::path(
     get,
     path = "/api/v1/tasks",
@@ -389,11 +393,26 @@ pub async fn list(
         apps: who.app_filter().map(<[String]>::to_vec),
         state: task_state(q.status.as_deref().filter(|s| !s.is_empty()))?,
         key: q.key.filter(|k| !k.is_empty()),
+        due_from: due_param("due_after", q.due_after.as_deref())?,
+        due_to: due_param("due_before", q.due_before.as_deref())?,
         before_id: page.before_id,
         limit: page.limit,
     };
     let tasks = store.list_tasks(&filter).await?;
     Ok(Json(PageView::of(tasks, TaskView::from)))
+}
+
+/// A due-time filter of task lists: RFC 3339.
+fn due_param(name: &str, value: Option<&str>) -> ApiResult<Option<Millis>> {
+    match value.filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => parse_rfc3339(v).map(Some).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "query parameter `{name}`: `{}` is not an RFC 3339 time like 2026-11-30T09:15:00Z",
+                validate::excerpt(v)
+            ))
+        }),
+    }
 }
 
 /// The `status` filter of task lists, in the API's words.

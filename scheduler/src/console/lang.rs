@@ -311,6 +311,19 @@ const ZH_CN: &[(&str, &str)] = &[
         "Cancel this task? It will not run.",
         "取消该任务？它将不会运行。",
     ),
+    ("used by", "使用者"),
+    ("no job", "无作业"),
+    ("older version", "旧版本"),
+    (
+        "Delete every version of this plugin?",
+        "删除该插件的所有版本？",
+    ),
+    ("Schedule task", "计划任务"),
+    ("delay, seconds", "延迟（秒）"),
+    ("key (optional)", "键（可选）"),
+    ("payload (optional)", "载荷（可选）"),
+    ("Due from (UTC)", "到期起（UTC）"),
+    ("Due before (UTC)", "到期止（UTC）"),
 ];
 
 #[cfg(test)]

@@ -132,6 +132,7 @@ fn protected(max_plugin_bytes: usize) -> Vec<(Method, &'static str, MethodRouter
             "/plugins",
             post(upload_plugin).layer(DefaultBodyLimit::max(max_plugin_bytes)),
         ),
+        (M::POST, "/plugins/{name}/delete", post(delete_plugin)),
         (M::GET, "/executors", get(executors)),
         (M::GET, "/audit", get(audit_log)),
         (M::GET, "/users", get(people::users)),

@@ -16,7 +16,7 @@ use super::auth::{self, Session};
 use super::lang::Lang;
 use super::{Console, PREFIX, PageResult, When, render, render_status};
 use crate::access::Need;
-use crate::api::jobs::{JobFields, build_spec, first_fire, run_as, task_as};
+use crate::api::jobs::{JobFields, SpecErrors, build_spec, first_fire, run_as, task_as};
 use crate::api::tasks::store_tasks;
 use crate::api::{ApiError, AppState};
 use crate::model::{
@@ -551,9 +551,12 @@ impl JobForm {
         m.insert("name".into(), json!(self.name));
         m.insert("app".into(), json!(self.app.trim()));
         m.insert("plugin".into(), json!(self.plugin.trim()));
-        if let Some(s) = self.schedule(errors) {
-            m.insert("schedule".into(), s);
-        }
+        // A schedule with errors (filed already) stands in as `none`, so the other fields
+        // are still checked.
+        let schedule = self
+            .schedule(errors)
+            .unwrap_or_else(|| json!({"kind": "none"}));
+        m.insert("schedule".into(), schedule);
         let params = (!self.params.is_empty()).then_some(self.params.as_str());
         m.insert("params".into(), json!(params));
         m.insert("route".into(), json!(self.route));
@@ -573,9 +576,7 @@ impl JobForm {
             json!(int("max_concurrency", &self.max_concurrency, errors)),
         );
         m.insert("enabled".into(), json!(self.enabled.is_some()));
-        if !errors.is_empty() {
-            return None;
-        }
+        // Fields with errors are left out; the rest are still checked by `build_spec`.
         match serde_json::from_value(Value::Object(m)) {
             Ok(f) => Some(f),
             Err(e) => {
@@ -624,11 +625,14 @@ fn file_error(errors: &mut Errors, e: ApiError) -> Result<(), ApiError> {
         other => other.to_string(),
     };
     match message.split_once(": ") {
+        // The first problem of a field is the one shown next to it.
         Some((field, rest)) if JOB_FIELDS.contains(&field) => {
-            errors.insert(field.to_owned(), rest.to_owned());
+            errors
+                .entry(field.to_owned())
+                .or_insert_with(|| rest.to_owned());
         }
         _ => {
-            errors.insert(String::new(), message);
+            errors.entry(String::new()).or_insert(message);
         }
     }
     Ok(())
@@ -762,15 +766,19 @@ async fn save_job(console: Console, s: Session, base: Option<Job>, form: JobForm
     let built = match fields {
         Some(f) => match build_spec(&state, f, base.as_ref()).await {
             Ok(b) => Some(b),
-            Err(e) => {
-                file_error(&mut errors, e)?;
+            Err(SpecErrors(all)) => {
+                for e in all {
+                    file_error(&mut errors, e)?;
+                }
                 None
             }
         },
         None => None,
     };
     let preview = form.preview.is_some();
-    if let (Some((spec, compiled)), false) = (built, preview) {
+    // Saved only when no field has a problem (a field that did not parse was left out of
+    // the check above and would otherwise fall back to its default).
+    if let (Some((spec, compiled)), false, true) = (built, preview, errors.is_empty()) {
         s.who.check_app(&spec.app)?;
         let store = console.node.store();
         let now = now_ms();
@@ -1027,6 +1035,8 @@ struct TasksPage {
     chrome: Chrome,
     job: String,
     key: String,
+    due_from: String,
+    due_to: String,
     statuses: Vec<Opt>,
     tasks: Vec<TaskRow>,
     next: Option<String>,
@@ -1037,7 +1047,25 @@ pub struct TasksQuery {
     job: Option<String>,
     status: Option<String>,
     key: Option<String>,
+    /// Due from / before, as a `datetime-local` field sends it, in UTC.
+    due_from: Option<String>,
+    due_to: Option<String>,
     before: Option<i64>,
+}
+
+/// A `datetime-local` value (`2026-11-30T09:15`, seconds optional), read as UTC.
+fn utc_field(field: &str, text: Option<&str>) -> Result<Option<Millis>, ApiError> {
+    let Some(text) = text else { return Ok(None) };
+    ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"]
+        .iter()
+        .find_map(|f| chrono::NaiveDateTime::parse_from_str(text, f).ok())
+        .map(|t| Some(t.and_utc().timestamp_millis()))
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "{field}: `{}` is not a date and time like 2026-11-30T09:15",
+                crate::api::validate::excerpt(text)
+            ))
+        })
 }
 
 pub async fn tasks(
@@ -1060,7 +1088,10 @@ pub async fn tasks(
         )),
     };
     let key = empty_none(&q.key).map(str::to_owned);
+    let (due_from, due_to) = (empty_none(&q.due_from), empty_none(&q.due_to));
     let filter = TaskFilter {
+        due_from: utc_field("due from", due_from)?,
+        due_to: utc_field("due before", due_to)?,
         job_id,
         apps: s.who.app_filter().map(<[String]>::to_vec),
         state,
@@ -1076,12 +1107,16 @@ pub async fn tasks(
             ("job", empty_none(&q.job)),
             ("status", status),
             ("key", key.as_deref()),
+            ("due_from", due_from),
+            ("due_to", due_to),
         ],
     );
     render(&TasksPage {
         chrome: Chrome::of(&s, "tasks"),
         job: empty_none(&q.job).unwrap_or_default().to_owned(),
         key: key.unwrap_or_default(),
+        due_from: due_from.unwrap_or_default().to_owned(),
+        due_to: due_to.unwrap_or_default().to_owned(),
         statuses: options(
             std::iter::once("").chain(TaskStatus::ALL.iter().map(|s| s.as_str())),
             status.unwrap_or_default(),
@@ -1341,10 +1376,15 @@ async fn run_for(
 pub struct PluginRow {
     id: i64,
     name: String,
+    /// The name, percent-encoded for a path.
+    name_url: String,
     version: i32,
     sha256: String,
     size: i64,
     created: When,
+    /// The newest version's row (the one runs use) carries the name's jobs.
+    newest: bool,
+    jobs: Vec<(i64, String)>,
 }
 
 #[derive(Template)]
@@ -1359,22 +1399,52 @@ pub async fn plugins(
     State(console): State<Console>,
     Extension(s): Extension<Session>,
 ) -> PageResult {
-    let plugins = console.node.store().list_plugins().await?;
+    let store = console.node.store();
+    let plugins = store.list_plugins().await?;
+    let mut users: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
+    for (plugin, job_id, job_name) in store.plugin_users().await? {
+        users.entry(plugin).or_default().push((job_id, job_name));
+    }
+    let mut seen = std::collections::HashSet::new();
     render(&PluginsPage {
         chrome: Chrome::of(&s, "plugins"),
         max_mib: console.node.config().max_plugin_bytes / (1024 * 1024),
         plugins: plugins
             .into_iter()
-            .map(|p| PluginRow {
-                id: p.id,
-                name: p.name,
-                version: p.version,
-                sha256: p.sha256,
-                size: p.size,
-                created: When::of(p.created_at),
+            .map(|p| {
+                // Listed newest version first within a name.
+                let newest = seen.insert(p.name.clone());
+                PluginRow {
+                    id: p.id,
+                    name_url: encode(&p.name),
+                    jobs: if newest {
+                        users.get(&p.name).cloned().unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    },
+                    name: p.name,
+                    version: p.version,
+                    sha256: p.sha256,
+                    size: p.size,
+                    created: When::of(p.created_at),
+                    newest,
+                }
             })
             .collect(),
     })
+}
+
+/// Deletes every version of a plugin no job uses (admins only).
+pub async fn delete_plugin(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(name): Path<String>,
+) -> PageResult {
+    s.who.check_admin("deleting a plugin")?;
+    console.node.store().delete_plugin(&name).await?;
+    console.node.plugin_changed(&name);
+    audit(&console, &s.user.name, "delete plugin", &name).await;
+    Ok(Redirect::to(&format!("{PREFIX}/plugins")).into_response())
 }
 
 /// `POST /console/plugins?name=N` with the module as the body (sent by the page's script
