@@ -5,48 +5,10 @@
 mod support;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
 use support::*;
-
-fn spawn_server(db: &str, port: u16, log: &std::path::Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_rota"))
-        .args([
-            "server",
-            "--database-url",
-            db,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
-        .env("ROTA_API_TOKEN", TOKEN)
-        .env("ROTA_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("starting rota server")
-}
-
-async fn wait_healthy(api: &Api) {
-    eventually(
-        Duration::from_secs(30),
-        "rota server to answer /healthz",
-        || async {
-            let ok = reqwest::get(format!("{}/healthz", api.base))
-                .await
-                .map(|r| r.status().is_success());
-            ok.unwrap_or(false).then_some(())
-        },
-    )
-    .await;
-}
 
 async fn count_claimed(db: &str) -> i64 {
     let pool = sqlx::SqlitePool::connect(db).await.unwrap();
@@ -66,7 +28,7 @@ async fn a_killed_server_dispatches_every_claimed_fire_exactly_once_after_restar
     let port = free_port();
     let api = Api::new(format!("http://127.0.0.1:{port}"));
 
-    let mut server = KillOnDrop(spawn_server(&db, port, &log));
+    let mut server = spawn_server(&db, port, &log, "rota-1");
     wait_healthy(&api).await;
     let executor = ExecutorDouble::start(&api.base, "default", Behaviour::Succeed).await;
     api.upload_plugin("noop").await;
@@ -99,7 +61,7 @@ async fn a_killed_server_dispatches_every_claimed_fire_exactly_once_after_restar
     server.0.wait().unwrap();
     let before_restart = executor.received().len();
 
-    let server = KillOnDrop(spawn_server(&db, port, &log));
+    let server = spawn_server(&db, port, &log, "rota-1");
     wait_healthy(&api).await;
     for &id in &ids {
         eventually(

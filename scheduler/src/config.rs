@@ -39,6 +39,11 @@ pub struct Config {
     /// Timeout of one HTTP request to an executor.
     pub dispatch_timeout_ms: u64,
 
+    /// A scheduler node whose heartbeat is this old is dead: another node takes over its
+    /// claims (and a stalled one that wakes finds itself fenced). It heartbeats every sixth
+    /// of this, and fires only while its last heartbeat is younger than half of it.
+    pub node_dead_after_ms: i64,
+
     /// Interval executors are told to heartbeat at.
     pub heartbeat_interval_ms: i64,
     /// An executor silent this long is dead and its runs are lost.
@@ -80,6 +85,7 @@ impl Config {
             slow_dispatch_ms: 500,
             slow_dispatch_count: 10,
             dispatch_timeout_ms: 3_000,
+            node_dead_after_ms: 3_000,
             heartbeat_interval_ms: rota_proto::wire::DEFAULT_HEARTBEAT_INTERVAL_MS,
             executor_dead_after_ms: rota_proto::wire::DEFAULT_EXECUTOR_DEAD_AFTER_MS,
             executors_die_with_node: false,

@@ -30,6 +30,9 @@ use crate::route::Route;
 /// Triggers per request to one executor at most.
 const MAX_PER_REQUEST: usize = 1_000;
 
+/// How often held fires look again while this node's lease is unconfirmed.
+const LEASE_RETRY_MS: i64 = 50;
+
 /// How long a trigger waits in the wheel when every executor of its app is full.
 const FULL_RETRY_MS: i64 = 200;
 
@@ -158,6 +161,14 @@ impl Pools {
     /// Called on the ring thread with one tick's due tasks (highest priority first).
     pub(crate) fn fire(&self, shared: &Shared, batch: Vec<DueTask>) {
         let now = now_ms();
+        // Fire only under a confirmed lease: a node that could not heartbeat (a stall, a
+        // lost database) holds its wheel until it can, or until it learns it was fenced,
+        // so a take-over never races a late fire (docs/cluster.md).
+        if now > shared.lease_valid_until.load(Ordering::SeqCst) {
+            metrics::counter!("rota_fires_held_total").increment(batch.len() as u64);
+            shared.ring.defer(batch, now + LEASE_RETRY_MS);
+            return;
+        }
         for t in &batch {
             metrics::histogram!("rota_fire_lateness_seconds")
                 .record((now - t.due_at).max(0) as f64 / 1000.0);

@@ -8,6 +8,7 @@
 //! they drained.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -242,6 +243,9 @@ pub(crate) struct Shared {
     pub lateness: crate::lateness::RecentLateness,
     /// Executors that said `full` lately.
     pub full: crate::dispatch::FullMarks,
+    /// This node may fire until then (ms): its last successful heartbeat plus half the
+    /// dead-after time, so it stops before any other node could take its claims over.
+    pub lease_valid_until: std::sync::atomic::AtomicI64,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -270,7 +274,7 @@ impl Node {
         store: Store,
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<Node> {
-        wait_for_name(&store, &config.node_name).await?;
+        wait_for_name(&store, &config.node_name, config.node_dead_after_ms).await?;
         let now = now_ms();
         let lease = store
             .start_node(&config.node_name, &config.advertise_url, now)
@@ -298,6 +302,9 @@ impl Node {
             metrics: crate::metrics::handle(),
             lateness: crate::lateness::RecentLateness::default(),
             full: crate::dispatch::FullMarks::default(),
+            lease_valid_until: std::sync::atomic::AtomicI64::new(
+                now + config.node_dead_after_ms / 2,
+            ),
             shutdown: shutdown.clone(),
             store,
             config,
@@ -332,6 +339,7 @@ impl Node {
         tasks.spawn(dispatch::record_loop(shared.clone(), recorder_rx));
         tasks.spawn(crate::complete::liveness_loop(shared.clone()));
         tasks.spawn(node_heartbeat_loop(shared.clone()));
+        tasks.spawn(crate::scan::take_over_loop(shared.clone()));
         tasks.spawn(crate::retention::retention_loop(shared.clone()));
         {
             let shared = shared.clone();
@@ -604,14 +612,13 @@ fn validation_engine() -> anyhow::Result<wasmtime::Engine> {
 /// A node name is one process at a time: if its heartbeat is fresh, another process holds it
 /// (two servers started with the same name) or a killed one just stopped. Wait until it is
 /// stale; refuse to start if it keeps beating.
-async fn wait_for_name(store: &Store, name: &str) -> anyhow::Result<()> {
-    const STALE_MS: i64 = 3_000;
-    let deadline = Instant::now() + Duration::from_millis(STALE_MS as u64 * 2);
+async fn wait_for_name(store: &Store, name: &str, stale_ms: i64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_millis(stale_ms.max(0) as u64 * 2);
     loop {
         let Some(at) = store.node_heartbeat_at(name).await? else {
             return Ok(());
         };
-        if now_ms() - at > STALE_MS {
+        if now_ms() - at > stale_ms {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -624,22 +631,33 @@ async fn wait_for_name(store: &Store, name: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Keeps this node's row fresh (cluster membership builds on it).
+/// Keeps this node's row fresh, and with it the lease to fire (`docs/cluster.md`).
 async fn node_heartbeat_loop(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.clone();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let dead_after = shared.config.node_dead_after_ms.max(600);
+    let mut tick = tokio::time::interval(Duration::from_millis(
+        u64::try_from(dead_after / 6).unwrap_or(500),
+    ));
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        match shared.store.heartbeat_node(shared.lease, now_ms()).await {
-            Ok(true) => {}
+        // The lease counts from before the write: the database saw it no earlier.
+        let sent = now_ms();
+        match shared.store.heartbeat_node(shared.lease, sent).await {
+            Ok(true) => {
+                shared
+                    .lease_valid_until
+                    .fetch_max(sent + dead_after / 2, Ordering::SeqCst);
+            }
             Ok(false) => {
-                // Fenced: a newer process runs under this node's name. Fire nothing more.
+                // Fenced: another node took over this one's claims (it had stopped
+                // heartbeating), or a newer process runs under its name. Fire nothing more.
+                shared.lease_valid_until.store(0, Ordering::SeqCst);
                 tracing::error!(
                     node = %shared.config.node_name,
-                    "another process took over this node's name; this one stops scheduling"
+                    "this node was fenced (taken over, or another process runs under its name); it stops scheduling"
                 );
                 let left = shared.ring.stop();
                 drop(left);

@@ -1,9 +1,11 @@
 //! The scan: once a second (sooner when woken) it claims everything due in the next window —
 //! recurring fire times turned into task rows and pending tasks — and puts it in the wheel.
 //!
-//! Also the start-up recovery: claims an earlier incarnation of this node made and never
-//! recorded as dispatched are checked with the executors (`/runs/known`) so that what
-//! reached one is not sent again, and the rest is fired now.
+//! Also the recovery of claims made by another process: at start-up those of this node's
+//! earlier incarnation, and every second those of any node that stopped heartbeating
+//! (the take-over, `docs/cluster.md`). Claims never recorded as dispatched are checked
+//! with the executors (`/runs/known`) so that what reached one is not sent again, and the
+//! rest is fired now.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +33,14 @@ pub(crate) async fn scan_loop(shared: Arc<Shared>) {
         let started = Instant::now();
         let full = match scan_once(&shared, &mut compiled).await {
             Ok(full) => full,
+            Err(crate::store::Error::Fenced) => {
+                tracing::error!("this node was fenced; it stops scanning and firing");
+                shared
+                    .lease_valid_until
+                    .store(0, std::sync::atomic::Ordering::SeqCst);
+                drop(shared.ring.stop());
+                return;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "scan failed; retrying");
                 false
@@ -118,8 +128,6 @@ async fn scan_once(
 }
 
 /// Recovers the claims of this node's earlier incarnations (it was killed after a scan).
-/// Attempts an executor already has are recorded as dispatched; the others are fired again,
-/// each exactly once.
 pub(crate) async fn recover(shared: &Shared) -> anyhow::Result<()> {
     let claims = shared.store.claims_of(shared.lease).await?;
     if claims.is_empty() {
@@ -129,6 +137,58 @@ pub(crate) async fn recover(shared: &Shared) -> anyhow::Result<()> {
         tasks = claims.len(),
         "recovering claims of an earlier run of this node"
     );
+    recover_claims(shared, claims).await
+}
+
+/// Every second: takes over the claims of nodes that stopped heartbeating, and fires them
+/// (after asking the executors which they already have).
+pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if shared.ring.is_stopped() {
+            return;
+        }
+        // Only a node whose own lease holds may take others' work.
+        let now = now_ms();
+        if now
+            > shared
+                .lease_valid_until
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            continue;
+        }
+        let dead_before = now - shared.config.node_dead_after_ms;
+        match shared.store.take_over_dead(shared.lease, dead_before).await {
+            Ok((nodes, claims)) if !nodes.is_empty() => {
+                tracing::warn!(
+                    nodes = ?nodes,
+                    claims = claims.len(),
+                    "took over the claims of scheduler nodes that stopped heartbeating"
+                );
+                metrics::counter!("rota_takeovers_total").increment(nodes.len() as u64);
+                if let Err(e) = recover_claims(&shared, claims).await {
+                    tracing::error!(error = %format!("{e:#}"), "firing taken-over claims failed; the next take-over round retries");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "checking for dead scheduler nodes failed"),
+        }
+    }
+}
+
+/// Claims made by another process (an earlier incarnation, a dead node): attempts an
+/// executor already has are recorded as dispatched; the others are fired, each exactly
+/// once.
+async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result<()> {
+    if claims.is_empty() {
+        return Ok(());
+    }
     // Ask every live executor of each involved app which of these attempts it has.
     let mut by_app: HashMap<String, Vec<&DueTask>> = HashMap::new();
     for t in &claims {

@@ -39,6 +39,10 @@ pub enum Error {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored value is invalid: {0}")]
     Corrupt(String),
+    /// This node's lease is gone: another node took over its claims (it had stopped
+    /// heartbeating), or a newer process runs under its name. It must fire nothing more.
+    #[error("this scheduler node was fenced: its claims were taken over")]
+    Fenced,
 }
 
 impl From<sqlx::Error> for Error {
@@ -629,6 +633,63 @@ impl Store {
                 .execute(pool)
                 .await?;
             Ok(r.affected() > 0)
+        })
+    }
+
+    /// Takes over the claims of every other node whose heartbeat is older than
+    /// `dead_before`: its epoch is bumped (if it only stalled, its next heartbeat or claim
+    /// finds itself fenced) and its claimed tasks move to `lease`, in one transaction.
+    /// Returns the names of the nodes taken over and the claims now held by `lease`.
+    pub async fn take_over_dead(
+        &self,
+        lease: NodeLease,
+        dead_before: Millis,
+    ) -> Result<(Vec<String>, Vec<DueTask>)> {
+        let skip_locked = self.skip_locked();
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            // `heartbeat_at` 0 marks a node already taken over (until it starts again).
+            let dead: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id, name FROM nodes WHERE id <> ? AND heartbeat_at > 0 \
+                 AND heartbeat_at < ? ORDER BY id{skip_locked}"
+            )))
+            .bind(lease.node_id)
+            .bind(dead_before)
+            .fetch_all(&mut *tx)
+            .await?;
+            if dead.is_empty() {
+                return Ok((Vec::new(), Vec::new()));
+            }
+            let mut names = Vec::with_capacity(dead.len());
+            let mut moved = Vec::new();
+            for (id, name) in dead {
+                sqlx::query("UPDATE nodes SET epoch = epoch + 1, heartbeat_at = 0 WHERE id = ?")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                let rows: Vec<DueRow> = sqlx::query_as(
+                    "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks \
+                     WHERE status = 'claimed' AND owner_node = ? ORDER BY due_at",
+                )
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "UPDATE tasks SET owner_node = ?, owner_epoch = ? \
+                     WHERE status = 'claimed' AND owner_node = ?",
+                )
+                .bind(lease.node_id)
+                .bind(lease.epoch)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                for row in rows {
+                    moved.push(DueTask::try_from(row)?);
+                }
+                names.push(name);
+            }
+            tx.commit().await?;
+            Ok((names, moved))
         })
     }
 
@@ -1371,8 +1432,25 @@ impl Store {
         let skip_locked = self.skip_locked();
         let insert_ignore = self.insert_ignore();
         let mut claimed = Claimed::default();
+        let share = if self.is_mysql() {
+            " LOCK IN SHARE MODE"
+        } else {
+            ""
+        };
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin().await?;
+            // Claim only under a live lease, holding it for the transaction: a take-over
+            // (which bumps the epoch) waits for this claim and then moves it too, or runs
+            // first and this claim is refused.
+            let epoch: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT epoch FROM nodes WHERE id = ?{share}"
+            )))
+            .bind(lease.node_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if epoch != Some(lease.epoch) {
+                return Err(Error::Fenced);
+            }
             let jobs: Vec<(i64, String, String, Option<i64>)> =
                 sqlx::query_as(sqlx::AssertSqlSafe(format!(
                     "SELECT id, schedule, misfire, next_fire_at FROM jobs \

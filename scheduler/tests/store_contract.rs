@@ -1212,3 +1212,80 @@ contract!(plugins_in_use_are_not_deleted, |store: Store| async move {
     );
     assert!(store.list_plugins().await.unwrap().is_empty());
 });
+
+contract!(
+    a_dead_nodes_claims_are_taken_over_and_it_is_fenced,
+    |store: Store| async move {
+        let a = store.start_node("a", "http://a", NOW).await.unwrap();
+        let b = store.start_node("b", "http://b", NOW).await.unwrap();
+        let job = store.insert_job(&spec("j"), None, NOW).await.unwrap();
+        store
+            .insert_tasks(
+                &[
+                    task(job.id, NOW + 1_000, None),
+                    task(job.id, NOW + 2_000, None),
+                ],
+                NOW,
+            )
+            .await
+            .unwrap();
+        let claimed = store
+            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(claimed.tasks.len(), 2);
+
+        // B beats on; A stopped at NOW. Not dead yet: nothing moves.
+        store.heartbeat_node(b, NOW + 4_000).await.unwrap();
+        let (nodes, moved) = store.take_over_dead(b, NOW - 1).await.unwrap();
+        assert!(nodes.is_empty() && moved.is_empty());
+
+        // Dead: B takes A's claims, once.
+        let (nodes, moved) = store.take_over_dead(b, NOW + 3_000).await.unwrap();
+        assert_eq!(nodes, ["a"]);
+        let mut ids: Vec<i64> = moved.iter().map(|t| t.task_id).collect();
+        ids.sort();
+        let mut want: Vec<i64> = claimed.tasks.iter().map(|t| t.task_id).collect();
+        want.sort();
+        assert_eq!(ids, want);
+        let (nodes, moved) = store.take_over_dead(b, NOW + 10_000).await.unwrap();
+        assert!(nodes.is_empty() && moved.is_empty(), "taken over once");
+        // B never takes itself over, however old its own heartbeat.
+        assert!(
+            store
+                .take_over_dead(b, i64::MAX)
+                .await
+                .unwrap()
+                .0
+                .is_empty()
+        );
+
+        // A wakes: its heartbeat and its claims are refused.
+        assert!(!store.heartbeat_node(a, NOW + 5_000).await.unwrap());
+        store
+            .insert_tasks(&[task(job.id, NOW, None)], NOW)
+            .await
+            .unwrap();
+        assert!(matches!(
+            store
+                .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+                .await,
+            Err(Error::Fenced)
+        ));
+        // A restarted (a new epoch) is a member again.
+        let a2 = store
+            .start_node("a", "http://a", NOW + 6_000)
+            .await
+            .unwrap();
+        assert!(store.heartbeat_node(a2, NOW + 6_500).await.unwrap());
+        assert_eq!(
+            store
+                .claim_due(a2, NOW, NOW + 5_000, 100, &mut no_jobs)
+                .await
+                .unwrap()
+                .tasks
+                .len(),
+            1
+        );
+    }
+);

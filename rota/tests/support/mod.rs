@@ -614,3 +614,45 @@ pub async fn wait_ready(api: &Api) {
     )
     .await;
 }
+
+/// Starts `rota server` (node `node_name`) on `db` at 127.0.0.1:`port`, logging to `log`.
+pub fn spawn_server(db: &str, port: u16, log: &std::path::Path, node_name: &str) -> KillOnDrop {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args([
+            "server",
+            "--database-url",
+            db,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--node-name",
+            node_name,
+        ])
+        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+        .env("ROTA_API_TOKEN", TOKEN)
+        .env("ROTA_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting rota server");
+    KillOnDrop(child)
+}
+
+/// Waits until a server answers `/healthz`.
+pub async fn wait_healthy(api: &Api) {
+    eventually(
+        Duration::from_secs(30),
+        "rota server to answer /healthz",
+        || async {
+            let ok = reqwest::get(format!("{}/healthz", api.base))
+                .await
+                .map(|r| r.status().is_success());
+            ok.unwrap_or(false).then_some(())
+        },
+    )
+    .await;
+}

@@ -107,6 +107,9 @@ impl From<store::Error> for ApiError {
         match e {
             store::Error::NotFound(what) => Self::NotFound(format!("{what} not found")),
             store::Error::Conflict(m) => Self::Conflict(m),
+            store::Error::Fenced => Self::Unavailable(
+                "this scheduler node was taken over by another; use another node".into(),
+            ),
             other => Self::Internal(other.into()),
         }
     }

@@ -1,0 +1,230 @@
+//! Two `rota server` nodes on one database: SIGKILL the node that claimed a window of
+//! delayed tasks, and the other takes its claims over — every task runs, each attempt is
+//! sent exactly once (what reached the executor before the kill is not sent again).
+//!
+//! On MariaDB/MySQL when `ROTA_TEST_MYSQL_URL` is set (a database of its own), else on one
+//! SQLite file shared by the two processes.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::*;
+
+/// The database both nodes use, dropped at the end on MySQL.
+struct SharedDb {
+    url: String,
+    mysql: Option<(sqlx::MySqlPool, String)>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl SharedDb {
+    async fn new() -> SharedDb {
+        match std::env::var("ROTA_TEST_MYSQL_URL") {
+            Ok(base) if !base.is_empty() => {
+                let admin = sqlx::MySqlPool::connect(&base).await.unwrap();
+                let name = format!("rota_cl_{}", rand::random::<u32>());
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&admin)
+                    .await
+                    .unwrap();
+                let (prefix, _) = base.rsplit_once('/').unwrap();
+                SharedDb {
+                    url: format!("{prefix}/{name}"),
+                    mysql: Some((admin, name)),
+                    _dir: None,
+                }
+            }
+            _ => {
+                let (url, dir) = sqlite_url();
+                SharedDb {
+                    url,
+                    mysql: None,
+                    _dir: Some(dir),
+                }
+            }
+        }
+    }
+
+    async fn drop_db(self) {
+        if let Some((admin, name)) = self.mysql {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}")))
+                .execute(&admin)
+                .await;
+        }
+    }
+}
+
+/// Two nodes on one database, an executor double registered with A, a job, and 60 tasks due
+/// 0.5–3.5 s from now that A claimed as it accepted them.
+struct Bed {
+    db: SharedDb,
+    dir: tempfile::TempDir,
+    b: Api,
+    node_a: KillOnDrop,
+    node_b: KillOnDrop,
+    executor: ExecutorDouble,
+    ids: Vec<i64>,
+}
+
+async fn bed() -> Bed {
+    let db = SharedDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = Api::new(format!("http://127.0.0.1:{port_a}"));
+    let b = Api::new(format!("http://127.0.0.1:{port_b}"));
+    let node_a = spawn_server(&db.url, port_a, &dir.path().join("a.log"), "node-a");
+    wait_healthy(&a).await;
+    let node_b = spawn_server(&db.url, port_b, &dir.path().join("b.log"), "node-b");
+    wait_healthy(&b).await;
+    // The executor registers with A; the registry is in the database, so B knows it too.
+    let executor = ExecutorDouble::start(&a.base, "default", Behaviour::Succeed).await;
+    a.upload_plugin("noop").await;
+    a.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(json!({"name": "close-order", "app": "default", "plugin": "noop", "schedule": {"kind": "none"}})),
+    )
+    .await;
+    let tasks: Vec<_> = (0..60)
+        .map(|i| json!({"job": "close-order", "delay_ms": 500 + i * 50}))
+        .collect();
+    let created = a
+        .ok("POST", "/api/v1/tasks/batch", Some(json!({"tasks": tasks})))
+        .await;
+    let ids = created["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    Bed {
+        db,
+        dir,
+        b,
+        node_a,
+        node_b,
+        executor,
+        ids,
+    }
+}
+
+impl Bed {
+    /// Every task succeeded, each sent to the executor once, with one run.
+    async fn every_task_ran_once(&self) {
+        for &id in &self.ids {
+            eventually(Duration::from_secs(30), "every task to succeed", || {
+                let b = self.b.clone();
+                async move {
+                    let t = b.ok("GET", &format!("/api/v1/tasks/{id}"), None).await;
+                    (t["status"] == "succeeded").then_some(())
+                }
+            })
+            .await;
+        }
+        let mut sends: HashMap<i64, usize> = HashMap::new();
+        for r in self.executor.received() {
+            *sends.entry(r.trigger.task_id).or_default() += 1;
+        }
+        for &id in &self.ids {
+            assert_eq!(
+                sends.get(&id),
+                Some(&1),
+                "task {id} was sent {:?} times",
+                sends.get(&id)
+            );
+            let runs = self
+                .b
+                .ok("GET", &format!("/api/v1/runs?task={id}"), None)
+                .await;
+            assert_eq!(
+                runs["items"].as_array().unwrap().len(),
+                1,
+                "task {id} has one run"
+            );
+        }
+    }
+
+    fn log(&self, node: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{node}.log"))).unwrap_or_default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_nodes_claims_are_fired_once_by_the_other_node() {
+    let mut bed = bed().await;
+    // Some fire, then A dies with the rest of its window in its wheel.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    bed.node_a.0.kill().unwrap();
+    bed.node_a.0.wait().unwrap();
+    let killed_at = now_us();
+    let killed = Instant::now();
+    // An executor knows every scheduler and reports to one that answers.
+    bed.executor.set_scheduler(&bed.b.base);
+    let before = bed.executor.received().len();
+    assert!(
+        before < bed.ids.len(),
+        "the kill came before everything fired ({before} of 60)"
+    );
+
+    bed.every_task_ran_once().await;
+    let all_done = killed.elapsed();
+    let first_after = bed
+        .executor
+        .received()
+        .iter()
+        .map(|r| r.received_at_us)
+        .filter(|&at| at > killed_at)
+        .min()
+        .expect("sends after the kill");
+    let log_b = bed.log("b");
+    assert!(
+        log_b.contains("took over the claims"),
+        "node B took over:\n{log_b}"
+    );
+    eprintln!(
+        "sent before the kill: {before} of 60; first send by the survivor {:.2} s after the kill; all succeeded after {:.2} s",
+        (first_after - killed_at) as f64 / 1e6,
+        all_done.as_secs_f64()
+    );
+    drop(bed.node_b);
+    bed.db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_node_that_wakes_after_a_take_over_fires_nothing() {
+    let bed = bed().await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let pid = bed.node_a.0.id().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    // A stalls (a long pause, a lost network) past the dead-after time: B takes over.
+    signal("-STOP");
+    bed.executor.set_scheduler(&bed.b.base);
+    let sent_before = bed.executor.received().len();
+    eventually(Duration::from_secs(15), "node B to take over", || async {
+        bed.log("b").contains("took over the claims").then_some(())
+    })
+    .await;
+    // A wakes with its wheel still full: it must find itself fenced and fire nothing.
+    signal("-CONT");
+    eventually(
+        Duration::from_secs(10),
+        "node A to learn it was fenced",
+        || async { bed.log("a").contains("fenced").then_some(()) },
+    )
+    .await;
+    // By now an unguarded A would have fired its wheel the moment it woke.
+    bed.every_task_ran_once().await;
+    eprintln!("sent before the stall: {sent_before} of 60");
+    drop(bed.node_a);
+    drop(bed.node_b);
+    bed.db.drop_db().await;
+}
