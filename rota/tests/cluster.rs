@@ -228,3 +228,53 @@ async fn a_stalled_node_that_wakes_after_a_take_over_fires_nothing() {
     drop(bed.node_b);
     bed.db.drop_db().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_through_another_node_reaches_the_wheel_that_holds_the_task() {
+    let bed = bed().await;
+    // The last tasks are due ~3.5 s out, in A's wheel. Cancel two of them through B.
+    let (first, second) = (bed.ids[58], bed.ids[59]);
+    for id in [first, second] {
+        let cancelled = bed
+            .b
+            .ok("DELETE", &format!("/api/v1/tasks/{id}"), None)
+            .await;
+        assert_eq!(cancelled["status"], "cancelled");
+    }
+    // Again: already cancelled is a 200 with the same task.
+    let again = bed
+        .b
+        .ok("DELETE", &format!("/api/v1/tasks/{first}"), None)
+        .await;
+    assert_eq!(again["status"], "cancelled");
+    // Every other task runs; the cancelled ones never reach the executor.
+    for &id in &bed.ids[..58] {
+        eventually(
+            Duration::from_secs(30),
+            "the other tasks to succeed",
+            || {
+                let b = bed.b.clone();
+                async move {
+                    let t = b.ok("GET", &format!("/api/v1/tasks/{id}"), None).await;
+                    (t["status"] == "succeeded").then_some(())
+                }
+            },
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent: Vec<i64> = bed
+        .executor
+        .received()
+        .iter()
+        .map(|r| r.trigger.task_id)
+        .collect();
+    assert!(
+        !sent.contains(&first) && !sent.contains(&second),
+        "a cancelled task was sent"
+    );
+    assert_eq!(sent.len(), 58);
+    drop(bed.node_a);
+    drop(bed.node_b);
+    bed.db.drop_db().await;
+}

@@ -142,6 +142,16 @@ impl ExecutorClient {
             .await
     }
 
+    /// Asks the node at `address` (another scheduler) to cancel a task it holds.
+    pub async fn node_cancel(
+        &self,
+        address: &str,
+        req: &crate::api::peers::PeerCancel,
+    ) -> Result<crate::api::peers::PeerCancelAck, ClientError> {
+        self.post(address, crate::api::peers::PATH_PEER_CANCEL, req)
+            .await
+    }
+
     pub async fn runs_known(
         &self,
         address: &str,

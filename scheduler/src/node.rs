@@ -256,6 +256,17 @@ pub enum NodeError {
     NoExecutor(i64),
     #[error(transparent)]
     Client(#[from] ClientError),
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// The scheduler node holding a claimed task did not answer a forwarded cancel.
+    #[error(
+        "task {task_id} is about to fire on scheduler node {address}, which does not answer ({reason}); try again in a few seconds"
+    )]
+    OwnerUnreachable {
+        task_id: i64,
+        address: String,
+        reason: String,
+    },
 }
 
 /// A handle on the running node; cheap to clone.
@@ -477,8 +488,43 @@ impl Node {
         Ok(cancelled)
     }
 
-    /// Cancels a task that has not started, even if it sits in this node's wheel.
-    pub async fn cancel_task(&self, id: i64) -> Result<(Task, bool), store::Error> {
+    /// Cancels a task that has not started, even if it sits in a wheel: this node's, or
+    /// (forwarded) that of the node that claimed it.
+    pub async fn cancel_task(&self, id: i64) -> Result<(Task, bool), NodeError> {
+        let owner = self.shared.store.task_owner(id).await?;
+        let Some((_, address)) = owner.filter(|(node, _)| *node != self.shared.lease.node_id)
+        else {
+            return Ok(self.cancel_here(id).await?);
+        };
+        match self
+            .shared
+            .client
+            .node_cancel(&address, &crate::api::peers::PeerCancel { task_id: id })
+            .await
+        {
+            Ok(ack) => Ok((self.shared.store.get_task(id).await?, ack.cancelled)),
+            // The owner's own answer (a 409 for a task being dispatched, a 404) stands.
+            Err(ClientError::Refused { status, body, .. }) if (400..500).contains(&status) => {
+                let message = serde_json::from_str::<rota_proto::ErrorBody>(&body)
+                    .map(|b| b.error)
+                    .unwrap_or(body);
+                Err(if status == 404 {
+                    store::Error::NotFound(format!("task {id}"))
+                } else {
+                    store::Error::Conflict(message)
+                }
+                .into())
+            }
+            Err(e) => Err(NodeError::OwnerUnreachable {
+                task_id: id,
+                address,
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// Cancels a task here, taking it out of this node's wheel if it is there.
+    pub async fn cancel_here(&self, id: i64) -> Result<(Task, bool), store::Error> {
         match self.shared.ring.begin_cancel(id) {
             CancelState::Firing => {
                 return Err(store::Error::Conflict(format!(

@@ -636,6 +636,19 @@ impl Store {
         })
     }
 
+    /// The node holding a claimed task (its id and address); `None` if it is not claimed.
+    pub async fn task_owner(&self, task_id: i64) -> Result<Option<(i64, String)>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT n.id, n.address FROM tasks t JOIN nodes n ON n.id = t.owner_node \
+                 WHERE t.id = ? AND t.status = 'claimed'",
+            )
+            .bind(task_id)
+            .fetch_optional(pool)
+            .await?)
+        })
+    }
+
     /// Takes over the claims of every other node whose heartbeat is older than
     /// `dead_before`: its epoch is bumped (if it only stalled, its next heartbeat or claim
     /// finds itself fenced) and its claimed tasks move to `lease`, in one transaction.

@@ -119,7 +119,10 @@ impl From<NodeError> for ApiError {
     fn from(e: NodeError) -> Self {
         match e {
             NodeError::NoExecutor(_) => Self::Conflict(e.to_string()),
-            NodeError::Client(_) => Self::Unavailable(e.to_string()),
+            NodeError::Client(_) | NodeError::OwnerUnreachable { .. } => {
+                Self::Unavailable(e.to_string())
+            }
+            NodeError::Store(e) => e.into(),
         }
     }
 }

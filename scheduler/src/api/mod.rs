@@ -33,6 +33,7 @@ pub mod executors;
 pub mod extract;
 pub mod jobs;
 pub mod openapi;
+pub mod peers;
 pub mod plugins;
 pub mod runs;
 pub mod tasks;
@@ -75,6 +76,7 @@ pub fn router(state: AppState) -> Router {
         .route(PATH_HEARTBEAT, post(executors::heartbeat))
         .route(PATH_DEREGISTER, post(executors::deregister))
         .route(PATH_CALLBACK, post(executors::callback))
+        .route(peers::PATH_PEER_CANCEL, post(peers::cancel))
         .route(
             &format!("{PATH_PLUGIN_PREFIX}{{sha256}}"),
             get(executors::plugin_module),

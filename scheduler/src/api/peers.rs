@@ -1,0 +1,35 @@
+//! Calls between scheduler nodes, signed with the shared secret like the executor
+//! protocol (every node of a cluster has the same `ROTA_EXECUTOR_SECRET`).
+//!
+//! `POST /api/node/v1/cancel`: a task claimed by this node is cancelled here, where it sits
+//! in the wheel, so the cancel and the fire cannot cross (`docs/cluster.md`). Another node
+//! that receives the user's cancel forwards it.
+
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::ApiResult;
+use super::extract::Json;
+
+pub const PATH_PEER_CANCEL: &str = "/api/node/v1/cancel";
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PeerCancel {
+    pub task_id: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PeerCancelAck {
+    /// This call cancelled it (`false`: it was cancelled already).
+    pub cancelled: bool,
+}
+
+/// Cancels a task on this node: a running or finished one is the same 409 as for a user.
+pub async fn cancel(
+    State(state): State<AppState>,
+    Json(req): Json<PeerCancel>,
+) -> ApiResult<axum::Json<PeerCancelAck>> {
+    let (_, cancelled) = state.node.cancel_here(req.task_id).await?;
+    Ok(axum::Json(PeerCancelAck { cancelled }))
+}
