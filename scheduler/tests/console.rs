@@ -1273,3 +1273,75 @@ async fn tasks_are_found_by_due_time() {
     assert_eq!(found, [ids[1]]);
     t.stop().await;
 }
+
+#[tokio::test]
+async fn every_console_action_refuses_a_post_without_the_csrf_token() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    for (method, path) in console_routes() {
+        if method != Method::POST {
+            continue;
+        }
+        let path = concrete(&path, 1).replace("{name}", "echo");
+        t.post_form(&path, Some(&b.cookie), &[("x", "y")])
+            .await
+            .expect(StatusCode::FORBIDDEN)
+            .contains("did not come from the console");
+    }
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn a_delayed_task_is_scheduled_from_the_job_page() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, "reminder").await;
+    let page = t
+        .get(&format!("/console/jobs/{job}"), Some(&b.cookie))
+        .await;
+    page.contains(&format!(r#"action="/console/jobs/{job}/tasks""#));
+    let path = format!("/console/jobs/{job}/tasks");
+    for (delay, error) in [
+        ("soon", "delay: `soon` is not a whole number of seconds"),
+        ("-5", "delay: must be between 0 and"),
+        ("999999999999", "delay: must be between 0 and"),
+    ] {
+        t.submit(
+            &b,
+            &path,
+            &[("delay_s", delay), ("key", ""), ("payload", "")],
+        )
+        .await
+        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains(error);
+    }
+    let before = now_ms();
+    let res = t
+        .submit(
+            &b,
+            &path,
+            &[
+                ("delay_s", "90"),
+                ("key", "order-7"),
+                ("payload", "{\"order\":7}"),
+            ],
+        )
+        .await;
+    res.expect(StatusCode::SEE_OTHER);
+    let id: i64 = res.location().rsplit('/').next().unwrap().parse().unwrap();
+    let task = t.node.store().get_task(id).await.unwrap();
+    assert_eq!(task.key.as_deref(), Some("order-7"));
+    assert_eq!(task.payload.as_deref(), Some("{\"order\":7}"));
+    assert!(task.due_at >= before + 90_000 && task.due_at <= now_ms() + 90_000);
+    // The same key again shows the same task.
+    let again = t
+        .submit(
+            &b,
+            &path,
+            &[("delay_s", "5"), ("key", "order-7"), ("payload", "")],
+        )
+        .await;
+    assert_eq!(again.location(), res.location());
+    t.stop().await;
+}
