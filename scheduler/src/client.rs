@@ -51,6 +51,22 @@ impl ClientError {
     }
 }
 
+/// A failed send: no connection means the request certainly did not arrive; any later
+/// failure (a timeout while waiting for the answer, a reset) means it may have.
+fn sent_error(address: &str, e: &reqwest::Error) -> ClientError {
+    if e.is_connect() || e.is_builder() {
+        ClientError::Unreachable {
+            address: address.into(),
+            reason: error_chain(e),
+        }
+    } else {
+        ClientError::NoAnswer {
+            address: address.into(),
+            reason: error_chain(e),
+        }
+    }
+}
+
 impl ExecutorClient {
     pub fn new(secret: Secret, timeout: Duration) -> Self {
         let http = reqwest::Client::builder()
@@ -94,12 +110,10 @@ impl ExecutorClient {
             .body(body)
             .send()
             .await
-            .map_err(|e| ClientError::Unreachable {
-                address: address.into(),
-                reason: error_chain(&e),
-            })?;
+            .map_err(|e| sent_error(address, &e))?;
         let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| ClientError::Unreachable {
+        // The request arrived; a lost answer leaves open whether it was acted on.
+        let bytes = resp.bytes().await.map_err(|e| ClientError::NoAnswer {
             address: address.into(),
             reason: error_chain(&e),
         })?;
