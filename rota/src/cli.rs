@@ -81,6 +81,11 @@ struct ServerArgs {
     /// Slow dispatches per minute after which a job moves to the slow pool.
     #[arg(long, env = "ROTA_SLOW_DISPATCH_COUNT", default_value_t = 10)]
     slow_dispatch_count: u32,
+    /// Other scheduler nodes take this one's claims over after this long without its
+    /// heartbeat (ms); it stops firing at half of it. Raise it where nodes can pause longer.
+    #[arg(long, env = "ROTA_NODE_DEAD_AFTER_MS", default_value_t = 3_000,
+          value_parser = clap::value_parser!(i64).range(600..=600_000))]
+    node_dead_after_ms: i64,
     /// Executors are dead after this long without a heartbeat (ms).
     #[arg(long, env = "ROTA_EXECUTOR_DEAD_AFTER_MS", default_value_t = 90_000)]
     executor_dead_after_ms: i64,
@@ -113,6 +118,7 @@ impl ServerArgs {
         c.slow_dispatch_ms = self.slow_dispatch_ms;
         c.slow_dispatch_count = self.slow_dispatch_count;
         c.executor_dead_after_ms = self.executor_dead_after_ms;
+        c.node_dead_after_ms = self.node_dead_after_ms;
         c.max_payload_bytes = self.max_payload_bytes;
         Ok(c)
     }

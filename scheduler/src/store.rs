@@ -494,8 +494,23 @@ impl Store {
                 .after_connect(|conn, _| {
                     Box::pin(async move {
                         sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                            .execute(conn)
+                            .execute(&mut *conn)
                             .await?;
+                        // A process that stalls inside a transaction (SIGSTOP, a long pause)
+                        // would hold its row locks, and with them its claims and its node row,
+                        // until the connection dies; no other node could take it over. MariaDB
+                        // rolls such a transaction back after this many idle seconds (ours
+                        // never wait between statements), which releases them (docs/cluster.md).
+                        // MySQL has no such setting: there the stall lasts until the connection
+                        // times out.
+                        let version: String = sqlx::query_scalar("SELECT VERSION()")
+                            .fetch_one(&mut *conn)
+                            .await?;
+                        if version.contains("MariaDB") {
+                            sqlx::query("SET SESSION idle_transaction_timeout = 2")
+                                .execute(&mut *conn)
+                                .await?;
+                        }
                         Ok(())
                     })
                 })

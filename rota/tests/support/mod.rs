@@ -617,6 +617,17 @@ pub async fn wait_ready(api: &Api) {
 
 /// Starts `rota server` (node `node_name`) on `db` at 127.0.0.1:`port`, logging to `log`.
 pub fn spawn_server(db: &str, port: u16, log: &std::path::Path, node_name: &str) -> KillOnDrop {
+    spawn_server_env(db, port, log, node_name, &[])
+}
+
+/// [`spawn_server`] with extra environment variables (settings).
+pub fn spawn_server_env(
+    db: &str,
+    port: u16,
+    log: &std::path::Path,
+    node_name: &str,
+    env: &[(&str, &str)],
+) -> KillOnDrop {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -635,6 +646,7 @@ pub fn spawn_server(db: &str, port: u16, log: &std::path::Path, node_name: &str)
         .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
         .env("ROTA_API_TOKEN", TOKEN)
         .env("ROTA_LOG", "info")
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .spawn()
