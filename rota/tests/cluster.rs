@@ -66,6 +66,7 @@ impl SharedDb {
 struct Bed {
     db: SharedDb,
     dir: tempfile::TempDir,
+    a: Api,
     b: Api,
     node_a: KillOnDrop,
     node_b: KillOnDrop,
@@ -107,6 +108,7 @@ async fn bed() -> Bed {
     Bed {
         db,
         dir,
+        a,
         b,
         node_a,
         node_b,
@@ -229,6 +231,30 @@ async fn a_stalled_node_that_wakes_after_a_take_over_fires_nothing() {
     .await;
     // By now an unguarded A would have fired its wheel the moment it woke.
     bed.every_task_ran_once().await;
+    // A rejoined with a new epoch and schedules again.
+    assert!(bed.log("a").contains("rejoined"), "{}", bed.log("a"));
+    let fresh = bed
+        .a
+        .ok(
+            "POST",
+            "/api/v1/tasks",
+            Some(json!({"job": "close-order", "delay_ms": 300})),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "a new task through A to succeed",
+        || {
+            let b = bed.b.clone();
+            async move {
+                let t = b.ok("GET", &format!("/api/v1/tasks/{fresh}"), None).await;
+                (t["status"] == "succeeded").then_some(())
+            }
+        },
+    )
+    .await;
     eprintln!("sent before the stall: {sent_before} of 60");
     drop(bed.node_a);
     drop(bed.node_b);

@@ -226,7 +226,7 @@ impl RunIds {
 pub(crate) struct Shared {
     pub store: Store,
     pub config: Config,
-    pub lease: NodeLease,
+    pub lease: Lease,
     pub ring: Ring,
     pub jobs: JobCache,
     pub executors: ExecutorCache,
@@ -243,10 +243,38 @@ pub(crate) struct Shared {
     pub lateness: crate::lateness::RecentLateness,
     /// Executors that said `full` lately.
     pub full: crate::dispatch::FullMarks,
+    /// Held while a fenced node rejoins (the heartbeat and the scan may both notice).
+    pub rejoining: tokio::sync::Mutex<()>,
     /// This node may fire until then (ms): its last successful heartbeat plus half the
     /// dead-after time, so it stops before any other node could take its claims over.
     pub lease_valid_until: std::sync::atomic::AtomicI64,
     pub shutdown: watch::Receiver<bool>,
+}
+
+/// This node's identity and current epoch; the epoch changes when a fenced node rejoins.
+pub(crate) struct Lease {
+    node_id: i64,
+    epoch: std::sync::atomic::AtomicI64,
+}
+
+impl Lease {
+    fn new(lease: NodeLease) -> Lease {
+        Lease {
+            node_id: lease.node_id,
+            epoch: std::sync::atomic::AtomicI64::new(lease.epoch),
+        }
+    }
+
+    pub(crate) fn get(&self) -> NodeLease {
+        NodeLease {
+            node_id: self.node_id,
+            epoch: self.epoch.load(Ordering::SeqCst),
+        }
+    }
+
+    fn renew(&self, lease: NodeLease) {
+        self.epoch.store(lease.epoch, Ordering::SeqCst);
+    }
 }
 
 /// Errors of node operations that reach an executor.
@@ -313,13 +341,14 @@ impl Node {
             metrics: crate::metrics::handle(),
             lateness: crate::lateness::RecentLateness::default(),
             full: crate::dispatch::FullMarks::default(),
+            rejoining: tokio::sync::Mutex::new(()),
             lease_valid_until: std::sync::atomic::AtomicI64::new(
                 now + config.node_dead_after_ms / 2,
             ),
             shutdown: shutdown.clone(),
             store,
             config,
-            lease,
+            lease: Lease::new(lease),
         });
         if shared.config.executors_die_with_node {
             // Everything registered before this start ran inside the previous process.
@@ -392,7 +421,7 @@ impl Node {
             match self
                 .shared
                 .store
-                .release_claims(self.shared.lease, &ids)
+                .release_claims(self.shared.lease.get(), &ids)
                 .await
             {
                 Ok(()) => tracing::info!(tasks = ids.len(), "handed unfired claims back"),
@@ -418,7 +447,7 @@ impl Node {
     }
 
     pub fn lease(&self) -> NodeLease {
-        self.shared.lease
+        self.shared.lease.get()
     }
 
     /// The engine plugin uploads are validated with.
@@ -457,7 +486,7 @@ impl Node {
         match self
             .shared
             .store
-            .claim_tasks(self.shared.lease, &due, until)
+            .claim_tasks(self.shared.lease.get(), &due, until)
             .await
         {
             Ok(claimed) => {
@@ -492,7 +521,7 @@ impl Node {
     /// (forwarded) that of the node that claimed it.
     pub async fn cancel_task(&self, id: i64) -> Result<(Task, bool), NodeError> {
         let owner = self.shared.store.task_owner(id).await?;
-        let Some((_, address)) = owner.filter(|(node, _)| *node != self.shared.lease.node_id)
+        let Some((_, address)) = owner.filter(|(node, _)| *node != self.shared.lease.get().node_id)
         else {
             return Ok(self.cancel_here(id).await?);
         };
@@ -677,6 +706,64 @@ async fn wait_for_name(store: &Store, name: &str, stale_ms: i64) -> anyhow::Resu
     }
 }
 
+/// This node was fenced. If another node took its claims over (its row is marked taken
+/// over), it drops its wheel (those claims are the taker's now), starts a new epoch and goes
+/// on. If another process runs under its name, it stops scheduling for good. Returns
+/// whether the node goes on.
+pub(crate) async fn rejoin(shared: &Shared) -> bool {
+    let _one_at_a_time = shared.rejoining.lock().await;
+    // The other path may have rejoined meanwhile: then the lease holds again.
+    let now = now_ms();
+    if let Ok(true) = shared.store.heartbeat_node(shared.lease.get(), now).await {
+        shared
+            .lease_valid_until
+            .fetch_max(now + shared.config.node_dead_after_ms / 2, Ordering::SeqCst);
+        return true;
+    }
+    shared.lease_valid_until.store(0, Ordering::SeqCst);
+    let name = &shared.config.node_name;
+    let taken_over = match shared.store.node_heartbeat_at(name).await {
+        Ok(at) => at == Some(0),
+        Err(e) => {
+            tracing::warn!(error = %e, "fenced, and cannot read this node's row; trying again");
+            return true;
+        }
+    };
+    if !taken_over {
+        tracing::error!(
+            node = %name,
+            "this node was fenced: another process runs under its name; it stops scheduling"
+        );
+        drop(shared.ring.stop());
+        return false;
+    }
+    let dropped = shared.ring.clear();
+    let now = now_ms();
+    match shared
+        .store
+        .start_node(name, &shared.config.advertise_url, now)
+        .await
+    {
+        Ok(lease) => {
+            shared.lease.renew(lease);
+            shared
+                .lease_valid_until
+                .store(now + shared.config.node_dead_after_ms / 2, Ordering::SeqCst);
+            tracing::warn!(
+                node = %name,
+                epoch = lease.epoch,
+                dropped,
+                "this node was fenced (another node took its claims over while it was unresponsive); it rejoined with a new epoch"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "fenced, and rejoining failed; trying again");
+            true
+        }
+    }
+}
+
 /// Keeps this node's row fresh, and with it the lease to fire (`docs/cluster.md`).
 async fn node_heartbeat_loop(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.clone();
@@ -691,23 +778,16 @@ async fn node_heartbeat_loop(shared: Arc<Shared>) {
         }
         // The lease counts from before the write: the database saw it no earlier.
         let sent = now_ms();
-        match shared.store.heartbeat_node(shared.lease, sent).await {
+        match shared.store.heartbeat_node(shared.lease.get(), sent).await {
             Ok(true) => {
                 shared
                     .lease_valid_until
                     .fetch_max(sent + dead_after / 2, Ordering::SeqCst);
             }
             Ok(false) => {
-                // Fenced: another node took over this one's claims (it had stopped
-                // heartbeating), or a newer process runs under its name. Fire nothing more.
-                shared.lease_valid_until.store(0, Ordering::SeqCst);
-                tracing::error!(
-                    node = %shared.config.node_name,
-                    "this node was fenced (taken over, or another process runs under its name); it stops scheduling"
-                );
-                let left = shared.ring.stop();
-                drop(left);
-                return;
+                if !rejoin(&shared).await {
+                    return;
+                }
             }
             Err(e) => tracing::warn!(error = %e, "node heartbeat failed"),
         }

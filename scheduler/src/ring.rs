@@ -216,6 +216,16 @@ impl Ring {
         self.shared.wake.notify_one();
     }
 
+    /// Empties the wheel without stopping the ring (its claims were taken over by another
+    /// node); returns how many tasks it held.
+    pub fn clear(&self) -> usize {
+        let mut st = self.lock();
+        let mut out = Vec::new();
+        st.wheel.advance(Millis::MAX, &mut out);
+        st.index.clear();
+        out.len() + st.parked.drain().count()
+    }
+
     /// Stops the ring thread and returns what was left in the wheel (to hand the claims back).
     pub fn stop(&self) -> Vec<DueTask> {
         let mut st = self.lock();

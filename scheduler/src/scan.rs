@@ -34,12 +34,10 @@ pub(crate) async fn scan_loop(shared: Arc<Shared>) {
         let full = match scan_once(&shared, &mut compiled).await {
             Ok(full) => full,
             Err(crate::store::Error::Fenced) => {
-                tracing::error!("this node was fenced; it stops scanning and firing");
-                shared
-                    .lease_valid_until
-                    .store(0, std::sync::atomic::Ordering::SeqCst);
-                drop(shared.ring.stop());
-                return;
+                if !crate::node::rejoin(&shared).await {
+                    return;
+                }
+                false
             }
             Err(e) => {
                 tracing::warn!(error = %e, "scan failed; retrying");
@@ -115,7 +113,7 @@ async fn scan_once(
     };
     let claimed = shared
         .store
-        .claim_due(shared.lease, now, until, limit, &mut plan)
+        .claim_due(shared.lease.get(), now, until, limit, &mut plan)
         .await?;
     if misfired > 0 {
         metrics::counter!("rota_misfires_total").increment(misfired);
@@ -129,7 +127,7 @@ async fn scan_once(
 
 /// Recovers the claims of this node's earlier incarnations (it was killed after a scan).
 pub(crate) async fn recover(shared: &Shared) -> anyhow::Result<()> {
-    let claims = shared.store.claims_of(shared.lease).await?;
+    let claims = shared.store.claims_of(shared.lease.get()).await?;
     if claims.is_empty() {
         return Ok(());
     }
@@ -164,7 +162,11 @@ pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
             continue;
         }
         let dead_before = now - shared.config.node_dead_after_ms;
-        match shared.store.take_over_dead(shared.lease, dead_before).await {
+        match shared
+            .store
+            .take_over_dead(shared.lease.get(), dead_before)
+            .await
+        {
             Ok((nodes, claims)) if !nodes.is_empty() => {
                 tracing::warn!(
                     nodes = ?nodes,
@@ -247,7 +249,7 @@ async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result
         .filter(|t| !known_ids.contains(&t.task_id))
         .collect();
     let ids: Vec<i64> = refire.iter().map(|t| t.task_id).collect();
-    shared.store.adopt_claims(shared.lease, &ids).await?;
+    shared.store.adopt_claims(shared.lease.get(), &ids).await?;
     tracing::info!(
         already_dispatched = known_ids.len(),
         refired = ids.len(),
