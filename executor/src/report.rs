@@ -469,7 +469,7 @@ impl Reporter {
                     continue;
                 }
             };
-            match self.send(&body).await {
+            match send(&self.client, &body).await {
                 Sent::Delivered => self.spool.pop_front(),
                 Sent::Refused => self.spool.reject_front(),
                 Sent::Failed => return self.back_off(),
@@ -480,7 +480,7 @@ impl Reporter {
                 self.held.pop_front();
                 continue;
             };
-            match self.send(&Bytes::from(body)).await {
+            match send(&self.client, &Bytes::from(body)).await {
                 Sent::Delivered | Sent::Refused => {
                     if let Some(batch) = self.held.pop_front() {
                         self.spool.index.remove(&batch);
@@ -495,10 +495,6 @@ impl Reporter {
     fn back_off(&mut self) {
         self.retry_at = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(REPLAY_BACKOFF_MAX);
-    }
-
-    async fn send(&self, body: &Bytes) -> Sent {
-        send(&self.client, body).await
     }
 }
 

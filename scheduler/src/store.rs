@@ -90,6 +90,13 @@ macro_rules! on_pool {
     };
 }
 
+/// The start of a query for [`DueRow`]s: what the wheel needs of a task.
+macro_rules! due_select {
+    () => {
+        "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks"
+    };
+}
+
 /// Limits a query over a table with a `job_id` column to the jobs of `apps` (none at all
 /// for an empty list).
 macro_rules! in_apps {
@@ -695,10 +702,10 @@ impl Store {
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;
-                let rows: Vec<DueRow> = sqlx::query_as(
-                    "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks \
-                     WHERE status = 'claimed' AND owner_node = ? ORDER BY due_at",
-                )
+                let rows: Vec<DueRow> = sqlx::query_as(concat!(
+                    due_select!(),
+                    " WHERE status = 'claimed' AND owner_node = ? ORDER BY due_at"
+                ))
                 .bind(id)
                 .fetch_all(&mut *tx)
                 .await?;
@@ -1540,8 +1547,11 @@ impl Store {
             }
 
             let sql = format!(
-                "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks \
-                 WHERE status = 'pending' AND due_at <= ? ORDER BY due_at LIMIT ?{skip_locked}"
+                concat!(
+                    due_select!(),
+                    " WHERE status = 'pending' AND due_at <= ? ORDER BY due_at LIMIT ?{}"
+                ),
+                skip_locked
             );
             let rows: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(until)
@@ -1580,10 +1590,10 @@ impl Store {
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin().await?;
             for chunk in task_ids.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks \
-                     WHERE status = 'pending' AND due_at <= ",
-                );
+                let mut qb = QueryBuilder::<Db>::new(concat!(
+                    due_select!(),
+                    " WHERE status = 'pending' AND due_at <= "
+                ));
                 qb.push_bind(until).push(" AND id IN ");
                 push_ids(&mut qb, chunk.iter().copied());
                 qb.push(lock);
@@ -1612,10 +1622,10 @@ impl Store {
     /// claiming them and before recording their dispatch).
     pub async fn claims_of(&self, lease: NodeLease) -> Result<Vec<DueTask>> {
         on_pool!(self, |pool, Db| {
-            let rows: Vec<DueRow> = sqlx::query_as(
-                "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks \
-                 WHERE status = 'claimed' AND owner_node = ? AND owner_epoch < ? ORDER BY due_at",
-            )
+            let rows: Vec<DueRow> = sqlx::query_as(concat!(
+                due_select!(),
+                " WHERE status = 'claimed' AND owner_node = ? AND owner_epoch < ? ORDER BY due_at"
+            ))
             .bind(lease.node_id)
             .bind(lease.epoch)
             .fetch_all(pool)

@@ -1299,7 +1299,7 @@ pub async fn run(
     Path(id): Path<i64>,
     Query(q): Query<RunQuery>,
 ) -> PageResult {
-    let run = run_for(&console, &s, id, Need::Read).await?;
+    let run = run_as(console.node.store(), &s.who, id, Need::Read).await?;
     render(&RunPage {
         chrome: Chrome::of(&s, "runs"),
         run: RunRow::from(&run),
@@ -1321,7 +1321,7 @@ pub async fn run_log(
     Query(q): Query<LogQuery>,
 ) -> Response {
     let from_line = q.from_line.unwrap_or(1).max(1);
-    let run = match run_for(&console, &s, id, Need::Read).await {
+    let run = match run_as(console.node.store(), &s.who, id, Need::Read).await {
         Ok(run) => run,
         Err(e) => return e.into_response(),
     };
@@ -1342,7 +1342,7 @@ pub async fn kill_run(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let run = run_for(&console, &s, id, Need::Change).await?;
+    let run = run_as(console.node.store(), &s.who, id, Need::Change).await?;
     if run.status.is_final() {
         return Err(
             ApiError::Conflict(format!("run {id} is {}; it cannot be killed", run.status)).into(),
@@ -1359,16 +1359,6 @@ async fn job_for(console: &Console, s: &Session, id: i64, need: Need) -> Result<
     let job = console.node.store().get_job(id).await?;
     s.who.check(&job.spec.app, need, &format!("job {id}"))?;
     Ok(job)
-}
-
-/// Run `id`, if the signed-in user may read (or change) it.
-async fn run_for(
-    console: &Console,
-    s: &Session,
-    id: i64,
-    need: Need,
-) -> Result<crate::model::Run, ApiError> {
-    run_as(console.node.store(), &s.who, id, need).await
 }
 
 // ----- plugins and executors ---------------------------------------------------------------
