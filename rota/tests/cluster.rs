@@ -295,7 +295,20 @@ async fn a_cancel_through_another_node_reaches_the_wheel_that_holds_the_task() {
         )
         .await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past the cancelled tasks' due time (and a tick), a fire would have happened.
+    let due = bed
+        .b
+        .ok("GET", &format!("/api/v1/tasks/{second}"), None)
+        .await["due_at"]
+        .as_str()
+        .map(|t| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .unwrap()
+                .timestamp_millis()
+        })
+        .unwrap();
+    let wait = (due + 500 - now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(wait)).await;
     let sent: Vec<i64> = bed
         .executor
         .received()
@@ -340,7 +353,11 @@ async fn three_nodes_lose_nothing_and_send_nothing_twice_through_a_kill_and_a_st
             port,
             &dir.path().join(format!("{name}.log")),
             name,
-            &[("ROTA_NODE_DEAD_AFTER_MS", "5000")],
+            // The executor doubles register once and never heartbeat.
+            &[
+                ("ROTA_NODE_DEAD_AFTER_MS", "5000"),
+                ("ROTA_EXECUTOR_DEAD_AFTER_MS", "3600000"),
+            ],
         ));
         wait_healthy(&api).await;
         apis.push(api);

@@ -191,7 +191,9 @@ impl Pools {
             metrics::gauge!("rota_pool_queue_depth", "pool" => lane.as_str())
                 .set((self.capacity - tx.capacity()) as f64);
             // Blocks the ring thread while the pool is saturated: back-pressure.
+            shared.queued.fetch_add(1, Ordering::SeqCst);
             if let Err(e) = tx.blocking_send(tasks) {
+                shared.queued.fetch_sub(1, Ordering::SeqCst);
                 // Only when the node is stopping: hand the claims back through the ring.
                 let tasks = e.0;
                 shared.ring.defer(tasks, now);
@@ -219,11 +221,13 @@ async fn pool_loop(
         };
         if *shutdown.borrow() {
             // Stopping: hand it back rather than start a dispatch nobody would record.
+            shared.queued.fetch_sub(1, Ordering::SeqCst);
             shared.ring.defer(batch, now_ms());
             break;
         }
         // Counted before the task starts, so the recorder never sees a gap at shutdown.
         shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        shared.queued.fetch_sub(1, Ordering::SeqCst);
         let shared = shared.clone();
         tokio::spawn(async move {
             dispatch_tasks(&shared, batch).await;
@@ -366,8 +370,23 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
     // Rounds: each round sends every remaining trigger to its next candidate, one request
     // per executor.
     while !pending.is_empty() {
-        let mut by_executor: HashMap<String, Vec<Pending>> = HashMap::new();
+        // The lease is checked again right before sending, not only when the ring fired:
+        // a batch that waited in a pool past it (a starved or paused node) may belong to
+        // another node by now. Send nothing; the wheel holds it, and drops it if this node
+        // turns out to be fenced (docs/cluster.md).
         let round_at = now_ms();
+        if round_at > shared.lease_valid_until.load(Ordering::SeqCst) {
+            let mut held: HashMap<i64, DueTask> = HashMap::new();
+            for p in pending.drain(..) {
+                held.entry(p.task.task_id).or_insert(p.task);
+            }
+            metrics::counter!("rota_fires_held_total").increment(held.len() as u64);
+            shared
+                .ring
+                .defer(held.into_values().collect(), round_at + LEASE_RETRY_MS);
+            break;
+        }
+        let mut by_executor: HashMap<String, Vec<Pending>> = HashMap::new();
         let mut held = std::mem::take(&mut pending);
         // Executors still marked full count as having said so again, without a request.
         while let Some(mut p) = held.pop() {

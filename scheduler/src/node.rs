@@ -238,6 +238,8 @@ pub(crate) struct Shared {
     pub scan_wake: Notify,
     /// Dispatches in progress (the recorder waits for them at shutdown).
     pub in_flight: std::sync::atomic::AtomicUsize,
+    /// Batches handed to a pool and not yet started.
+    pub queued: std::sync::atomic::AtomicUsize,
     pub engine: wasmtime::Engine,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub lateness: crate::lateness::RecentLateness,
@@ -337,6 +339,7 @@ impl Node {
             recorder,
             scan_wake: Notify::new(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            queued: std::sync::atomic::AtomicUsize::new(0),
             engine: validation_engine()?,
             metrics: crate::metrics::handle(),
             lateness: crate::lateness::RecentLateness::default(),
@@ -736,6 +739,15 @@ pub(crate) async fn rejoin(shared: &Shared) -> bool {
         );
         drop(shared.ring.stop());
         return false;
+    }
+    // Batches already with the pools see the lapsed lease and come back to the wheel; wait
+    // for them, so what this node held is all in the wheel when it is dropped (nothing of
+    // the taker's may fire under the new epoch).
+    let quiet_by = Instant::now() + Duration::from_secs(30);
+    while (shared.queued.load(Ordering::SeqCst) > 0 || shared.in_flight.load(Ordering::SeqCst) > 0)
+        && Instant::now() < quiet_by
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let dropped = shared.ring.clear();
     let now = now_ms();

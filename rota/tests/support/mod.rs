@@ -392,8 +392,9 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                     message: (behaviour == Behaviour::Fail).then(|| "exit status 1".to_owned()),
                 })
                 .collect();
-            // Retry like a real executor until the scheduler acknowledges.
-            for _ in 0..200 {
+            // Retry like a real executor (which spools) until the scheduler acknowledges:
+            // up to a minute, for schedulers slowed down by the chaos tests.
+            for _ in 0..1_200 {
                 let (status, _) = signed_post(
                     &state,
                     PATH_CALLBACK,
