@@ -65,6 +65,7 @@ fn run_once(rt: &Runtime, plugin: &Plugin, env: &PluginEnv, kill: &CancellationT
         env,
         timeout: Duration::from_secs(10),
         memory_mb: 0,
+        host: None,
     };
     let outcome = rt.run(plugin, &invocation, &RunLog::discard(), kill);
     assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use rota_proto::error_chain;
 use rota_proto::{HEADER_SIGNATURE, HEADER_TIMESTAMP, Secret};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -250,16 +251,4 @@ impl SchedulerClient {
         }
         Ok(answer.freeze())
     }
-}
-
-/// reqwest hides the useful part (connection refused, timed out) in its sources.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }

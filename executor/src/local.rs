@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::logs::{DEFAULT_LOG_CAP_BYTES, RunLog};
 use crate::module::{PluginError, validate_plugin};
+use crate::runtime::host::HostAccess;
 use crate::runtime::{Invocation, PluginEnv, RunStatus, Runtime, RuntimeError};
 
 /// What to run locally.
@@ -27,6 +28,8 @@ pub struct LocalRun<'a> {
     pub timeout: Duration,
     /// 0 means the default (64 MiB); capped by the runtime's memory cap.
     pub memory_mb: u32,
+    /// What the `rota` imports reach: an allow-list, and KV and secrets in memory.
+    pub host: Option<&'a HostAccess>,
 }
 
 /// How a local run ended, with its whole log.
@@ -78,6 +81,7 @@ pub fn run_local(runtime: &Runtime, run: &LocalRun<'_>) -> Result<LocalOutcome, 
         env: &env,
         timeout: run.timeout,
         memory_mb: run.memory_mb,
+        host: run.host,
     };
     let log = RunLog::memory(DEFAULT_LOG_CAP_BYTES);
     let kill = CancellationToken::new();

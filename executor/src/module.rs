@@ -8,13 +8,11 @@
 //! 1. a core module, not a component;
 //! 2. valid: it compiles with the process's [`Engine`] (a full validation, and the same
 //!    compiler settings the executors use);
-//! 3. imports only functions, and only WASI preview 1 functions, with the signatures
-//!    wasmtime-wasi's p1 linker gives them;
+//! 3. imports only functions: WASI preview 1 functions with the signatures wasmtime-wasi's
+//!    p1 linker gives them, and Rota's own optional `rota` functions
+//!    ([`crate::runtime::host`]) with theirs; any other import is named in the error;
 //! 4. exports `_start: () -> ()` (a WASI *command*), and a `memory` when it imports any
-//!    WASI function (every WASI call traps without one).
-//!
-//! When Rota grows its own optional import module (`rota`, SPEC §5), `check_imports`
-//! is the one place that learns it.
+//!    function (every WASI or `rota` call traps without one).
 //!
 //! Compiling is CPU-heavy (milliseconds to seconds for a large module): callers on an
 //! async runtime run this in `spawn_blocking`.
@@ -22,7 +20,7 @@
 use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
-use wasmtime::{Engine, Extern, ExternType, FuncType, Linker, Module, Store};
+use wasmtime::{Engine, Extern, ExternType, FuncType, Linker, Module, Store, ValType};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
 
@@ -68,9 +66,20 @@ pub enum PluginError {
     #[error("plugin is not a valid WebAssembly module: {reason}")]
     Invalid { reason: String },
     #[error(
-        "plugin imports `{module}::{name}`, which Rota does not provide; plugins may import only WASI preview 1 (`{WASI_P1_MODULE}`) functions"
+        "plugin imports `{module}::{name}`, which Rota does not provide; plugins may import only WASI preview 1 (`{WASI_P1_MODULE}`) functions and Rota's own (`rota`)"
     )]
     ForeignImport { module: String, name: String },
+    #[error(
+        "plugin imports `rota::{name}`, which Rota does not provide; the `rota` functions are {}",
+        crate::runtime::host::IMPORTS.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+    )]
+    UnknownRotaImport { name: String },
+    #[error("plugin imports `rota::{name}` as `{found}`, but Rota defines it as `{expected}`")]
+    RotaImportSignature {
+        name: String,
+        found: String,
+        expected: String,
+    },
     #[error(
         "plugin imports `{WASI_P1_MODULE}::{name}`, which WASI preview 1 does not define; plugins may import only WASI preview 1 functions"
     )]
@@ -98,7 +107,7 @@ pub enum PluginError {
     )]
     BadStart { found: String },
     #[error(
-        "plugin imports WASI functions but exports no memory named `memory`, which WASI needs to exchange data with it"
+        "plugin imports WASI or `rota` functions but exports no memory named `memory`, which they need to exchange data with it"
     )]
     NoMemoryExport,
 }
@@ -160,9 +169,10 @@ fn wat_reason(error: &str) -> String {
     bounded(&format!("{message}{location}"), WAT_REASON_MAX)
 }
 
-/// Rejects any import but a WASI preview 1 function with its WASI signature. Returns
-/// whether there is one.
+/// Rejects any import but a WASI preview 1 or `rota` function with its signature. Returns
+/// whether there is one (and so the module needs to export its memory).
 fn check_imports(engine: &Engine, module: &Module) -> Result<bool, PluginError> {
+    let mut needs_memory = false;
     let mut wasi: Option<WasiFunctions> = None;
     for import in module.imports() {
         let (module_name, name) = (import.module(), import.name());
@@ -173,6 +183,11 @@ fn check_imports(engine: &Engine, module: &Module) -> Result<bool, PluginError> 
                 name: bounded(name, NAME_MAX),
             });
         };
+        if module_name == crate::runtime::host::MODULE {
+            check_rota_import(engine, name, &found)?;
+            needs_memory = true;
+            continue;
+        }
         if module_name != WASI_P1_MODULE {
             return Err(PluginError::ForeignImport {
                 module: bounded(module_name, NAME_MAX),
@@ -195,7 +210,33 @@ fn check_imports(engine: &Engine, module: &Module) -> Result<bool, PluginError> 
             });
         }
     }
-    Ok(wasi.is_some())
+    Ok(needs_memory || wasi.is_some())
+}
+
+/// A `rota` import must be one of [`crate::runtime::host::IMPORTS`], with its signature
+/// (`i32` parameters, one `i32` result).
+fn check_rota_import(engine: &Engine, name: &str, found: &FuncType) -> Result<(), PluginError> {
+    let Some(&(_, params)) = crate::runtime::host::IMPORTS
+        .iter()
+        .find(|(n, _)| *n == name)
+    else {
+        return Err(PluginError::UnknownRotaImport {
+            name: bounded(name, NAME_MAX),
+        });
+    };
+    let expected = FuncType::new(
+        engine,
+        std::iter::repeat_n(ValType::I32, params),
+        [ValType::I32],
+    );
+    if !expected.matches(found) {
+        return Err(PluginError::RotaImportSignature {
+            name: name.to_owned(),
+            found: signature(found),
+            expected: signature(&expected),
+        });
+    }
+    Ok(())
 }
 
 /// Requires the WASI command entry point, and a memory for WASI to work in.
@@ -373,8 +414,43 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "plugin imports `env::foo`, which Rota does not provide; plugins may import only \
-             WASI preview 1 (`wasi_snapshot_preview1`) functions"
+             WASI preview 1 (`wasi_snapshot_preview1`) functions and Rota's own (`rota`)"
         );
+    }
+
+    #[test]
+    fn rota_imports_are_checked_by_name_and_signature() {
+        let ok = validate(
+            r#"(module (import "rota" "kv_get" (func (param i32 i32) (result i32)))
+                (memory (export "memory") 1) (func (export "_start")))"#,
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+        let err = validate(
+            r#"(module (import "rota" "launch_missiles" (func (param i32 i32) (result i32)))
+                (memory (export "memory") 1) (func (export "_start")))"#,
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("plugin imports `rota::launch_missiles`, which Rota does not provide; the `rota` functions are `http_request`"),
+            "{text}"
+        );
+        let err = validate(
+            r#"(module (import "rota" "kv_set" (func (param i32 i32) (result i32)))
+                (memory (export "memory") 1) (func (export "_start")))"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "plugin imports `rota::kv_set` as `(func (param i32 i32) (result i32))`, but Rota \
+             defines it as `(func (param i32 i32 i32 i32) (result i32))`"
+        );
+        let err = validate(
+            r#"(module (import "rota" "kv_get" (func (param i32 i32) (result i32)))
+                (func (export "_start")))"#,
+        )
+        .unwrap_err();
+        assert_eq!(err, PluginError::NoMemoryExport);
     }
 
     #[test]

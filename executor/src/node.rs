@@ -48,11 +48,13 @@ use crate::client::SchedulerClient;
 use crate::logs::{DEFAULT_LOG_CAP_BYTES, DEFAULT_LOG_RETENTION, LogStore};
 use crate::registry::Registry;
 use crate::report::{Spool, SpoolIndex, run_reporter};
+use crate::runtime::host::{HostAccess, Services};
 use crate::runtime::{
     DEFAULT_MEMORY_CAP_MB, Invocation, Plugin, PluginEnv, RunOutcome, RunStatus, Runtime,
     RuntimeConfig,
 };
 use crate::workers::{Work, Workers};
+use rota_proto::allow::AllowList;
 
 pub const DEFAULT_CAPACITY: usize = 64;
 pub const DEFAULT_QUEUE: usize = 10_000;
@@ -328,13 +330,26 @@ impl Node {
 
     /// Takes a request's triggers, one ack each, in order (see the module docs). Runs
     /// that can start at once go to the workers in chunks, so the first of a large
-    /// request starts while the rest are still being admitted.
-    pub(crate) async fn accept_all(self: &Arc<Self>, triggers: Vec<Trigger>) -> Vec<TriggerAck> {
+    /// request starts while the rest are still being admitted. Past `not_after` (the
+    /// sender's lease) a trigger is not taken: it is answered `expired`, checked as each
+    /// one is admitted, since admitting a large request can take a while.
+    pub(crate) async fn accept_all(
+        self: &Arc<Self>,
+        triggers: Vec<Trigger>,
+        not_after: Option<i64>,
+    ) -> Vec<TriggerAck> {
         const CHUNK: usize = 64;
         let mut acks = Vec::with_capacity(triggers.len());
         let mut ready: Vec<Work> = Vec::with_capacity(CHUNK.min(triggers.len()));
         for trigger in triggers {
             let run_id = trigger.run_id;
+            if not_after.is_some_and(|t| now_ms() > t) {
+                acks.push(TriggerAck {
+                    run_id,
+                    outcome: TriggerOutcome::Expired,
+                });
+                continue;
+            }
             let outcome = match self.take(trigger).await {
                 Taken::Now(work) => {
                     ready.push(work);
@@ -640,6 +655,21 @@ impl Run {
             shard_index: trigger.shard_index,
             shard_total: trigger.shard_total,
         };
+        let allow = AllowList::parse(&trigger.http_allow).unwrap_or_else(|e| {
+            // The scheduler validates the list; one that does not parse allows nothing.
+            log.note(&format!(
+                "the job's HTTP allow-list {e}; no request is allowed"
+            ));
+            AllowList::default()
+        });
+        let access = HostAccess {
+            allow,
+            job_id: trigger.job_id,
+            services: Services::Scheduler {
+                client: node.client.clone(),
+                app: node.config.app.clone(),
+            },
+        };
         let invocation = Invocation {
             plugin_name: &trigger.plugin.name,
             input: trigger.input.as_bytes(),
@@ -647,6 +677,7 @@ impl Run {
             env: &env,
             timeout: Duration::from_millis(u64::try_from(trigger.timeout_ms.max(1)).unwrap_or(1)),
             memory_mb: trigger.memory_mb,
+            host: Some(&access),
         };
         let outcome = node.runtime.run(&plugin, &invocation, &log, &kill);
         tracing::debug!(run.id = run_id, status = %outcome.status, "run ended");

@@ -305,6 +305,7 @@ mod tests {
             memory_mb: 64,
             block: BlockStrategy::Serial,
             exclusive: false,
+            http_allow: Vec::new(),
         }
     }
 

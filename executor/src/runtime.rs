@@ -45,6 +45,7 @@
 //! [`Runtime::run`] blocks its thread: call it from `spawn_blocking` or a plain thread,
 //! never from an async task.
 
+pub mod host;
 mod precompiled;
 
 use std::collections::hash_map::DefaultHasher;
@@ -216,6 +217,8 @@ pub struct Invocation<'a> {
     pub timeout: Duration,
     /// Linear memory limit; 0 means [`DEFAULT_MEMORY_MB`]; capped by the runtime's cap.
     pub memory_mb: u32,
+    /// What the `rota` imports may reach (`host`); `None`: every call is denied.
+    pub host: Option<&'a host::HostAccess>,
 }
 
 /// How a run ended.
@@ -277,6 +280,8 @@ pub struct Runtime {
 struct Inner {
     engine: Engine,
     linker: Linker<Ctx>,
+    /// The plugins' HTTP client (the `rota` import `http_request`), shared by every run.
+    http: reqwest::Client,
     memory_cap_mb: u32,
     /// `<module_cache_dir>/<engine fingerprint>`.
     cache_dir: Option<PathBuf>,
@@ -325,6 +330,15 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         p1::add_to_linker_async(&mut linker, |cx: &mut Ctx| &mut cx.wasi)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        host::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        // Redirects are followed by `host` itself, each checked against the allow-list.
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| {
+                RuntimeError::Engine(format!("cannot build the plugins' HTTP client: {e}"))
+            })?;
 
         let cache_dir = match config.module_cache_dir {
             Some(dir) => {
@@ -345,6 +359,7 @@ impl Runtime {
             inner: Arc::new(Inner {
                 engine,
                 linker,
+                http,
                 memory_cap_mb,
                 cache_dir,
                 modules: Mutex::new(ModuleCache {
@@ -526,21 +541,26 @@ impl Runtime {
         .stderr(LogOutput::new(log, Stream::Stderr))
         .args(&argv)
         .envs(&invocation.env.vars(invocation.params));
+        let started = Instant::now();
+        // An absurd timeout (`i64::MAX` ms) means "a very long time", not an overflow.
+        let deadline = started
+            .checked_add(invocation.timeout)
+            .unwrap_or_else(|| started + FOREVER);
         let ctx = Ctx {
             wasi: wasi.build_p1(),
             limits: MemoryLimit {
                 max_bytes: (memory_mb as usize) << 20,
                 hit: false,
             },
+            host: host::Host::new(
+                invocation.host.cloned(),
+                self.inner.http.clone(),
+                log.clone(),
+                deadline,
+            ),
         };
         let mut store = Store::new(&self.inner.engine, ctx);
         store.limiter(|cx| &mut cx.limits);
-
-        let started = Instant::now();
-        // An absurd timeout (`i64::MAX` ms) means "a very long time", not an overflow.
-        let deadline = started
-            .checked_add(invocation.timeout)
-            .unwrap_or_else(|| started + FOREVER);
         let switch = kill.clone();
         store.epoch_deadline_callback(move |_| {
             if switch.is_cancelled() {
@@ -636,6 +656,7 @@ enum Stop {
 struct Ctx {
     wasi: WasiP1Ctx,
     limits: MemoryLimit,
+    host: host::Host,
 }
 
 /// Caps linear memory growth; remembers that it refused one, to name the failure.
@@ -755,7 +776,7 @@ impl tokio::io::AsyncWrite for LogOutput {
 thread_local! {
     /// The executor of runs on threads outside any tokio runtime (benchmarks, the CLI).
     static LOCAL_RUNTIME: io::Result<tokio::runtime::Runtime> =
-        tokio::runtime::Builder::new_current_thread().enable_time().build();
+        tokio::runtime::Builder::new_current_thread().enable_all().build();
 }
 
 /// Drives a run future to completion on this (blocking) thread: on the ambient tokio

@@ -131,7 +131,7 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 /// `POST /trigger`: one ack per trigger, in order.
 async fn trigger(State(node): State<Arc<Node>>, body: Bytes) -> ApiResult<TriggerBatchAck> {
     let batch: TriggerBatch = parse(&body)?;
-    let acks = node.accept_all(batch.triggers).await;
+    let acks = node.accept_all(batch.triggers, batch.not_after).await;
     Ok(axum::Json(TriggerBatchAck { acks }))
 }
 

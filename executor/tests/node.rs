@@ -252,7 +252,19 @@ impl Executor {
     }
 
     async fn trigger(&self, triggers: Vec<Trigger>) -> Vec<TriggerOutcome> {
-        let ack: TriggerBatchAck = self.call(PATH_TRIGGER, &TriggerBatch { triggers }).await;
+        self.trigger_until(triggers, None).await
+    }
+
+    async fn trigger_until(
+        &self,
+        triggers: Vec<Trigger>,
+        not_after: Option<i64>,
+    ) -> Vec<TriggerOutcome> {
+        let batch = TriggerBatch {
+            triggers,
+            not_after,
+        };
+        let ack: TriggerBatchAck = self.call(PATH_TRIGGER, &batch).await;
         ack.acks.into_iter().map(|a| a.outcome).collect()
     }
 
@@ -283,6 +295,7 @@ fn trigger(run_id: i64, plugin: &PluginRef) -> Trigger {
         memory_mb: 16,
         block: BlockStrategy::Serial,
         exclusive: false,
+        http_allow: Vec::new(),
     }
 }
 
@@ -432,6 +445,7 @@ async fn unsigned_requests_are_refused() {
     let hello = double.add_plugin(&common::hello());
     let body = serde_json::to_vec(&TriggerBatch {
         triggers: vec![trigger(1, &hello)],
+        not_after: None,
     })
     .unwrap();
 
@@ -471,6 +485,43 @@ async fn unsigned_requests_are_refused() {
         .call_raw(PATH_TRIGGER, b"{\"triggers\": 5}".to_vec(), Some(SECRET))
         .await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    executor.shutdown().await;
+}
+
+/// A trigger that arrives after its sender's lease (a scheduler node that stalled between
+/// checking its lease and sending) is answered `expired` and not taken at all: the same
+/// attempt sent by the node that owns it now is accepted, and runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_past_the_senders_lease_are_not_taken() {
+    let (double, scheduler) = start_double().await;
+    let dir = tempfile::tempdir().unwrap();
+    let executor = start_executor(&scheduler, dir.path(), |_| {}).await;
+    let hello = double.add_plugin(&common::hello());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+
+    let stale = executor
+        .trigger_until(vec![trigger(1, &hello), trigger(2, &hello)], Some(now - 1))
+        .await;
+    assert_eq!(stale, [TriggerOutcome::Expired, TriggerOutcome::Expired]);
+    // The taker sends attempt 1 under its own run id and a live lease.
+    let mut taken_over = trigger(1, &hello);
+    taken_over.run_id = 101;
+    let fresh = executor
+        .trigger_until(vec![taken_over], Some(now + 60_000))
+        .await;
+    assert_eq!(fresh, [TriggerOutcome::Accepted]);
+    wait_until(Duration::from_secs(10), "run 101", || {
+        double.final_of(101).is_some()
+    })
+    .await;
+    assert!(
+        double.reports().iter().all(|r| r.run_id == 101),
+        "only the taker's run reported: {:?}",
+        double.reports()
+    );
     executor.shutdown().await;
 }
 

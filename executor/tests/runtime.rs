@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rota_executor::local::{LocalError, LocalRun, run_local};
 use rota_executor::logs::{LogStore, RunLog};
+use rota_executor::runtime::host::HostAccess;
 use rota_executor::runtime::{
     Invocation, PluginEnv, RunOutcome, RunStatus, Runtime, RuntimeConfig,
 };
@@ -39,6 +40,7 @@ struct Run<'a> {
     params: Option<&'a str>,
     timeout: Duration,
     memory_mb: u32,
+    host: Option<&'a HostAccess>,
 }
 
 impl Default for Run<'_> {
@@ -48,6 +50,7 @@ impl Default for Run<'_> {
             params: None,
             timeout: Duration::from_secs(10),
             memory_mb: 0,
+            host: None,
         }
     }
 }
@@ -68,6 +71,7 @@ fn run_with(
         env: &env,
         timeout: run.timeout,
         memory_mb: run.memory_mb,
+        host: run.host,
     };
     let log = RunLog::memory(1 << 20);
     let outcome = rt.run(&plugin, &invocation, &log, kill);
@@ -373,6 +377,7 @@ fn the_log_is_capped_and_says_so() {
         env: &env,
         timeout: Duration::from_secs(10),
         memory_mb: 0,
+        host: None,
     };
     let log = logs.create(env.run_id);
     let outcome = rt.run(&plugin, &invocation, &log, &CancellationToken::new());
@@ -421,6 +426,7 @@ fn compiled_modules_survive_a_restart() {
         env: &env,
         timeout: Duration::from_secs(5),
         memory_mb: 0,
+        host: None,
     };
     let outcome = second.run(&plugin, &invocation, &log, &CancellationToken::new());
     assert_eq!(outcome.status, RunStatus::Succeeded);
@@ -469,6 +475,7 @@ fn run_local_runs_wat_text() {
             params: None,
             timeout: Duration::from_secs(5),
             memory_mb: 0,
+            host: None,
         },
     )
     .unwrap();
@@ -485,6 +492,7 @@ fn run_local_runs_wat_text() {
             params: None,
             timeout: Duration::from_secs(5),
             memory_mb: 0,
+            host: None,
         },
     )
     .unwrap_err();

@@ -13,9 +13,12 @@
 //! - [`wire`]: the endpoint paths and every request and answer body
 //!   ([`Trigger`], [`RunReport`], [`Registration`], …), serde types with a pinned JSON
 //!   shape.
+//! - [`allow`]: a job's HTTP allow-list (which URLs a plugin may reach), parsed and
+//!   matched the same way on both sides.
 //! - [`sign`](mod@sign): HMAC-SHA256 request signing with the shared executor secret
 //!   ([`sign()`](sign::sign), [`verify`], [`Secret`]) and its headers.
 
+pub mod allow;
 pub mod sign;
 pub mod wire;
 
@@ -28,3 +31,16 @@ pub use wire::{
     RegistrationAck, ReportStatus, RunReport, RunsKnownAck, RunsKnownRequest, TaskAttempt, Trigger,
     TriggerAck, TriggerBatch, TriggerBatchAck, TriggerOutcome, UnknownBlockStrategy,
 };
+
+/// An error with its sources, `outer: inner: …`: HTTP clients hide the useful part
+/// (connection refused, timed out) there.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}

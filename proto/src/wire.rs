@@ -33,6 +33,12 @@ pub const PATH_CALLBACK: &str = "/api/executor/v1/callback";
 /// Executor → scheduler: `GET {PATH_PLUGIN_PREFIX}{sha256}` → the raw module bytes
 /// (`application/wasm`). Build it with [`plugin_path`].
 pub const PATH_PLUGIN_PREFIX: &str = "/api/executor/v1/plugins/";
+/// A plugin's key-value state (the `rota` imports `kv_get`, `kv_set`, `kv_delete`):
+/// [`KvRequest`] → [`KvReply`].
+pub const PATH_KV: &str = "/api/executor/v1/kv";
+/// A secret of the job's app (the `rota` import `secret_get`): [`SecretRequest`] →
+/// [`SecretReply`].
+pub const PATH_SECRET: &str = "/api/executor/v1/secret";
 
 /// Scheduler → executor: `POST` a [`TriggerBatch`] → [`TriggerBatchAck`].
 pub const PATH_TRIGGER: &str = "/trigger";
@@ -188,6 +194,12 @@ impl fmt::Display for ReportStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TriggerBatch {
     pub triggers: Vec<Trigger>,
+    /// When the sending scheduler node's lease to fire ends (ms since the Unix epoch). A
+    /// trigger the executor would take later is answered [`TriggerOutcome::Expired`]: the
+    /// sender stalled between checking its lease and sending, and another node may own
+    /// the attempt by now (`docs/cluster.md`). Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<i64>,
 }
 
 /// One ack per trigger, in the same order as [`TriggerBatch::triggers`].
@@ -226,6 +238,11 @@ pub struct Trigger {
     /// job's other exclusive runs on this executor. `false` for delayed tasks, which run
     /// concurrently.
     pub exclusive: bool,
+    /// Where the plugin may send HTTP requests (the `rota` import `http_request`): origins
+    /// (`https://api.example.com`, `http://10.0.0.5:8080`) or URL prefixes
+    /// (`https://api.example.com/v1/orders`). Empty: no network at all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http_allow: Vec<String>,
 }
 
 /// Which module to run, by content hash; the name is for argv and logs.
@@ -314,6 +331,9 @@ pub enum TriggerOutcome {
     /// Cannot run here at all (e.g. the plugin cannot be fetched or fails to compile);
     /// the reason is kept as the run's message.
     Rejected { reason: String },
+    /// Not taken: it came after [`TriggerBatch::not_after`]. The sender must not count it
+    /// as dispatched (it holds it until it knows whether it still owns it).
+    Expired,
 }
 
 impl TriggerOutcome {
@@ -399,6 +419,62 @@ pub struct KnownRun {
     pub shard_index: i32,
 }
 
+/// Longest key of a plugin's key-value state (bytes of UTF-8).
+pub const KV_KEY_MAX: usize = 256;
+/// Largest value of a plugin's key-value state (bytes).
+pub const KV_VALUE_MAX: usize = 64 * 1024;
+
+/// A plugin's key-value state, kept by the scheduler per job. `value` is base64 for `set`
+/// and in the reply to `get`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KvRequest {
+    /// The app the executor serves (the job must belong to it).
+    pub app: String,
+    pub job_id: i64,
+    pub op: KvOp,
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvOp {
+    Get,
+    Set,
+    Delete,
+}
+
+/// `value` (base64) for a `get` of a key that exists; `None` otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KvReply {
+    #[serde(default)]
+    pub value: Option<String>,
+}
+
+/// A secret of the job's app, by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SecretRequest {
+    pub app: String,
+    pub job_id: i64,
+    pub name: String,
+}
+
+/// The secret's value; `None` if the app has no secret of that name.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct SecretReply {
+    #[serde(default)]
+    pub value: Option<String>,
+}
+
+impl std::fmt::Debug for SecretReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretReply")
+            .field("value", &self.value.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,6 +510,7 @@ mod tests {
             memory_mb: 64,
             block: BlockStrategy::DiscardLater,
             exclusive: false,
+            http_allow: Vec::new(),
         }
     }
 
@@ -501,7 +578,12 @@ mod tests {
         manual.exclusive = true;
         manual.block = BlockStrategy::CoverEarly;
         round_trip(TriggerBatch {
-            triggers: vec![trigger(), manual],
+            triggers: vec![trigger(), manual.clone()],
+            not_after: None,
+        });
+        round_trip(TriggerBatch {
+            triggers: vec![manual],
+            not_after: Some(1_767_225_603_000),
         });
         round_trip(TriggerBatchAck {
             acks: vec![

@@ -69,6 +69,10 @@ struct ServerArgs {
     /// Shared secret signing scheduler ↔ executor requests (required).
     #[arg(long, env = "ROTA_EXECUTOR_SECRET", hide_env_values = true)]
     executor_secret: String,
+    /// Key sealing plugin secrets at rest: 64 hex digits, the same on every node. Without
+    /// it the key is derived from the executor secret.
+    #[arg(long, env = "ROTA_SECRETS_KEY", hide_env_values = true)]
+    secrets_key: Option<String>,
     /// Concurrent dispatches of the fast pool.
     #[arg(long, env = "ROTA_FAST_POOL", default_value_t = 64)]
     fast_pool: usize,
@@ -120,6 +124,12 @@ impl ServerArgs {
         c.executor_dead_after_ms = self.executor_dead_after_ms;
         c.node_dead_after_ms = self.node_dead_after_ms;
         c.max_payload_bytes = self.max_payload_bytes;
+        if let Some(key) = self.secrets_key.as_deref().filter(|k| !k.is_empty()) {
+            c.secrets_key = Some(
+                rota_scheduler::secrets::SecretBox::parse_key(key)
+                    .map_err(|e| anyhow::anyhow!("ROTA_SECRETS_KEY: {e}"))?,
+            );
+        }
         Ok(c)
     }
 }

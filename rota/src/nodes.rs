@@ -4,14 +4,17 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use rota_executor::local::{LocalRun, run_local};
 use rota_executor::node::ExecutorConfig;
+use rota_executor::runtime::host::{HostAccess, LocalServices, Services};
 use rota_executor::runtime::{RunStatus, Runtime, RuntimeConfig};
 use rota_proto::Secret;
+use rota_proto::allow::AllowList;
 use rota_scheduler::Config;
 use tokio::net::TcpListener;
 
@@ -78,6 +81,21 @@ pub struct PluginRunArgs {
     /// Linear memory limit in MiB.
     #[arg(long, default_value_t = 64)]
     memory_mb: u32,
+    /// Let the plugin's `http_request` reach this origin or URL prefix (repeatable), as a
+    /// job's `http_allow` would.
+    #[arg(long = "allow")]
+    allow: Vec<String>,
+    /// A secret the plugin can read with `secret_get`, as NAME=VALUE (repeatable).
+    #[arg(long = "secret", value_parser = parse_secret)]
+    secrets: Vec<(String, String)>,
+}
+
+fn parse_secret(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not NAME=VALUE"))?;
+    rota_scheduler::secrets::check_name(name).map_err(|e| format!("secret name `{name}` {e}"))?;
+    Ok((name.to_owned(), value.to_owned()))
 }
 
 pub async fn standalone(
@@ -236,6 +254,15 @@ pub fn plugin_run(args: PluginRunArgs) -> anyhow::Result<i32> {
         .to_owned();
     let runtime =
         Runtime::new(RuntimeConfig::default()).context("starting the WebAssembly runtime")?;
+    let allow = AllowList::parse(&args.allow).map_err(|e| anyhow::anyhow!("--allow: {e}"))?;
+    let access = HostAccess {
+        allow,
+        job_id: 0,
+        services: Services::Local(Arc::new(LocalServices {
+            kv: Default::default(),
+            secrets: args.secrets.iter().cloned().collect(),
+        })),
+    };
     let outcome = run_local(
         &runtime,
         &LocalRun {
@@ -245,6 +272,7 @@ pub fn plugin_run(args: PluginRunArgs) -> anyhow::Result<i32> {
             params: params.as_deref(),
             timeout: Duration::from_millis(args.timeout_ms),
             memory_mb: args.memory_mb,
+            host: Some(&access),
         },
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;

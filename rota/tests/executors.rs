@@ -52,10 +52,7 @@ async fn a_run_on_a_killed_executor_is_lost_and_retried_on_the_other() {
     eventually(
         Duration::from_secs(30),
         "both executors to register",
-        || async {
-            let v = api.ok("GET", "/api/v1/executors", None).await;
-            (v["items"].as_array().unwrap().len() == 2).then_some(())
-        },
+        || async { (executor_count(api).await == 2).then_some(()) },
     )
     .await;
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use rota_proto::error_chain;
 use rota_proto::wire::{
     PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER,
 };
@@ -173,16 +174,4 @@ impl ExecutorClient {
     ) -> Result<RunsKnownAck, ClientError> {
         self.post(address, PATH_RUNS_KNOWN, req).await
     }
-}
-
-/// reqwest's errors hide the useful part (connection refused, timed out) in their sources.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(inner) = cur {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        cur = inner.source();
-    }
-    s
 }

@@ -64,6 +64,9 @@ pub struct Config {
     /// The console's `admin` password, set at first start (`ROTA_ADMIN_PASSWORD`); `None`
     /// generates one and logs it once.
     pub admin_password: Option<String>,
+    /// The key sealing plugin secrets at rest (`ROTA_SECRETS_KEY`); `None` derives one from
+    /// the executor secret (`crate::secrets`).
+    pub secrets_key: Option<[u8; 32]>,
 }
 
 impl Config {
@@ -94,6 +97,7 @@ impl Config {
             max_body_bytes: 32 * 1024 * 1024,
             max_plugin_bytes: 32 * 1024 * 1024,
             admin_password: None,
+            secrets_key: None,
         }
     }
 

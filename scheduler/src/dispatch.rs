@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use rota_proto::{PluginRef, Trigger, TriggerBatch, TriggerOutcome};
+use rota_proto::{PluginRef, RunsKnownRequest, TaskAttempt, Trigger, TriggerBatch, TriggerOutcome};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::model::*;
@@ -161,6 +161,10 @@ impl Pools {
     /// Called on the ring thread with one tick's due tasks (highest priority first).
     pub(crate) fn fire(&self, shared: &Shared, batch: Vec<DueTask>) {
         let now = now_ms();
+        let batch = drop_stale(shared, batch, |t| t);
+        if batch.is_empty() {
+            return;
+        }
         // Fire only under a confirmed lease: a node that could not heartbeat (a stall, a
         // lost database) holds its wheel until it can, or until it learns it was fenced,
         // so a take-over never races a late fire (docs/cluster.md).
@@ -375,15 +379,19 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         // another node by now. Send nothing; the wheel holds it, and drops it if this node
         // turns out to be fenced (docs/cluster.md).
         let round_at = now_ms();
-        if round_at > shared.lease_valid_until.load(Ordering::SeqCst) {
-            let mut held: HashMap<i64, DueTask> = HashMap::new();
-            for p in pending.drain(..) {
-                held.entry(p.task.task_id).or_insert(p.task);
-            }
-            metrics::counter!("rota_fires_held_total").increment(held.len() as u64);
-            shared
-                .ring
-                .defer(held.into_values().collect(), round_at + LEASE_RETRY_MS);
+        // The lease as this round saw it travels with the triggers: an executor refuses
+        // them past it (`expired`), so a stall between this check and the send (the
+        // process paused, the request slow to go out) cannot deliver them after another
+        // node took them over.
+        let lease_until = shared.lease_valid_until.load(Ordering::SeqCst);
+        // Read after the lease (a rejoin renews the epoch first, then the lease): under a
+        // lease of the new epoch, the old epoch's fires are always seen as stale here.
+        pending = drop_stale(shared, pending, |p| &p.task);
+        if pending.is_empty() {
+            break;
+        }
+        if round_at > lease_until {
+            hold_for_lease(shared, pending.drain(..), round_at);
             break;
         }
         let mut by_executor: HashMap<String, Vec<Pending>> = HashMap::new();
@@ -435,10 +443,11 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         let requests = groups.map(|(address, group)| async move {
             let triggers: Vec<Trigger> = group.iter().map(to_trigger).collect();
             let started = Instant::now();
-            let result = shared
-                .client
-                .trigger(&address, &TriggerBatch { triggers })
-                .await;
+            let batch = TriggerBatch {
+                triggers,
+                not_after: Some(lease_until),
+            };
+            let result = shared.client.trigger(&address, &batch).await;
             let elapsed = started.elapsed();
             metrics::histogram!("rota_dispatch_seconds").record(elapsed.as_secs_f64());
             shared
@@ -446,6 +455,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                 .record(group.iter().map(|p| p.task.job_id), elapsed);
             (address, group, result)
         });
+        let mut expired: Vec<Pending> = Vec::new();
         for (address, group, result) in join_all(requests).await {
             let dispatched_at = now_ms();
             if let Ok(ack) = &result
@@ -480,6 +490,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                                 };
                                 pending.push(p);
                             }
+                            TriggerOutcome::Expired => expired.push(p),
                             TriggerOutcome::Rejected { reason } => {
                                 failed.push(
                                     failure(
@@ -508,6 +519,15 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                     tracing::warn!(error = %e, "dispatch failed");
                     requeue(&mut pending, group, e.to_string());
                 }
+                Err(e) if dispatched_at > lease_until => {
+                    // No answer, and the lease ran out meanwhile (this node stalled, or the
+                    // request took that long): past `not_after` the executor takes none of
+                    // them any more, so what it has now is final. Ask it.
+                    tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered past this node's lease; asking the executor what it took");
+                    let (taken, not_taken) = resolve_unanswered(shared, &address, group).await;
+                    sent.extend(taken);
+                    expired.extend(not_taken);
+                }
                 Err(e) => {
                     // Connected, but no answer: the executor may have the triggers. Sending them
                     // elsewhere could run an attempt twice, so they count as dispatched to it;
@@ -517,6 +537,19 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                     sent.extend(group.iter().map(|p| dispatched(p, &address, dispatched_at)));
                 }
             }
+        }
+        if !expired.is_empty() {
+            tracing::warn!(
+                triggers = expired.len(),
+                "executors refused triggers sent after this node's lease had lapsed; holding them"
+            );
+            // The rest of this dispatch waits too: the lease is gone for all of it.
+            hold_for_lease(
+                shared,
+                expired.into_iter().chain(pending.drain(..)),
+                now_ms(),
+            );
+            break;
         }
     }
 
@@ -534,6 +567,84 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         shared.ring.defer(deferred, now_ms() + FULL_RETRY_MS);
     }
     complete_failures(shared, failed).await;
+}
+
+/// After an unanswered send whose `not_after` has passed: which of the triggers the
+/// executor took (recorded as dispatched, under the run id it has) and which it did not
+/// (held like any fire without a lease). If it does not answer this either, all count as
+/// delivered, as for any unanswered send (its heartbeat sorts out the rest).
+async fn resolve_unanswered(
+    shared: &Shared,
+    address: &str,
+    group: Vec<Pending>,
+) -> (Vec<Dispatched>, Vec<Pending>) {
+    let req = RunsKnownRequest {
+        runs: group
+            .iter()
+            .map(|p| TaskAttempt {
+                task_id: p.task.task_id,
+                attempt: p.task.attempt,
+            })
+            .collect(),
+    };
+    let now = now_ms();
+    let known = match shared.client.runs_known(address, &req).await {
+        Ok(ack) => ack.known,
+        Err(e) => {
+            tracing::warn!(error = %e, "the executor did not answer which triggers it took; treating them as delivered");
+            return (
+                group.iter().map(|p| dispatched(p, address, now)).collect(),
+                Vec::new(),
+            );
+        }
+    };
+    let mut taken = Vec::new();
+    let mut not_taken = Vec::new();
+    for p in group {
+        match known.iter().find(|k| {
+            k.task_id == p.task.task_id
+                && k.attempt == p.task.attempt
+                && k.shard_index == p.shard_index
+        }) {
+            Some(k) => {
+                let mut d = dispatched(&p, address, now);
+                d.run_id = k.run_id;
+                taken.push(d);
+            }
+            None => not_taken.push(p),
+        }
+    }
+    (taken, not_taken)
+}
+
+/// Drops fires held under an epoch of this node's lease that has ended: the node was taken
+/// over since, and they are the taker's (`docs/cluster.md`).
+fn drop_stale<T>(shared: &Shared, items: Vec<T>, task: impl Fn(&T) -> &DueTask) -> Vec<T> {
+    let epoch = shared.lease.get().epoch;
+    let before = items.len();
+    let kept: Vec<T> = items
+        .into_iter()
+        .filter(|i| task(i).epoch == epoch)
+        .collect();
+    if kept.len() < before {
+        let dropped = before - kept.len();
+        metrics::counter!("rota_fires_dropped_stale_total").increment(dropped as u64);
+        tracing::info!(dropped, "dropped fires of a lease epoch this node lost");
+    }
+    kept
+}
+
+/// Gives fires back to the wheel, unsent, while this node's lease is unconfirmed: they go
+/// out when a heartbeat renews it, or are dropped with the wheel if the node was fenced.
+fn hold_for_lease(shared: &Shared, pending: impl Iterator<Item = Pending>, now: Millis) {
+    let mut held: HashMap<i64, DueTask> = HashMap::new();
+    for p in pending {
+        held.entry(p.task.task_id).or_insert(p.task);
+    }
+    metrics::counter!("rota_fires_held_total").increment(held.len() as u64);
+    shared
+        .ring
+        .defer(held.into_values().collect(), now + LEASE_RETRY_MS);
 }
 
 /// Busyover (XXL-JOB's semantics): ask the executors in order whether they run this job now
@@ -621,6 +732,7 @@ fn to_trigger(p: &Pending) -> Trigger {
         memory_mb: u32::try_from(spec.memory_mb).unwrap_or(64),
         block: spec.block,
         exclusive,
+        http_allow: spec.http_allow.clone(),
     }
 }
 
@@ -714,8 +826,29 @@ pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Disp
         }
         let mut delay = Duration::from_millis(50);
         loop {
-            match shared.store.record_dispatches(&buf, now_ms()).await {
-                Ok(()) => break,
+            // Under the lease held now: what was sent under an epoch this node lost is not
+            // recorded (the taker recorded what had arrived).
+            match shared
+                .store
+                .record_dispatches(shared.lease.get(), &buf, now_ms())
+                .await
+            {
+                Ok(recorded) => {
+                    if recorded < buf.len() {
+                        tracing::warn!(
+                            dropped = buf.len() - recorded,
+                            "dispatches of claims taken over by another node were not recorded"
+                        );
+                    }
+                    break;
+                }
+                Err(crate::store::Error::Fenced) => {
+                    tracing::warn!(
+                        dropped = buf.len(),
+                        "this node was taken over: its unrecorded dispatches are the taker's to record"
+                    );
+                    break;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, rows = buf.len(), "recording dispatches failed; retrying");
                     tokio::time::sleep(delay).await;

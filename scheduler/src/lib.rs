@@ -40,6 +40,7 @@ pub mod ring;
 pub mod route;
 pub mod scan;
 pub mod schedule;
+pub mod secrets;
 pub mod store;
 pub mod wheel;
 

@@ -177,6 +177,8 @@ pub struct JobSpec {
     pub memory_mb: i32,
     pub max_concurrency: Option<i32>,
     pub child_jobs: Vec<i64>,
+    /// Where the plugin may send HTTP requests (origins or URL prefixes); empty: nowhere.
+    pub http_allow: Vec<String>,
     pub enabled: bool,
 }
 
@@ -255,6 +257,23 @@ pub struct DueTask {
     pub priority: i32,
     pub payload: Option<String>,
     pub params: Option<String>,
+    /// The epoch of this node's lease the task is held under (its claim's, see
+    /// [`DueTask::held_under`]). A node that was taken over rejoins under a new epoch;
+    /// whatever it still carries of the old one is the taker's and is dropped, never sent.
+    pub epoch: i64,
+}
+
+impl DueTask {
+    /// Stamps claims with the lease they were claimed (or adopted) under.
+    pub fn held_under(tasks: Vec<DueTask>, lease: NodeLease) -> Vec<DueTask> {
+        tasks
+            .into_iter()
+            .map(|t| DueTask {
+                epoch: lease.epoch,
+                ..t
+            })
+            .collect()
+    }
 }
 
 /// A scheduler node's identity and the epoch of its current incarnation.

@@ -235,6 +235,8 @@ pub(crate) struct Shared {
     pub run_ids: RunIds,
     pub slow: SlowTracker,
     pub recorder: mpsc::Sender<Dispatched>,
+    /// Seals and opens plugin secrets.
+    pub secrets: crate::secrets::SecretBox,
     pub scan_wake: Notify,
     /// Dispatches in progress (the recorder waits for them at shutdown).
     pub in_flight: std::sync::atomic::AtomicUsize,
@@ -349,6 +351,7 @@ impl Node {
                 now + config.node_dead_after_ms / 2,
             ),
             shutdown: shutdown.clone(),
+            secrets: crate::api::plugin_host::secrets_box(&config),
             store,
             config,
             lease: Lease::new(lease),
@@ -381,7 +384,9 @@ impl Node {
         };
         tasks.spawn(dispatch::record_loop(shared.clone(), recorder_rx));
         tasks.spawn(crate::complete::liveness_loop(shared.clone()));
-        tasks.spawn(node_heartbeat_loop(shared.clone()));
+        let fenced = Arc::new(Notify::new());
+        spawn_heartbeat(shared.clone(), fenced.clone()).context("starting the heartbeat thread")?;
+        tasks.spawn(fenced_loop(shared.clone(), fenced));
         tasks.spawn(crate::scan::take_over_loop(shared.clone()));
         tasks.spawn(crate::retention::retention_loop(shared.clone()));
         {
@@ -436,6 +441,11 @@ impl Node {
         tracing::info!("scheduler node stopped");
     }
 
+    /// The key sealing plugin secrets.
+    pub fn secrets(&self) -> &crate::secrets::SecretBox {
+        &self.shared.secrets
+    }
+
     pub fn store(&self) -> &Store {
         &self.shared.store
     }
@@ -486,14 +496,10 @@ impl Node {
         if due.is_empty() {
             return;
         }
-        match self
-            .shared
-            .store
-            .claim_tasks(self.shared.lease.get(), &due, until)
-            .await
-        {
+        let lease = self.shared.lease.get();
+        match self.shared.store.claim_tasks(lease, &due, until).await {
             Ok(claimed) => {
-                self.shared.ring.insert(claimed);
+                self.shared.ring.insert(DueTask::held_under(claimed, lease));
             }
             Err(e) => {
                 // Still pending in the database: the next scan takes them.
@@ -740,15 +746,8 @@ pub(crate) async fn rejoin(shared: &Shared) -> bool {
         drop(shared.ring.stop());
         return false;
     }
-    // Batches already with the pools see the lapsed lease and come back to the wheel; wait
-    // for them, so what this node held is all in the wheel when it is dropped (nothing of
-    // the taker's may fire under the new epoch).
-    let quiet_by = Instant::now() + Duration::from_secs(30);
-    while (shared.queued.load(Ordering::SeqCst) > 0 || shared.in_flight.load(Ordering::SeqCst) > 0)
-        && Instant::now() < quiet_by
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // What this node held is the taker's now. The wheel is emptied; copies still with the
+    // pools carry the old epoch, and are dropped when they come round (`drop_stale`).
     let dropped = shared.ring.clear();
     let now = now_ms();
     match shared
@@ -767,6 +766,12 @@ pub(crate) async fn rejoin(shared: &Shared) -> bool {
                 dropped,
                 "this node was fenced (another node took its claims over while it was unresponsive); it rejoined with a new epoch"
             );
+            // A take-over moves every claim in one transaction, so none of the old epoch
+            // should be left; any that is (a write that raced the fencing) is in no wheel
+            // now, and is recovered like a restart's.
+            if let Err(e) = crate::scan::recover(shared).await {
+                tracing::warn!(error = %format!("{e:#}"), "recovering this node's earlier claims after rejoining failed; a restart recovers them");
+            }
             true
         }
         Err(e) => {
@@ -776,32 +781,70 @@ pub(crate) async fn rejoin(shared: &Shared) -> bool {
     }
 }
 
-/// Keeps this node's row fresh, and with it the lease to fire (`docs/cluster.md`).
-async fn node_heartbeat_loop(shared: Arc<Shared>) {
+/// Keeps this node's row fresh, and with it the lease to fire (`docs/cluster.md`), from a
+/// thread of its own with a small runtime and (on MySQL) a connection of its own: a node
+/// whose main runtime is saturated by a burst is busy, not dead, and must not look dead.
+/// When the heartbeat finds the node taken over it wakes `fenced`; the rejoin runs on the
+/// main runtime.
+fn spawn_heartbeat(shared: Arc<Shared>, fenced: Arc<Notify>) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("rota-heartbeat".into())
+        .spawn(move || runtime.block_on(heartbeat_loop(shared, fenced)))?;
+    Ok(())
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
     let mut shutdown = shared.shutdown.clone();
     let dead_after = shared.config.node_dead_after_ms.max(600);
-    let mut tick = tokio::time::interval(Duration::from_millis(
-        u64::try_from(dead_after / 6).unwrap_or(500),
-    ));
+    let period = Duration::from_millis(u64::try_from(dead_after / 6).unwrap_or(500));
+    let beat = loop {
+        match shared.store.beat().await {
+            Ok(beat) => break beat,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open the heartbeat's connection; retrying")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    };
+    let mut tick = tokio::time::interval(period);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
+        if shared.ring.is_stopped() {
+            return;
+        }
         // The lease counts from before the write: the database saw it no earlier.
         let sent = now_ms();
-        match shared.store.heartbeat_node(shared.lease.get(), sent).await {
+        match beat.heartbeat_node(shared.lease.get(), sent).await {
             Ok(true) => {
                 shared
                     .lease_valid_until
                     .fetch_max(sent + dead_after / 2, Ordering::SeqCst);
             }
-            Ok(false) => {
-                if !rejoin(&shared).await {
-                    return;
-                }
-            }
+            Ok(false) => fenced.notify_one(),
             Err(e) => tracing::warn!(error = %e, "node heartbeat failed"),
+        }
+    }
+}
+
+/// Rejoins when the heartbeat found this node taken over.
+async fn fenced_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = fenced.notified() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if !rejoin(&shared).await {
+            return;
         }
     }
 }

@@ -35,14 +35,22 @@ struct Shared {
     wake: Condvar,
 }
 
+/// Which of two copies of a task is current: a later lease epoch (after a rejoin, the old
+/// epoch's copies are another node's), then a later attempt.
+type Rank = (i64, i32);
+
+fn rank(t: &DueTask) -> Rank {
+    (t.epoch, t.attempt)
+}
+
 struct State {
     wheel: Wheel<DueTask>,
-    /// Attempt and due time of every task in the wheel, by task id.
-    index: HashMap<i64, (i32, Millis)>,
-    /// Attempt of every task handed to a pool and not yet recorded as dispatched. A task's
+    /// Rank and due time of every task in the wheel, by task id.
+    index: HashMap<i64, (Rank, Millis)>,
+    /// Rank of every task handed to a pool and not yet recorded as dispatched. A task's
     /// next attempt may enter the wheel before its previous one is recorded (a fast failure
     /// report can beat the batched record), so entries are per attempt.
-    firing: HashMap<i64, i32>,
+    firing: HashMap<i64, Rank>,
     /// Being cancelled: must not fire, whatever arrives meanwhile.
     cancelling: HashSet<i64>,
     /// Tasks that came due (or were claimed) while their cancel was open: out of the wheel
@@ -111,16 +119,16 @@ impl Ring {
             let newer_here = st
                 .index
                 .get(&t.task_id)
-                .is_some_and(|&(a, _)| a >= t.attempt);
-            let firing = st.firing.get(&t.task_id).is_some_and(|&a| a >= t.attempt);
+                .is_some_and(|&(r, _)| r >= rank(&t));
+            let firing = st.firing.get(&t.task_id).is_some_and(|&r| r >= rank(&t));
             if newer_here || firing {
                 continue;
             }
             if let Some((_, due)) = st.index.remove(&t.task_id) {
-                // An older attempt still waiting here is superseded.
+                // An older attempt (or an older epoch's copy) still waiting here is superseded.
                 st.wheel.remove(due, |old| old.task_id == t.task_id);
             }
-            st.index.insert(t.task_id, (t.attempt, t.due_at));
+            st.index.insert(t.task_id, (rank(&t), t.due_at));
             st.wheel.insert(t.due_at, t);
             n += 1;
         }
@@ -177,7 +185,7 @@ impl Ring {
             }
             st.tombstones.insert(task_id, crate::model::now_ms());
         } else if let Some(t) = parked {
-            st.index.insert(t.task_id, (t.attempt, t.due_at));
+            st.index.insert(t.task_id, (rank(&t), t.due_at));
             st.wheel.insert(t.due_at, t);
             drop(st);
             self.shared.wake.notify_one();
@@ -188,7 +196,7 @@ impl Ring {
     pub fn fired(&self, attempts: impl IntoIterator<Item = (i64, i32)>) {
         let mut st = self.lock();
         for (id, attempt) in attempts {
-            if st.firing.get(&id) == Some(&attempt) {
+            if st.firing.get(&id).is_some_and(|&(_, a)| a == attempt) {
                 st.firing.remove(&id);
             }
         }
@@ -198,18 +206,17 @@ impl Ring {
     pub fn defer(&self, tasks: Vec<DueTask>, due_at: Millis) {
         let mut st = self.lock();
         for mut t in tasks {
-            if st.firing.get(&t.task_id) == Some(&t.attempt) {
+            if st.firing.get(&t.task_id) == Some(&rank(&t)) {
                 st.firing.remove(&t.task_id);
             }
-            if st
-                .index
-                .get(&t.task_id)
-                .is_some_and(|&(a, _)| a > t.attempt)
-            {
+            if st.index.get(&t.task_id).is_some_and(|&(r, _)| r > rank(&t)) {
                 continue;
             }
+            if let Some((_, due)) = st.index.remove(&t.task_id) {
+                st.wheel.remove(due, |old| old.task_id == t.task_id);
+            }
             t.due_at = t.due_at.max(due_at);
-            st.index.insert(t.task_id, (t.attempt, t.due_at));
+            st.index.insert(t.task_id, (rank(&t), t.due_at));
             st.wheel.insert(t.due_at, t);
         }
         drop(st);
@@ -217,12 +224,14 @@ impl Ring {
     }
 
     /// Empties the wheel without stopping the ring (its claims were taken over by another
-    /// node); returns how many tasks it held.
+    /// node); returns how many tasks it held. Copies still with the pools come back later
+    /// under their old epoch, and are dropped then.
     pub fn clear(&self) -> usize {
         let mut st = self.lock();
         let mut out = Vec::new();
         st.wheel.advance(Millis::MAX, &mut out);
         st.index.clear();
+        st.firing.clear();
         out.len() + st.parked.drain().count()
     }
 
@@ -265,7 +274,7 @@ impl Ring {
             let mut batch = Vec::with_capacity(due.len());
             for (_, t) in due.drain(..) {
                 match st.index.get(&t.task_id) {
-                    Some(&(attempt, _)) if attempt == t.attempt => {}
+                    Some(&(r, _)) if r == rank(&t) => {}
                     _ => continue, // cancelled or superseded
                 }
                 st.index.remove(&t.task_id);
@@ -274,7 +283,7 @@ impl Ring {
                     st.parked.insert(t.task_id, t);
                     continue;
                 }
-                st.firing.insert(t.task_id, t.attempt);
+                st.firing.insert(t.task_id, rank(&t));
                 batch.push(t);
             }
             if batch.is_empty() {
@@ -321,6 +330,7 @@ mod tests {
             priority,
             payload: None,
             params: None,
+            epoch: 1,
         }
     }
 

@@ -111,9 +111,10 @@ async fn scan_once(
             next_fire_at: p.next_fire_at,
         }
     };
+    let lease = shared.lease.get();
     let claimed = shared
         .store
-        .claim_due(shared.lease.get(), now, until, limit, &mut plan)
+        .claim_due(lease, now, until, limit, &mut plan)
         .await?;
     if misfired > 0 {
         metrics::counter!("rota_misfires_total").increment(misfired);
@@ -121,7 +122,9 @@ async fn scan_once(
     let n = claimed.tasks.len();
     tracing::Span::current().record("claimed", n);
     metrics::counter!("rota_claimed_total").increment(n as u64);
-    shared.ring.insert(claimed.tasks);
+    shared
+        .ring
+        .insert(DueTask::held_under(claimed.tasks, lease));
     Ok(n as u32 >= limit)
 }
 
@@ -138,12 +141,16 @@ pub(crate) async fn recover(shared: &Shared) -> anyhow::Result<()> {
     recover_claims(shared, claims).await
 }
 
-/// Every second: takes over the claims of nodes that stopped heartbeating, and fires them
-/// (after asking the executors which they already have).
+/// Four times a second: takes over the claims of nodes that stopped heartbeating, and fires
+/// them (after asking the executors which they already have). The check is one indexed
+/// read of the `nodes` table; running it often keeps the take-over close to dead-after.
 pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.clone();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Claims taken over but not yet fired (the database failed under the recovery): they
+    // are this node's now, so they are tried again every round until they are in the wheel.
+    let mut unfired: Vec<DueTask> = Vec::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -162,26 +169,63 @@ pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
             continue;
         }
         let dead_before = now - shared.config.node_dead_after_ms;
-        match shared
+        let started = Instant::now();
+        let fenced = match shared
             .store
             .take_over_dead(shared.lease.get(), dead_before)
             .await
         {
-            Ok((nodes, claims)) if !nodes.is_empty() => {
-                tracing::warn!(
-                    nodes = ?nodes,
-                    claims = claims.len(),
-                    "took over the claims of scheduler nodes that stopped heartbeating"
-                );
-                metrics::counter!("rota_takeovers_total").increment(nodes.len() as u64);
-                if let Err(e) = recover_claims(&shared, claims).await {
-                    tracing::error!(error = %format!("{e:#}"), "firing taken-over claims failed; the next take-over round retries");
+            Ok((nodes, claims)) => {
+                if !nodes.is_empty() {
+                    tracing::warn!(
+                        nodes = ?nodes,
+                        claims = claims.len(),
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "took over the claims of scheduler nodes that stopped heartbeating"
+                    );
+                    metrics::counter!("rota_takeovers_total").increment(nodes.len() as u64);
                 }
+                unfired.extend(claims);
+                false
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "checking for dead scheduler nodes failed"),
+            Err(crate::store::Error::Fenced) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "checking for dead scheduler nodes failed");
+                false
+            }
+        };
+        let fenced = fenced
+            || match recover_claims(&shared, unfired.clone()).await {
+                Ok(()) => {
+                    unfired.clear();
+                    false
+                }
+                Err(e) if is_fenced(&e) => true,
+                Err(e) => {
+                    tracing::error!(
+                        error = %format!("{e:#}"),
+                        claims = unfired.len(),
+                        "firing taken-over claims failed; trying again in a second"
+                    );
+                    false
+                }
+            };
+        if fenced {
+            // Taken over itself: whatever it held, taken-over claims included, is the
+            // taker's now.
+            unfired.clear();
+            if !crate::node::rejoin(&shared).await {
+                return;
+            }
         }
     }
+}
+
+fn is_fenced(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<crate::store::Error>(),
+        Some(crate::store::Error::Fenced)
+    )
 }
 
 /// Claims made by another process (an earlier incarnation, a dead node): attempts an
@@ -240,21 +284,28 @@ async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result
             }
         }
     }
-    if !known.is_empty() {
-        shared.store.record_dispatches(&known, now).await?;
-    }
+    // All of them under this lease first (an earlier epoch's claims after a restart), so
+    // that what the executors have is recorded as this lease's.
+    let lease = shared.lease.get();
+    let all: Vec<i64> = claims.iter().map(|t| t.task_id).collect();
+    shared.store.adopt_claims(lease, &all).await?;
     let known_ids: std::collections::HashSet<i64> = known.iter().map(|d| d.task_id).collect();
     let refire: Vec<DueTask> = claims
         .into_iter()
         .filter(|t| !known_ids.contains(&t.task_id))
         .collect();
-    let ids: Vec<i64> = refire.iter().map(|t| t.task_id).collect();
-    shared.store.adopt_claims(shared.lease.get(), &ids).await?;
     tracing::info!(
         already_dispatched = known_ids.len(),
-        refired = ids.len(),
+        refired = refire.len(),
         "recovered claims"
     );
-    shared.ring.insert(refire);
+    // Fire first: the overdue are late already. What the executors have is recorded by
+    // the recorder, batched like any dispatch.
+    shared.ring.insert(DueTask::held_under(refire, lease));
+    for d in known {
+        if shared.recorder.send(d).await.is_err() {
+            break;
+        }
+    }
     Ok(())
 }

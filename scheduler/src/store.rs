@@ -10,7 +10,7 @@
 //! dispatches and run reports are written many rows per statement (`IN (…)`, `CASE id …`,
 //! multi-row `VALUES`), so the statements per fire stay flat however large the backlog.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -74,8 +74,8 @@ enum Pool {
 
 /// Runs `$body` with `$pool` bound to the concrete pool and `$db` naming its database type.
 macro_rules! on_pool {
-    ($store:expr, |$pool:ident, $db:ident| $body:expr) => {
-        match &$store.pool {
+    (@match $which:expr, |$pool:ident, $db:ident| $body:expr) => {
+        match $which {
             Pool::MySql($pool) => {
                 #[allow(dead_code)]
                 type $db = sqlx::MySql;
@@ -88,6 +88,36 @@ macro_rules! on_pool {
             }
         }
     };
+    (control $store:expr, |$pool:ident, $db:ident| $body:expr) => {
+        on_pool!(@match &$store.control, |$pool, $db| $body)
+    };
+    ($store:expr, |$pool:ident, $db:ident| $body:expr) => {
+        on_pool!(@match &$store.pool, |$pool, $db| $body)
+    };
+}
+
+/// Inside a transaction: this node's epoch is still `lease`'s, and stays so until commit (a
+/// shared lock on its `node_fences` row on MySQL; SQLite has one writer). Else
+/// `Error::Fenced`: another node took this one over, and what it holds is no longer its
+/// own. (The lock is not on the `nodes` row, which the heartbeat updates: the heartbeat
+/// must never wait behind the node's own work.)
+macro_rules! hold_lease {
+    ($store:expr, $tx:ident, $lease:expr) => {{
+        let share = if $store.is_mysql() {
+            " LOCK IN SHARE MODE"
+        } else {
+            ""
+        };
+        let epoch: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT epoch FROM node_fences WHERE node_id = ?{share}"
+        )))
+        .bind($lease.node_id)
+        .fetch_optional(&mut *$tx)
+        .await?;
+        if epoch != Some($lease.epoch) {
+            return Err(Error::Fenced);
+        }
+    }};
 }
 
 /// The start of a query for [`DueRow`]s: what the wheel needs of a task.
@@ -210,7 +240,8 @@ fn to_json<T: serde::Serialize>(v: &T) -> String {
 
 const JOB_COLUMNS: &str = "j.id, j.name, a.name AS app, j.plugin, j.schedule, j.params, j.route, \
      j.block_strategy, j.misfire, j.timeout_ms, j.max_attempts, j.backoff, j.memory_mb, \
-     j.max_concurrency, j.child_jobs, j.enabled, j.next_fire_at, j.created_at, j.updated_at";
+     j.max_concurrency, j.child_jobs, j.http_allow, j.enabled, j.next_fire_at, j.created_at, \
+     j.updated_at";
 
 #[derive(FromRow)]
 struct JobRow {
@@ -229,6 +260,7 @@ struct JobRow {
     memory_mb: i32,
     max_concurrency: Option<i32>,
     child_jobs: String,
+    http_allow: Option<String>,
     enabled: bool,
     next_fire_at: Option<i64>,
     created_at: i64,
@@ -255,6 +287,10 @@ impl TryFrom<JobRow> for Job {
                 memory_mb: r.memory_mb,
                 max_concurrency: r.max_concurrency,
                 child_jobs: parse_json(&r.child_jobs)?,
+                http_allow: match r.http_allow.as_deref() {
+                    None | Some("") => Vec::new(),
+                    Some(json) => parse_json(json)?,
+                },
                 enabled: r.enabled,
             },
             next_fire_at: r.next_fire_at,
@@ -337,6 +373,7 @@ impl TryFrom<DueRow> for DueTask {
             priority: r.priority,
             payload: r.payload,
             params: r.params,
+            epoch: 0,
         })
     }
 }
@@ -483,46 +520,93 @@ pub struct Applied {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// Cluster coordination: MySQL connections of its own (see `connect`); SQLite's pool.
+    control: Pool,
+    /// MySQL: how the node heartbeat opens a connection of its own ([`Store::beat`]).
+    beat_opts: Option<MySqlConnectOptions>,
+}
+
+/// The node heartbeat's own way to the database, made on the thread that beats
+/// (`node.rs`). The heartbeat is the node's lease: were it to queue for a pooled connection
+/// behind a burst of work (every connection busy applying reports), a busy node would look
+/// dead and be taken over. On MySQL it is a connection of its own; SQLite's single
+/// connection is shared (its writes are short, and its driver works from any runtime).
+pub struct Beat {
+    pool: Pool,
+}
+
+impl Beat {
+    /// Refreshes the node's heartbeat; false when it was taken over (its epoch moved on).
+    pub async fn heartbeat_node(&self, lease: NodeLease, now: Millis) -> Result<bool> {
+        heartbeat_on(&self.pool, lease, now).await
+    }
+}
+
+async fn heartbeat_on(pool: &Pool, lease: NodeLease, now: Millis) -> Result<bool> {
+    on_pool!(@match pool, |pool, Db| {
+        let r = sqlx::query("UPDATE nodes SET heartbeat_at = ? WHERE id = ? AND epoch = ?")
+            .bind(now)
+            .bind(lease.node_id)
+            .bind(lease.epoch)
+            .execute(pool)
+            .await?;
+        Ok(r.affected() > 0)
+    })
+}
+
+/// MySQL pool options with the session settings every connection needs.
+fn mysql_pool(max_connections: u32) -> MySqlPoolOptions {
+    MySqlPoolOptions::new()
+        .max_connections(max_connections)
+        // Correctness rests on row locks and conditional updates, never on repeatable
+        // snapshots; READ COMMITTED spares the scan and the writers InnoDB's gap locks.
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .execute(&mut *conn)
+                    .await?;
+                // A process that stalls inside a transaction (SIGSTOP, a long pause)
+                // would hold its row locks, and with them its claims and its node row,
+                // until the connection dies; no other node could take it over. MariaDB
+                // rolls such a transaction back after this many idle seconds (ours
+                // never wait between statements), which releases them (docs/cluster.md).
+                // MySQL has no such setting: there the stall lasts until the connection
+                // times out.
+                let version: String = sqlx::query_scalar("SELECT VERSION()")
+                    .fetch_one(&mut *conn)
+                    .await?;
+                if version.contains("MariaDB") {
+                    sqlx::query("SET SESSION idle_transaction_timeout = 2")
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Ok(())
+            })
+        })
 }
 
 impl Store {
     /// Connects, creating the SQLite file if needed, and applies pending migrations (under the
     /// migrator's lock, so several nodes starting at once on an empty database is safe).
     pub async fn connect(url: &str) -> Result<Store> {
+        let mut beat_opts = None;
+        let mut control = None;
         let pool = if url.starts_with("mysql:") || url.starts_with("mariadb:") {
             let url = url.replacen("mariadb:", "mysql:", 1);
             let opts = MySqlConnectOptions::from_str(&url)?;
-            let pool = MySqlPoolOptions::new()
-                .max_connections(16)
+            beat_opts = Some(opts.clone());
+            let pool = mysql_pool(16)
                 .min_connections(2)
                 .acquire_timeout(Duration::from_secs(10))
-                // Correctness rests on row locks and conditional updates, never on repeatable
-                // snapshots; READ COMMITTED spares the scan and the writers InnoDB's gap locks.
-                .after_connect(|conn, _| {
-                    Box::pin(async move {
-                        sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                            .execute(&mut *conn)
-                            .await?;
-                        // A process that stalls inside a transaction (SIGSTOP, a long pause)
-                        // would hold its row locks, and with them its claims and its node row,
-                        // until the connection dies; no other node could take it over. MariaDB
-                        // rolls such a transaction back after this many idle seconds (ours
-                        // never wait between statements), which releases them (docs/cluster.md).
-                        // MySQL has no such setting: there the stall lasts until the connection
-                        // times out.
-                        let version: String = sqlx::query_scalar("SELECT VERSION()")
-                            .fetch_one(&mut *conn)
-                            .await?;
-                        if version.contains("MariaDB") {
-                            sqlx::query("SET SESSION idle_transaction_timeout = 2")
-                                .execute(&mut *conn)
-                                .await?;
-                        }
-                        Ok(())
-                    })
-                })
-                .connect_with(opts)
+                .connect_with(opts.clone())
                 .await?;
+            // Cluster coordination (take-overs, adopting claims) on connections of its own:
+            // a take-over must not queue for a connection behind a burst of reports.
+            control = Some(Pool::MySql(
+                mysql_pool(2)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_lazy_with(opts),
+            ));
             sqlx::migrate!("../migrations/mysql").run(&pool).await?;
             Pool::MySql(pool)
         } else if url.starts_with("sqlite:") {
@@ -545,7 +629,27 @@ impl Store {
         } else {
             return Err(Error::UnsupportedUrl(url.chars().take(40).collect()));
         };
-        Ok(Store { pool })
+        let control = control.unwrap_or_else(|| pool.clone());
+        Ok(Store {
+            pool,
+            control,
+            beat_opts,
+        })
+    }
+
+    /// The heartbeat's own connection (see [`Beat`]); call it on the runtime that will use it.
+    pub async fn beat(&self) -> Result<Beat> {
+        let pool = match (&self.beat_opts, &self.pool) {
+            (Some(opts), _) => Pool::MySql(
+                MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(2))
+                    .connect_with(opts.clone())
+                    .await?,
+            ),
+            (None, pool) => pool.clone(),
+        };
+        Ok(Beat { pool })
     }
 
     pub fn backend(&self) -> Backend {
@@ -577,6 +681,7 @@ impl Store {
     }
 
     pub async fn close(&self) {
+        on_pool!(control self, |pool, Db| pool.close().await);
         on_pool!(self, |pool, Db| pool.close().await)
     }
 
@@ -639,6 +744,19 @@ impl Store {
                     .bind(name)
                     .fetch_one(&mut *tx)
                     .await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "{} INTO node_fences (node_id, epoch) VALUES (?, ?)",
+                self.insert_ignore()
+            )))
+            .bind(node_id)
+            .bind(epoch)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE node_fences SET epoch = ? WHERE node_id = ?")
+                .bind(epoch)
+                .bind(node_id)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(NodeLease { node_id, epoch })
         })
@@ -647,15 +765,7 @@ impl Store {
     /// Refreshes this node's heartbeat. False when a newer incarnation of the same node name
     /// has taken over (its epoch is higher): this process must stop scheduling.
     pub async fn heartbeat_node(&self, lease: NodeLease, now: Millis) -> Result<bool> {
-        on_pool!(self, |pool, Db| {
-            let r = sqlx::query("UPDATE nodes SET heartbeat_at = ? WHERE id = ? AND epoch = ?")
-                .bind(now)
-                .bind(lease.node_id)
-                .bind(lease.epoch)
-                .execute(pool)
-                .await?;
-            Ok(r.affected() > 0)
-        })
+        heartbeat_on(&self.pool, lease, now).await
     }
 
     /// The node holding a claimed task (its id and address); `None` if it is not claimed.
@@ -681,8 +791,11 @@ impl Store {
         dead_before: Millis,
     ) -> Result<(Vec<String>, Vec<DueTask>)> {
         let skip_locked = self.skip_locked();
-        on_pool!(self, |pool, Db| {
+        on_pool!(control self, |pool, Db| {
             let mut tx = pool.begin().await?;
+            // Only a node that is itself still live takes others over: a fenced one would
+            // move their claims to an epoch nobody holds any more.
+            hold_lease!(self, tx, lease);
             // `heartbeat_at` 0 marks a node already taken over (until it starts again).
             let dead: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT id, name FROM nodes WHERE id <> ? AND heartbeat_at > 0 \
@@ -698,6 +811,22 @@ impl Store {
             let mut names = Vec::with_capacity(dead.len());
             let mut moved = Vec::new();
             for (id, name) in dead {
+                // Its fence, exclusively: a write of its still in flight (a claim, a record)
+                // holds it shared; skip the node this round rather than wait (MariaDB rolls
+                // a stalled writer's transaction back after `idle_transaction_timeout`).
+                let fence: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT epoch FROM node_fences WHERE node_id = ?{skip_locked}"
+                )))
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if fence.is_none() {
+                    continue;
+                }
+                sqlx::query("UPDATE node_fences SET epoch = epoch + 1 WHERE node_id = ?")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
                 sqlx::query("UPDATE nodes SET epoch = epoch + 1, heartbeat_at = 0 WHERE id = ?")
                     .bind(id)
                     .execute(&mut *tx)
@@ -737,6 +866,122 @@ impl Store {
                     .fetch_optional(pool)
                     .await?;
             Ok(at)
+        })
+    }
+
+    // ----- secrets and key-value state (the plugins' `rota` imports) --------------------
+
+    /// Stores a sealed secret of `app` (created if new), replacing one of the same name.
+    pub async fn set_secret(
+        &self,
+        app: &str,
+        name: &str,
+        sealed: &[u8],
+        now: Millis,
+    ) -> Result<()> {
+        let app_id = self.ensure_app(app, now).await?;
+        let upsert = if self.is_mysql() {
+            "INSERT INTO secrets (app_id, name, sealed, created_at, updated_at) VALUES (?, ?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE sealed = VALUES(sealed), updated_at = VALUES(updated_at)"
+        } else {
+            "INSERT INTO secrets (app_id, name, sealed, created_at, updated_at) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT(app_id, name) DO UPDATE SET sealed = excluded.sealed, updated_at = excluded.updated_at"
+        };
+        on_pool!(self, |pool, Db| {
+            sqlx::query(upsert)
+                .bind(app_id)
+                .bind(name)
+                .bind(sealed)
+                .bind(now)
+                .bind(now)
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    /// The sealed value of `app`'s secret `name`.
+    pub async fn secret(&self, app: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_scalar(
+                "SELECT s.sealed FROM secrets s JOIN apps a ON a.id = s.app_id \
+                 WHERE a.name = ? AND s.name = ?",
+            )
+            .bind(app)
+            .bind(name)
+            .fetch_optional(pool)
+            .await?)
+        })
+    }
+
+    /// `app`'s secrets by name: (name, created_at, updated_at), never their values.
+    pub async fn list_secrets(&self, app: &str) -> Result<Vec<(String, Millis, Millis)>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT s.name, s.created_at, s.updated_at FROM secrets s \
+                 JOIN apps a ON a.id = s.app_id WHERE a.name = ? ORDER BY s.name",
+            )
+            .bind(app)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    /// Deletes `app`'s secret `name`; false if there was none.
+    pub async fn delete_secret(&self, app: &str, name: &str) -> Result<bool> {
+        on_pool!(self, |pool, Db| {
+            let r = sqlx::query(
+                "DELETE FROM secrets WHERE name = ? AND app_id = (SELECT id FROM apps WHERE name = ?)",
+            )
+            .bind(name)
+            .bind(app)
+            .execute(pool)
+            .await?;
+            Ok(r.affected() > 0)
+        })
+    }
+
+    pub async fn kv_get(&self, job_id: i64, key: &str) -> Result<Option<Vec<u8>>> {
+        on_pool!(self, |pool, Db| {
+            Ok(
+                sqlx::query_scalar("SELECT v FROM kv WHERE job_id = ? AND k = ?")
+                    .bind(job_id)
+                    .bind(key)
+                    .fetch_optional(pool)
+                    .await?,
+            )
+        })
+    }
+
+    pub async fn kv_set(&self, job_id: i64, key: &str, value: &[u8], now: Millis) -> Result<()> {
+        let upsert = if self.is_mysql() {
+            "INSERT INTO kv (job_id, k, v, updated_at) VALUES (?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE v = VALUES(v), updated_at = VALUES(updated_at)"
+        } else {
+            "INSERT INTO kv (job_id, k, v, updated_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT(job_id, k) DO UPDATE SET v = excluded.v, updated_at = excluded.updated_at"
+        };
+        on_pool!(self, |pool, Db| {
+            sqlx::query(upsert)
+                .bind(job_id)
+                .bind(key)
+                .bind(value)
+                .bind(now)
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    /// False if the key was not there.
+    pub async fn kv_delete(&self, job_id: i64, key: &str) -> Result<bool> {
+        on_pool!(self, |pool, Db| {
+            let r = sqlx::query("DELETE FROM kv WHERE job_id = ? AND k = ?")
+                .bind(job_id)
+                .bind(key)
+                .execute(pool)
+                .await?;
+            Ok(r.affected() > 0)
         })
     }
 
@@ -1058,8 +1303,9 @@ impl Store {
         let id = on_pool!(self, |pool, Db| {
             let r = sqlx::query(
                 "INSERT INTO jobs (name, app_id, plugin, schedule, params, route, block_strategy, misfire, \
-                 timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, child_jobs, enabled, \
-                 next_fire_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, child_jobs, http_allow, \
+                 enabled, next_fire_at, created_at, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&spec.name)
             .bind(app_id)
@@ -1075,6 +1321,7 @@ impl Store {
             .bind(spec.memory_mb)
             .bind(spec.max_concurrency)
             .bind(to_json(&spec.child_jobs))
+            .bind(to_json(&spec.http_allow))
             .bind(spec.enabled)
             .bind(next_fire_at)
             .bind(now)
@@ -1103,8 +1350,8 @@ impl Store {
             sqlx::query(
                 "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
                  block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
-                 memory_mb = ?, max_concurrency = ?, child_jobs = ?, enabled = ?, next_fire_at = ?, \
-                 updated_at = ? WHERE id = ?",
+                 memory_mb = ?, max_concurrency = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
+                 next_fire_at = ?, updated_at = ? WHERE id = ?",
             )
             .bind(&spec.name)
             .bind(app_id)
@@ -1120,6 +1367,7 @@ impl Store {
             .bind(spec.memory_mb)
             .bind(spec.max_concurrency)
             .bind(to_json(&spec.child_jobs))
+            .bind(to_json(&spec.http_allow))
             .bind(spec.enabled)
             .bind(next_fire_at)
             .bind(now)
@@ -1250,6 +1498,10 @@ impl Store {
                 push_ids(&mut qb, chunk.iter().copied());
                 qb.build().execute(&mut *tx).await?;
             }
+            sqlx::query("DELETE FROM kv WHERE job_id = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query("DELETE FROM jobs WHERE id = ?")
                 .bind(id)
                 .execute(&mut *tx)
@@ -1467,25 +1719,12 @@ impl Store {
         let skip_locked = self.skip_locked();
         let insert_ignore = self.insert_ignore();
         let mut claimed = Claimed::default();
-        let share = if self.is_mysql() {
-            " LOCK IN SHARE MODE"
-        } else {
-            ""
-        };
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin().await?;
             // Claim only under a live lease, holding it for the transaction: a take-over
             // (which bumps the epoch) waits for this claim and then moves it too, or runs
             // first and this claim is refused.
-            let epoch: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT epoch FROM nodes WHERE id = ?{share}"
-            )))
-            .bind(lease.node_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if epoch != Some(lease.epoch) {
-                return Err(Error::Fenced);
-            }
+            hold_lease!(self, tx, lease);
             let jobs: Vec<(i64, String, String, Option<i64>)> =
                 sqlx::query_as(sqlx::AssertSqlSafe(format!(
                     "SELECT id, schedule, misfire, next_fire_at FROM jobs \
@@ -1589,6 +1828,9 @@ impl Store {
         let mut out = Vec::new();
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin().await?;
+            // Under a live lease only, like the scan's claim: a fenced node's claim would
+            // be held by an epoch nobody fires.
+            hold_lease!(self, tx, lease);
             for chunk in task_ids.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new(concat!(
                     due_select!(),
@@ -1634,18 +1876,25 @@ impl Store {
         })
     }
 
-    /// Moves claims to `lease` (adopting an earlier epoch's claims after a restart).
+    /// Moves this node's claims to `lease` (an earlier epoch's claims after a restart, or
+    /// claims just taken over). `Error::Fenced` if this node was itself taken over meanwhile:
+    /// the claims are the taker's then, and must not be pulled back.
     pub async fn adopt_claims(&self, lease: NodeLease, task_ids: &[i64]) -> Result<()> {
-        on_pool!(self, |pool, Db| {
+        on_pool!(control self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            hold_lease!(self, tx, lease);
             for chunk in task_ids.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET owner_node = ");
                 qb.push_bind(lease.node_id)
                     .push(", owner_epoch = ")
                     .push_bind(lease.epoch)
-                    .push(" WHERE status = 'claimed' AND id IN ");
+                    .push(" WHERE status = 'claimed' AND owner_node = ")
+                    .push_bind(lease.node_id)
+                    .push(" AND id IN ");
                 push_ids(&mut qb, chunk.iter().copied());
-                qb.build().execute(pool).await?;
+                qb.build().execute(&mut *tx).await?;
             }
+            tx.commit().await?;
         });
         Ok(())
     }
@@ -1671,31 +1920,71 @@ impl Store {
 
     // ----- dispatch and runs -----------------------------------------------------------
 
-    /// Records runs that were sent to executors: the run rows (kept if a report created them
-    /// first) and their tasks' move from `claimed` to `running`.
-    pub async fn record_dispatches(&self, runs: &[Dispatched], now: Millis) -> Result<()> {
+    /// Records runs that `lease` sent to executors: the run rows (kept if a report created
+    /// them first) and their tasks' move from `claimed` to `running`. Only under a live
+    /// lease, and only for tasks no other lease holds: a node that was taken over while its
+    /// sends were unanswered (it stalled) must not record a run for a claim that moved on —
+    /// the taker learnt from the executors what had arrived, and recorded that. Returns how
+    /// many runs were recorded; `Error::Fenced` if `lease` is no longer this node's.
+    pub async fn record_dispatches(
+        &self,
+        lease: NodeLease,
+        runs: &[Dispatched],
+        now: Millis,
+    ) -> Result<usize> {
         if runs.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let upsert_tail = if self.is_mysql() {
             " ON DUPLICATE KEY UPDATE dispatched_at = VALUES(dispatched_at), \
              executor = COALESCE(executor, VALUES(executor))"
         } else {
             " ON CONFLICT(id) DO UPDATE SET dispatched_at = excluded.dispatched_at, \
-             executor = COALESCE(runs.executor, excluded.executor)"
+             executor = COALESCE(runs.executor, excluded.executor) ON CONFLICT DO NOTHING"
         };
         // Rows in run-id order, as `apply_run_updates` writes them: two transactions touching
         // the same runs lock them in the same order and cannot deadlock.
         let mut runs: Vec<&Dispatched> = runs.iter().collect();
         runs.sort_by_key(|r| r.run_id);
+        let mut recorded = 0;
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin().await?;
+            // The lease is held (a shared lock on this node's row) until commit: no take-over
+            // of this node can move its claims meanwhile, so those read as its own below
+            // stay so. (Locking the task rows instead would take them before the runs, the
+            // opposite order of applying reports, and deadlock with it.)
+            hold_lease!(self, tx, lease);
             for chunk in runs.chunks(CHUNK) {
+                // Those not held by another lease (a report may have finished one already,
+                // which clears its owner).
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT id FROM tasks WHERE (owner_node IS NULL OR (owner_node = ",
+                );
+                qb.push_bind(lease.node_id)
+                    .push(" AND owner_epoch = ")
+                    .push_bind(lease.epoch)
+                    .push(")) AND id IN ");
+                push_ids(&mut qb, chunk.iter().map(|r| r.task_id));
+                let held: HashSet<i64> = qb
+                    .build_query_scalar::<i64>()
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .into_iter()
+                    .collect();
+                let chunk: Vec<&Dispatched> = chunk
+                    .iter()
+                    .copied()
+                    .filter(|r| held.contains(&r.task_id))
+                    .collect();
+                if chunk.is_empty() {
+                    continue;
+                }
+                recorded += chunk.len();
                 let mut qb = QueryBuilder::<Db>::new(
                     "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
                      scheduled_at, dispatched_at) ",
                 );
-                qb.push_values(chunk, |mut b, r| {
+                qb.push_values(chunk.iter(), |mut b, r| {
                     b.push_bind(r.run_id)
                         .push_bind(r.job_id)
                         .push_bind(r.task_id)
@@ -1714,7 +2003,7 @@ impl Store {
                 // attempt moves on, since a fast failure report may already have moved the
                 // task to its next attempt, claimed again.
                 let mut by_attempt: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-                for r in chunk {
+                for r in &chunk {
                     by_attempt.entry(r.attempt).or_default().push(r.task_id);
                 }
                 for (attempt, mut task_ids) in by_attempt {
@@ -1733,7 +2022,7 @@ impl Store {
             }
             tx.commit().await?;
         });
-        Ok(())
+        Ok(recorded)
     }
 
     /// Applies run updates (executor reports, undeliverable dispatches, lost runs) in one

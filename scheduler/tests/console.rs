@@ -457,8 +457,14 @@ async fn every_page_renders() {
     let task = delayed["id"].as_i64().unwrap();
     let store = t.node.store();
     let now = now_ms();
+    let lease = t.node.lease();
+    store
+        .claim_tasks(lease, &[task], now + 3_600_001)
+        .await
+        .unwrap();
     store
         .record_dispatches(
+            lease,
             &[Dispatched {
                 run_id: 7,
                 job_id: job,

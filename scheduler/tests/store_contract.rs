@@ -102,6 +102,7 @@ fn spec(name: &str) -> JobSpec {
         memory_mb: 64,
         max_concurrency: None,
         child_jobs: vec![],
+        http_allow: vec![],
         enabled: true,
     }
 }
@@ -559,7 +560,7 @@ contract!(
             .remove(0);
         let run_id = store.allocate_ids("run", 1).await.unwrap();
         store
-            .record_dispatches(&[dispatched(&t, run_id)], NOW)
+            .record_dispatches(lease, &[dispatched(&t, run_id)], NOW)
             .await
             .unwrap();
         assert_eq!(
@@ -640,7 +641,7 @@ contract!(
             .await
             .unwrap();
         store
-            .record_dispatches(&[dispatched(&t, run_id)], NOW)
+            .record_dispatches(lease, &[dispatched(&t, run_id)], NOW)
             .await
             .unwrap();
         assert_eq!(
@@ -681,7 +682,7 @@ contract!(
             let run_id = store.allocate_ids("run", 1).await.unwrap();
             seen_runs.push(run_id);
             store
-                .record_dispatches(&[dispatched(t, run_id)], NOW)
+                .record_dispatches(lease, &[dispatched(t, run_id)], NOW)
                 .await
                 .unwrap();
             let applied = store
@@ -741,7 +742,7 @@ contract!(
             .remove(0);
         let run1 = store.allocate_ids("run", 1).await.unwrap();
         store
-            .record_dispatches(&[dispatched(&t, run1)], NOW)
+            .record_dispatches(lease, &[dispatched(&t, run1)], NOW)
             .await
             .unwrap();
         let lost = store
@@ -773,7 +774,7 @@ contract!(
         assert_eq!(t2.attempt, 2);
         let run2 = store.allocate_ids("run", 1).await.unwrap();
         store
-            .record_dispatches(&[dispatched(&t2, run2)], NOW)
+            .record_dispatches(lease, &[dispatched(&t2, run2)], NOW)
             .await
             .unwrap();
         let applied = store
@@ -814,7 +815,7 @@ contract!(killed_runs_cancel_their_task, |store: Store| async move {
         .remove(0);
     let run = store.allocate_ids("run", 1).await.unwrap();
     store
-        .record_dispatches(&[dispatched(&t, run)], NOW)
+        .record_dispatches(lease, &[dispatched(&t, run)], NOW)
         .await
         .unwrap();
     store
@@ -847,7 +848,7 @@ contract!(cancel_only_before_dispatch, |store: Store| async move {
     assert_eq!(claimed.tasks.len(), 1, "a cancelled task is never claimed");
     let run = store.allocate_ids("run", 1).await.unwrap();
     store
-        .record_dispatches(&[dispatched(&claimed.tasks[0], run)], NOW)
+        .record_dispatches(lease, &[dispatched(&claimed.tasks[0], run)], NOW)
         .await
         .unwrap();
     assert!(matches!(
@@ -953,7 +954,7 @@ contract!(
         let t = &claimed.tasks[0];
         let run = store.allocate_ids("run", 1).await.unwrap();
         store
-            .record_dispatches(&[dispatched(t, run)], NOW)
+            .record_dispatches(lease, &[dispatched(t, run)], NOW)
             .await
             .unwrap();
         store
@@ -1090,7 +1091,7 @@ contract!(
         let runs = store.allocate_ids("run", 2).await.unwrap();
         let (a, b) = (&claimed.tasks[0], &claimed.tasks[1]);
         store
-            .record_dispatches(&[dispatched(a, runs), dispatched(b, runs + 1)], NOW)
+            .record_dispatches(lease, &[dispatched(a, runs), dispatched(b, runs + 1)], NOW)
             .await
             .unwrap();
         let updates = [
@@ -1262,6 +1263,27 @@ contract!(
 
         // A wakes: its heartbeat and its claims are refused.
         assert!(!store.heartbeat_node(a, NOW + 5_000).await.unwrap());
+        // Nor can it take others over, or pull the moved claims back to itself.
+        assert!(matches!(
+            store.take_over_dead(a, i64::MAX).await,
+            Err(Error::Fenced)
+        ));
+        assert!(matches!(
+            store.adopt_claims(a, &ids).await,
+            Err(Error::Fenced)
+        ));
+        for &id in &ids {
+            let owner = store.task_owner(id).await.unwrap().map(|(node, _)| node);
+            assert_eq!(owner, Some(b.node_id), "task {id} stays with B");
+        }
+        // Nor record a send it made while stalled: B asked the executors and records that.
+        assert!(matches!(
+            store
+                .record_dispatches(a, &[dispatched(&claimed.tasks[0], 999)], NOW)
+                .await,
+            Err(Error::Fenced)
+        ));
+        assert!(matches!(store.get_run(999).await, Err(Error::NotFound(_))));
         store
             .insert_tasks(&[task(job.id, NOW, None)], NOW)
             .await

@@ -143,6 +143,10 @@ pub struct Received {
     pub received_at: i64,
     /// Epoch microseconds, for lateness measurements.
     pub received_at_us: i64,
+    /// The sender's lease, as the batch carried it.
+    pub not_after: Option<i64>,
+    /// Answered `duplicate`: the double already had this attempt.
+    pub duplicate: bool,
 }
 
 pub struct DoubleState {
@@ -339,12 +343,22 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
         let mut known = state.known.lock().unwrap();
         let mut received = state.received.lock().unwrap();
         for t in batch.triggers {
+            // Like the real executor: past the sender's lease nothing is taken.
+            if batch.not_after.is_some_and(|limit| now > limit) {
+                acks.push(TriggerAck {
+                    run_id: t.run_id,
+                    outcome: TriggerOutcome::Expired,
+                });
+                continue;
+            }
+            let key = (t.task_id, t.attempt, t.shard_index);
             received.push(Received {
                 trigger: t.clone(),
                 received_at: now,
                 received_at_us: now_us,
+                not_after: batch.not_after,
+                duplicate: known.contains_key(&key),
             });
-            let key = (t.task_id, t.attempt, t.shard_index);
             if known.contains_key(&key) {
                 acks.push(TriggerAck {
                     run_id: t.run_id,
@@ -497,7 +511,16 @@ impl TestServer {
         database_url: &str,
         tweak: impl FnOnce(&mut rota_scheduler::Config),
     ) -> TestServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on("127.0.0.1", database_url, tweak).await
+    }
+
+    /// A node listening on `ip` (a port of its choosing), e.g. a test network's host side.
+    pub async fn start_on(
+        ip: &str,
+        database_url: &str,
+        tweak: impl FnOnce(&mut rota_scheduler::Config),
+    ) -> TestServer {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let mut config = rota_scheduler::Config::new(database_url, Secret::new(SECRET));
         config.api_token = Some(TOKEN.into());
@@ -668,4 +691,35 @@ pub async fn wait_healthy(api: &Api) {
         },
     )
     .await;
+}
+
+/// Live executors the API lists.
+pub async fn executor_count(api: &Api) -> usize {
+    api.ok("GET", "/api/v1/executors", None).await["items"]
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+/// Attempts with more than one run row (there must be none: one run per attempt).
+pub async fn attempts_with_several_runs(pool: &sqlx::MySqlPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT task_id FROM runs GROUP BY task_id, attempt HAVING COUNT(*) > 1) d",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// How many times each (task, attempt) reached these executor doubles.
+pub fn sends_per_attempt(executors: &[&ExecutorDouble]) -> HashMap<(i64, i32), usize> {
+    let mut sends = HashMap::new();
+    for e in executors {
+        for r in e.received() {
+            *sends
+                .entry((r.trigger.task_id, r.trigger.attempt))
+                .or_default() += 1;
+        }
+    }
+    sends
 }

@@ -73,6 +73,10 @@ pub struct JobFields {
     max_concurrency: Option<Option<i64>>,
     /// Jobs (names or ids) triggered after each successful run.
     child_jobs: Option<Vec<NameOrId>>,
+    /// Where the plugin may send HTTP requests (the `rota` import `http_request`): origins
+    /// such as `https://api.example.com` or URL prefixes such as
+    /// `https://api.example.com/v1/orders`; at most 32. Empty (the default): no network.
+    http_allow: Option<Vec<String>>,
     /// `true` by default; a disabled job does not fire on its schedule.
     enabled: Option<bool>,
 }
@@ -552,6 +556,14 @@ pub(crate) async fn build_spec(
         .unwrap_or_default();
     bad.check(backoff.validate().map_err(|e| invalid("backoff", e)));
 
+    let http_allow = f
+        .http_allow
+        .or_else(|| old.map(|s| s.http_allow.clone()))
+        .unwrap_or_default();
+    bad.check(
+        rota_proto::allow::AllowList::parse(&http_allow).map_err(|e| invalid("http_allow", e)),
+    );
+
     let child_jobs = match f.child_jobs {
         Some(refs) => bad.take(child_jobs(store, &refs, base.map(|j| j.id)).await),
         None => Some(old.map(|s| s.child_jobs.clone()).unwrap_or_default()),
@@ -598,6 +610,7 @@ pub(crate) async fn build_spec(
         memory_mb: memory_mb as i32,
         max_concurrency: max_concurrency.map(|m| m as i32),
         child_jobs,
+        http_allow,
         enabled: f.enabled.or(old.map(|s| s.enabled)).unwrap_or(true),
     };
     Ok((spec, compiled))

@@ -34,6 +34,7 @@ pub mod extract;
 pub mod jobs;
 pub mod openapi;
 pub mod peers;
+pub mod plugin_host;
 pub mod plugins;
 pub mod runs;
 pub mod tasks;
@@ -48,7 +49,8 @@ use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, get, on, post};
 use rota_proto::wire::{
-    PATH_CALLBACK, PATH_DEREGISTER, PATH_HEARTBEAT, PATH_PLUGIN_PREFIX, PATH_REGISTER,
+    PATH_CALLBACK, PATH_DEREGISTER, PATH_HEARTBEAT, PATH_KV, PATH_PLUGIN_PREFIX, PATH_REGISTER,
+    PATH_SECRET,
 };
 use serde_json::json;
 use tower_http::trace::TraceLayer;
@@ -76,6 +78,8 @@ pub fn router(state: AppState) -> Router {
         .route(PATH_HEARTBEAT, post(executors::heartbeat))
         .route(PATH_DEREGISTER, post(executors::deregister))
         .route(PATH_CALLBACK, post(executors::callback))
+        .route(PATH_KV, post(plugin_host::kv))
+        .route(PATH_SECRET, post(plugin_host::secret))
         .route(peers::PATH_PEER_CANCEL, post(peers::cancel))
         .route(
             &format!("{PATH_PLUGIN_PREFIX}{{sha256}}"),
@@ -132,6 +136,9 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
         .route(M::GET, "/runs/{id}/log", runs::log)
         .route(M::POST, "/runs/{id}/kill", runs::kill)
         .route(M::GET, "/executors", executors::list)
+        .route(M::GET, "/apps/{app}/secrets", plugin_host::list)
+        .route(M::PUT, "/apps/{app}/secrets/{name}", plugin_host::set)
+        .route(M::DELETE, "/apps/{app}/secrets/{name}", plugin_host::delete)
 }
 
 /// The method and full path (`/api/v1/jobs/{id}`) of every REST API route, as the router

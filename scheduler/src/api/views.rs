@@ -106,6 +106,8 @@ pub struct JobView {
     pub memory_mb: i32,
     pub max_concurrency: Option<i32>,
     pub child_jobs: Vec<i64>,
+    /// Where the plugin may send HTTP requests; empty: nowhere.
+    pub http_allow: Vec<String>,
     pub enabled: bool,
     #[schema(format = DateTime)]
     pub next_fire_at: Option<String>,
@@ -134,6 +136,7 @@ impl From<Job> for JobView {
             memory_mb: s.memory_mb,
             max_concurrency: s.max_concurrency,
             child_jobs: s.child_jobs,
+            http_allow: s.http_allow,
             enabled: s.enabled,
             next_fire_at: rfc3339_opt(j.next_fire_at),
             created_at: rfc3339(j.created_at),

@@ -1,0 +1,626 @@
+//! The `rota` import module: what a plugin may reach beyond WASI (`plugins/README.md`,
+//! "Host imports", is the guest's side of this file).
+//!
+//! | import | does |
+//! |---|---|
+//! | `http_request(method, url, headers, body) -> status` | HTTP to the job's allow-list only |
+//! | `http_header(name) -> len` | a header of the last response |
+//! | `secret_get(name) -> len` | a secret of the job's app |
+//! | `kv_get(key) -> len`, `kv_set(key, value)`, `kv_delete(key)` | the job's key-value state |
+//! | `result_read(buf, cap) -> len` | copies out the last call's result |
+//!
+//! Every argument is a `(pointer, length)` pair into the plugin's exported `memory`, every
+//! return an `i32`. Results of variable size (a body, a value) cross in two steps: the call
+//! keeps its result on the host and returns its length; `result_read` copies it into a
+//! buffer the guest allocated. A negative return is an error code ([`DENIED`] …); the
+//! error's message is then the result, so a plugin can log it. A pointer outside the
+//! plugin's memory traps (a bug in the plugin, not a condition to handle).
+//!
+//! HTTP: the URL must be on the job's allow-list (`rota_proto::allow`), redirects are
+//! followed only to URLs on it (at most [`MAX_REDIRECTS`]), a request may take at most the
+//! run's remaining time (and [`REQUEST_TIMEOUT`]), bodies are capped both ways
+//! ([`BODY_MAX`]). Each request, or its denial, is a line of the run's log: method, URL
+//! without its query (which may hold secrets), status and time. One HTTP client serves
+//! every run of the process (connections are reused); a request blocks only its own run.
+//!
+//! Secrets and key-value state live on the scheduler (`api/plugin_host.rs` there) and are
+//! fetched per call over the signed executor protocol; `rota plugin run` keeps them in
+//! memory instead ([`Services::Local`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use rota_proto::allow::AllowList;
+use rota_proto::error_chain;
+use rota_proto::wire::{
+    KV_KEY_MAX, KV_VALUE_MAX, KvOp, KvReply, KvRequest, PATH_KV, PATH_SECRET, SecretReply,
+    SecretRequest,
+};
+use wasmtime::{Caller, Extern, Linker};
+
+use super::Ctx;
+use crate::client::SchedulerClient;
+use crate::logs::RunLog;
+
+/// The import module's name.
+pub const MODULE: &str = "rota";
+
+/// Not allowed: the URL (or a redirect) is not on the job's allow-list.
+pub const DENIED: i32 = -1;
+/// No such key, secret or header.
+pub const NOT_FOUND: i32 = -2;
+/// A body, value or key over its limit.
+pub const TOO_LARGE: i32 = -3;
+/// A malformed argument: not UTF-8, a bad URL, method or header.
+pub const INVALID: i32 = -4;
+/// The request failed (connection, timeout, the scheduler unreachable).
+pub const FAILED: i32 = -5;
+
+/// Largest request or response body.
+pub const BODY_MAX: usize = 1 << 20;
+/// Longest a single request may take (less if the run has less time left).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Redirects followed per request.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// Each import and its number of `i32` parameters (all return one `i32`): what upload
+/// validation accepts (`module.rs`) and what the linker provides.
+pub const IMPORTS: &[(&str, usize)] = &[
+    ("http_request", 8),
+    ("http_header", 2),
+    ("secret_get", 2),
+    ("kv_get", 2),
+    ("kv_set", 4),
+    ("kv_delete", 2),
+    ("result_read", 2),
+];
+
+/// What a run's imports may reach: its job's allow-list and where KV and secrets live.
+#[derive(Debug, Clone)]
+pub struct HostAccess {
+    pub allow: AllowList,
+    pub job_id: i64,
+    pub services: Services,
+}
+
+/// Where a run's secrets and key-value state come from.
+#[derive(Clone)]
+pub enum Services {
+    /// The scheduler, for runs of an executor node serving `app`.
+    Scheduler {
+        client: Arc<SchedulerClient>,
+        app: String,
+    },
+    /// Memory, for `rota plugin run`.
+    Local(Arc<LocalServices>),
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Services::Scheduler { app, .. } => write!(f, "Services::Scheduler({app})"),
+            Services::Local(_) => f.write_str("Services::Local"),
+        }
+    }
+}
+
+/// In-memory KV and secrets for `rota plugin run`.
+#[derive(Default)]
+pub struct LocalServices {
+    pub kv: Mutex<HashMap<String, Vec<u8>>>,
+    pub secrets: HashMap<String, String>,
+}
+
+/// A failed import call: its code and the message kept as the result.
+struct Refused(i32, String);
+
+type Answer = Result<Vec<u8>, Refused>;
+
+/// One run's side of the imports (in its store's data).
+pub(super) struct Host {
+    access: Option<HostAccess>,
+    http: reqwest::Client,
+    log: RunLog,
+    deadline: Instant,
+    /// The last call's result (or error message), for `result_read`.
+    result: Vec<u8>,
+    /// The last response's headers, for `http_header`.
+    headers: Vec<(String, String)>,
+}
+
+impl Host {
+    pub(super) fn new(
+        access: Option<HostAccess>,
+        http: reqwest::Client,
+        log: RunLog,
+        deadline: Instant,
+    ) -> Host {
+        Host {
+            access,
+            http,
+            log,
+            deadline,
+            result: Vec::new(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Keeps a call's result and turns it into the guest's return value.
+    fn settle(&mut self, answer: Answer, ok: impl FnOnce(usize) -> i32) -> i32 {
+        match answer {
+            Ok(bytes) => {
+                let n = bytes.len();
+                self.result = bytes;
+                ok(n)
+            }
+            Err(Refused(code, message)) => {
+                self.result = message.into_bytes();
+                code
+            }
+        }
+    }
+
+    fn access(&self) -> Result<&HostAccess, Refused> {
+        self.access.as_ref().ok_or_else(|| {
+            Refused(
+                DENIED,
+                "this run has no host access (no job, no scheduler)".into(),
+            )
+        })
+    }
+
+    async fn kv(&self, op: KvOp, key: String, value: Option<Vec<u8>>) -> Answer {
+        let access = self.access()?;
+        if key.is_empty() || key.len() > KV_KEY_MAX {
+            return Err(Refused(
+                if key.is_empty() { INVALID } else { TOO_LARGE },
+                format!(
+                    "a key must be 1 to {KV_KEY_MAX} bytes long, not {}",
+                    key.len()
+                ),
+            ));
+        }
+        if let Some(v) = &value
+            && v.len() > KV_VALUE_MAX
+        {
+            return Err(Refused(
+                TOO_LARGE,
+                format!(
+                    "a value may be at most {KV_VALUE_MAX} bytes, not {}",
+                    v.len()
+                ),
+            ));
+        }
+        match &access.services {
+            Services::Local(local) => {
+                let mut kv = local.kv.lock().unwrap_or_else(|e| e.into_inner());
+                match op {
+                    KvOp::Get => kv
+                        .get(&key)
+                        .cloned()
+                        .ok_or_else(|| Refused(NOT_FOUND, format!("no key `{key}`"))),
+                    KvOp::Set => {
+                        kv.insert(key, value.unwrap_or_default());
+                        Ok(Vec::new())
+                    }
+                    KvOp::Delete => {
+                        kv.remove(&key);
+                        Ok(Vec::new())
+                    }
+                }
+            }
+            Services::Scheduler { client, app } => {
+                let req = KvRequest {
+                    app: app.clone(),
+                    job_id: access.job_id,
+                    op,
+                    key: key.clone(),
+                    value: value.map(|v| BASE64.encode(v)),
+                };
+                let reply: KvReply = client
+                    .post(PATH_KV, &req)
+                    .await
+                    .map_err(|e| Refused(FAILED, format!("key-value store: {e}")))?;
+                match (op, reply.value) {
+                    (KvOp::Get, Some(v)) => BASE64
+                        .decode(v.as_bytes())
+                        .map_err(|e| Refused(FAILED, format!("key-value store: bad value: {e}"))),
+                    (KvOp::Get, None) => Err(Refused(NOT_FOUND, format!("no key `{key}`"))),
+                    _ => Ok(Vec::new()),
+                }
+            }
+        }
+    }
+
+    async fn secret(&self, name: String) -> Answer {
+        let access = self.access()?;
+        let value = match &access.services {
+            Services::Local(local) => local.secrets.get(&name).cloned(),
+            Services::Scheduler { client, app } => {
+                let req = SecretRequest {
+                    app: app.clone(),
+                    job_id: access.job_id,
+                    name: name.clone(),
+                };
+                let reply: SecretReply = client
+                    .post(PATH_SECRET, &req)
+                    .await
+                    .map_err(|e| Refused(FAILED, format!("secrets: {e}")))?;
+                reply.value
+            }
+        };
+        value
+            .map(String::into_bytes)
+            .ok_or_else(|| Refused(NOT_FOUND, format!("no secret `{name}` for this app")))
+    }
+
+    /// One HTTP exchange, redirects included. `Ok` is the status; the body is the result.
+    async fn http(
+        &mut self,
+        method: &str,
+        url: &str,
+        headers: &str,
+        body: Vec<u8>,
+    ) -> Result<i32, Refused> {
+        let allow = self.access()?.allow.clone();
+        let mut method = reqwest::Method::from_bytes(method.trim().to_ascii_uppercase().as_bytes())
+            .map_err(|_| Refused(INVALID, format!("`{method}` is not an HTTP method")))?;
+        let mut url = reqwest::Url::parse(url.trim())
+            .map_err(|e| Refused(INVALID, format!("`{}` is not a URL: {e}", shown(url))))?;
+        let headers = parse_headers(headers)?;
+        if body.len() > BODY_MAX {
+            return Err(Refused(
+                TOO_LARGE,
+                format!(
+                    "a request body may be at most {BODY_MAX} bytes, not {}",
+                    body.len()
+                ),
+            ));
+        }
+        let mut body = Some(body);
+        let started = Instant::now();
+        for _ in 0..=MAX_REDIRECTS {
+            if !allow.allows(&url) {
+                let line = format!(
+                    "http {method} {} denied: not on the job's allow-list",
+                    redacted(&url)
+                );
+                self.log.note(&line);
+                return Err(Refused(DENIED, line));
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Refused(FAILED, "the run's time is up".into()));
+            }
+            let mut req = self
+                .http
+                .request(method.clone(), url.clone())
+                .timeout(left.min(REQUEST_TIMEOUT));
+            for (k, v) in &headers {
+                req = req.header(k.as_str(), v.as_str());
+            }
+            if let Some(b) = &body
+                && !b.is_empty()
+            {
+                req = req.body(b.clone());
+            }
+            let sent = Instant::now();
+            let mut resp = match req.send().await {
+                Ok(r) => r,
+                Err(e) => {
+                    let why = error_chain(&e);
+                    self.log.note(&format!(
+                        "http {method} {} failed after {} ms: {why}",
+                        redacted(&url),
+                        sent.elapsed().as_millis()
+                    ));
+                    return Err(Refused(
+                        FAILED,
+                        format!("{method} {}: {why}", redacted(&url)),
+                    ));
+                }
+            };
+            let status = resp.status();
+            self.log.note(&format!(
+                "http {method} {} -> {} ({} ms)",
+                redacted(&url),
+                status.as_u16(),
+                sent.elapsed().as_millis()
+            ));
+            if status.is_redirection()
+                && let Some(location) = resp
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|l| l.to_str().ok())
+            {
+                url = url.join(location).map_err(|e| {
+                    Refused(
+                        FAILED,
+                        format!("a redirect to `{location}` is not a URL: {e}"),
+                    )
+                })?;
+                // 303 always, and 301/302 after a POST, continue as a GET without a body.
+                if status == reqwest::StatusCode::SEE_OTHER
+                    || (method == reqwest::Method::POST && matches!(status.as_u16(), 301 | 302))
+                {
+                    method = reqwest::Method::GET;
+                    body = None;
+                }
+                continue;
+            }
+            self.headers = resp
+                .headers()
+                .iter()
+                .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+                .collect();
+            let mut out = Vec::new();
+            loop {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => {
+                        if out.len() + chunk.len() > BODY_MAX {
+                            let line = format!(
+                                "http {method} {}: the response body is over {BODY_MAX} bytes; refused",
+                                redacted(&url)
+                            );
+                            self.log.note(&line);
+                            return Err(Refused(TOO_LARGE, line));
+                        }
+                        out.extend_from_slice(&chunk);
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        return Err(Refused(
+                            FAILED,
+                            format!(
+                                "{method} {}: reading the body: {}",
+                                redacted(&url),
+                                error_chain(&e)
+                            ),
+                        ));
+                    }
+                }
+            }
+            self.result = out;
+            tracing::debug!(
+                ms = started.elapsed().as_millis() as u64,
+                "plugin http request"
+            );
+            return Ok(i32::from(status.as_u16()));
+        }
+        Err(Refused(
+            FAILED,
+            format!(
+                "more than {MAX_REDIRECTS} redirects from {}",
+                redacted(&url)
+            ),
+        ))
+    }
+}
+
+/// `Name: value` lines; empty lines are skipped. `Host` and hop-by-hop headers are the
+/// client's to set.
+fn parse_headers(text: &str) -> Result<Vec<(String, String)>, Refused> {
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| Refused(INVALID, format!("header line `{}` has no `:`", shown(line))))?;
+        let name = name.trim();
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err()
+            || reqwest::header::HeaderValue::from_str(value.trim()).is_err()
+        {
+            return Err(Refused(
+                INVALID,
+                format!("header `{}` is not valid", shown(name)),
+            ));
+        }
+        if ["host", "connection", "transfer-encoding", "content-length"]
+            .contains(&name.to_ascii_lowercase().as_str())
+        {
+            return Err(Refused(
+                INVALID,
+                format!("header `{name}` is set by Rota, not the plugin"),
+            ));
+        }
+        out.push((name.to_owned(), value.trim().to_owned()));
+    }
+    Ok(out)
+}
+
+/// A URL for the log: without its query and fragment, which may hold tokens.
+fn redacted(url: &reqwest::Url) -> String {
+    let mut u = url.clone();
+    let had_query = u.query().is_some();
+    u.set_query(None);
+    u.set_fragment(None);
+    if had_query {
+        format!("{u}?…")
+    } else {
+        u.to_string()
+    }
+}
+
+/// At most 100 characters of guest text, for messages.
+fn shown(text: &str) -> String {
+    let mut s: String = text.chars().take(100).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+// ----- the guest boundary ------------------------------------------------------------------
+
+fn bytes(caller: &mut Caller<'_, Ctx>, ptr: i32, len: i32) -> wasmtime::Result<Vec<u8>> {
+    let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
+        return Err(wasmtime::Error::msg(
+            "the plugin calls a `rota` import but exports no memory named `memory`",
+        ));
+    };
+    let (start, len) = (ptr as u32 as usize, len as u32 as usize);
+    memory
+        .data(&*caller)
+        .get(start..start.saturating_add(len))
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| {
+            wasmtime::Error::msg(format!(
+                "a `rota` import was given bytes {start}..{} outside the plugin's memory",
+                start.saturating_add(len)
+            ))
+        })
+}
+
+/// Guest text: `Err` (an `INVALID` answer) if it is not UTF-8.
+fn text(
+    caller: &mut Caller<'_, Ctx>,
+    ptr: i32,
+    len: i32,
+) -> wasmtime::Result<Result<String, Refused>> {
+    Ok(String::from_utf8(bytes(caller, ptr, len)?)
+        .map_err(|_| Refused(INVALID, "an argument is not UTF-8 text".into())))
+}
+
+/// The imports that take one key or name.
+#[derive(Clone, Copy)]
+enum KeyCall {
+    Secret,
+    KvGet,
+    KvDelete,
+}
+
+/// Adds the `rota` functions to the runs' linker.
+pub(super) fn add_to_linker(linker: &mut Linker<Ctx>) -> wasmtime::Result<()> {
+    linker.func_wrap_async(
+        MODULE,
+        "http_request",
+        |mut caller: Caller<'_, Ctx>,
+         (mp, ml, up, ul, hp, hl, bp, bl): (i32, i32, i32, i32, i32, i32, i32, i32)| {
+            Box::new(async move {
+                let method = text(&mut caller, mp, ml)?;
+                let url = text(&mut caller, up, ul)?;
+                let headers = text(&mut caller, hp, hl)?;
+                let body = bytes(&mut caller, bp, bl)?;
+                let host = &mut caller.data_mut().host;
+                let answer = match (method, url, headers) {
+                    (Ok(m), Ok(u), Ok(h)) => host.http(&m, &u, &h, body).await,
+                    (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e),
+                };
+                Ok(match answer {
+                    Ok(status) => status,
+                    Err(Refused(code, message)) => {
+                        host.result = message.into_bytes();
+                        code
+                    }
+                })
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "http_header",
+        |mut caller: Caller<'_, Ctx>, (np, nl): (i32, i32)| {
+            Box::new(async move {
+                let name = text(&mut caller, np, nl)?;
+                let host = &mut caller.data_mut().host;
+                let answer = name.and_then(|name| {
+                    host.headers
+                        .iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case(&name))
+                        .map(|(_, v)| v.clone().into_bytes())
+                        .ok_or_else(|| Refused(NOT_FOUND, format!("no header `{name}`")))
+                });
+                Ok(host.settle(answer, len))
+            })
+        },
+    )?;
+    for (name, call) in [
+        ("secret_get", KeyCall::Secret),
+        ("kv_get", KeyCall::KvGet),
+        ("kv_delete", KeyCall::KvDelete),
+    ] {
+        linker.func_wrap_async(
+            MODULE,
+            name,
+            move |mut caller: Caller<'_, Ctx>, (kp, kl): (i32, i32)| {
+                Box::new(async move {
+                    let key = text(&mut caller, kp, kl)?;
+                    let host = &mut caller.data_mut().host;
+                    let answer = match (key, call) {
+                        (Err(e), _) => Err(e),
+                        (Ok(name), KeyCall::Secret) => host.secret(name).await,
+                        (Ok(key), KeyCall::KvGet) => host.kv(KvOp::Get, key, None).await,
+                        (Ok(key), KeyCall::KvDelete) => host.kv(KvOp::Delete, key, None).await,
+                    };
+                    Ok(match call {
+                        KeyCall::KvDelete => host.settle(answer, |_| 0),
+                        _ => host.settle(answer, len),
+                    })
+                })
+            },
+        )?;
+    }
+    linker.func_wrap_async(
+        MODULE,
+        "kv_set",
+        |mut caller: Caller<'_, Ctx>, (kp, kl, vp, vl): (i32, i32, i32, i32)| {
+            Box::new(async move {
+                let key = text(&mut caller, kp, kl)?;
+                let value = bytes(&mut caller, vp, vl)?;
+                let host = &mut caller.data_mut().host;
+                let answer = match key {
+                    Ok(key) => host.kv(KvOp::Set, key, Some(value)).await,
+                    Err(e) => Err(e),
+                };
+                Ok(host.settle(answer, |_| 0))
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "kv_delete",
+        |mut caller: Caller<'_, Ctx>, (kp, kl): (i32, i32)| {
+            Box::new(async move {
+                let key = text(&mut caller, kp, kl)?;
+                let host = &mut caller.data_mut().host;
+                let answer = match key {
+                    Ok(key) => host.kv(KvOp::Delete, key, None).await,
+                    Err(e) => Err(e),
+                };
+                Ok(host.settle(answer, |_| 0))
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "result_read",
+        |mut caller: Caller<'_, Ctx>, (bp, cap): (i32, i32)| {
+            Box::new(async move {
+                let n = caller.data().host.result.len().min(cap.max(0) as usize);
+                let chunk = caller.data().host.result[..n].to_vec();
+                let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
+                    return Err(wasmtime::Error::msg(
+                        "the plugin calls a `rota` import but exports no memory named `memory`",
+                    ));
+                };
+                memory
+                    .write(&mut caller, bp as u32 as usize, &chunk)
+                    .map_err(|_| {
+                        wasmtime::Error::msg(
+                            "`result_read` was given a buffer outside the plugin's memory",
+                        )
+                    })?;
+                Ok(n as i32)
+            })
+        },
+    )?;
+    Ok(())
+}
+
+/// A length as the guest's return value (results are far below `i32::MAX`: bodies and
+/// values are capped).
+fn len(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}

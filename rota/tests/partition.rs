@@ -1,0 +1,318 @@
+//! An executor cut off by a network partition: a real `rota executor` in a network namespace
+//! of the test's own, joined to the host by a veth pair. Mid-run the link goes down; the
+//! scheduler hears nothing more from it, marks its run `lost` and retries it on the other
+//! executor. When the link comes back, the cut-off executor's late report of that run does
+//! not undo the `lost`.
+//!
+//! Needs root (to create the namespace); skipped with a message otherwise. CI runs as root.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+/// Loops until its 3 s timeout.
+const SPIN: &str = r#"(module (memory (export "memory") 1) (func (export "_start") (loop br 0)))"#;
+
+/// A network namespace holding one end of a veth pair; the other end stays on the host.
+/// Host side `10.213.N.1/24`, namespace side `10.213.N.2/24`. Deleted on drop (the veth
+/// pair goes with it).
+struct TestNet {
+    name: String,
+    inside_if: String,
+    host_ip: String,
+    inside_ip: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("running `ip` (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl TestNet {
+    fn create() -> TestNet {
+        let id = std::process::id();
+        let name = format!("rota-part-{id}");
+        let (host_if, inside_if) = (format!("rph{id}"), format!("rpn{id}"));
+        let subnet = format!("10.213.{}", id % 250);
+        let net = TestNet {
+            host_ip: format!("{subnet}.1"),
+            inside_ip: format!("{subnet}.2"),
+            name,
+            inside_if,
+        };
+        let _ = Command::new("ip")
+            .args(["netns", "del", &net.name])
+            .stderr(Stdio::null())
+            .status();
+        ip(&["netns", "add", &net.name]);
+        ip(&[
+            "link",
+            "add",
+            &host_if,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &net.inside_if,
+        ]);
+        ip(&["link", "set", &net.inside_if, "netns", &net.name]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/24", net.host_ip),
+            "dev",
+            &host_if,
+        ]);
+        ip(&["link", "set", &host_if, "up"]);
+        net.inside(&[
+            "addr",
+            "add",
+            &format!("{}/24", net.inside_ip),
+            "dev",
+            &net.inside_if,
+        ]);
+        net.inside(&["link", "set", &net.inside_if, "up"]);
+        net.inside(&["link", "set", "lo", "up"]);
+        net
+    }
+
+    /// `ip ARGS` run inside the namespace.
+    fn inside(&self, args: &[&str]) {
+        let mut all = vec!["netns", "exec", &self.name, "ip"];
+        all.extend_from_slice(args);
+        ip(&all);
+    }
+
+    /// The partition: the namespace's end of the link goes down. Packets to and from it are
+    /// lost; nothing tells either side (the host's end stays up).
+    fn cut(&self) {
+        self.inside(&["link", "set", &self.inside_if, "down"]);
+    }
+
+    fn heal(&self) {
+        self.inside(&["link", "set", &self.inside_if, "up"]);
+    }
+}
+
+impl Drop for TestNet {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+fn executor(
+    netns: Option<&str>,
+    scheduler: &str,
+    listen: &str,
+    data_dir: &Path,
+    log: &Path,
+) -> KillOnDrop {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_rota")]);
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_rota")),
+    };
+    cmd.args(["executor", "--scheduler", scheduler, "--app", "default"])
+        .args(["--listen", listen])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+        .env("ROTA_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    KillOnDrop(cmd.spawn().expect("starting rota executor"))
+}
+
+async fn runs_of(api: &Api, task: i64) -> Vec<Value> {
+    api.ok("GET", &format!("/api/v1/runs?task={task}"), None)
+        .await["items"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Batch files waiting in an executor's report spool.
+fn spooled(data_dir: &Path) -> usize {
+    std::fs::read_dir(data_dir.join("spool"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_executors_run_is_lost_and_retried_on_the_other() {
+    if !is_root() {
+        eprintln!("not root: cannot create a network namespace; the partition test is skipped");
+        return;
+    }
+    let net = TestNet::create();
+    let (db, _db_dir) = sqlite_url();
+    let server = TestServer::start_on(&net.host_ip, &db, |c| {
+        c.heartbeat_interval_ms = 500;
+        c.executor_dead_after_ms = 2_000;
+    })
+    .await;
+    let api = &server.api;
+    let dir = tempfile::tempdir().unwrap();
+    let (cut_off_data, other_data) = (dir.path().join("cut-off"), dir.path().join("other"));
+    let cut_off_address = format!("{}:9191", net.inside_ip);
+    let _cut_off = executor(
+        Some(&net.name),
+        &server.url,
+        &cut_off_address,
+        &cut_off_data,
+        &dir.path().join("cut-off.log"),
+    );
+    eventually(
+        Duration::from_secs(30),
+        "the executor in the namespace to register",
+        || async { (executor_count(api).await == 1).then_some(()) },
+    )
+    .await;
+
+    api.upload("spin", SPIN).await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "long", "app": "default", "plugin": "spin", "schedule": {"kind": "none"},
+                    "timeout_ms": 3000}),
+        ),
+    )
+    .await;
+    let task = api.ok("POST", "/api/v1/jobs/long/trigger", None).await["task_id"]
+        .as_i64()
+        .unwrap();
+    let first = eventually(
+        Duration::from_secs(30),
+        "the run to start in the namespace",
+        || async move {
+            let run = runs_of(api, task).await.first().cloned()?;
+            (run["status"] == "running").then_some(run)
+        },
+    )
+    .await;
+    assert!(
+        first["executor"]
+            .as_str()
+            .unwrap()
+            .contains(&cut_off_address),
+        "{first}"
+    );
+
+    // A second executor on the host, then the partition.
+    let other_address = format!("127.0.0.1:{}", free_port());
+    let _other = executor(
+        None,
+        &server.url,
+        &other_address,
+        &other_data,
+        &dir.path().join("other.log"),
+    );
+    eventually(
+        Duration::from_secs(30),
+        "the second executor to register",
+        || async { (executor_count(api).await == 2).then_some(()) },
+    )
+    .await;
+    net.cut();
+    let cut_at = Instant::now();
+
+    // Lost once the executor is dead (2 s of silence), retried at once on the other one,
+    // where it spins into its timeout.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let runs = loop {
+        let runs = runs_of(api, task).await;
+        if runs
+            .iter()
+            .any(|r| r["attempt"] == 2 && r["status"] == "timeout")
+        {
+            break runs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the retry did not end on the other executor within 60 s: {runs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let lost = runs.iter().find(|r| r["attempt"] == 1).unwrap();
+    assert_eq!(lost["status"], "lost", "{lost}");
+    assert!(
+        lost["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("stopped heartbeating"),
+        "{lost}"
+    );
+    let retry = runs.iter().find(|r| r["attempt"] == 2).unwrap();
+    assert!(
+        retry["executor"].as_str().unwrap().contains(&other_address),
+        "retried on the host's executor: {retry}"
+    );
+    let retried_after = cut_at.elapsed();
+
+    eventually(
+        Duration::from_secs(15),
+        "the cut-off executor to keep its report of attempt 1 in its spool",
+        || async { (spooled(&cut_off_data) > 0).then_some(()) },
+    )
+    .await;
+
+    // The link comes back. The cut-off executor ran the first attempt into its timeout
+    // meanwhile and kept the report; it registers again and delivers it. The run stays lost.
+    net.heal();
+    eventually(
+        Duration::from_secs(30),
+        "the cut-off executor to register again",
+        || async { (executor_count(api).await == 2).then_some(()) },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "the cut-off executor's held report to be delivered",
+        || async { (spooled(&cut_off_data) == 0).then_some(()) },
+    )
+    .await;
+    let runs = runs_of(api, task).await;
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    let lost = runs.iter().find(|r| r["attempt"] == 1).unwrap();
+    assert_eq!(
+        lost["status"], "lost",
+        "a late report undid the lost: {lost}"
+    );
+    let task_now = api.ok("GET", &format!("/api/v1/tasks/{task}"), None).await;
+    assert_eq!(task_now["attempts"], 2, "{task_now}");
+    eprintln!(
+        "partition: attempt 1 lost and attempt 2 ended on the other executor {:.1} s after the cut",
+        retried_after.as_secs_f64()
+    );
+    server.stop().await;
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
