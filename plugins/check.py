@@ -5,8 +5,8 @@ Usage: check.py FILE.wasm|FILE.wat ...   (build.sh runs it on everything it buil
 
 Each file must be a WASI preview 1 *command* module: a core module (not a component)
 that exports a `_start` function of type () -> () and a memory named `memory`, and
-imports only functions, only from `wasi_snapshot_preview1`, and only ones WASI preview 1
-defines. Prints each module's imports and exports; exits 1 if any file fails. `.wat`
+imports only functions, only from `wasi_snapshot_preview1` (only ones WASI preview 1
+defines) and Rota's optional `rota` module (only its functions). Prints each module's imports and exports; exits 1 if any file fails. `.wat`
 files are converted with `wat2wasm` (apt package wabt) when it is installed, else
 skipped. Standard library only. The authoritative check is the scheduler's own, at
 upload (422 naming the problem); this one catches a broken build early.
@@ -19,6 +19,10 @@ import sys
 import tempfile
 
 WASI = "wasi_snapshot_preview1"
+# Rota's optional host functions (executor/src/runtime/host.rs, plugins/README.md).
+ROTA = "rota"
+ROTA_FUNCS = {"http_request", "http_header", "secret_get", "kv_get", "kv_set", "kv_delete",
+              "result_read"}
 WASI_P1_FUNCS = {
     "args_get", "args_sizes_get", "environ_get", "environ_sizes_get", "clock_res_get",
     "clock_time_get", "fd_advise", "fd_allocate", "fd_close", "fd_datasync",
@@ -122,8 +126,14 @@ def check_module(data):
 
     problems = []
     for module, field, kind in imports:
+        if module == ROTA:
+            if kind != "func" or field not in ROTA_FUNCS:
+                problems.append("imports `rota::%s`, which Rota does not provide (it has %s)"
+                                % (field, ", ".join(sorted(ROTA_FUNCS))))
+            continue
         if module != WASI:
-            problems.append("imports `%s::%s`: only `%s` is allowed" % (module, field, WASI))
+            problems.append("imports `%s::%s`: only `%s` and `%s` are allowed"
+                            % (module, field, WASI, ROTA))
         elif kind != "func":
             problems.append("imports a %s (`%s::%s`): only functions may be imported"
                             % (kind, module, field))

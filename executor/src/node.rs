@@ -56,6 +56,9 @@ use crate::runtime::{
 use crate::workers::{Work, Workers};
 use rota_proto::allow::AllowList;
 
+/// A plugin load in progress: its result, once there is one.
+type PluginLoad = tokio::sync::watch::Receiver<Option<Result<Plugin, String>>>;
+
 pub const DEFAULT_CAPACITY: usize = 64;
 pub const DEFAULT_QUEUE: usize = 10_000;
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
@@ -289,8 +292,8 @@ pub struct Node {
     /// The threads runs execute on, at most `capacity` of them.
     workers: Workers,
     reports: mpsc::Sender<RunReport>,
-    /// One lock per plugin being fetched, so a burst of triggers fetches it once.
-    fetches: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Plugins being fetched and compiled, by SHA-256: a burst of triggers loads each once.
+    fetches: Mutex<HashMap<String, PluginLoad>>,
     draining: AtomicBool,
     /// Cancelled at shutdown: runs that have not started are handed back.
     release: CancellationToken,
@@ -343,14 +346,7 @@ impl Node {
         let mut ready: Vec<Work> = Vec::with_capacity(CHUNK.min(triggers.len()));
         for trigger in triggers {
             let run_id = trigger.run_id;
-            if not_after.is_some_and(|t| now_ms() > t) {
-                acks.push(TriggerAck {
-                    run_id,
-                    outcome: TriggerOutcome::Expired,
-                });
-                continue;
-            }
-            let outcome = match self.take(trigger).await {
+            let outcome = match self.take(trigger, not_after).await {
                 Taken::Now(work) => {
                     ready.push(work);
                     if ready.len() == CHUNK {
@@ -368,9 +364,15 @@ impl Node {
     }
 
     /// Admits one trigger: ready to run now, queued to wait, or refused with the reason.
-    async fn take(self: &Arc<Self>, trigger: Trigger) -> Taken {
+    /// Past `not_after` (checked before fetching the plugin, and again at the moment of
+    /// admission, which a slow fetch or compile can delay) it is `expired`.
+    async fn take(self: &Arc<Self>, trigger: Trigger, not_after: Option<i64>) -> Taken {
+        let expired = || not_after.is_some_and(|t| now_ms() > t);
         if self.draining.load(Ordering::SeqCst) {
             return Taken::Not(TriggerOutcome::Full);
+        }
+        if expired() {
+            return Taken::Not(TriggerOutcome::Expired);
         }
         if let Some(outcome) = self.registry().check(&trigger) {
             return Taken::Not(outcome);
@@ -384,6 +386,9 @@ impl Node {
         };
         if self.draining.load(Ordering::SeqCst) {
             return Taken::Not(TriggerOutcome::Full);
+        }
+        if expired() {
+            return Taken::Not(TriggerOutcome::Expired);
         }
         let admission = match self.registry().admit(&trigger) {
             Ok(admission) => admission,
@@ -404,7 +409,7 @@ impl Node {
 
     /// The compiled plugin: from memory, the disk cache, or fetched from a scheduler,
     /// verified and compiled. `Err` is the reason for a `rejected` ack.
-    async fn plugin(&self, sha256: &str) -> Result<Plugin, String> {
+    async fn plugin(self: &Arc<Self>, sha256: &str) -> Result<Plugin, String> {
         let is_hash = sha256.len() == 64
             && sha256
                 .bytes()
@@ -418,19 +423,36 @@ impl Node {
         if let Some(plugin) = self.runtime.cached(sha256) {
             return Ok(plugin);
         }
-        let lock = {
+        // The load runs as a task of its own: a trigger request that gives up (its sender
+        // timed out while a large module compiled) must not cancel it, or every retry
+        // would start the compile over and none would finish.
+        let mut done = {
             let mut fetches = self.fetches.lock().unwrap_or_else(|e| e.into_inner());
-            fetches.entry(sha256.to_owned()).or_default().clone()
+            match fetches.get(sha256) {
+                Some(load) => load.clone(),
+                None => {
+                    let (tx, rx) = tokio::sync::watch::channel(None);
+                    fetches.insert(sha256.to_owned(), rx.clone());
+                    let (node, sha) = (self.clone(), sha256.to_owned());
+                    tokio::spawn(async move {
+                        let result = node.load_plugin(&sha).await;
+                        node.fetches
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&sha);
+                        let _ = tx.send(Some(result));
+                    });
+                    rx
+                }
+            }
         };
-        let result = {
-            let _guard = lock.lock().await;
-            self.load_plugin(sha256).await
-        };
-        self.fetches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(sha256);
+        let result = done
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| format!("loading plugin {sha256} stopped"))?;
         result
+            .clone()
+            .unwrap_or_else(|| Err(format!("loading plugin {sha256} stopped")))
     }
 
     async fn load_plugin(&self, sha256: &str) -> Result<Plugin, String> {

@@ -282,6 +282,9 @@ struct Inner {
     linker: Linker<Ctx>,
     /// The plugins' HTTP client (the `rota` import `http_request`), shared by every run.
     http: reqwest::Client,
+    /// The runtime the process was started on, if any: the imports' network calls run
+    /// there (`host::on_io`).
+    io: Option<tokio::runtime::Handle>,
     memory_cap_mb: u32,
     /// `<module_cache_dir>/<engine fingerprint>`.
     cache_dir: Option<PathBuf>,
@@ -360,6 +363,7 @@ impl Runtime {
                 engine,
                 linker,
                 http,
+                io: tokio::runtime::Handle::try_current().ok(),
                 memory_cap_mb,
                 cache_dir,
                 modules: Mutex::new(ModuleCache {
@@ -555,6 +559,7 @@ impl Runtime {
             host: host::Host::new(
                 invocation.host.cloned(),
                 self.inner.http.clone(),
+                self.inner.io.clone(),
                 log.clone(),
                 deadline,
             ),

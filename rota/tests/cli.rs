@@ -432,3 +432,61 @@ async fn bad_flags_are_cli_errors_naming_the_flag() {
         "{out:?}"
     );
 }
+
+#[path = "../../executor/tests/common/mod.rs"]
+mod fixtures;
+
+/// `rota plugin run` gives a local run the `rota` imports: `--allow` for the allow-list,
+/// `--secret` for secrets, and a key-value state in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_run_provides_the_host_imports() {
+    let service = OrderService::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, wat: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, wat).unwrap();
+        path.display().to_string()
+    };
+    let url = format!("{}/orders/42", service.url);
+    let http = file("http.wat", fixtures::http_plugin("GET", &url, ""));
+    let allowed = rota_with(&[], &["plugin", "run", &http, "--allow", &service.url]).await;
+    assert_eq!(allowed.code, 0, "{allowed:?}");
+    assert!(allowed.stdout.contains("\n200\n"), "{allowed:?}");
+    assert!(
+        allowed
+            .stdout
+            .contains(&format!("[rota] http GET {url} -> 200")),
+        "{allowed:?}"
+    );
+    let denied = rota_with(&[], &["plugin", "run", &http]).await;
+    assert!(
+        denied
+            .stdout
+            .contains("denied: not on the job's allow-list"),
+        "{denied:?}"
+    );
+    assert!(denied.stdout.contains("\n-1\n"), "{denied:?}");
+
+    let secret = file("secret.wat", fixtures::secret_plugin("TOKEN", true));
+    let out = rota_with(&[], &["plugin", "run", &secret, "--secret", "TOKEN=abc"]).await;
+    assert_eq!(out.stdout, "3\nabc\n", "{out:?}");
+    let bad = rota_with(&[], &["plugin", "run", &secret, "--secret", "no-equals"]).await;
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(
+        bad.stderr.contains("`no-equals` is not NAME=VALUE"),
+        "{bad:?}"
+    );
+    let bad = rota_with(&[], &["plugin", "run", &http, "--allow", "ftp://x"]).await;
+    assert_ne!(bad.code, 0);
+    assert!(
+        bad.stderr.contains("--allow: entry 0 (`ftp://x`)"),
+        "{bad:?}"
+    );
+
+    let kv = file("kv.wat", fixtures::kv_plugin());
+    let out = rota_with(&[], &["plugin", "run", &kv, "--payload", "v"]).await;
+    assert_eq!(
+        out.stdout, "-2\n0\n",
+        "a fresh state for each local run: {out:?}"
+    );
+}

@@ -13,20 +13,9 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_order_decides_per_order_from_a_delayed_task() {
-    let Some(dir) = std::env::var_os("ROTA_EXAMPLE_PLUGINS").map(PathBuf::from) else {
-        eprintln!("ROTA_EXAMPLE_PLUGINS is not set: example plugins not built, test skipped");
+    let Some(module) = example("close-order.wasm") else {
         return;
     };
-    // Relative to the workspace root (tests run in the package directory).
-    let dir = if dir.is_relative() {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join(dir)
-    } else {
-        dir
-    };
-    let module =
-        std::fs::read(dir.join("close-order.wasm")).expect("plugins/target/close-order.wasm");
 
     let data = tempfile::tempdir().unwrap();
     let node = Standalone::start(data.path());
@@ -106,4 +95,151 @@ async fn close_order_decides_per_order_from_a_delayed_task() {
         .ok("GET", &format!("/api/v1/runs?task={bad}"), None)
         .await;
     assert_eq!(runs["items"][0]["exit_code"], 1);
+}
+
+/// The example's real use: asked through the `rota` host imports, an order service the
+/// test runs on 127.0.0.1 closes the unpaid order (with the app's secret as its token) and
+/// leaves the paid one; a retry finds the close in the job's key-value state; the same
+/// plugin in a job whose allow-list does not have the service is denied, and its run fails
+/// saying so. The secret appears in no log and no API answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_order_asks_the_order_service_through_the_host_imports() {
+    let Some(module) = example("close-order.wasm") else {
+        return;
+    };
+    let service = OrderService::start(&[43]).await;
+    let data = tempfile::tempdir().unwrap();
+    let node = Standalone::start(data.path());
+    let api = node.api.clone();
+    wait_ready(&api).await;
+    api.upload("close-order", module).await;
+    const TOKEN_VALUE: &str = "s3cret-order-token-9f2";
+    let stored = api
+        .ok(
+            "PUT",
+            "/api/v1/apps/default/secrets/ORDER_SERVICE_TOKEN",
+            Some(json!({"value": TOKEN_VALUE})),
+        )
+        .await;
+    assert!(!stored.to_string().contains(TOKEN_VALUE), "{stored}");
+    for (name, allow) in [
+        ("close-order", json!([service.url])),
+        ("close-order-offline", json!(["http://127.0.0.1:9"])),
+    ] {
+        api.ok(
+            "POST",
+            "/api/v1/jobs",
+            Some(
+                json!({"name": name, "app": "default", "plugin": "close-order",
+                        "schedule": {"kind": "none"}, "params": service.url,
+                        "http_allow": allow}),
+            ),
+        )
+        .await;
+    }
+    let task = |job: &'static str, order: i64| {
+        let api = api.clone();
+        async move {
+            api.ok(
+                "POST",
+                "/api/v1/tasks",
+                Some(json!({"job": job, "delay_ms": 200, "payload": json!({"order_id": order}).to_string()})),
+            )
+            .await["id"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let unpaid = task("close-order", 42).await;
+    let paid = task("close-order", 43).await;
+    let mut logs = Vec::new();
+    for (id, line) in [
+        (unpaid, "order 42 was unpaid: closed it"),
+        (paid, "order 43 is paid: leaving it"),
+    ] {
+        let t = task_reaches(&api, id, "succeeded").await;
+        let lines = run_log(&api, t["last_run_id"].as_i64().unwrap()).await;
+        assert!(
+            lines.iter().any(|l| l.contains(line)),
+            "{line} in {lines:?}"
+        );
+        logs.extend(lines);
+    }
+    let get_42 = format!("[rota] http GET {}/orders/42 -> 200", service.url);
+    assert!(
+        logs.iter().any(|l| l.starts_with(&get_42)),
+        "{get_42} in {logs:?}"
+    );
+    assert_eq!(
+        service.log().closed,
+        [(42, Some(format!("Bearer {TOKEN_VALUE}")))],
+        "only order 42 closed, with the app's secret"
+    );
+
+    // A retry (another task for the same order) finds the close in the job's state.
+    let again = task("close-order", 42).await;
+    let t = task_reaches(&api, again, "succeeded").await;
+    let lines = run_log(&api, t["last_run_id"].as_i64().unwrap()).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("order 42 was closed already")),
+        "{lines:?}"
+    );
+    assert_eq!(service.log().closed.len(), 1, "not closed twice");
+
+    // Not on the allow-list: denied before any packet, the run fails and says why.
+    let requests_before = service.log().requests.len();
+    let denied = task("close-order-offline", 44).await;
+    let t = task_reaches(&api, denied, "dead").await;
+    let run = api
+        .ok("GET", &format!("/api/v1/runs/{}", t["last_run_id"]), None)
+        .await;
+    assert_eq!(run["status"], "failed", "{run}");
+    let lines = run_log(&api, run["id"].as_i64().unwrap()).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("denied: not on the job's allow-list")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("cannot reach the order service")),
+        "{lines:?}"
+    );
+    assert_eq!(
+        service.log().requests.len(),
+        requests_before,
+        "nothing reached it"
+    );
+
+    // The secret is in no log line and no API answer.
+    logs.extend(lines);
+    assert!(logs.iter().all(|l| !l.contains(TOKEN_VALUE)), "{logs:?}");
+    let listed = api.ok("GET", "/api/v1/apps/default/secrets", None).await;
+    assert_eq!(listed["items"][0]["name"], "ORDER_SERVICE_TOKEN");
+    assert!(!listed.to_string().contains(TOKEN_VALUE), "{listed}");
+}
+
+/// A built example plugin, when CI built them (`ROTA_EXAMPLE_PLUGINS`); `None` (and a
+/// message) otherwise.
+fn example(file: &str) -> Option<Vec<u8>> {
+    let Some(dir) = std::env::var_os("ROTA_EXAMPLE_PLUGINS").map(PathBuf::from) else {
+        eprintln!("ROTA_EXAMPLE_PLUGINS is not set: example plugins not built, test skipped");
+        return None;
+    };
+    // Relative to the workspace root (tests run in the package directory).
+    let dir = if dir.is_relative() {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(dir)
+    } else {
+        dir
+    };
+    Some(
+        std::fs::read(dir.join(file))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display())),
+    )
 }

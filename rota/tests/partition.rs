@@ -168,7 +168,7 @@ async fn a_partitioned_executors_run_is_lost_and_retried_on_the_other() {
     }
     let net = TestNet::create();
     let (db, _db_dir) = sqlite_url();
-    let server = TestServer::start_on(&net.host_ip, &db, |c| {
+    let server = TestServer::start_on(&format!("{}:0", net.host_ip), &db, |c| {
         c.heartbeat_interval_ms = 500;
         c.executor_dead_after_ms = 2_000;
     })

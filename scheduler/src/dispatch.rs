@@ -390,6 +390,11 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         if pending.is_empty() {
             break;
         }
+        // What the executor checks: the lease plus a quarter of dead-after, so a busy
+        // executor has time to admit what was sent near the lease's end, while every
+        // admission still precedes by a quarter of dead-after the earliest moment a taker
+        // could ask it (`docs/cluster.md`, argument 4).
+        let not_after = lease_until + shared.config.node_dead_after_ms / 4;
         if round_at > lease_until {
             hold_for_lease(shared, pending.drain(..), round_at);
             break;
@@ -445,7 +450,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
             let started = Instant::now();
             let batch = TriggerBatch {
                 triggers,
-                not_after: Some(lease_until),
+                not_after: Some(not_after),
             };
             let result = shared.client.trigger(&address, &batch).await;
             let elapsed = started.elapsed();
@@ -519,7 +524,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                     tracing::warn!(error = %e, "dispatch failed");
                     requeue(&mut pending, group, e.to_string());
                 }
-                Err(e) if dispatched_at > lease_until => {
+                Err(e) if dispatched_at > not_after => {
                     // No answer, and the lease ran out meanwhile (this node stalled, or the
                     // request took that long): past `not_after` the executor takes none of
                     // them any more, so what it has now is final. Ask it.

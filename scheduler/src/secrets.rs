@@ -9,7 +9,7 @@
 //! the executor secret (HMAC-SHA256 of a fixed label), which every node of a cluster
 //! already shares; setting a key of its own keeps the secrets sealed from whoever learns
 //! the executor secret. Changing either makes stored secrets unreadable (they must be set
-//! again): `docs/security.md` notes it.
+//! again), as the README says.
 
 use std::fmt;
 

@@ -528,6 +528,24 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
             "schedule",
         ),
         (with("plugin", json!("nope")), INVALID, "plugin"),
+        (
+            with(
+                "http_allow",
+                json!(["https://ok.example", "ftp://files.example"]),
+            ),
+            INVALID,
+            "http_allow: entry 1 (`ftp://files.example`) has scheme `ftp`",
+        ),
+        (
+            with("http_allow", json!(["https://user:pw@x.example"])),
+            INVALID,
+            "credentials",
+        ),
+        (
+            with("http_allow", json!("https://x.example")),
+            MALFORMED,
+            "http_allow",
+        ),
         (with("plugin", json!(999)), INVALID, "plugin"),
         (with("route", json!("sideways")), INVALID, "route"),
         (with("block", json!("maybe")), INVALID, "block"),

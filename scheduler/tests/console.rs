@@ -1351,3 +1351,67 @@ async fn a_delayed_task_is_scheduled_from_the_job_page() {
     assert_eq!(again.location(), res.location());
     t.stop().await;
 }
+
+#[tokio::test]
+async fn secrets_are_set_listed_and_deleted_and_their_values_never_shown() {
+    const VALUE: &str = "never-show-me-4242";
+    let t = start().await;
+    let b = t.sign_in().await;
+    // The app exists once something uses it; the API sets one secret, the form another.
+    t.api(
+        Method::PUT,
+        "/api/v1/apps/shop/secrets/API_KEY",
+        "application/json",
+        json!({"value": VALUE}).to_string(),
+    )
+    .await;
+    t.submit(
+        &b,
+        "/console/secrets",
+        &[("app", "shop"), ("name", "DB_PASSWORD"), ("value", VALUE)],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    let page = t.get("/console/secrets", Some(&b.cookie)).await;
+    page.expect(StatusCode::OK)
+        .contains("<code>API_KEY</code>")
+        .contains("<code>DB_PASSWORD</code>")
+        .contains(r#"action="/console/secrets/shop/DB_PASSWORD/delete""#);
+    assert!(!page.body.contains(VALUE), "the value is not on the page");
+    // A bad name is shown next to its field, and the value is not echoed back.
+    let bad = t
+        .submit(
+            &b,
+            "/console/secrets",
+            &[("app", "shop"), ("name", "bad name"), ("value", VALUE)],
+        )
+        .await;
+    bad.expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains("may hold only letters");
+    assert!(!bad.body.contains(VALUE));
+    // The audit log names the secret, not its value.
+    let audit = t.get("/console/audit", Some(&b.cookie)).await;
+    audit.expect(StatusCode::OK).contains("shop/DB_PASSWORD");
+    assert!(!audit.body.contains(VALUE));
+    // A viewer sees names but may not set or delete.
+    let viewer = make_user(&t, &b, "vera", "viewer", "shop").await;
+    let page = t.get("/console/secrets", Some(&viewer.cookie)).await;
+    page.expect(StatusCode::OK).contains("<code>API_KEY</code>");
+    assert!(!page.body.contains("/delete"));
+    t.submit(
+        &viewer,
+        "/console/secrets",
+        &[("app", "shop"), ("name", "X"), ("value", "y")],
+    )
+    .await
+    .expect(StatusCode::FORBIDDEN);
+    t.submit(&viewer, "/console/secrets/shop/API_KEY/delete", &[])
+        .await
+        .expect(StatusCode::FORBIDDEN);
+    t.submit(&b, "/console/secrets/shop/API_KEY/delete", &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    let page = t.get("/console/secrets", Some(&b.cookie)).await;
+    assert!(!page.body.contains("API_KEY"));
+    t.stop().await;
+}

@@ -1311,3 +1311,61 @@ contract!(
         );
     }
 );
+
+contract!(
+    key_value_state_and_secrets_round_trip_per_job_and_app,
+    |store: Store| async move {
+        let a = store.insert_job(&spec("a"), None, NOW).await.unwrap();
+        let b = store.insert_job(&spec("b"), None, NOW).await.unwrap();
+        assert_eq!(store.kv_get(a.id, "k").await.unwrap(), None);
+        store.kv_set(a.id, "k", b"one", NOW).await.unwrap();
+        store.kv_set(a.id, "k", b"two", NOW + 1).await.unwrap();
+        store.kv_set(b.id, "k", &[0, 255, 7], NOW).await.unwrap();
+        let big = vec![b'x'; 64 * 1024];
+        store.kv_set(a.id, "big", &big, NOW).await.unwrap();
+        assert_eq!(
+            store.kv_get(a.id, "k").await.unwrap().as_deref(),
+            Some(&b"two"[..])
+        );
+        assert_eq!(
+            store.kv_get(b.id, "k").await.unwrap().as_deref(),
+            Some(&[0, 255, 7][..]),
+            "per job, bytes as they are"
+        );
+        assert_eq!(store.kv_get(a.id, "big").await.unwrap(), Some(big));
+        assert!(store.kv_delete(a.id, "k").await.unwrap());
+        assert!(!store.kv_delete(a.id, "k").await.unwrap());
+        // A deleted job's state goes with it.
+        store.delete_job(b.id, true, NOW).await.unwrap();
+        assert_eq!(store.kv_get(b.id, "k").await.unwrap(), None);
+
+        store
+            .set_secret("shop", "TOKEN", b"sealed-1", NOW)
+            .await
+            .unwrap();
+        store
+            .set_secret("shop", "TOKEN", b"sealed-2", NOW + 5)
+            .await
+            .unwrap();
+        store
+            .set_secret("other", "TOKEN", b"sealed-3", NOW)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.secret("shop", "TOKEN").await.unwrap().as_deref(),
+            Some(&b"sealed-2"[..])
+        );
+        assert_eq!(
+            store.list_secrets("shop").await.unwrap(),
+            [("TOKEN".to_owned(), NOW, NOW + 5)]
+        );
+        assert!(store.delete_secret("shop", "TOKEN").await.unwrap());
+        assert_eq!(store.secret("shop", "TOKEN").await.unwrap(), None);
+        assert_eq!(
+            store.secret("other", "TOKEN").await.unwrap().as_deref(),
+            Some(&b"sealed-3"[..]),
+            "per app"
+        );
+        assert!(!store.delete_secret("nope", "TOKEN").await.unwrap());
+    }
+);

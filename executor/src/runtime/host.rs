@@ -11,8 +11,10 @@
 //!
 //! Every argument is a `(pointer, length)` pair into the plugin's exported `memory`, every
 //! return an `i32`. Results of variable size (a body, a value) cross in two steps: the call
-//! keeps its result on the host and returns its length; `result_read` copies it into a
-//! buffer the guest allocated. A negative return is an error code ([`DENIED`] …); the
+//! keeps its result on the host (and returns its length, except `http_request`, which
+//! returns the status); `result_read` copies up to `cap` bytes of it into a buffer the guest
+//! allocated and returns the result's whole length, so `result_read(0, 0)` asks for the
+//! length alone. A negative return is an error code ([`DENIED`] …); the
 //! error's message is then the result, so a plugin can log it. A pointer outside the
 //! plugin's memory traps (a bug in the plugin, not a condition to handle).
 //!
@@ -123,6 +125,8 @@ type Answer = Result<Vec<u8>, Refused>;
 pub(super) struct Host {
     access: Option<HostAccess>,
     http: reqwest::Client,
+    /// The process's runtime, where network calls run ([`on_io`]).
+    io: Option<tokio::runtime::Handle>,
     log: RunLog,
     deadline: Instant,
     /// The last call's result (or error message), for `result_read`.
@@ -135,12 +139,14 @@ impl Host {
     pub(super) fn new(
         access: Option<HostAccess>,
         http: reqwest::Client,
+        io: Option<tokio::runtime::Handle>,
         log: RunLog,
         deadline: Instant,
     ) -> Host {
         Host {
             access,
             http,
+            io,
             log,
             deadline,
             result: Vec::new(),
@@ -220,10 +226,11 @@ impl Host {
                     key: key.clone(),
                     value: value.map(|v| BASE64.encode(v)),
                 };
-                let reply: KvReply = client
-                    .post(PATH_KV, &req)
-                    .await
-                    .map_err(|e| Refused(FAILED, format!("key-value store: {e}")))?;
+                let client = client.clone();
+                let reply: KvReply =
+                    on_io(&self.io, async move { client.post(PATH_KV, &req).await })
+                        .await?
+                        .map_err(|e| Refused(FAILED, format!("key-value store: {e}")))?;
                 match (op, reply.value) {
                     (KvOp::Get, Some(v)) => BASE64
                         .decode(v.as_bytes())
@@ -245,9 +252,13 @@ impl Host {
                     job_id: access.job_id,
                     name: name.clone(),
                 };
-                let reply: SecretReply = client
-                    .post(PATH_SECRET, &req)
-                    .await
+                let client = client.clone();
+                let reply: SecretReply =
+                    on_io(
+                        &self.io,
+                        async move { client.post(PATH_SECRET, &req).await },
+                    )
+                    .await?
                     .map_err(|e| Refused(FAILED, format!("secrets: {e}")))?;
                 reply.value
             }
@@ -308,35 +319,30 @@ impl Host {
                 req = req.body(b.clone());
             }
             let sent = Instant::now();
-            let mut resp = match req.send().await {
-                Ok(r) => r,
-                Err(e) => {
-                    let why = error_chain(&e);
+            let exchange = on_io(&self.io, exchange(req)).await?;
+            let elapsed = sent.elapsed().as_millis();
+            let (status, location, headers, out) = match exchange {
+                Err(why) => {
                     self.log.note(&format!(
-                        "http {method} {} failed after {} ms: {why}",
-                        redacted(&url),
-                        sent.elapsed().as_millis()
+                        "http {method} {} failed after {elapsed} ms: {why}",
+                        redacted(&url)
                     ));
                     return Err(Refused(
                         FAILED,
                         format!("{method} {}: {why}", redacted(&url)),
                     ));
                 }
+                Ok(e) => e,
             };
-            let status = resp.status();
             self.log.note(&format!(
-                "http {method} {} -> {} ({} ms)",
+                "http {method} {} -> {} ({elapsed} ms)",
                 redacted(&url),
-                status.as_u16(),
-                sent.elapsed().as_millis()
+                status.as_u16()
             ));
             if status.is_redirection()
-                && let Some(location) = resp
-                    .headers()
-                    .get(reqwest::header::LOCATION)
-                    .and_then(|l| l.to_str().ok())
+                && let Some(location) = location
             {
-                url = url.join(location).map_err(|e| {
+                url = url.join(&location).map_err(|e| {
                     Refused(
                         FAILED,
                         format!("a redirect to `{location}` is not a URL: {e}"),
@@ -351,38 +357,24 @@ impl Host {
                 }
                 continue;
             }
-            self.headers = resp
-                .headers()
-                .iter()
-                .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
-                .collect();
-            let mut out = Vec::new();
-            loop {
-                match resp.chunk().await {
-                    Ok(Some(chunk)) => {
-                        if out.len() + chunk.len() > BODY_MAX {
-                            let line = format!(
-                                "http {method} {}: the response body is over {BODY_MAX} bytes; refused",
-                                redacted(&url)
-                            );
-                            self.log.note(&line);
-                            return Err(Refused(TOO_LARGE, line));
-                        }
-                        out.extend_from_slice(&chunk);
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        return Err(Refused(
-                            FAILED,
-                            format!(
-                                "{method} {}: reading the body: {}",
-                                redacted(&url),
-                                error_chain(&e)
-                            ),
-                        ));
-                    }
+            self.headers = headers;
+            let out = match out {
+                Body::Whole(bytes) => bytes,
+                Body::TooLarge => {
+                    let line = format!(
+                        "http {method} {}: the response body is over {BODY_MAX} bytes; refused",
+                        redacted(&url)
+                    );
+                    self.log.note(&line);
+                    return Err(Refused(TOO_LARGE, line));
                 }
-            }
+                Body::Broken(why) => {
+                    return Err(Refused(
+                        FAILED,
+                        format!("{method} {}: reading the body: {why}", redacted(&url)),
+                    ));
+                }
+            };
             self.result = out;
             tracing::debug!(
                 ms = started.elapsed().as_millis() as u64,
@@ -397,6 +389,70 @@ impl Host {
                 redacted(&url)
             ),
         ))
+    }
+}
+
+/// A response body as the exchange read it.
+enum Body {
+    Whole(Vec<u8>),
+    TooLarge,
+    Broken(String),
+}
+
+/// One request and its response: status, `Location`, headers and body (up to
+/// [`BODY_MAX`]); `Err` if no response came. Runs on the I/O runtime ([`on_io`]).
+async fn exchange(
+    req: reqwest::RequestBuilder,
+) -> Result<
+    (
+        reqwest::StatusCode,
+        Option<String>,
+        Vec<(String, String)>,
+        Body,
+    ),
+    String,
+> {
+    let mut resp = req.send().await.map_err(|e| error_chain(&e))?;
+    let status = resp.status();
+    let location = resp
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .map(str::to_owned);
+    let headers = resp
+        .headers()
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
+    if status.is_redirection() && location.is_some() {
+        return Ok((status, location, headers, Body::Whole(Vec::new())));
+    }
+    let mut out = Vec::new();
+    let body = loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) if out.len() + chunk.len() > BODY_MAX => break Body::TooLarge,
+            Ok(Some(chunk)) => out.extend_from_slice(&chunk),
+            Ok(None) => break Body::Whole(out),
+            Err(e) => break Body::Broken(error_chain(&e)),
+        }
+    };
+    Ok((status, location, headers, body))
+}
+
+/// Runs `f` on the process's I/O runtime. A run executes on a thread of its own (with a
+/// small runtime of that thread's); a pooled connection opened there would be driven only
+/// while that thread runs a plugin, and the next run to reuse it from another thread would
+/// wait for nothing. The process's runtime drives every connection all the time.
+async fn on_io<T: Send + 'static>(
+    io: &Option<tokio::runtime::Handle>,
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, Refused> {
+    match io {
+        Some(handle) => handle
+            .spawn(f)
+            .await
+            .map_err(|e| Refused(FAILED, format!("the executor is stopping: {e}"))),
+        None => Ok(f.await),
     }
 }
 
@@ -580,25 +636,11 @@ pub(super) fn add_to_linker(linker: &mut Linker<Ctx>) -> wasmtime::Result<()> {
     )?;
     linker.func_wrap_async(
         MODULE,
-        "kv_delete",
-        |mut caller: Caller<'_, Ctx>, (kp, kl): (i32, i32)| {
-            Box::new(async move {
-                let key = text(&mut caller, kp, kl)?;
-                let host = &mut caller.data_mut().host;
-                let answer = match key {
-                    Ok(key) => host.kv(KvOp::Delete, key, None).await,
-                    Err(e) => Err(e),
-                };
-                Ok(host.settle(answer, |_| 0))
-            })
-        },
-    )?;
-    linker.func_wrap_async(
-        MODULE,
         "result_read",
         |mut caller: Caller<'_, Ctx>, (bp, cap): (i32, i32)| {
             Box::new(async move {
-                let n = caller.data().host.result.len().min(cap.max(0) as usize);
+                let total = caller.data().host.result.len();
+                let n = total.min(cap.max(0) as usize);
                 let chunk = caller.data().host.result[..n].to_vec();
                 let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
                     return Err(wasmtime::Error::msg(
@@ -612,7 +654,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<Ctx>) -> wasmtime::Result<()> {
                             "`result_read` was given a buffer outside the plugin's memory",
                         )
                     })?;
-                Ok(n as i32)
+                Ok(len(total))
             })
         },
     )?;

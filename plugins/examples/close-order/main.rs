@@ -1,10 +1,18 @@
-//! close-order: the classic delayed-task handler ("close the order if it is still unpaid
-//! 30 minutes after it was placed").
+//! close-order: the classic delayed-task handler ("close order 42 in 30 minutes unless it
+//! was paid").
 //!
-//! The payload is a JSON object such as `{"order_id": 42, "paid": false}` (other fields
-//! are ignored). The plugin logs its decision — "order 42 is unpaid: closing it" or
-//! "order 42 is paid: leaving it" — and exits 0. A payload that is not such an order
-//! fails the run (exit 1) with "payload is not an order: <why>" on stderr.
+//! The payload is a JSON object such as `{"order_id": 42}` (other fields are ignored). The
+//! job's params are the order service's base URL, e.g. `http://orders.internal:8080`, which
+//! must be on the job's HTTP allow-list. The plugin asks the service
+//! (`GET {service}/orders/42`, answered `{"paid": true|false}`) and, if the order is unpaid,
+//! closes it (`POST {service}/orders/42/close`, with `Authorization: Bearer <secret>` when
+//! the app has a secret named `ORDER_SERVICE_TOKEN`). It remembers closed orders in the
+//! job's key-value state, so a retried run does not close an order twice. It logs
+//! "order 42 was unpaid: closed it", "order 42 is paid: leaving it" or "order 42 was
+//! closed already", and fails (exit 1) with the reason when the service cannot be asked.
+//!
+//! Without params (no service) it decides from the payload's `paid` field instead, and
+//! only logs: `{"order_id": 42, "paid": false}` gives "order 42 is unpaid: closing it".
 //!
 //! There are no crates here (Debian's rustc 1.63 builds it with no cargo dependencies),
 //! so the JSON is parsed by the small, strict parser below instead of serde.
@@ -18,25 +26,89 @@ fn main() {
         Ok(order) => order,
         Err(why) => rota::fail(&format!("payload is not an order: {}", why)),
     };
-    if order.paid {
-        rota::log(&format!("order {} is paid: leaving it", order.order_id));
-    } else {
-        // A real handler would call the order service here (today a plugin has no
-        // sockets; see "Host imports" in plugins/README.md).
-        rota::log(&format!("order {} is unpaid: closing it", order.order_id));
+    let id = order.order_id;
+    let service = match rota::params() {
+        Some(url) => url.trim().trim_end_matches('/').to_string(),
+        None => {
+            // Offline: the payload says whether the order was paid.
+            match order.paid {
+                Some(true) => rota::log(&format!("order {} is paid: leaving it", id)),
+                Some(false) => rota::log(&format!("order {} is unpaid: closing it", id)),
+                None => rota::fail(
+                    "no order service (the job's params) and no \"paid\" field in the payload",
+                ),
+            }
+            return;
+        }
+    };
+    let done_key = format!("closed:{}", id);
+    match rota::kv_get(&done_key) {
+        Ok(Some(_)) => {
+            rota::log(&format!("order {} was closed already", id));
+            return;
+        }
+        Ok(None) => {}
+        Err(e) => rota::fail(&format!("cannot read this job's state: {}", e)),
+    }
+    let url = format!("{}/orders/{}", service, id);
+    let answer = call("GET", &url, &[], b"");
+    let paid = match json::parse(&answer.text()) {
+        Ok(json::Value::Object(fields)) => fields.into_iter().find_map(|(k, v)| match (k.as_str(), v) {
+            ("paid", json::Value::Bool(b)) => Some(b),
+            _ => None,
+        }),
+        _ => None,
+    };
+    match paid {
+        Some(true) => rota::log(&format!("order {} is paid: leaving it", id)),
+        Some(false) => {
+            let token = match rota::secret("ORDER_SERVICE_TOKEN") {
+                Ok(token) => token,
+                Err(e) => rota::fail(&format!("cannot read the service's token: {}", e)),
+            };
+            let bearer = token.map(|t| format!("Bearer {}", t));
+            let headers: Vec<(&str, &str)> = match &bearer {
+                Some(b) => vec![("Authorization", b.as_str())],
+                None => Vec::new(),
+            };
+            call("POST", &format!("{}/close", url), &headers, b"");
+            if let Err(e) = rota::kv_set(&done_key, b"1") {
+                rota::log_err(&format!("closed, but cannot remember it: {}", e));
+            }
+            rota::log(&format!("order {} was unpaid: closed it", id));
+        }
+        None => rota::fail(&format!(
+            "the order service answered GET {} with {:?}, not {{\"paid\": true|false}}",
+            url,
+            answer.text()
+        )),
+    }
+}
+
+/// One request to the order service; anything but a 2xx answer fails the run (and the
+/// job's retry policy tries again later).
+fn call(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> rota::Response {
+    match rota::http_request(method, url, headers, body) {
+        Ok(r) if (200..300).contains(&r.status) => r,
+        Ok(r) => rota::fail(&format!(
+            "the order service answered {} {} with status {}",
+            method, url, r.status
+        )),
+        Err(e) => rota::fail(&format!("cannot reach the order service: {}", e.message)),
     }
 }
 
 #[derive(Debug, PartialEq)]
 struct Order {
     order_id: i64,
-    paid: bool,
+    /// Whether it was paid, when the payload says so (used without an order service).
+    paid: Option<bool>,
 }
 
 impl Order {
     fn from_json(text: &str) -> Result<Order, String> {
         if text.trim().is_empty() {
-            return Err("it is empty; expected JSON like {\"order_id\": 42, \"paid\": false}".into());
+            return Err("it is empty; expected JSON like {\"order_id\": 42}".into());
         }
         let fields = match json::parse(text)? {
             json::Value::Object(fields) => fields,
@@ -79,10 +151,9 @@ impl Order {
                 _ => {}
             }
         }
-        match (order_id, paid) {
-            (Some(order_id), Some(paid)) => Ok(Order { order_id, paid }),
-            (None, _) => Err("it has no \"order_id\" field".into()),
-            (_, None) => Err("it has no \"paid\" field".into()),
+        match order_id {
+            Some(order_id) => Ok(Order { order_id, paid }),
+            None => Err("it has no \"order_id\" field".into()),
         }
     }
 }
@@ -361,7 +432,10 @@ mod tests {
     use super::*;
 
     fn order(id: i64, paid: bool) -> Result<Order, String> {
-        Ok(Order { order_id: id, paid })
+        Ok(Order {
+            order_id: id,
+            paid: Some(paid),
+        })
     }
 
     #[test]
@@ -371,6 +445,13 @@ mod tests {
         assert_eq!(
             Order::from_json(r#"{"x": [1, {"y": "a\"\u00e9\ud83d\ude00"}], "order_id": -3, "paid": true, "z": null}"#),
             order(-3, true)
+        );
+        assert_eq!(
+            Order::from_json(r#"{"order_id": 42}"#),
+            Ok(Order {
+                order_id: 42,
+                paid: None
+            })
         );
     }
 
@@ -382,7 +463,6 @@ mod tests {
             "42",
             "[1]",
             "{",
-            "{\"order_id\": 42}",
             "{\"paid\": true}",
             "{\"order_id\": \"42\", \"paid\": true}",
             "{\"order_id\": 4.5, \"paid\": true}",

@@ -147,4 +147,94 @@ static inline char *rota_payload(size_t *len) {
     return buf;
 }
 
+/*
+ * Host capabilities: the optional `rota` import module (plugins/README.md, "Host
+ * imports"). HTTP to the job's allow-list, the app's secrets, the job's key-value state.
+ * A plugin that calls none of these imports nothing from `rota`. Every function returns a
+ * length or status (>= 0) or a negative code below; after a negative code, the message
+ * Rota gives is read with rota_result() like any result. Outside a WASI build these
+ * return ROTA_UNAVAILABLE.
+ */
+#define ROTA_DENIED (-1)      /* not on the job's allow-list */
+#define ROTA_NOT_FOUND (-2)   /* no such key, secret or header */
+#define ROTA_TOO_LARGE (-3)   /* a body, key or value over its limit */
+#define ROTA_INVALID (-4)     /* a malformed argument (URL, method, header) */
+#define ROTA_FAILED (-5)      /* the request failed (connection, timeout, scheduler) */
+#define ROTA_UNAVAILABLE (-100) /* not running inside Rota */
+
+#if defined(__wasm__)
+#define ROTA_IMPORT(name) __attribute__((import_module("rota"), import_name(name)))
+int rota_http_request_raw(const char *method, size_t method_len, const char *url, size_t url_len,
+                          const char *headers, size_t headers_len, const void *body,
+                          size_t body_len) ROTA_IMPORT("http_request");
+int rota_http_header_raw(const char *name, size_t len) ROTA_IMPORT("http_header");
+int rota_secret_get_raw(const char *name, size_t len) ROTA_IMPORT("secret_get");
+int rota_kv_get_raw(const char *key, size_t len) ROTA_IMPORT("kv_get");
+int rota_kv_set_raw(const char *key, size_t key_len, const void *value, size_t value_len)
+    ROTA_IMPORT("kv_set");
+int rota_kv_delete_raw(const char *key, size_t len) ROTA_IMPORT("kv_delete");
+int rota_result_read_raw(void *buf, size_t cap) ROTA_IMPORT("result_read");
+#else
+static inline int rota_http_request_raw(const char *m, size_t ml, const char *u, size_t ul,
+                                        const char *h, size_t hl, const void *b, size_t bl) {
+    (void)m; (void)ml; (void)u; (void)ul; (void)h; (void)hl; (void)b; (void)bl;
+    return ROTA_UNAVAILABLE;
+}
+static inline int rota_http_header_raw(const char *n, size_t l) { (void)n; (void)l; return ROTA_UNAVAILABLE; }
+static inline int rota_secret_get_raw(const char *n, size_t l) { (void)n; (void)l; return ROTA_UNAVAILABLE; }
+static inline int rota_kv_get_raw(const char *k, size_t l) { (void)k; (void)l; return ROTA_UNAVAILABLE; }
+static inline int rota_kv_set_raw(const char *k, size_t kl, const void *v, size_t vl) {
+    (void)k; (void)kl; (void)v; (void)vl;
+    return ROTA_UNAVAILABLE;
+}
+static inline int rota_kv_delete_raw(const char *k, size_t l) { (void)k; (void)l; return ROTA_UNAVAILABLE; }
+static inline int rota_result_read_raw(void *b, size_t c) { (void)b; (void)c; return 0; }
+#endif
+
+/*
+ * The last call's result (a response body, a value, a secret, or an error's message) as a
+ * malloc'd, NUL-terminated buffer; its length in *len when len is not NULL. Free it.
+ */
+static inline char *rota_result(size_t *len) {
+    int total = rota_result_read_raw(NULL, 0);
+    size_t n = total > 0 ? (size_t)total : 0;
+    char *buf = (char *)malloc(n + 1);
+    if (buf == NULL) rota_fail("rota_result: out of memory");
+    if (n > 0) rota_result_read_raw(buf, n);
+    buf[n] = '\0';
+    if (len != NULL) *len = n;
+    return buf;
+}
+
+/*
+ * An HTTP request to a URL on the job's allow-list. headers: "Name: value" lines joined by
+ * "\n" (or NULL). Returns the status (100..599) or a negative code; the response body is
+ * then read with rota_result().
+ */
+static inline int rota_http_request(const char *method, const char *url, const char *headers,
+                                    const void *body, size_t body_len) {
+    if (headers == NULL) headers = "";
+    return rota_http_request_raw(method, strlen(method), url, strlen(url), headers,
+                                 strlen(headers), body, body_len);
+}
+
+/* A secret of the job's app: its length (read it with rota_result()), or ROTA_NOT_FOUND. */
+static inline int rota_secret_get(const char *name) {
+    return rota_secret_get_raw(name, strlen(name));
+}
+
+/* A key of the job's state: the value's length (read it with rota_result()), or
+ * ROTA_NOT_FOUND. */
+static inline int rota_kv_get(const char *key) { return rota_kv_get_raw(key, strlen(key)); }
+
+/* Sets a key of the job's state (keys up to 256 bytes, values up to 64 KiB): 0 or a code. */
+static inline int rota_kv_set(const char *key, const void *value, size_t len) {
+    return rota_kv_set_raw(key, strlen(key), value, len);
+}
+
+/* Deletes a key of the job's state: 0 or a code. */
+static inline int rota_kv_delete(const char *key) {
+    return rota_kv_delete_raw(key, strlen(key));
+}
+
 #endif /* ROTA_H */

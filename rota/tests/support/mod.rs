@@ -511,16 +511,17 @@ impl TestServer {
         database_url: &str,
         tweak: impl FnOnce(&mut rota_scheduler::Config),
     ) -> TestServer {
-        Self::start_on("127.0.0.1", database_url, tweak).await
+        Self::start_on("127.0.0.1:0", database_url, tweak).await
     }
 
-    /// A node listening on `ip` (a port of its choosing), e.g. a test network's host side.
+    /// A node listening on `addr` (port 0: one of its choosing), e.g. a test network's host
+    /// side, or the address of a node being restarted.
     pub async fn start_on(
-        ip: &str,
+        addr: &str,
         database_url: &str,
         tweak: impl FnOnce(&mut rota_scheduler::Config),
     ) -> TestServer {
-        let listener = TcpListener::bind((ip, 0)).await.unwrap();
+        let listener = TcpListener::bind(addr).await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let mut config = rota_scheduler::Config::new(database_url, Secret::new(SECRET));
         config.api_token = Some(TOKEN.into());
@@ -722,4 +723,104 @@ pub fn sends_per_attempt(executors: &[&ExecutorDouble]) -> HashMap<(i64, i32), u
         }
     }
     sends
+}
+
+/// A small order service on 127.0.0.1 for the host-capability tests: `GET /orders/{id}`
+/// answers `{"paid": …}` (orders in `paid` are paid), `POST /orders/{id}/close` records the
+/// close and its `Authorization` header, `GET /big` answers 2 MiB.
+pub struct OrderService {
+    pub url: String,
+    pub paid: Vec<i64>,
+    state: Arc<Mutex<OrderLog>>,
+}
+
+#[derive(Default)]
+pub struct OrderLog {
+    /// (order id, Authorization header) of every close.
+    pub closed: Vec<(i64, Option<String>)>,
+    /// Every request's method and path, in order.
+    pub requests: Vec<String>,
+}
+
+impl OrderService {
+    pub async fn start(paid: &[i64]) -> OrderService {
+        use axum::extract::Path;
+        use axum::routing::get;
+        let state = Arc::new(Mutex::new(OrderLog::default()));
+        let paid_list = paid.to_vec();
+        let app = axum::Router::new()
+            .route(
+                "/orders/{id}",
+                get({
+                    let state = state.clone();
+                    move |Path(id): Path<i64>| async move {
+                        state
+                            .lock()
+                            .unwrap()
+                            .requests
+                            .push(format!("GET /orders/{id}"));
+                        axum::Json(json!({"order_id": id, "paid": paid_list.contains(&id)}))
+                    }
+                }),
+            )
+            .route(
+                "/orders/{id}/close",
+                post({
+                    let state = state.clone();
+                    move |Path(id): Path<i64>, headers: HeaderMap| async move {
+                        let auth = headers
+                            .get("authorization")
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_owned);
+                        let mut s = state.lock().unwrap();
+                        s.requests.push(format!("POST /orders/{id}/close"));
+                        s.closed.push((id, auth));
+                        axum::Json(json!({"closed": id}))
+                    }
+                }),
+            )
+            .route("/big", get(|| async { vec![b'x'; 2 << 20] }));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        OrderService {
+            url,
+            paid: paid.to_vec(),
+            state,
+        }
+    }
+
+    pub fn log(&self) -> std::sync::MutexGuard<'_, OrderLog> {
+        self.state.lock().unwrap()
+    }
+}
+
+/// A run's log lines, through the API.
+pub async fn run_log(api: &Api, run_id: i64) -> Vec<String> {
+    api.ok("GET", &format!("/api/v1/runs/{run_id}/log"), None)
+        .await["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Waits until task `id` reaches `status`; returns the task. Panics after a minute with
+/// the task and its runs.
+pub async fn task_reaches(api: &Api, id: i64, status: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let t = api.ok("GET", &format!("/api/v1/tasks/{id}"), None).await;
+        if t["status"] == status {
+            return t;
+        }
+        if Instant::now() > deadline {
+            let runs = api
+                .ok("GET", &format!("/api/v1/runs?task={id}"), None)
+                .await;
+            panic!("task {id} is not {status} after 60 s: {t}\nruns: {runs}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

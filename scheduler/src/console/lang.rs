@@ -163,6 +163,18 @@ const ZH_CN: &[(&str, &str)] = &[
     ("Max attempts", "最大尝试次数"),
     ("Memory (MiB)", "内存（MiB）"),
     ("Max concurrency (blank: no limit)", "最大并发（留空不限）"),
+    ("Secrets", "密钥"),
+    (
+        "Plugins of an app read its secrets with secret_get. A value is stored sealed and never shown again.",
+        "应用的插件通过 secret_get 读取密钥。密钥值加密保存，之后不再显示。",
+    ),
+    ("Value", "值"),
+    ("Delete this secret?", "删除此密钥？"),
+    ("No secrets.", "没有密钥。"),
+    (
+        "HTTP allow-list: one origin or URL prefix per line; empty: no network",
+        "HTTP 白名单：每行一个源或 URL 前缀；留空则不能访问网络",
+    ),
     ("Enabled", "启用"),
     ("Save", "保存"),
     ("Delete job", "删除作业"),

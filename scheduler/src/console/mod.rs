@@ -26,6 +26,7 @@ pub mod charts;
 pub mod lang;
 pub mod pages;
 pub mod people;
+pub mod secrets;
 
 use std::sync::Arc;
 
@@ -134,6 +135,13 @@ fn protected(max_plugin_bytes: usize) -> Vec<(Method, &'static str, MethodRouter
         ),
         (M::POST, "/plugins/{name}/delete", post(delete_plugin)),
         (M::GET, "/executors", get(executors)),
+        (M::GET, "/secrets", get(secrets::list)),
+        (M::POST, "/secrets", post(secrets::set)),
+        (
+            M::POST,
+            "/secrets/{app}/{name}/delete",
+            post(secrets::delete),
+        ),
         (M::GET, "/audit", get(audit_log)),
         (M::GET, "/users", get(people::users)),
         (M::POST, "/users", post(people::create_user)),

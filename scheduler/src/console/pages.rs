@@ -427,7 +427,7 @@ pub async fn jobs(
 }
 
 /// Percent-encodes a query value.
-fn encode(s: &str) -> String {
+pub(super) fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -457,6 +457,8 @@ pub struct JobForm {
     max_attempts: String,
     memory_mb: String,
     max_concurrency: String,
+    /// One origin or URL prefix per line.
+    http_allow: String,
     enabled: Option<String>,
     /// Set by the "Preview" button: show the next fire times, save nothing.
     preview: Option<String>,
@@ -499,6 +501,7 @@ impl JobForm {
                 .max_concurrency
                 .map(|m| m.to_string())
                 .unwrap_or_default(),
+            http_allow: spec.http_allow.join("\n"),
             enabled: spec.enabled.then(|| "on".to_owned()),
             preview: None,
         }
@@ -575,6 +578,13 @@ impl JobForm {
             "max_concurrency".into(),
             json!(int("max_concurrency", &self.max_concurrency, errors)),
         );
+        let allow: Vec<&str> = self
+            .http_allow
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        m.insert("http_allow".into(), json!(allow));
         m.insert("enabled".into(), json!(self.enabled.is_some()));
         // Fields with errors are left out; the rest are still checked by `build_spec`.
         match serde_json::from_value(Value::Object(m)) {
@@ -652,6 +662,7 @@ const JOB_FIELDS: &[&str] = &[
     "max_attempts",
     "memory_mb",
     "max_concurrency",
+    "http_allow",
 ];
 
 fn block_name(b: rota_proto::BlockStrategy) -> &'static str {

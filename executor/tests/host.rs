@@ -1,0 +1,313 @@
+//! The `rota` import module with real wasmtime, `.wat` fixtures and a real HTTP server on
+//! 127.0.0.1: the allow-list, redirects, limits, the log lines, key-value state and
+//! secrets (in memory here, as `rota plugin run` keeps them; `rota/tests` covers the
+//! scheduler-backed ones).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use rota_executor::logs::RunLog;
+use rota_executor::runtime::host::{HostAccess, LocalServices, Services};
+use rota_executor::runtime::{Invocation, PluginEnv, RunStatus, Runtime, RuntimeConfig};
+use rota_proto::allow::AllowList;
+use tokio_util::sync::CancellationToken;
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig {
+        max_instances: 4,
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
+}
+
+fn access(allow: &[String], services: &Services) -> HostAccess {
+    HostAccess {
+        allow: AllowList::parse(allow).unwrap(),
+        job_id: 7,
+        services: services.clone(),
+    }
+}
+
+fn local(secrets: &[(&str, &str)]) -> Services {
+    Services::Local(Arc::new(LocalServices {
+        kv: Default::default(),
+        secrets: secrets
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }))
+}
+
+/// Runs `wat` once (on a blocking thread: runs block) and returns its status and log.
+async fn run(
+    rt: &Runtime,
+    wat: String,
+    input: Vec<u8>,
+    access: Option<HostAccess>,
+) -> (RunStatus, Vec<String>) {
+    let rt = rt.clone();
+    tokio::task::spawn_blocking(move || {
+        let (wasm, sha256) = common::compiled(&wat);
+        let plugin = rt.compile(&sha256, &wasm).unwrap();
+        let env = PluginEnv::default();
+        let invocation = Invocation {
+            plugin_name: "host",
+            input: &input,
+            params: None,
+            env: &env,
+            timeout: Duration::from_secs(20),
+            memory_mb: 0,
+            host: access.as_ref(),
+        };
+        let log = RunLog::memory(1 << 20);
+        let outcome = rt.run(&plugin, &invocation, &log, &CancellationToken::new());
+        (outcome.status, log.lines())
+    })
+    .await
+    .unwrap()
+}
+
+/// The test's HTTP server: what it was asked, and a few endpoints.
+struct Server {
+    base: String,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+async fn server() -> Server {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = |path: &'static str| {
+        let requests = requests.clone();
+        move || {
+            requests.lock().unwrap().push(path.to_owned());
+        }
+    };
+    let orders = seen("/orders/42");
+    let big = seen("/big");
+    let app = axum::Router::new()
+        .route(
+            "/orders/42",
+            get(move || async move {
+                orders();
+                "unpaid"
+            }),
+        )
+        .route(
+            "/redirect-in",
+            get(|| async { (StatusCode::FOUND, [(header::LOCATION, "/orders/42")]) }),
+        )
+        .route(
+            "/redirect-out",
+            get(|| async {
+                (
+                    StatusCode::FOUND,
+                    [(header::LOCATION, "http://example.invalid/steal")],
+                )
+            }),
+        )
+        .route(
+            "/big",
+            get(move || async move {
+                big();
+                vec![b'x'; 2 << 20]
+            }),
+        )
+        .route(
+            "/echo",
+            post(|headers: HeaderMap, body: String| async move {
+                let tag = headers
+                    .get("x-test")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-")
+                    .to_owned();
+                ([("x-reply", "yes")], format!("{tag}:{body}")).into_response()
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Server { base, requests }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_reaches_only_the_allow_list_and_is_logged_without_queries() {
+    let rt = runtime();
+    let s = server().await;
+    let services = local(&[]);
+    let open = access(std::slice::from_ref(&s.base), &services);
+
+    // Allowed: the body comes back, the log says what was asked, without the query.
+    let url = format!("{}/orders/42?token=hunter2", s.base);
+    let (status, lines) = run(
+        &rt,
+        common::http_plugin("GET", &url, ""),
+        vec![],
+        Some(open.clone()),
+    )
+    .await;
+    assert_eq!(status, RunStatus::Succeeded);
+    assert_eq!(lines[1..], ["200", "unpaid"], "{lines:?}");
+    assert!(
+        lines[0].starts_with(&format!("[rota] http GET {}/orders/42?… -> 200 (", s.base)),
+        "{lines:?}"
+    );
+    assert!(lines.iter().all(|l| !l.contains("hunter2")), "{lines:?}");
+
+    // A POST with a header and a body.
+    let (_, lines) = run(
+        &rt,
+        common::http_plugin("post", &format!("{}/echo", s.base), "X-Test: tagged\n"),
+        b"hello".to_vec(),
+        Some(open.clone()),
+    )
+    .await;
+    assert_eq!(lines[1..], ["200", "tagged:hello"], "{lines:?}");
+
+    // Not on the list (an empty list, or a prefix that does not cover the path): denied,
+    // logged, and nothing reaches the server.
+    let before = s.requests.lock().unwrap().len();
+    let prefix = access(&[format!("{}/orders", s.base)], &services);
+    for (who, access) in [("empty", access(&[], &services)), ("prefix", prefix)] {
+        let (status, lines) = run(
+            &rt,
+            common::http_plugin("GET", &format!("{}/big", s.base), ""),
+            vec![],
+            Some(access),
+        )
+        .await;
+        assert_eq!(status, RunStatus::Succeeded, "{who}");
+        let denied = format!(
+            "http GET {}/big denied: not on the job's allow-list",
+            s.base
+        );
+        assert_eq!(lines[0], format!("[rota] {denied}"), "{who}: {lines:?}");
+        assert_eq!(lines[1..], ["-1".to_owned(), denied], "{who}");
+    }
+    assert_eq!(s.requests.lock().unwrap().len(), before, "nothing was sent");
+
+    // Redirects: followed within the list, refused out of it.
+    let (_, lines) = run(
+        &rt,
+        common::http_plugin("GET", &format!("{}/redirect-in", s.base), ""),
+        vec![],
+        Some(open.clone()),
+    )
+    .await;
+    assert_eq!(lines[lines.len() - 2..], ["200", "unpaid"], "{lines:?}");
+    let (_, lines) = run(
+        &rt,
+        common::http_plugin("GET", &format!("{}/redirect-out", s.base), ""),
+        vec![],
+        Some(open.clone()),
+    )
+    .await;
+    assert!(
+        lines.iter().any(|l| l
+            == "[rota] http GET http://example.invalid/steal denied: not on the job's allow-list"),
+        "{lines:?}"
+    );
+    assert_eq!(lines[lines.len() - 2], "-1", "{lines:?}");
+
+    // A response over 1 MiB is refused.
+    let (_, lines) = run(
+        &rt,
+        common::http_plugin("GET", &format!("{}/big", s.base), ""),
+        vec![],
+        Some(open.clone()),
+    )
+    .await;
+    assert_eq!(lines[lines.len() - 2], "-3", "{lines:?}");
+    assert!(
+        lines[lines.len() - 1].ends_with("the response body is over 1048576 bytes; refused"),
+        "{lines:?}"
+    );
+
+    // Bad arguments are INVALID; a port nobody listens on is FAILED.
+    for (method, url, headers) in [
+        ("GE T", format!("{}/orders/42", s.base), ""),
+        (
+            "GET",
+            format!("{}/orders/42", s.base),
+            "Host: evil.example\n",
+        ),
+        ("GET", "not a url".to_owned(), ""),
+    ] {
+        let (_, lines) = run(
+            &rt,
+            common::http_plugin(method, &url, headers),
+            vec![],
+            Some(open.clone()),
+        )
+        .await;
+        assert_eq!(lines[0], "-4", "{method} {url} {headers:?}: {lines:?}");
+    }
+    let closed = format!("http://127.0.0.1:{}", {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    });
+    let (_, lines) = run(
+        &rt,
+        common::http_plugin("GET", &format!("{closed}/x"), ""),
+        vec![],
+        Some(access(std::slice::from_ref(&closed), &services)),
+    )
+    .await;
+    assert_eq!(lines[lines.len() - 2], "-5", "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_value_state_is_kept_and_oversized_values_are_refused() {
+    let rt = runtime();
+    let services = local(&[]);
+    let with = || Some(access(&[], &services));
+    let (_, lines) = run(&rt, common::kv_plugin(), b"alpha".to_vec(), with()).await;
+    assert_eq!(lines, ["-2", "0"], "first run: no key, then set");
+    let (_, lines) = run(&rt, common::kv_plugin(), b"beta".to_vec(), with()).await;
+    assert_eq!(lines, ["5", "alpha", "0"]);
+    let (_, lines) = run(&rt, common::kv_plugin(), vec![b'v'; 70_000], with()).await;
+    assert_eq!(
+        lines,
+        [
+            "4",
+            "beta",
+            "-3",
+            "a value may be at most 65536 bytes, not 70000"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_read_by_name_and_runs_without_access_are_denied() {
+    let rt = runtime();
+    let services = local(&[("ORDER_TOKEN", "tok-123")]);
+    let (_, lines) = run(
+        &rt,
+        common::secret_plugin("ORDER_TOKEN", true),
+        vec![],
+        Some(access(&[], &services)),
+    )
+    .await;
+    assert_eq!(lines, ["7", "tok-123"]);
+    let (_, lines) = run(
+        &rt,
+        common::secret_plugin("NOPE", true),
+        vec![],
+        Some(access(&[], &services)),
+    )
+    .await;
+    assert_eq!(lines, ["-2", "no secret `NOPE` for this app"]);
+    let (status, lines) = run(&rt, common::kv_plugin(), b"x".to_vec(), None).await;
+    assert_eq!(status, RunStatus::Succeeded);
+    assert_eq!(
+        lines,
+        [
+            "-1",
+            "-1",
+            "this run has no host access (no job, no scheduler)"
+        ]
+    );
+}

@@ -1,0 +1,153 @@
+//! Plugin secrets in the console: each visible app's secrets by name and age, a form to set
+//! one (operators and admins of the app), and delete. A value goes in once and is never
+//! shown again, here or anywhere (`crate::secrets`).
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect};
+use axum::{Extension, Form};
+use serde::Deserialize;
+
+use super::auth::Session;
+use super::pages::{Chrome, Errors, audit, form_status};
+use super::{Console, PREFIX, PageResult, When, render_status};
+use crate::api::ApiError;
+use crate::model::now_ms;
+use crate::secrets;
+
+pub struct SecretRow {
+    app: String,
+    name: String,
+    /// `app/name`, percent-encoded for the delete path.
+    path: String,
+    updated: When,
+    may_change: bool,
+}
+
+#[derive(Template)]
+#[template(path = "secrets.html")]
+struct SecretsPage {
+    chrome: Chrome,
+    secrets: Vec<SecretRow>,
+    /// Apps this user may set secrets of.
+    apps: Vec<String>,
+    form: SecretForm,
+    errors: Errors,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SecretForm {
+    app: String,
+    name: String,
+    /// Never echoed back: the page shows an empty field after an error too.
+    #[serde(skip_serializing)]
+    value: String,
+}
+
+async fn page(console: &Console, s: &Session, form: SecretForm, errors: Errors) -> PageResult {
+    let store = console.node.store();
+    let mut rows = Vec::new();
+    let mut apps = Vec::new();
+    for app in store.list_apps().await? {
+        if !s.who.sees(&app.name) {
+            continue;
+        }
+        let may_change = s.who.may_change(&app.name);
+        if may_change {
+            apps.push(app.name.clone());
+        }
+        for (name, _, updated) in store.list_secrets(&app.name).await? {
+            rows.push(SecretRow {
+                path: format!(
+                    "{}/{}",
+                    super::pages::encode(&app.name),
+                    super::pages::encode(&name)
+                ),
+                app: app.name.clone(),
+                name,
+                updated: When::of(updated),
+                may_change,
+            });
+        }
+    }
+    let form = SecretForm {
+        value: String::new(),
+        ..form
+    };
+    render_status(
+        form_status(&errors),
+        &SecretsPage {
+            chrome: Chrome::of(s, "secrets"),
+            secrets: rows,
+            apps,
+            form,
+            errors,
+        },
+    )
+}
+
+pub async fn list(State(console): State<Console>, Extension(s): Extension<Session>) -> PageResult {
+    page(&console, &s, SecretForm::default(), Errors::new()).await
+}
+
+pub async fn set(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Form(form): Form<SecretForm>,
+) -> PageResult {
+    let app = form.app.trim().to_owned();
+    let name = form.name.trim().to_owned();
+    s.who.check_app(&app)?;
+    let mut errors = Errors::new();
+    if let Err(e) = secrets::check_name(&name) {
+        errors.insert("name".into(), e);
+    }
+    if form.value.is_empty() {
+        errors.insert("value".into(), "required".into());
+    } else if form.value.len() > secrets::VALUE_MAX {
+        errors.insert(
+            "value".into(),
+            format!("at most {} bytes", secrets::VALUE_MAX),
+        );
+    }
+    if !errors.is_empty() {
+        return page(&console, &s, SecretForm { app, name, ..form }, errors).await;
+    }
+    let sealed = console
+        .node
+        .secrets()
+        .seal(&app, &name, form.value.as_bytes());
+    console
+        .node
+        .store()
+        .set_secret(&app, &name, &sealed, now_ms())
+        .await?;
+    audit(
+        &console,
+        &s.user.name,
+        "set secret",
+        &format!("{app}/{name}"),
+    )
+    .await;
+    Ok(Redirect::to(&format!("{PREFIX}/secrets")).into_response())
+}
+
+pub async fn delete(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path((app, name)): Path<(String, String)>,
+) -> PageResult {
+    s.who.check_app(&app)?;
+    if !console.node.store().delete_secret(&app, &name).await? {
+        return Err(ApiError::NotFound(format!("secret `{name}` of app `{app}` not found")).into());
+    }
+    audit(
+        &console,
+        &s.user.name,
+        "delete secret",
+        &format!("{app}/{name}"),
+    )
+    .await;
+    Ok(Redirect::to(&format!("{PREFIX}/secrets")).into_response())
+}
