@@ -446,13 +446,20 @@ impl Node {
                 }
             }
         };
-        let result = done
-            .wait_for(Option::is_some)
-            .await
-            .map_err(|_| format!("loading plugin {sha256} stopped"))?;
-        result
-            .clone()
-            .unwrap_or_else(|| Err(format!("loading plugin {sha256} stopped")))
+        let stopped = || format!("loading plugin {sha256} stopped");
+        let result = match done.wait_for(Option::is_some).await {
+            Ok(result) => result.clone(),
+            Err(_) => {
+                // The load's task ended without an answer (it panicked): forget it, so the
+                // next trigger tries again rather than waiting on it forever.
+                self.fetches
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(sha256);
+                return Err(stopped());
+            }
+        };
+        result.unwrap_or_else(|| Err(stopped()))
     }
 
     async fn load_plugin(&self, sha256: &str) -> Result<Plugin, String> {
