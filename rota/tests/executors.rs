@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
@@ -11,20 +10,6 @@ use support::*;
 
 /// Loops forever: the run is in flight when its executor is killed.
 const SPIN: &str = r#"(module (memory (export "memory") 1) (func (export "_start") (loop br 0)))"#;
-
-fn spawn_executor(scheduler: &str, port: u16, data_dir: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_rota"))
-        .args(["executor", "--scheduler", scheduler, "--app", "default"])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
-        .env("ROTA_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting rota executor")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_on_a_killed_executor_is_lost_and_retried_on_the_other() {
@@ -42,11 +27,13 @@ async fn a_run_on_a_killed_executor_is_lost_and_retried_on_the_other() {
         .iter()
         .enumerate()
         .map(|(i, &port)| {
-            KillOnDrop(spawn_executor(
+            spawn_executor(
+                None,
                 &server.url,
-                port,
+                &format!("127.0.0.1:{port}"),
                 &data.path().join(format!("e{i}")),
-            ))
+                None,
+            )
         })
         .collect();
     eventually(

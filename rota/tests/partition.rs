@@ -115,32 +115,6 @@ impl Drop for TestNet {
     }
 }
 
-fn executor(
-    netns: Option<&str>,
-    scheduler: &str,
-    listen: &str,
-    data_dir: &Path,
-    log: &Path,
-) -> KillOnDrop {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_rota")]);
-            c
-        }
-        None => Command::new(env!("CARGO_BIN_EXE_rota")),
-    };
-    cmd.args(["executor", "--scheduler", scheduler, "--app", "default"])
-        .args(["--listen", listen])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
-        .env("ROTA_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    KillOnDrop(cmd.spawn().expect("starting rota executor"))
-}
-
 async fn runs_of(api: &Api, task: i64) -> Vec<Value> {
     api.ok("GET", &format!("/api/v1/runs?task={task}"), None)
         .await["items"]
@@ -177,12 +151,13 @@ async fn a_partitioned_executors_run_is_lost_and_retried_on_the_other() {
     let dir = tempfile::tempdir().unwrap();
     let (cut_off_data, other_data) = (dir.path().join("cut-off"), dir.path().join("other"));
     let cut_off_address = format!("{}:9191", net.inside_ip);
-    let _cut_off = executor(
+    let cut_off_log = dir.path().join("cut-off.log");
+    let _cut_off = spawn_executor(
         Some(&net.name),
         &server.url,
         &cut_off_address,
         &cut_off_data,
-        &dir.path().join("cut-off.log"),
+        Some((&cut_off_log, "info")),
     );
     eventually(
         Duration::from_secs(30),
@@ -223,12 +198,13 @@ async fn a_partitioned_executors_run_is_lost_and_retried_on_the_other() {
 
     // A second executor on the host, then the partition.
     let other_address = format!("127.0.0.1:{}", free_port());
-    let _other = executor(
+    let other_log = dir.path().join("other.log");
+    let _other = spawn_executor(
         None,
         &server.url,
         &other_address,
         &other_data,
-        &dir.path().join("other.log"),
+        Some((&other_log, "info")),
     );
     eventually(
         Duration::from_secs(30),

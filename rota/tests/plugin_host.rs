@@ -8,31 +8,10 @@ mod support;
 #[path = "../../executor/tests/common/mod.rs"]
 mod fixtures;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
 use support::*;
-
-fn spawn_executor(
-    scheduler: &str,
-    data_dir: &std::path::Path,
-    log: &std::path::Path,
-) -> KillOnDrop {
-    KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_rota"))
-            .args(["executor", "--scheduler", scheduler, "--app", "default"])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
-            .env("ROTA_LOG", "debug")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .expect("starting rota executor"),
-    )
-}
 
 /// Creates a task of `job` with `payload`, waits for it to succeed, returns its run's log.
 async fn run_task(api: &Api, job: &str, payload: &str) -> Vec<String> {
@@ -56,9 +35,11 @@ async fn key_value_state_is_per_job_and_survives_a_scheduler_restart() {
     let address = server.url.trim_start_matches("http://").to_owned();
     let dir = tempfile::tempdir().unwrap();
     let _executor = spawn_executor(
+        None,
         &server.url,
+        &format!("127.0.0.1:{}", free_port()),
         &dir.path().join("e"),
-        &dir.path().join("e.log"),
+        None,
     );
     eventually(
         Duration::from_secs(30),
@@ -120,7 +101,13 @@ async fn a_secret_reaches_its_run_and_nothing_else() {
     let api = &server.api;
     let dir = tempfile::tempdir().unwrap();
     let executor_log = dir.path().join("e.log");
-    let _executor = spawn_executor(&server.url, &dir.path().join("e"), &executor_log);
+    let _executor = spawn_executor(
+        None,
+        &server.url,
+        &format!("127.0.0.1:{}", free_port()),
+        &dir.path().join("e"),
+        Some((&executor_log, "debug")),
+    );
     eventually(
         Duration::from_secs(30),
         "the executor to register",

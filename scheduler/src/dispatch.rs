@@ -195,9 +195,7 @@ impl Pools {
             metrics::gauge!("rota_pool_queue_depth", "pool" => lane.as_str())
                 .set((self.capacity - tx.capacity()) as f64);
             // Blocks the ring thread while the pool is saturated: back-pressure.
-            shared.queued.fetch_add(1, Ordering::SeqCst);
             if let Err(e) = tx.blocking_send(tasks) {
-                shared.queued.fetch_sub(1, Ordering::SeqCst);
                 // Only when the node is stopping: hand the claims back through the ring.
                 let tasks = e.0;
                 shared.ring.defer(tasks, now);
@@ -225,13 +223,11 @@ async fn pool_loop(
         };
         if *shutdown.borrow() {
             // Stopping: hand it back rather than start a dispatch nobody would record.
-            shared.queued.fetch_sub(1, Ordering::SeqCst);
             shared.ring.defer(batch, now_ms());
             break;
         }
         // Counted before the task starts, so the recorder never sees a gap at shutdown.
         shared.in_flight.fetch_add(1, Ordering::SeqCst);
-        shared.queued.fetch_sub(1, Ordering::SeqCst);
         let shared = shared.clone();
         tokio::spawn(async move {
             dispatch_tasks(&shared, batch).await;

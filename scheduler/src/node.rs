@@ -240,8 +240,6 @@ pub(crate) struct Shared {
     pub scan_wake: Notify,
     /// Dispatches in progress (the recorder waits for them at shutdown).
     pub in_flight: std::sync::atomic::AtomicUsize,
-    /// Batches handed to a pool and not yet started.
-    pub queued: std::sync::atomic::AtomicUsize,
     pub engine: wasmtime::Engine,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub lateness: crate::lateness::RecentLateness,
@@ -341,7 +339,6 @@ impl Node {
             recorder,
             scan_wake: Notify::new(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
-            queued: std::sync::atomic::AtomicUsize::new(0),
             engine: validation_engine()?,
             metrics: crate::metrics::handle(),
             lateness: crate::lateness::RecentLateness::default(),

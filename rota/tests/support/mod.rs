@@ -824,3 +824,35 @@ pub async fn task_reaches(api: &Api, id: i64, status: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A real `rota executor` for app `default`, signing with the test secret, listening on
+/// `listen`; inside network namespace `netns` when given. Its log goes to `log` at the
+/// given level (`Some((path, "debug"))`), or nowhere.
+pub fn spawn_executor(
+    netns: Option<&str>,
+    scheduler: &str,
+    listen: &str,
+    data_dir: &std::path::Path,
+    log: Option<(&std::path::Path, &str)>,
+) -> KillOnDrop {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_rota")]);
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_rota")),
+    };
+    cmd.args(["executor", "--scheduler", scheduler, "--app", "default"])
+        .args(["--listen", listen])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+        .env("ROTA_LOG", log.map_or("warn", |(_, level)| level))
+        .stdout(Stdio::null());
+    match log {
+        Some((path, _)) => cmd.stderr(std::fs::File::create(path).unwrap()),
+        None => cmd.stderr(Stdio::null()),
+    };
+    KillOnDrop(cmd.spawn().expect("starting rota executor"))
+}
