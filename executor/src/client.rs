@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rota_proto::error_chain;
-use rota_proto::{HEADER_SIGNATURE, HEADER_TIMESTAMP, Secret};
+use rota_proto::{HEADER_APP, Secret};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -88,13 +88,15 @@ impl std::error::Error for CallError {}
 pub struct SchedulerClient {
     http: reqwest::Client,
     schedulers: Vec<String>,
+    /// The app this executor serves: named in every request, whose key signs it.
+    app: String,
     secret: Secret,
     /// The scheduler that answered last: tried first.
     preferred: AtomicUsize,
 }
 
 impl SchedulerClient {
-    pub fn new(schedulers: &[String], secret: Secret) -> anyhow::Result<Self> {
+    pub fn new(schedulers: &[String], app: &str, secret: Secret) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(CONNECT_TIMEOUT)
@@ -106,6 +108,7 @@ impl SchedulerClient {
                 .iter()
                 .map(|s| s.trim_end_matches('/').to_owned())
                 .collect(),
+            app: app.to_owned(),
             secret,
             preferred: AtomicUsize::new(0),
         })
@@ -203,20 +206,21 @@ impl SchedulerClient {
             Some(query) => format!("{}?{query}", url.path()),
             None => url.path().to_owned(),
         };
-        let timestamp = now_ms();
-        let signature = rota_proto::sign(
+        let signed = rota_proto::sign_now(
             self.secret.as_bytes(),
             method.as_str(),
             &target,
-            timestamp,
+            now_ms(),
             &body,
         );
         let mut request = self
             .http
             .request(method.clone(), url)
             .timeout(timeout)
-            .header(HEADER_TIMESTAMP, timestamp.to_string())
-            .header(HEADER_SIGNATURE, signature);
+            .header(HEADER_APP, &self.app);
+        for (name, value) in signed.pairs() {
+            request = request.header(name, value);
+        }
         if method == reqwest::Method::POST {
             request = request
                 .header(reqwest::header::CONTENT_TYPE, "application/json")

@@ -82,7 +82,8 @@ pub struct ExecutorConfig {
     pub app: String,
     /// Base URL the schedulers call this node at: its identity.
     pub advertise_url: String,
-    /// The shared executor secret (`ROTA_EXECUTOR_SECRET`).
+    /// The app's key (`ROTA_EXECUTOR_SECRET` on an executor node; `rota app-key` derives it
+    /// from the scheduler's master secret). It signs and checks every request.
     pub secret: Secret,
     /// Holds `logs/`, `spool/` and `modules/`. One node per directory.
     pub data_dir: PathBuf,
@@ -200,6 +201,7 @@ pub async fn run_with_runtime(
     }
     let client = Arc::new(SchedulerClient::new(
         &config.schedulers,
+        &config.app,
         config.secret.clone(),
     )?);
     let (reports_tx, reports_rx) = mpsc::channel(report_queue(&config));
@@ -216,6 +218,7 @@ pub async fn run_with_runtime(
         release: CancellationToken::new(),
         idle: Notify::new(),
         spooled,
+        replay: rota_proto::ReplayGuard::new(rota_proto::MAX_SKEW_MS),
     });
 
     let stop_loops = CancellationToken::new();
@@ -300,6 +303,8 @@ pub struct Node {
     /// Notified whenever a run leaves the registry.
     idle: Notify,
     spooled: SpoolIndex,
+    /// Nonces of the schedulers' requests accepted lately.
+    pub(crate) replay: rota_proto::ReplayGuard,
 }
 
 impl Node {

@@ -21,9 +21,8 @@ use rota_proto::wire::{
     PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER,
 };
 use rota_proto::{
-    BeatAck, ErrorBody, HEADER_SIGNATURE, HEADER_TIMESTAMP, IdleBeatAck, IdleBeatRequest, KillAck,
-    KillRequest, LogPage, LogRequest, MAX_SKEW_MS, RunsKnownAck, RunsKnownRequest, TriggerBatch,
-    TriggerBatchAck,
+    BeatAck, ErrorBody, IdleBeatAck, IdleBeatRequest, KillAck, KillRequest, LogPage, LogRequest,
+    RunsKnownAck, RunsKnownRequest, TriggerBatch, TriggerBatchAck,
 };
 use serde::de::DeserializeOwned;
 
@@ -107,15 +106,14 @@ async fn authenticate(State(node): State<Arc<Node>>, request: Request, next: Nex
         .path_and_query()
         .map_or_else(|| parts.uri.path(), |p| p.as_str());
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    if let Err(e) = rota_proto::verify(
+    if let Err(e) = rota_proto::verify_once(
+        &node.replay,
         node.config.secret.as_bytes(),
         parts.method.as_str(),
         target,
-        header(HEADER_TIMESTAMP),
-        header(HEADER_SIGNATURE),
+        &rota_proto::Received::from_headers(header),
         &body,
         now_ms(),
-        MAX_SKEW_MS,
     ) {
         tracing::debug!(error = %e, path = target, "refused an unsigned or badly signed request");
         return ApiError::Unauthorized(e.to_string()).into_response();

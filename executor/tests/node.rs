@@ -20,14 +20,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use rota_executor::node::{ExecutorConfig, run};
 use rota_proto::wire::{
-    PATH_CALLBACK, PATH_DEREGISTER, PATH_HEARTBEAT, PATH_KILL, PATH_LOG, PATH_REGISTER,
-    PATH_RUNS_KNOWN, PATH_TRIGGER,
+    PATH_CALLBACK, PATH_DEREGISTER, PATH_HEARTBEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG,
+    PATH_REGISTER, PATH_RUNS_KNOWN, PATH_TRIGGER,
 };
 use rota_proto::{
-    BlockStrategy, CallbackAck, CallbackBatch, Deregistration, HEADER_SIGNATURE, HEADER_TIMESTAMP,
-    KillAck, KillRequest, LogPage, LogRequest, MAX_SKEW_MS, PluginRef, Registration,
-    RegistrationAck, ReportStatus, RunReport, RunsKnownAck, RunsKnownRequest, Secret, TaskAttempt,
-    Trigger, TriggerBatch, TriggerBatchAck, TriggerOutcome,
+    BlockStrategy, CallbackAck, CallbackBatch, Deregistration, KillAck, KillRequest, LogPage,
+    LogRequest, PluginRef, Registration, RegistrationAck, ReportStatus, RunReport, RunsKnownAck,
+    RunsKnownRequest, Secret, TaskAttempt, Trigger, TriggerBatch, TriggerBatchAck, TriggerOutcome,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -57,6 +56,7 @@ struct Double {
     refuse_callbacks: AtomicBool,
     bad_signatures: AtomicUsize,
     plugin_downloads: AtomicUsize,
+    replay: rota_proto::ReplayGuard,
 }
 
 impl Double {
@@ -90,17 +90,17 @@ async fn check_signature(
     let body = axum::body::to_bytes(body, 64 << 20).await.unwrap();
     let target = parts.uri.path_and_query().unwrap().as_str().to_owned();
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    let verified = rota_proto::verify(
+    let verified = rota_proto::verify_once(
+        &double.replay,
         SECRET,
         parts.method.as_str(),
         &target,
-        header(HEADER_TIMESTAMP),
-        header(HEADER_SIGNATURE),
+        &rota_proto::Received::from_headers(header),
         &body,
         now_ms(),
-        MAX_SKEW_MS,
     );
-    if verified.is_err() {
+    // The executor names its app in every request.
+    if verified.is_err() || header(rota_proto::HEADER_APP) != Some("default") {
         double.bad_signatures.fetch_add(1, Ordering::SeqCst);
         return StatusCode::UNAUTHORIZED.into_response();
     }
@@ -234,11 +234,27 @@ impl Executor {
             .post(format!("{}{path}", self.url))
             .header("content-type", "application/json");
         if let Some(secret) = secret {
-            let ts = now_ms();
-            request = request.header(HEADER_TIMESTAMP, ts.to_string()).header(
-                HEADER_SIGNATURE,
-                rota_proto::sign(secret, "POST", path, ts, &body),
-            );
+            let signed = rota_proto::sign_now(secret, "POST", path, now_ms(), &body);
+            for (name, value) in signed.pairs() {
+                request = request.header(name, value);
+            }
+        }
+        request.body(body).send().await.unwrap()
+    }
+
+    /// POSTs `body` with exactly these signing headers.
+    async fn call_with(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        signed: &rota_proto::SignedHeaders,
+    ) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json");
+        for (name, value) in signed.pairs() {
+            request = request.header(name, value);
         }
         request.body(body).send().await.unwrap()
     }
@@ -463,19 +479,8 @@ async fn unsigned_requests_are_refused() {
         assert!(error["error"].as_str().unwrap().contains("sign"), "{error}");
     }
     // A signature for another body does not carry over.
-    let ts = now_ms();
-    let response = executor
-        .http
-        .post(format!("{}{PATH_TRIGGER}", executor.url))
-        .header(HEADER_TIMESTAMP, ts.to_string())
-        .header(
-            HEADER_SIGNATURE,
-            rota_proto::sign(SECRET, "POST", PATH_TRIGGER, ts, b"{\"triggers\":[]}"),
-        )
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let signed = rota_proto::sign_now(SECRET, "POST", PATH_TRIGGER, now_ms(), b"{\"triggers\":[]}");
+    let response = executor.call_with(PATH_TRIGGER, body, &signed).await;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     // Nothing ran, nothing was fetched.
     assert_eq!(double.plugin_downloads.load(Ordering::SeqCst), 0);
@@ -485,6 +490,56 @@ async fn unsigned_requests_are_refused() {
         .call_raw(PATH_TRIGGER, b"{\"triggers\": 5}".to_vec(), Some(SECRET))
         .await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    executor.shutdown().await;
+}
+
+/// A captured request is acted on once: the same bytes again are refused, as is a copy
+/// sent after the replay window, and a copy with any one byte of its body changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_late_or_altered_requests_are_refused() {
+    let (_double, scheduler) = start_double().await;
+    let dir = tempfile::tempdir().unwrap();
+    let executor = start_executor(&scheduler, dir.path(), |_| {}).await;
+    let body = br#"{"job_id":7}"#.to_vec();
+    let error = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let body: serde_json::Value = response.json().await.unwrap();
+        body["error"].as_str().unwrap().to_owned()
+    };
+
+    let signed = rota_proto::sign_now(SECRET, "POST", PATH_IDLE_BEAT, now_ms(), &body);
+    let first = executor
+        .call_with(PATH_IDLE_BEAT, body.clone(), &signed)
+        .await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let again = executor
+        .call_with(PATH_IDLE_BEAT, body.clone(), &signed)
+        .await;
+    assert!(error(again).await.contains("replayed"));
+
+    // Signed properly, but a little over the window ago.
+    let late = now_ms() - rota_proto::MAX_SKEW_MS - 1_000;
+    let stale = rota_proto::sign_now(SECRET, "POST", PATH_IDLE_BEAT, late, &body);
+    let response = executor
+        .call_with(PATH_IDLE_BEAT, body.clone(), &stale)
+        .await;
+    assert!(error(response).await.contains("away from the server clock"));
+
+    // Every byte of the body changed in turn, each under a fresh valid nonce and time.
+    for i in 0..body.len() {
+        let signed = rota_proto::sign_now(SECRET, "POST", PATH_IDLE_BEAT, now_ms(), &body);
+        let mut altered = body.clone();
+        altered[i] ^= 0x01;
+        let response = executor.call_with(PATH_IDLE_BEAT, altered, &signed).await;
+        assert!(error(response).await.contains("does not match"), "byte {i}");
+    }
+    // The untouched original with those headers still goes through: nothing was recorded
+    // for the refused copies.
+    let signed = rota_proto::sign_now(SECRET, "POST", PATH_IDLE_BEAT, now_ms(), &body);
+    let response = executor
+        .call_with(PATH_IDLE_BEAT, body.clone(), &signed)
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
     executor.shutdown().await;
 }
 

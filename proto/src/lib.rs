@@ -15,15 +15,18 @@
 //!   shape.
 //! - [`allow`]: a job's HTTP allow-list (which URLs a plugin may reach), parsed and
 //!   matched the same way on both sides.
-//! - [`sign`](mod@sign): HMAC-SHA256 request signing with the shared executor secret
-//!   ([`sign()`](sign::sign), [`verify`], [`Secret`]) and its headers.
+//! - [`sign`](mod@sign): HMAC-SHA256 request signing with per-app keys and replay protection
+//!   ([`sign_now`], [`verify_once`], [`ReplayGuard`], [`app_secret`], [`Secret`]) and its
+//!   headers.
 
 pub mod allow;
 pub mod sign;
 pub mod wire;
 
 pub use sign::{
-    HEADER_SIGNATURE, HEADER_TIMESTAMP, MAX_SKEW_MS, Secret, SignatureError, sign, verify,
+    HEADER_APP, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP, MAX_SKEW_MS, Received,
+    ReplayGuard, Secret, SignatureError, SignedHeaders, app_secret, sign, sign_now, verify,
+    verify_once,
 };
 pub use wire::{
     BeatAck, BlockStrategy, CallbackAck, CallbackBatch, Deregistration, ErrorBody, IdleBeatAck,

@@ -1,13 +1,13 @@
 //! Request signing between the scheduler and its executors.
 //!
-//! Every request in either direction carries two headers:
+//! Every request in either direction carries three headers:
 //!
 //! - [`HEADER_TIMESTAMP`]: the sender's clock, epoch milliseconds in decimal;
-//! - [`HEADER_SIGNATURE`]: lower-case hex of HMAC-SHA256, keyed with the shared executor
-//!   secret (`ROTA_EXECUTOR_SECRET`), over the canonical string
+//! - [`HEADER_NONCE`]: 32 lower-case hex characters, random per request;
+//! - [`HEADER_SIGNATURE`]: lower-case hex of HMAC-SHA256 over the canonical string
 //!
 //! ```text
-//! {METHOD}\n{path_and_query}\n{timestamp_ms}\n{hex(sha256(body))}
+//! {METHOD}\n{path_and_query}\n{timestamp_ms}\n{nonce}\n{hex(sha256(body))}
 //! ```
 //!
 //! `METHOD` is the HTTP method exactly as sent (`POST`, `GET`; methods are case-sensitive
@@ -16,11 +16,23 @@
 //! that of the exact bytes on the wire (the empty string's hash for an empty body).
 //!
 //! Binding the method, the target and the body means a captured signature cannot be
-//! moved to another endpoint or another payload; binding the timestamp, checked against
-//! [`MAX_SKEW_MS`], bounds how long a captured request can be replayed. Replays inside
-//! that window are harmless because every endpoint is idempotent (see `docs/protocol.md`).
+//! moved to another endpoint or another payload. Binding the timestamp, checked against
+//! [`MAX_SKEW_MS`], bounds how long a captured request stays valid, and the receiver's
+//! [`ReplayGuard`] remembers every nonce it accepted for longer than that, so a request is
+//! acted on at most once by each receiver.
+//!
+//! # Keys
+//!
+//! Executors of app `A` sign with `A`'s key, [`app_secret`]`(master, "A")`, and say which
+//! app they sign for in [`HEADER_APP`]; the scheduler derives the same key from its master
+//! secret (`ROTA_EXECUTOR_SECRET` on a scheduler node) and signs what it sends to `A`'s
+//! executors with it. An executor therefore holds only its own app's key: it can neither
+//! act as another app's executor nor derive the master. Scheduler nodes sign calls to one
+//! another with the master itself, without [`HEADER_APP`].
 
+use std::collections::HashSet;
 use std::fmt;
+use std::sync::Mutex;
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
@@ -29,9 +41,15 @@ use sha2::{Digest, Sha256};
 pub const HEADER_TIMESTAMP: &str = "x-rota-timestamp";
 /// Header carrying the lower-case hex HMAC-SHA256 of the canonical string.
 pub const HEADER_SIGNATURE: &str = "x-rota-signature";
+/// Header carrying the request's nonce: 32 lower-case hex characters, never reused.
+pub const HEADER_NONCE: &str = "x-rota-nonce";
+/// Header naming the app whose key signed an executor's request to a scheduler.
+pub const HEADER_APP: &str = "x-rota-app";
 /// How far a request's timestamp may be from the receiver's clock, either way.
 pub const MAX_SKEW_MS: i64 = 60_000;
 
+/// Length of a hex-encoded nonce (128 random bits).
+const NONCE_HEX_LEN: usize = 32;
 /// Length of a hex-encoded HMAC-SHA256.
 const SIGNATURE_HEX_LEN: usize = 64;
 /// Longest header value echoed back in an error message.
@@ -39,7 +57,7 @@ const ECHO_MAX: usize = 32;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The shared secret between the scheduler and its executors.
+/// A signing key: the scheduler's master secret or one app's key ([`app_secret`]).
 ///
 /// A newtype so the secret never reaches a log by accident: `Debug` prints
 /// `Secret(***)` and there is no `Display`.
@@ -74,6 +92,12 @@ pub enum SignatureError {
         "missing `{HEADER_SIGNATURE}` header: requests between scheduler and executor must be signed"
     )]
     MissingSignature,
+    #[error(
+        "missing `{HEADER_NONCE}` header: requests between scheduler and executor carry a fresh nonce each"
+    )]
+    MissingNonce,
+    #[error("`{HEADER_NONCE}` header is not {NONCE_HEX_LEN} lower-case hex characters")]
+    MalformedNonce,
     #[error("`{HEADER_TIMESTAMP}` header `{0}` is not a time in epoch milliseconds")]
     InvalidTimestamp(String),
     #[error(
@@ -85,9 +109,63 @@ pub enum SignatureError {
     #[error("`{HEADER_SIGNATURE}` header is not {SIGNATURE_HEX_LEN} hex characters")]
     MalformedSignature,
     #[error(
-        "request signature does not match: check that the scheduler and the executor share the same ROTA_EXECUTOR_SECRET"
+        "request signature does not match: check that the executor's ROTA_EXECUTOR_SECRET is its app's key (`rota app-key`) derived from the scheduler's ROTA_EXECUTOR_SECRET"
     )]
     Mismatch,
+    #[error("request replayed: its nonce was used already")]
+    Replayed,
+}
+
+/// The signing headers of one request, as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedHeaders {
+    pub timestamp: String,
+    pub nonce: String,
+    pub signature: String,
+}
+
+impl SignedHeaders {
+    /// `(name, value)` pairs, ready for a request builder.
+    pub fn pairs(&self) -> [(&'static str, &str); 3] {
+        [
+            (HEADER_TIMESTAMP, &self.timestamp),
+            (HEADER_NONCE, &self.nonce),
+            (HEADER_SIGNATURE, &self.signature),
+        ]
+    }
+}
+
+/// The key of `app`'s executors, derived from the master secret: the hex of
+/// HMAC-SHA256(master, `rota/app-key/v1\n{app}`). Deterministic, so every scheduler node
+/// derives the same key and nothing needs storing; one-way, so an app's key reveals
+/// neither the master nor another app's key.
+pub fn app_secret(master: &Secret, app: &str) -> Secret {
+    let mut mac = HmacSha256::new_from_slice(master.as_bytes()).expect("HMAC takes any key");
+    mac.update(b"rota/app-key/v1\n");
+    mac.update(app.as_bytes());
+    Secret(hex::encode(mac.finalize().into_bytes()).into_bytes())
+}
+
+/// A fresh random nonce.
+pub fn new_nonce() -> String {
+    hex::encode(rand::random::<[u8; NONCE_HEX_LEN / 2]>())
+}
+
+/// Signs a request sent now: a fresh timestamp and nonce, and their signature.
+pub fn sign_now(
+    secret: &[u8],
+    method: &str,
+    path_and_query: &str,
+    now_ms: i64,
+    body: &[u8],
+) -> SignedHeaders {
+    let nonce = new_nonce();
+    let signature = sign(secret, method, path_and_query, now_ms, &nonce, body);
+    SignedHeaders {
+        timestamp: now_ms.to_string(),
+        nonce,
+        signature,
+    }
 }
 
 /// Signs a request: the value of [`HEADER_SIGNATURE`] for these parts.
@@ -96,31 +174,51 @@ pub fn sign(
     method: &str,
     path_and_query: &str,
     timestamp_ms: i64,
+    nonce: &str,
     body: &[u8],
 ) -> String {
     hex::encode(
-        mac(secret, method, path_and_query, timestamp_ms, body)
+        mac(secret, method, path_and_query, timestamp_ms, nonce, body)
             .finalize()
             .into_bytes(),
     )
 }
 
+/// The signing headers of a received request, as found (each may be missing).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Received<'a> {
+    pub timestamp: Option<&'a str>,
+    pub nonce: Option<&'a str>,
+    pub signature: Option<&'a str>,
+}
+
+impl<'a> Received<'a> {
+    /// Reads the three headers through `header(name)`.
+    pub fn from_headers(header: impl Fn(&str) -> Option<&'a str>) -> Self {
+        Received {
+            timestamp: header(HEADER_TIMESTAMP),
+            nonce: header(HEADER_NONCE),
+            signature: header(HEADER_SIGNATURE),
+        }
+    }
+}
+
 /// Checks a request's signature headers, in the order a client can fix them: presence,
-/// timestamp format, clock skew, signature format, then the signature itself (compared in
-/// constant time).
-#[allow(clippy::too_many_arguments)] // mirrors `sign` plus what the receiver knows
+/// timestamp format, clock skew, nonce and signature formats, then the signature itself
+/// (compared in constant time). Whether the nonce was seen before is the
+/// [`ReplayGuard`]'s question, asked after this one passes.
 pub fn verify(
     secret: &[u8],
     method: &str,
     path_and_query: &str,
-    timestamp: Option<&str>,
-    signature: Option<&str>,
+    received: &Received<'_>,
     body: &[u8],
     now_ms: i64,
     max_skew_ms: i64,
 ) -> Result<(), SignatureError> {
-    let timestamp = timestamp.ok_or(SignatureError::MissingTimestamp)?;
-    let signature = signature.ok_or(SignatureError::MissingSignature)?;
+    let timestamp = received.timestamp.ok_or(SignatureError::MissingTimestamp)?;
+    let nonce = received.nonce.ok_or(SignatureError::MissingNonce)?;
+    let signature = received.signature.ok_or(SignatureError::MissingSignature)?;
     let timestamp_ms: i64 = timestamp
         .trim()
         .parse()
@@ -133,14 +231,118 @@ pub fn verify(
             max_skew_ms,
         });
     }
+    parse_nonce(nonce).ok_or(SignatureError::MalformedNonce)?;
     let signature = signature.trim();
     if signature.len() != SIGNATURE_HEX_LEN {
         return Err(SignatureError::MalformedSignature);
     }
     let expected = hex::decode(signature).map_err(|_| SignatureError::MalformedSignature)?;
-    mac(secret, method, path_and_query, timestamp_ms, body)
+    mac(secret, method, path_and_query, timestamp_ms, nonce, body)
         .verify_slice(&expected)
         .map_err(|_| SignatureError::Mismatch)
+}
+
+/// A nonce as a number, if it is exactly 32 lower-case hex characters.
+fn parse_nonce(nonce: &str) -> Option<u128> {
+    let well_formed = nonce.len() == NONCE_HEX_LEN
+        && nonce
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    well_formed
+        .then(|| u128::from_str_radix(nonce, 16).ok())
+        .flatten()
+}
+
+/// The nonces a receiver accepted recently, so that each signed request is acted on at
+/// most once.
+///
+/// A request is valid while its timestamp is within `max_skew` of the receiver's clock, so
+/// its first and last acceptable arrivals are at most `2 × max_skew` apart. Nonces are kept
+/// in two generations of `2 × max_skew` each, and a nonce is forgotten only when its
+/// generation is dropped, at least `2 × max_skew` after it was recorded: by then the
+/// request it came with is refused for its timestamp. Memory is bounded by the request
+/// rate: 16 bytes (plus the set's overhead) per request over `4 × max_skew`.
+#[derive(Debug)]
+pub struct ReplayGuard {
+    span_ms: i64,
+    inner: Mutex<Generations>,
+}
+
+#[derive(Debug, Default)]
+struct Generations {
+    started_at_ms: i64,
+    current: HashSet<u128>,
+    previous: HashSet<u128>,
+}
+
+impl ReplayGuard {
+    pub fn new(max_skew_ms: i64) -> Self {
+        ReplayGuard {
+            span_ms: max_skew_ms.max(1).saturating_mul(2),
+            inner: Mutex::new(Generations::default()),
+        }
+    }
+
+    /// Records `nonce`; `Err(Replayed)` if it was recorded before. Call it only for a
+    /// request whose signature [`verify`] accepted, so that nobody without the key can
+    /// fill the guard.
+    pub fn check(&self, nonce: &str, now_ms: i64) -> Result<(), SignatureError> {
+        let nonce = parse_nonce(nonce).ok_or(SignatureError::MalformedNonce)?;
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if now_ms.saturating_sub(g.started_at_ms) >= self.span_ms {
+            let current = std::mem::take(&mut g.current);
+            // A gap of two spans or more leaves nothing worth keeping.
+            g.previous = if now_ms.saturating_sub(g.started_at_ms) >= 2 * self.span_ms {
+                HashSet::new()
+            } else {
+                current
+            };
+            g.started_at_ms = now_ms;
+        }
+        if g.previous.contains(&nonce) || !g.current.insert(nonce) {
+            return Err(SignatureError::Replayed);
+        }
+        Ok(())
+    }
+
+    /// How many nonces are remembered.
+    pub fn len(&self) -> usize {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.current.len() + g.previous.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A guard for requests valid within [`MAX_SKEW_MS`].
+impl Default for ReplayGuard {
+    fn default() -> Self {
+        ReplayGuard::new(MAX_SKEW_MS)
+    }
+}
+
+/// [`verify`], then the [`ReplayGuard`]: what a receiver runs on every signed request.
+pub fn verify_once(
+    guard: &ReplayGuard,
+    secret: &[u8],
+    method: &str,
+    path_and_query: &str,
+    received: &Received<'_>,
+    body: &[u8],
+    now_ms: i64,
+) -> Result<(), SignatureError> {
+    verify(
+        secret,
+        method,
+        path_and_query,
+        received,
+        body,
+        now_ms,
+        MAX_SKEW_MS,
+    )?;
+    guard.check(received.nonce.unwrap_or_default(), now_ms)
 }
 
 /// HMAC-SHA256 fed with the canonical string, without building it in one allocation.
@@ -149,6 +351,7 @@ fn mac(
     method: &str,
     path_and_query: &str,
     timestamp_ms: i64,
+    nonce: &str,
     body: &[u8],
 ) -> HmacSha256 {
     let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length");
@@ -157,6 +360,8 @@ fn mac(
     mac.update(path_and_query.as_bytes());
     mac.update(b"\n");
     mac.update(timestamp_ms.to_string().as_bytes());
+    mac.update(b"\n");
+    mac.update(nonce.as_bytes());
     mac.update(b"\n");
     mac.update(hex::encode(Sha256::digest(body)).as_bytes());
     mac
@@ -190,94 +395,147 @@ mod tests {
 
     const SECRET: &[u8] = b"s3cret";
     const NOW: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+    const NONCE: &str = "000102030405060708090a0b0c0d0e0f";
     const BODY: &[u8] = br#"{"triggers":[]}"#;
 
     fn check(
         method: &str,
         path: &str,
         timestamp: i64,
+        nonce: &str,
         signature: &str,
         body: &[u8],
     ) -> Result<(), SignatureError> {
-        verify(
-            SECRET,
-            method,
-            path,
-            Some(&timestamp.to_string()),
-            Some(signature),
-            body,
-            NOW,
-            MAX_SKEW_MS,
-        )
+        let ts = timestamp.to_string();
+        let received = Received {
+            timestamp: Some(&ts),
+            nonce: Some(nonce),
+            signature: Some(signature),
+        };
+        verify(SECRET, method, path, &received, body, NOW, MAX_SKEW_MS)
     }
 
     #[test]
     fn round_trip() {
-        let sig = sign(SECRET, "POST", "/trigger", NOW, BODY);
+        let sig = sign(SECRET, "POST", "/trigger", NOW, NONCE, BODY);
         assert_eq!(sig.len(), 64);
         assert!(
             sig.bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         );
-        assert_eq!(check("POST", "/trigger", NOW, &sig, BODY), Ok(()));
+        assert_eq!(check("POST", "/trigger", NOW, NONCE, &sig, BODY), Ok(()));
+        let now = sign_now(SECRET, "POST", "/trigger", NOW, BODY);
+        assert_eq!(now.timestamp, NOW.to_string());
+        assert_eq!(
+            check("POST", "/trigger", NOW, &now.nonce, &now.signature, BODY),
+            Ok(())
+        );
     }
 
     /// Pins the canonical string so another implementation can test against it.
     #[test]
     fn known_vector() {
         let canonical = format!(
-            "POST\n/trigger\n{NOW}\n{}",
+            "POST\n/trigger\n{NOW}\n{NONCE}\n{}",
             hex::encode(Sha256::digest(BODY))
         );
         let mut mac = HmacSha256::new_from_slice(SECRET).unwrap();
         mac.update(canonical.as_bytes());
         let expected = hex::encode(mac.finalize().into_bytes());
-        assert_eq!(sign(SECRET, "POST", "/trigger", NOW, BODY), expected);
+        assert_eq!(sign(SECRET, "POST", "/trigger", NOW, NONCE, BODY), expected);
         assert_eq!(
             expected,
-            "fe7fbdfdf891fb0a202bf01925cb87062743ba0be78318d56bcb56a1ae092de8"
+            "8ad04231658a70e126fe377227f0d16eacd6e66708d8330cb1ee407d1edb4920"
+        );
+    }
+
+    #[test]
+    fn app_keys_are_derived_one_way_and_differ_per_app() {
+        let master = Secret::new("master-secret-0123456789");
+        let shop = app_secret(&master, "shop");
+        // Pinned, so another implementation can test against it.
+        assert_eq!(
+            shop.as_bytes(),
+            b"39b5bec374204853928e9f4d01874fc882bb95e24f9a3730c33a4ac5db3b164e"
+        );
+        assert_eq!(shop.as_bytes(), app_secret(&master, "shop").as_bytes());
+        assert_ne!(shop.as_bytes(), app_secret(&master, "billing").as_bytes());
+        assert_ne!(shop.as_bytes(), master.as_bytes());
+        let other = app_secret(&Secret::new("another-master-secret"), "shop");
+        assert_ne!(shop.as_bytes(), other.as_bytes());
+        // A request signed with one app's key is refused with another's.
+        let sig = sign(shop.as_bytes(), "POST", "/trigger", NOW, NONCE, BODY);
+        let received = Received {
+            timestamp: Some(&NOW.to_string()),
+            nonce: Some(NONCE),
+            signature: Some(&sig),
+        };
+        let billing = app_secret(&master, "billing");
+        assert_eq!(
+            verify(
+                billing.as_bytes(),
+                "POST",
+                "/trigger",
+                &received,
+                BODY,
+                NOW,
+                MAX_SKEW_MS
+            ),
+            Err(SignatureError::Mismatch)
         );
     }
 
     #[test]
     fn empty_body_is_signed_too() {
-        let sig = sign(SECRET, "GET", "/api/executor/v1/plugins/ab", NOW, b"");
+        let path = "/api/executor/v1/plugins/ab";
+        let sig = sign(SECRET, "GET", path, NOW, NONCE, b"");
+        assert_eq!(check("GET", path, NOW, NONCE, &sig, b""), Ok(()));
         assert_eq!(
-            check("GET", "/api/executor/v1/plugins/ab", NOW, &sig, b""),
-            Ok(())
-        );
-        assert_eq!(
-            check("GET", "/api/executor/v1/plugins/ab", NOW, &sig, b" "),
+            check("GET", path, NOW, NONCE, &sig, b" "),
             Err(SignatureError::Mismatch)
         );
     }
 
     #[test]
     fn any_changed_part_is_refused() {
-        let sig = sign(SECRET, "POST", "/trigger?x=1", NOW, BODY);
-        let mut body = BODY.to_vec();
-        body[3] ^= 1;
+        let sig = sign(SECRET, "POST", "/trigger?x=1", NOW, NONCE, BODY);
+        let other_nonce = "100102030405060708090a0b0c0d0e0f";
         let cases = [
-            ("POST", "/trigger?x=1", NOW, body.as_slice(), "body"),
-            ("POST", "/trigger?x=2", NOW, BODY, "query"),
-            ("POST", "/triggex?x=1", NOW, BODY, "path"),
-            ("PUT", "/trigger?x=1", NOW, BODY, "method"),
-            ("post", "/trigger?x=1", NOW, BODY, "method case"),
-            ("POST", "/trigger?x=1", NOW + 1, BODY, "timestamp"),
+            ("POST", "/trigger?x=2", NOW, NONCE, "query"),
+            ("POST", "/triggex?x=1", NOW, NONCE, "path"),
+            ("PUT", "/trigger?x=1", NOW, NONCE, "method"),
+            ("post", "/trigger?x=1", NOW, NONCE, "method case"),
+            ("POST", "/trigger?x=1", NOW + 1, NONCE, "timestamp"),
+            ("POST", "/trigger?x=1", NOW, other_nonce, "nonce"),
         ];
-        for (method, path, ts, body, what) in cases {
+        for (method, path, ts, nonce, what) in cases {
             assert_eq!(
-                check(method, path, ts, &sig, body),
+                check(method, path, ts, nonce, &sig, BODY),
                 Err(SignatureError::Mismatch),
                 "changed {what}"
             );
         }
+        // Every single byte of the body, flipped one at a time.
+        for i in 0..BODY.len() {
+            let mut body = BODY.to_vec();
+            body[i] ^= 1;
+            assert_eq!(
+                check("POST", "/trigger?x=1", NOW, NONCE, &sig, &body),
+                Err(SignatureError::Mismatch),
+                "body byte {i}"
+            );
+        }
+        let ts = NOW.to_string();
+        let received = Received {
+            timestamp: Some(&ts),
+            nonce: Some(NONCE),
+            signature: Some(&sig),
+        };
         let other = verify(
             b"other secret",
             "POST",
             "/trigger?x=1",
-            Some(&NOW.to_string()),
-            Some(&sig),
+            &received,
             BODY,
             NOW,
             MAX_SKEW_MS,
@@ -288,7 +546,7 @@ mod tests {
         bad[0] = if bad[0] == b'0' { b'1' } else { b'0' };
         let bad = String::from_utf8(bad).unwrap();
         assert_eq!(
-            check("POST", "/trigger?x=1", NOW, &bad, BODY),
+            check("POST", "/trigger?x=1", NOW, NONCE, &bad, BODY),
             Err(SignatureError::Mismatch)
         );
     }
@@ -296,12 +554,12 @@ mod tests {
     #[test]
     fn skew_is_bounded_both_ways() {
         for ts in [NOW - MAX_SKEW_MS, NOW + MAX_SKEW_MS] {
-            let sig = sign(SECRET, "POST", "/beat", ts, b"");
-            assert_eq!(check("POST", "/beat", ts, &sig, b""), Ok(()));
+            let sig = sign(SECRET, "POST", "/beat", ts, NONCE, b"");
+            assert_eq!(check("POST", "/beat", ts, NONCE, &sig, b""), Ok(()));
         }
         for ts in [NOW - 75_000, NOW + 75_000] {
-            let sig = sign(SECRET, "POST", "/beat", ts, b"");
-            let err = check("POST", "/beat", ts, &sig, b"").unwrap_err();
+            let sig = sign(SECRET, "POST", "/beat", ts, NONCE, b"");
+            let err = check("POST", "/beat", ts, NONCE, &sig, b"").unwrap_err();
             assert_eq!(
                 err,
                 SignatureError::Skew {
@@ -317,66 +575,137 @@ mod tests {
         }
         // Just over the limit reads as over it, not as equal to it.
         let ts = NOW - MAX_SKEW_MS - 1;
-        let sig = sign(SECRET, "POST", "/beat", ts, b"");
-        let err = check("POST", "/beat", ts, &sig, b"").unwrap_err();
+        let sig = sign(SECRET, "POST", "/beat", ts, NONCE, b"");
+        let err = check("POST", "/beat", ts, NONCE, &sig, b"").unwrap_err();
         assert!(err.to_string().contains("61 s away"), "{err}");
         // Extreme values neither overflow nor pass.
-        let sig = sign(SECRET, "POST", "/beat", i64::MIN, b"");
+        let sig = sign(SECRET, "POST", "/beat", i64::MIN, NONCE, b"");
         assert!(matches!(
-            check("POST", "/beat", i64::MIN, &sig, b""),
+            check("POST", "/beat", i64::MIN, NONCE, &sig, b""),
             Err(SignatureError::Skew { .. })
         ));
     }
 
     #[test]
     fn missing_and_malformed_headers() {
-        let sig = sign(SECRET, "POST", "/beat", NOW, b"");
+        let sig = sign(SECRET, "POST", "/beat", NOW, NONCE, b"");
         let ts = NOW.to_string();
-        let run = |ts: Option<&str>, sig: Option<&str>| {
-            verify(SECRET, "POST", "/beat", ts, sig, b"", NOW, MAX_SKEW_MS)
+        let run = |timestamp: Option<&str>, nonce: Option<&str>, signature: Option<&str>| {
+            let received = Received {
+                timestamp,
+                nonce,
+                signature,
+            };
+            verify(SECRET, "POST", "/beat", &received, b"", NOW, MAX_SKEW_MS)
         };
-        assert_eq!(run(None, Some(&sig)), Err(SignatureError::MissingTimestamp));
-        assert_eq!(run(Some(&ts), None), Err(SignatureError::MissingSignature));
-        assert_eq!(run(None, None), Err(SignatureError::MissingTimestamp));
+        let (t, n, s) = (Some(ts.as_str()), Some(NONCE), Some(sig.as_str()));
+        assert_eq!(run(None, n, s), Err(SignatureError::MissingTimestamp));
+        assert_eq!(run(t, None, s), Err(SignatureError::MissingNonce));
+        assert_eq!(run(t, n, None), Err(SignatureError::MissingSignature));
+        assert_eq!(run(None, None, None), Err(SignatureError::MissingTimestamp));
         assert_eq!(
-            run(Some("yesterday"), Some(&sig)),
+            run(Some("yesterday"), n, s),
             Err(SignatureError::InvalidTimestamp("yesterday".into()))
         );
         assert_eq!(
-            run(Some(""), Some(&sig)),
+            run(Some(""), n, s),
             Err(SignatureError::InvalidTimestamp(String::new()))
         );
+        for nonce in [
+            "",
+            "abc",
+            &NONCE.to_uppercase(),
+            &format!("{NONCE}00"),
+            &"z".repeat(32),
+        ] {
+            assert_eq!(
+                run(t, Some(nonce), s),
+                Err(SignatureError::MalformedNonce),
+                "{nonce}"
+            );
+        }
         assert_eq!(
-            run(Some(&ts), Some("zz")),
+            run(t, n, Some("zz")),
             Err(SignatureError::MalformedSignature)
         );
         assert_eq!(
-            run(Some(&ts), Some(&"g".repeat(64))),
+            run(t, n, Some(&"g".repeat(64))),
             Err(SignatureError::MalformedSignature)
         );
         assert_eq!(
-            run(Some(&ts), Some(&sig[..62])),
+            run(t, n, Some(&sig[..62])),
             Err(SignatureError::MalformedSignature)
         );
         // Upper-case hex is the same signature.
-        assert_eq!(run(Some(&ts), Some(&sig.to_uppercase())), Ok(()));
+        assert_eq!(run(t, n, Some(&sig.to_uppercase())), Ok(()));
     }
 
     #[test]
     fn echoed_values_are_bounded() {
         let long = "9x".repeat(10_000);
-        let err = verify(
-            SECRET,
-            "POST",
-            "/beat",
-            Some(&long),
-            Some("00"),
-            b"",
-            NOW,
-            MAX_SKEW_MS,
-        )
-        .unwrap_err();
+        let received = Received {
+            timestamp: Some(&long),
+            nonce: Some(NONCE),
+            signature: Some("00"),
+        };
+        let err = verify(SECRET, "POST", "/beat", &received, b"", NOW, MAX_SKEW_MS).unwrap_err();
         assert!(err.to_string().len() < 150, "{err}");
+    }
+
+    #[test]
+    fn a_nonce_is_accepted_once_for_as_long_as_its_request_is_valid() {
+        let guard = ReplayGuard::new(MAX_SKEW_MS);
+        assert_eq!(guard.check(NONCE, NOW), Ok(()));
+        assert_eq!(guard.check(NONCE, NOW), Err(SignatureError::Replayed));
+        // The last moment a request stamped `NOW - MAX_SKEW_MS` and first seen then is still
+        // valid: twice the skew later, across a generation change.
+        let first = "ffffffffffffffffffffffffffffffff";
+        assert_eq!(guard.check(first, NOW + 1), Ok(()));
+        for later in [
+            NOW + MAX_SKEW_MS,
+            NOW + 2 * MAX_SKEW_MS,
+            NOW + 2 * MAX_SKEW_MS + 1,
+        ] {
+            assert_eq!(
+                guard.check(first, later),
+                Err(SignatureError::Replayed),
+                "{later}"
+            );
+        }
+        assert_eq!(
+            guard.check(NONCE, NOW + 2 * MAX_SKEW_MS),
+            Err(SignatureError::Replayed)
+        );
+        // Old generations are dropped, so memory stays bounded.
+        let fresh = "0123456789abcdef0123456789abcdef";
+        assert_eq!(guard.check(fresh, NOW + 10 * MAX_SKEW_MS), Ok(()));
+        assert_eq!(guard.len(), 1);
+        assert_eq!(
+            guard.check("nope", NOW),
+            Err(SignatureError::MalformedNonce)
+        );
+    }
+
+    #[test]
+    fn verify_once_refuses_a_replay_and_a_late_copy() {
+        let guard = ReplayGuard::new(MAX_SKEW_MS);
+        let signed = sign_now(SECRET, "POST", "/trigger", NOW, BODY);
+        let received = Received {
+            timestamp: Some(&signed.timestamp),
+            nonce: Some(&signed.nonce),
+            signature: Some(&signed.signature),
+        };
+        let run = |now| verify_once(&guard, SECRET, "POST", "/trigger", &received, BODY, now);
+        assert_eq!(run(NOW), Ok(()));
+        assert_eq!(run(NOW + 1_000), Err(SignatureError::Replayed));
+        assert!(matches!(
+            run(NOW + MAX_SKEW_MS + 1),
+            Err(SignatureError::Skew { .. })
+        ));
+        // A refused signature leaves no trace in the guard.
+        let bad = verify_once(&guard, b"wrong", "POST", "/trigger", &received, BODY, NOW);
+        assert_eq!(bad, Err(SignatureError::Mismatch));
+        assert_eq!(guard.len(), 1);
     }
 
     #[test]
@@ -385,5 +714,7 @@ mod tests {
         assert_eq!(format!("{secret:?}"), "Secret(***)");
         assert_eq!(format!("{:?}", Some(secret.clone())), "Some(Secret(***))");
         assert_eq!(secret.as_bytes(), b"hunter2");
+        let key = app_secret(&secret, "shop");
+        assert_eq!(format!("{key:?}"), "Secret(***)");
     }
 }

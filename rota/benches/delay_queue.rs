@@ -276,7 +276,13 @@ async fn real_executor(bin: &str, server: &TestServer, app: &str) -> Executor {
         .args(["--capacity", &capacity.to_string()])
         .arg("--data-dir")
         .arg(dir.path())
-        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+        .env(
+            "ROTA_EXECUTOR_SECRET",
+            String::from_utf8_lossy(
+                rota_proto::app_secret(&rota_proto::Secret::new(SECRET), app).as_bytes(),
+            )
+            .as_ref(),
+        )
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),

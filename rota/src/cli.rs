@@ -32,6 +32,10 @@ enum Command {
     Standalone(crate::nodes::StandaloneArgs),
     /// Run an executor node that registers with the scheduler(s) and runs their triggers.
     Executor(crate::nodes::ExecutorArgs),
+    /// Print the key of an app's executors, derived from the master secret
+    /// (ROTA_EXECUTOR_SECRET of the scheduler nodes): give it to that app's executors as
+    /// their ROTA_EXECUTOR_SECRET. It lets them act for that app only.
+    AppKey(AppKeyArgs),
     /// Plugin tools.
     Plugin {
         #[command(subcommand)]
@@ -43,6 +47,16 @@ enum Command {
 enum PluginCommand {
     /// Run a plugin once, locally, in the same sandbox, and print its log and exit status.
     Run(crate::nodes::PluginRunArgs),
+}
+
+#[derive(Args)]
+struct AppKeyArgs {
+    /// The app whose key to print.
+    #[arg(long)]
+    app: String,
+    /// The scheduler nodes' master secret.
+    #[arg(long, env = "ROTA_EXECUTOR_SECRET", hide_env_values = true)]
+    executor_secret: String,
 }
 
 #[derive(Args)]
@@ -66,7 +80,9 @@ struct ServerArgs {
     /// Admin API bearer token.
     #[arg(long, env = "ROTA_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
-    /// Shared secret signing scheduler ↔ executor requests (required).
+    /// The master secret (required, 16 characters or more, the same on every node): signs
+    /// calls between scheduler nodes, and each app's executor key is derived from it
+    /// (`rota app-key`).
     #[arg(long, env = "ROTA_EXECUTOR_SECRET", hide_env_values = true)]
     executor_secret: String,
     /// Key sealing plugin secrets at rest: 64 hex digits, the same on every node. Without
@@ -148,6 +164,17 @@ impl Cli {
             Command::Task(args) => args.run().await,
             Command::Standalone(args) => crate::nodes::standalone(args, shutdown_signal()).await,
             Command::Executor(args) => crate::nodes::executor(args, shutdown_signal()).await,
+            Command::AppKey(args) => {
+                if args.executor_secret.len() < 16 {
+                    anyhow::bail!("ROTA_EXECUTOR_SECRET must be at least 16 characters");
+                }
+                rota_scheduler::api::validate::app("app", &args.app)
+                    .map_err(|e| anyhow::anyhow!("--app: {e}"))?;
+                let master = Secret::new(args.executor_secret.as_bytes());
+                let key = rota_proto::app_secret(&master, &args.app);
+                println!("{}", String::from_utf8_lossy(key.as_bytes()));
+                Ok(())
+            }
             Command::Plugin {
                 command: PluginCommand::Run(args),
             } => {

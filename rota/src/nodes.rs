@@ -48,7 +48,9 @@ pub struct ExecutorArgs {
     /// URL the schedulers call this executor at; defaults to http://<listen>.
     #[arg(long, env = "ROTA_ADVERTISE_URL")]
     advertise_url: Option<String>,
-    /// Shared secret signing scheduler ↔ executor requests (required).
+    /// The app's key, signing every request between this executor and the schedulers
+    /// (required): `rota app-key --app NAME` prints it where the scheduler's master secret
+    /// is known.
     #[arg(long, env = "ROTA_EXECUTOR_SECRET", hide_env_values = true)]
     executor_secret: String,
     /// Logs, report spool and compiled-module cache.
@@ -147,11 +149,12 @@ pub async fn standalone(
         .ok()
         .filter(|p| !p.is_empty());
 
+    // The embedded executor holds its app's key, like any executor.
     let mut executor = ExecutorConfig::new(
         vec![scheduler_url.clone()],
         args.app.clone(),
         executor_url,
-        Secret::new(secret.as_bytes()),
+        rota_proto::app_secret(&Secret::new(secret.as_bytes()), &args.app),
         dir.join("executor"),
     );
     executor.capacity = args.capacity;

@@ -1,5 +1,6 @@
-//! The scheduler's HTTP client to executors: every request signed with the executor secret
-//! (see `docs/protocol.md`), one shared connection pool, a bounded timeout.
+//! The scheduler's HTTP client to executors: every request signed with the key of the
+//! executor's app, derived from the master secret (calls to other scheduler nodes with the
+//! master itself; see `docs/protocol.md`), one shared connection pool, a bounded timeout.
 
 use std::time::Duration;
 
@@ -8,9 +9,8 @@ use rota_proto::wire::{
     PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER,
 };
 use rota_proto::{
-    BeatAck, HEADER_SIGNATURE, HEADER_TIMESTAMP, IdleBeatAck, IdleBeatRequest, KillAck,
-    KillRequest, LogPage, LogRequest, RunsKnownAck, RunsKnownRequest, Secret, TriggerBatch,
-    TriggerBatchAck,
+    BeatAck, IdleBeatAck, IdleBeatRequest, KillAck, KillRequest, LogPage, LogRequest, RunsKnownAck,
+    RunsKnownRequest, Secret, TriggerBatch, TriggerBatchAck, app_secret,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -39,7 +39,18 @@ pub enum ClientError {
 #[derive(Clone)]
 pub struct ExecutorClient {
     http: reqwest::Client,
-    secret: Secret,
+    /// The master secret: the key of calls to other scheduler nodes, and what each app's
+    /// key is derived from.
+    master: Secret,
+}
+
+/// Whom a request goes to, which decides the key that signs it.
+#[derive(Debug, Clone, Copy)]
+enum To<'a> {
+    /// An executor of this app.
+    App(&'a str),
+    /// Another scheduler node.
+    Peer,
 }
 
 impl ClientError {
@@ -69,7 +80,7 @@ fn sent_error(address: &str, e: &reqwest::Error) -> ClientError {
 }
 
 impl ExecutorClient {
-    pub fn new(secret: Secret, timeout: Duration) -> Self {
+    pub fn new(master: Secret, timeout: Duration) -> Self {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(1)))
@@ -77,11 +88,12 @@ impl ExecutorClient {
             .tcp_nodelay(true)
             .build()
             .unwrap_or_default();
-        ExecutorClient { http, secret }
+        ExecutorClient { http, master }
     }
 
     async fn post<Req: Serialize, Resp: DeserializeOwned>(
         &self,
+        to: To<'_>,
         address: &str,
         path: &str,
         body: &Req,
@@ -100,13 +112,16 @@ impl ExecutorClient {
             address: address.into(),
             reason: e.to_string(),
         })?;
-        let ts = now_ms();
-        let signature = rota_proto::sign(self.secret.as_bytes(), "POST", &signed_path, ts, &body);
-        let resp = self
-            .http
-            .post(&url)
-            .header(HEADER_TIMESTAMP, ts.to_string())
-            .header(HEADER_SIGNATURE, signature)
+        let key = match to {
+            To::App(app) => app_secret(&self.master, app),
+            To::Peer => self.master.clone(),
+        };
+        let signed = rota_proto::sign_now(key.as_bytes(), "POST", &signed_path, now_ms(), &body);
+        let mut request = self.http.post(&url);
+        for (name, value) in signed.pairs() {
+            request = request.header(name, value);
+        }
+        let resp = request
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
             .send()
@@ -134,27 +149,50 @@ impl ExecutorClient {
 
     pub async fn trigger(
         &self,
+        app: &str,
         address: &str,
         batch: &TriggerBatch,
     ) -> Result<TriggerBatchAck, ClientError> {
-        self.post(address, PATH_TRIGGER, batch).await
+        self.post(To::App(app), address, PATH_TRIGGER, batch).await
     }
 
-    pub async fn kill(&self, address: &str, run_id: i64) -> Result<KillAck, ClientError> {
-        self.post(address, PATH_KILL, &KillRequest { run_id }).await
-    }
-
-    pub async fn log(&self, address: &str, req: &LogRequest) -> Result<LogPage, ClientError> {
-        self.post(address, PATH_LOG, req).await
-    }
-
-    pub async fn beat(&self, address: &str) -> Result<BeatAck, ClientError> {
-        self.post(address, PATH_BEAT, &serde_json::json!({})).await
-    }
-
-    pub async fn idle_beat(&self, address: &str, job_id: i64) -> Result<IdleBeatAck, ClientError> {
-        self.post(address, PATH_IDLE_BEAT, &IdleBeatRequest { job_id })
+    pub async fn kill(
+        &self,
+        app: &str,
+        address: &str,
+        run_id: i64,
+    ) -> Result<KillAck, ClientError> {
+        self.post(To::App(app), address, PATH_KILL, &KillRequest { run_id })
             .await
+    }
+
+    pub async fn log(
+        &self,
+        app: &str,
+        address: &str,
+        req: &LogRequest,
+    ) -> Result<LogPage, ClientError> {
+        self.post(To::App(app), address, PATH_LOG, req).await
+    }
+
+    pub async fn beat(&self, app: &str, address: &str) -> Result<BeatAck, ClientError> {
+        self.post(To::App(app), address, PATH_BEAT, &serde_json::json!({}))
+            .await
+    }
+
+    pub async fn idle_beat(
+        &self,
+        app: &str,
+        address: &str,
+        job_id: i64,
+    ) -> Result<IdleBeatAck, ClientError> {
+        self.post(
+            To::App(app),
+            address,
+            PATH_IDLE_BEAT,
+            &IdleBeatRequest { job_id },
+        )
+        .await
     }
 
     /// Asks the node at `address` (another scheduler) to cancel a task it holds.
@@ -163,15 +201,16 @@ impl ExecutorClient {
         address: &str,
         req: &crate::api::peers::PeerCancel,
     ) -> Result<crate::api::peers::PeerCancelAck, ClientError> {
-        self.post(address, crate::api::peers::PATH_PEER_CANCEL, req)
+        self.post(To::Peer, address, crate::api::peers::PATH_PEER_CANCEL, req)
             .await
     }
 
     pub async fn runs_known(
         &self,
+        app: &str,
         address: &str,
         req: &RunsKnownRequest,
     ) -> Result<RunsKnownAck, ClientError> {
-        self.post(address, PATH_RUNS_KNOWN, req).await
+        self.post(To::App(app), address, PATH_RUNS_KNOWN, req).await
     }
 }

@@ -315,7 +315,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         } else {
             let mut candidates: Vec<String> = order.iter().map(|&i| addresses[i].clone()).collect();
             if spec.route == Route::Busyover {
-                candidates = idle_first(shared, task.job_id, candidates).await;
+                candidates = idle_first(shared, &job.job.spec.app, task.job_id, candidates).await;
             }
             shards.push(Shard {
                 index: 0,
@@ -395,7 +395,8 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
             hold_for_lease(shared, pending.drain(..), round_at);
             break;
         }
-        let mut by_executor: HashMap<String, Vec<Pending>> = HashMap::new();
+        // Keyed by app too: the app decides the key a request is signed with.
+        let mut by_executor: HashMap<(String, String), Vec<Pending>> = HashMap::new();
         let mut held = std::mem::take(&mut pending);
         // Executors still marked full count as having said so again, without a request.
         while let Some(mut p) = held.pop() {
@@ -410,7 +411,10 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         }
         for p in pending.drain(..) {
             match p.candidates.get(p.next).cloned() {
-                Some(address) => by_executor.entry(address).or_default().push(p),
+                Some(address) => {
+                    let key = (p.job.job.spec.app.clone(), address);
+                    by_executor.entry(key).or_default().push(p);
+                }
                 None => {
                     if p.all_full && p.last_error.is_some() && p.shard_total == 1 {
                         deferred.push(p.task);
@@ -430,34 +434,34 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         if by_executor.is_empty() {
             break;
         }
-        let groups = by_executor.into_iter().flat_map(|(address, mut group)| {
+        let groups = by_executor.into_iter().flat_map(|(to, mut group)| {
             // Bound each request: a huge body is slow to send and likely to time out.
             let mut chunks = Vec::new();
             while group.len() > MAX_PER_REQUEST {
                 let rest = group.split_off(MAX_PER_REQUEST);
-                chunks.push((address.clone(), group));
+                chunks.push((to.clone(), group));
                 group = rest;
             }
-            chunks.push((address, group));
+            chunks.push((to, group));
             chunks
         });
-        let requests = groups.map(|(address, group)| async move {
+        let requests = groups.map(|((app, address), group)| async move {
             let triggers: Vec<Trigger> = group.iter().map(to_trigger).collect();
             let started = Instant::now();
             let batch = TriggerBatch {
                 triggers,
                 not_after: Some(not_after),
             };
-            let result = shared.client.trigger(&address, &batch).await;
+            let result = shared.client.trigger(&app, &address, &batch).await;
             let elapsed = started.elapsed();
             metrics::histogram!("rota_dispatch_seconds").record(elapsed.as_secs_f64());
             shared
                 .slow
                 .record(group.iter().map(|p| p.task.job_id), elapsed);
-            (address, group, result)
+            (app, address, group, result)
         });
         let mut expired: Vec<Pending> = Vec::new();
-        for (address, group, result) in join_all(requests).await {
+        for (app, address, group, result) in join_all(requests).await {
             let dispatched_at = now_ms();
             if let Ok(ack) = &result
                 && ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full)
@@ -525,7 +529,8 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                     // request took that long): past `not_after` the executor takes none of
                     // them any more, so what it has now is final. Ask it.
                     tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered past this node's lease; asking the executor what it took");
-                    let (taken, not_taken) = resolve_unanswered(shared, &address, group).await;
+                    let (taken, not_taken) =
+                        resolve_unanswered(shared, &app, &address, group).await;
                     sent.extend(taken);
                     expired.extend(not_taken);
                 }
@@ -576,6 +581,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
 /// delivered, as for any unanswered send (its heartbeat sorts out the rest).
 async fn resolve_unanswered(
     shared: &Shared,
+    app: &str,
     address: &str,
     group: Vec<Pending>,
 ) -> (Vec<Dispatched>, Vec<Pending>) {
@@ -589,7 +595,7 @@ async fn resolve_unanswered(
             .collect(),
     };
     let now = now_ms();
-    let known = match shared.client.runs_known(address, &req).await {
+    let known = match shared.client.runs_known(app, address, &req).await {
         Ok(ack) => ack.known,
         Err(e) => {
             tracing::warn!(error = %e, "the executor did not answer which triggers it took; treating them as delivered");
@@ -650,11 +656,16 @@ fn hold_for_lease(shared: &Shared, pending: impl Iterator<Item = Pending>, now: 
 
 /// Busyover (XXL-JOB's semantics): ask the executors in order whether they run this job now
 /// (`/idle-beat`) and put the first idle one first; executors that do not answer go last.
-async fn idle_first(shared: &Shared, job_id: i64, candidates: Vec<String>) -> Vec<String> {
+async fn idle_first(
+    shared: &Shared,
+    app: &str,
+    job_id: i64,
+    candidates: Vec<String>,
+) -> Vec<String> {
     let mut busy = Vec::new();
     let mut silent = Vec::new();
     for (i, address) in candidates.iter().enumerate() {
-        match shared.client.idle_beat(address, job_id).await {
+        match shared.client.idle_beat(app, address, job_id).await {
             Ok(ack) if ack.idle => {
                 let mut ordered = vec![address.clone()];
                 ordered.extend(busy);

@@ -237,6 +237,8 @@ pub(crate) struct Shared {
     pub recorder: mpsc::Sender<Dispatched>,
     /// Seals and opens plugin secrets.
     pub secrets: crate::secrets::SecretBox,
+    /// Nonces of the signed requests this node accepted (executors' and peers').
+    pub replay: rota_proto::ReplayGuard,
     pub scan_wake: Notify,
     /// Dispatches in progress (the recorder waits for them at shutdown).
     pub in_flight: std::sync::atomic::AtomicUsize,
@@ -349,6 +351,7 @@ impl Node {
             ),
             shutdown: shutdown.clone(),
             secrets: crate::api::plugin_host::secrets_box(&config),
+            replay: rota_proto::ReplayGuard::new(rota_proto::MAX_SKEW_MS),
             store,
             config,
             lease: Lease::new(lease),
@@ -449,6 +452,11 @@ impl Node {
 
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// The nonces of signed requests this node accepted.
+    pub fn replay_guard(&self) -> &rota_proto::ReplayGuard {
+        &self.shared.replay
     }
 
     /// This node's recent fire lateness (the dashboard's).
@@ -652,11 +660,18 @@ impl Node {
     }
 
     pub async fn kill_run(&self, run: &Run) -> Result<KillAck, NodeError> {
+        let (app, address) = self.executor_of(run).await?;
+        Ok(self.shared.client.kill(&app, address, run.id).await?)
+    }
+
+    /// The app and address of the executor a run went to.
+    async fn executor_of<'r>(&self, run: &'r Run) -> Result<(String, &'r str), NodeError> {
         let address = run
             .executor
             .as_deref()
             .ok_or(NodeError::NoExecutor(run.id))?;
-        Ok(self.shared.client.kill(address, run.id).await?)
+        let job = self.shared.store.get_job(run.job_id).await?;
+        Ok((job.spec.app, address))
     }
 
     pub async fn read_log(
@@ -665,16 +680,13 @@ impl Node {
         from_line: u64,
         max_lines: u32,
     ) -> Result<LogPage, NodeError> {
-        let address = run
-            .executor
-            .as_deref()
-            .ok_or(NodeError::NoExecutor(run.id))?;
+        let (app, address) = self.executor_of(run).await?;
         let req = LogRequest {
             run_id: run.id,
             from_line,
             max_lines,
         };
-        Ok(self.shared.client.log(address, &req).await?)
+        Ok(self.shared.client.log(&app, address, &req).await?)
     }
 
     pub fn render_metrics(&self) -> String {

@@ -258,7 +258,11 @@ async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result
                 .collect(),
         };
         for executor in shared.executors.of_app(&app) {
-            match shared.client.runs_known(&executor.address, &req).await {
+            match shared
+                .client
+                .runs_known(&app, &executor.address, &req)
+                .await
+            {
                 Ok(ack) => {
                     for k in ack.known {
                         let Some(t) = tasks

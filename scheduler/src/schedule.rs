@@ -63,7 +63,7 @@ const CRON_MISFIRE_COUNT_BUDGET: u32 = 64;
 
 /// When a job fires, as the API and the store carry it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Schedule {
     /// A Quartz-style cron expression, evaluated in `time_zone` (IANA name, default UTC).
     Cron {

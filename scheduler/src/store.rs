@@ -1291,6 +1291,39 @@ impl Store {
         })
     }
 
+    /// Whether a job of `app` binds a plugin with this hash (any version of its name): what
+    /// an executor of `app` may download.
+    pub async fn app_uses_plugin(&self, app: &str, sha256: &str) -> Result<bool> {
+        on_pool!(self, |pool, Db| {
+            let found: Option<i64> = sqlx::query_scalar(
+                "SELECT p.id FROM plugins p JOIN jobs j ON j.plugin = p.name \
+                 JOIN apps a ON a.id = j.app_id WHERE p.sha256 = ? AND a.name = ? LIMIT 1",
+            )
+            .bind(sha256)
+            .bind(app)
+            .fetch_optional(pool)
+            .await?;
+            Ok(found.is_some())
+        })
+    }
+
+    /// For each of these tasks that exists: its id, its job and its job's app.
+    pub async fn task_owners(&self, task_ids: &[i64]) -> Result<Vec<(i64, i64, String)>> {
+        let mut owners = Vec::with_capacity(task_ids.len());
+        for chunk in task_ids.chunks(CHUNK) {
+            on_pool!(self, |pool, Db| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT t.id, t.job_id, a.name FROM tasks t JOIN jobs j ON j.id = t.job_id \
+                     JOIN apps a ON a.id = j.app_id WHERE t.id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().copied());
+                let rows: Vec<(i64, i64, String)> = qb.build_query_as().fetch_all(pool).await?;
+                owners.extend(rows);
+            });
+        }
+        Ok(owners)
+    }
+
     // ----- jobs ------------------------------------------------------------------------
 
     pub async fn insert_job(

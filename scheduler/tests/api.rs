@@ -191,19 +191,34 @@ impl TestApp {
         }
     }
 
-    /// A signed executor-protocol request.
+    /// An executor-protocol request of an executor of app `default`, signed with that app's
+    /// key derived from the master `secret`.
     async fn signed(&self, method: Method, path: &str, body: &[u8], secret: &[u8]) -> Answer {
-        let ts = chrono::Utc::now().timestamp_millis();
-        let signature = rota_proto::sign(secret, method.as_str(), path, ts, body);
-        let req = Request::builder()
+        self.signed_as("default", method, path, body, secret).await
+    }
+
+    /// An executor-protocol request of an executor of `app`.
+    async fn signed_as(
+        &self,
+        app: &str,
+        method: Method,
+        path: &str,
+        body: &[u8],
+        secret: &[u8],
+    ) -> Answer {
+        let key = rota_proto::app_secret(&rota_proto::Secret::new(secret), app);
+        let now = chrono::Utc::now().timestamp_millis();
+        let signed = rota_proto::sign_now(key.as_bytes(), method.as_str(), path, now, body);
+        let mut req = Request::builder()
             .method(method)
             .uri(path)
             .header(header::CONTENT_TYPE, "application/json")
-            .header(rota_proto::HEADER_TIMESTAMP, ts.to_string())
-            .header(rota_proto::HEADER_SIGNATURE, signature)
-            .body(Body::from(body.to_vec()))
-            .unwrap();
-        self.send(req).await
+            .header(rota_proto::HEADER_APP, app);
+        for (name, value) in signed.pairs() {
+            req = req.header(name, value);
+        }
+        self.send(req.body(Body::from(body.to_vec())).unwrap())
+            .await
     }
 }
 
@@ -349,7 +364,19 @@ async fn plugin_upload() {
     assert_eq!(list.json()["items"].as_array().unwrap().len(), 2);
     assert_eq!(list.json()["next"], Value::Null);
 
-    // Executors fetch modules by hash, signed.
+    // Executors fetch modules by hash, signed, and only those their app's jobs use.
+    t.signed(Method::GET, &plugin_path(&sha), b"", SECRET)
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "used by a job of app `default`");
+    t.post(
+        "/api/v1/jobs",
+        json!({"name": "uses-echo", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    t.signed_as("other", Method::GET, &plugin_path(&sha), b"", SECRET)
+        .await
+        .expect(StatusCode::NOT_FOUND);
     let module = t.signed(Method::GET, &plugin_path(&sha), b"", SECRET).await;
     module.expect(StatusCode::OK);
     assert_eq!(module.headers[header::CONTENT_TYPE], "application/wasm");

@@ -22,6 +22,16 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 pub const SECRET: &[u8] = b"e2e-secret-0123456789";
+
+/// The key of `app`'s executors under the test master secret [`SECRET`].
+pub fn app_key(app: &str) -> Secret {
+    app_secret(&Secret::new(SECRET), app)
+}
+
+/// [`app_key`] as text, for an executor's `ROTA_EXECUTOR_SECRET`.
+pub fn app_key_text(app: &str) -> String {
+    String::from_utf8(app_key(app).as_bytes().to_vec()).unwrap()
+}
 pub const TOKEN: &str = "e2e-token";
 
 pub fn now_ms() -> i64 {
@@ -158,6 +168,7 @@ pub struct DoubleState {
     /// (task, attempt, shard) → run id: what this executor "has".
     pub known: Mutex<HashMap<(i64, i32, i32), i64>>,
     pub bad_signatures: Mutex<u32>,
+    replay: ReplayGuard,
     http: reqwest::Client,
 }
 
@@ -179,6 +190,7 @@ impl ExecutorDouble {
             received: Mutex::new(Vec::new()),
             known: Mutex::new(HashMap::new()),
             bad_signatures: Mutex::new(0),
+            replay: ReplayGuard::new(MAX_SKEW_MS),
             http: reqwest::Client::new(),
         });
         let app_router = axum::Router::new()
@@ -250,14 +262,14 @@ async fn signed_post<T: serde::Serialize>(
     body: &T,
 ) -> (u16, String) {
     let body = serde_json::to_vec(body).unwrap();
-    let ts = now_ms();
-    let sig = sign(SECRET, "POST", path, ts, &body);
+    let key = app_key(&state.app);
+    let signed = sign_now(key.as_bytes(), "POST", path, now_ms(), &body);
     let url = format!("{}{}", state.scheduler.lock().unwrap().clone(), path);
-    match state
-        .http
-        .post(url)
-        .header(HEADER_TIMESTAMP, ts.to_string())
-        .header(HEADER_SIGNATURE, sig)
+    let mut request = state.http.post(url).header(HEADER_APP, &state.app);
+    for (name, value) in signed.pairs() {
+        request = request.header(name, value);
+    }
+    match request
         .header("content-type", "application/json")
         .body(body)
         .send()
@@ -274,16 +286,14 @@ async fn signed_post<T: serde::Serialize>(
 /// `Some(401 answer)` if the request is not signed with the secret.
 fn rejected(state: &DoubleState, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
     let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let now = now_ms();
-    let result = verify(
-        SECRET,
+    let result = verify_once(
+        &state.replay,
+        app_key(&state.app).as_bytes(),
         "POST",
         uri.path(),
-        h(HEADER_TIMESTAMP),
-        h(HEADER_SIGNATURE),
+        &rota_proto::Received::from_headers(h),
         body,
-        now,
-        MAX_SKEW_MS,
+        now_ms(),
     );
     let error = result.err()?;
     *state.bad_signatures.lock().unwrap() += 1;
@@ -847,7 +857,7 @@ pub fn spawn_executor(
         .args(["--listen", listen])
         .arg("--data-dir")
         .arg(data_dir)
-        .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+        .env("ROTA_EXECUTOR_SECRET", app_key_text("default"))
         .env("ROTA_LOG", log.map_or("warn", |(_, level)| level))
         .stdout(Stdio::null());
     match log {

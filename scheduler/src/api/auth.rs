@@ -5,8 +5,11 @@
 //!   console (acting as that user). The [`Principal`] goes into the request's extensions;
 //!   each handler checks it against what it touches ([`crate::access`]).
 //! - [`require_signature`]: the executor protocol wants the HMAC signature of
-//!   [`rota_proto::sign`](mod@rota_proto::sign) over the method, target, timestamp and
-//!   body, so the body is buffered (bounded) here and handed on.
+//!   [`rota_proto::sign`](mod@rota_proto::sign) over the method, target, timestamp, nonce
+//!   and body, so the body is buffered (bounded) here and handed on. An executor signs with
+//!   its app's key and names the app in `x-rota-app`; another scheduler node signs with the
+//!   master secret and names none. The [`Signer`] goes into the request's extensions, and
+//!   each handler checks that what the request touches belongs to it.
 
 use axum::body::Body;
 use axum::extract::{FromRequest, OriginalUri, Request, State};
@@ -18,6 +21,7 @@ use sha2::{Digest, Sha256};
 
 use super::AppState;
 use super::error::ApiError;
+use super::validate;
 use crate::access::Principal;
 use crate::model::now_ms;
 
@@ -79,12 +83,56 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
         == 0
 }
 
+/// Who signed a request of the executor protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signer {
+    /// An executor of this app, with the app's key.
+    App(String),
+    /// Another scheduler node, with the master secret.
+    Peer,
+}
+
+impl Signer {
+    /// The app of an executor's request; a peer's request to an executor endpoint is a 403.
+    pub fn app(&self) -> Result<&str, ApiError> {
+        match self {
+            Signer::App(app) => Ok(app),
+            Signer::Peer => Err(ApiError::Forbidden(format!(
+                "this endpoint is for executors: sign with the app's key and name the app in `{}`",
+                rota_proto::HEADER_APP
+            ))),
+        }
+    }
+
+    /// An executor may speak only for its own app.
+    pub fn check_app(&self, app: &str) -> Result<(), ApiError> {
+        let signed_for = self.app()?;
+        if signed_for == app {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden(format!(
+            "signed with the key of app `{signed_for}`, but the request is for app `{}`",
+            validate::excerpt(app)
+        )))
+    }
+
+    /// Calls between scheduler nodes.
+    pub fn check_peer(&self) -> Result<(), ApiError> {
+        match self {
+            Signer::Peer => Ok(()),
+            Signer::App(app) => Err(ApiError::Forbidden(format!(
+                "this endpoint is for scheduler nodes, not for executors of app `{app}`"
+            ))),
+        }
+    }
+}
+
 pub async fn require_signature(
     State(state): State<AppState>,
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     // Buffer under the router's body limit (a `DefaultBodyLimit` extension): an oversized
     // body is a 413 from the same rejection the JSON extractor uses.
     let mut limited = Request::new(body);
@@ -100,17 +148,41 @@ pub async fn require_signature(
         .map(|pq| pq.as_str())
         .unwrap_or("/");
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    rota_proto::verify(
-        state.node.config().executor_secret.as_bytes(),
+    let master = &state.node.config().executor_secret;
+    let (signer, key) = match parts.headers.get(rota_proto::HEADER_APP) {
+        None => (Signer::Peer, master.clone()),
+        Some(app) => {
+            let app = app
+                .to_str()
+                .ok()
+                .filter(|a| validate::app("app", a).is_ok());
+            let Some(app) = app else {
+                return Err(ApiError::Unauthorized(format!(
+                    "`{}` header is not an app name",
+                    rota_proto::HEADER_APP
+                )));
+            };
+            (
+                Signer::App(app.to_owned()),
+                rota_proto::app_secret(master, app),
+            )
+        }
+    };
+    let received = rota_proto::Received::from_headers(header);
+    rota_proto::verify_once(
+        state.node.replay_guard(),
+        key.as_bytes(),
         parts.method.as_str(),
         target,
-        header(rota_proto::HEADER_TIMESTAMP),
-        header(rota_proto::HEADER_SIGNATURE),
+        &received,
         &bytes,
         now_ms(),
-        rota_proto::MAX_SKEW_MS,
     )
-    .map_err(|e| ApiError::Unauthorized(e.to_string()))?;
+    .map_err(|e| {
+        tracing::debug!(error = %e, path = target, signer = ?signer, "refused a signed request");
+        ApiError::Unauthorized(e.to_string())
+    })?;
+    parts.extensions.insert(signer);
 
     Ok(next
         .run(Request::from_parts(parts, Body::from(bytes)))

@@ -2,6 +2,7 @@
 //! (`/api/executor/v1/*`: register, heartbeat, deregister, callback, plugin download).
 //! `docs/protocol.md` describes the protocol end to end.
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
@@ -10,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
 
 use super::AppState;
+use super::auth::Signer;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PathParam, Query};
 use super::openapi::ErrorBody;
@@ -56,7 +58,7 @@ pub async fn list(
 const MAX_ADDRESS_LEN: usize = 2048;
 
 fn check_executor(app: &str, address: &str) -> ApiResult<()> {
-    validate::name("app", app)?;
+    validate::app("app", app)?;
     if !(address.starts_with("http://") || address.starts_with("https://"))
         || address.len() > MAX_ADDRESS_LEN
     {
@@ -80,9 +82,11 @@ fn registration_ack(state: &AppState) -> Json<RegistrationAck> {
 /// longer lists are lost at once.
 pub async fn register(
     State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
     Json(reg): Json<Registration>,
 ) -> ApiResult<Json<RegistrationAck>> {
     check_executor(&reg.app, &reg.address)?;
+    signer.check_app(&reg.app)?;
     state.node.executor_registered(&reg).await?;
     tracing::info!(app = %reg.app, address = %reg.address, capacity = reg.capacity, "executor registered");
     Ok(registration_ack(&state))
@@ -91,9 +95,11 @@ pub async fn register(
 /// `POST /api/executor/v1/heartbeat`: the same body as a registration.
 pub async fn heartbeat(
     State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
     Json(reg): Json<Registration>,
 ) -> ApiResult<Json<RegistrationAck>> {
     check_executor(&reg.app, &reg.address)?;
+    signer.check_app(&reg.app)?;
     state.node.executor_heartbeat(&reg).await?;
     Ok(registration_ack(&state))
 }
@@ -105,8 +111,10 @@ pub struct Empty {}
 /// any more.
 pub async fn deregister(
     State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
     Json(d): Json<Deregistration>,
 ) -> ApiResult<Json<Empty>> {
+    signer.check_app(&d.app)?;
     state.node.executor_deregistered(&d).await?;
     tracing::info!(app = %d.app, address = %d.address, "executor deregistered");
     Ok(Json(Empty {}))
@@ -114,11 +122,46 @@ pub async fn deregister(
 
 /// `POST /api/executor/v1/callback`: run reports. Answered only once they are committed:
 /// the executor keeps a batch until it gets a 2xx, so nothing acknowledged is lost.
+///
+/// Every report must be of a task of the signer's app (a 403 for the whole batch
+/// otherwise); reports of tasks that no longer exist (purged) are dropped.
 pub async fn callback(
     State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
     Json(batch): Json<CallbackBatch>,
 ) -> ApiResult<Json<CallbackAck>> {
-    let changed = state.node.apply_reports(&batch.reports).await?;
+    let app = signer.app()?;
+    let task_ids: Vec<i64> = batch.reports.iter().map(|r| r.task_id).collect();
+    let owners: std::collections::HashMap<i64, (i64, String)> = state
+        .node
+        .store()
+        .task_owners(&task_ids)
+        .await?
+        .into_iter()
+        .map(|(task, job, app)| (task, (job, app)))
+        .collect();
+    let mut reports = Vec::with_capacity(batch.reports.len());
+    for report in batch.reports.iter() {
+        match owners.get(&report.task_id) {
+            Some((job, owner)) if owner == app && *job == report.job_id => {
+                reports.push(report.clone());
+            }
+            Some(_) => {
+                return Err(ApiError::Forbidden(format!(
+                    "run {} (task {}, job {}) is not of app `{app}`, whose key signed this callback",
+                    report.run_id, report.task_id, report.job_id
+                )));
+            }
+            None => {
+                tracing::info!(
+                    run.id = report.run_id,
+                    task.id = report.task_id,
+                    "dropping the report of a task that no longer exists"
+                );
+            }
+        }
+    }
+    let changed = state.node.apply_reports(&reports).await?;
     tracing::debug!(reports = batch.reports.len(), changed, "callback applied");
     // Repeats count as accepted: they are applied already and safe to forget.
     let accepted = u32::try_from(batch.reports.len()).unwrap_or(u32::MAX);
@@ -126,8 +169,12 @@ pub async fn callback(
 }
 
 /// `GET /api/executor/v1/plugins/{sha256}`: a module's bytes, for executors to cache.
+///
+/// Only a module that a job of the signer's app uses: an executor cannot fetch another
+/// app's plugins.
 pub async fn plugin_module(
     State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
     PathParam(sha256): PathParam,
 ) -> ApiResult<impl IntoResponse> {
     let is_hash = sha256.len() == 64
@@ -138,6 +185,12 @@ pub async fn plugin_module(
         return Err(ApiError::BadRequest(
             "path parameter `sha256` must be 64 lower-case hex characters (a SHA-256)".into(),
         ));
+    }
+    let app = signer.app()?;
+    if !state.node.store().app_uses_plugin(app, &sha256).await? {
+        return Err(ApiError::NotFound(format!(
+            "no plugin {sha256} used by a job of app `{app}`"
+        )));
     }
     let module = state.node.store().plugin_module(&sha256).await?;
     Ok((

@@ -479,7 +479,7 @@ pub(crate) async fn build_spec(
             .ok_or_else(|| required("app")),
     );
     if let Some(app) = &app {
-        bad.check(validate::name("app", app));
+        bad.check(validate::app("app", app));
     }
 
     let plugin = match (f.plugin, old) {

@@ -5,7 +5,11 @@
 //! |---|---|---|
 //! | `GET /healthz` | anyone | — |
 //! | `/api/v1/*`, `GET /metrics` | holders of the API token | [`auth::require_token`] |
-//! | `/api/executor/v1/*` | executors (HMAC-signed requests) | [`auth::require_signature`] |
+//! | `/api/executor/v1/*` | executors (requests signed with their app's key) | [`auth::require_signature`] |
+//! | `/api/node/v1/*` | other scheduler nodes (signed with the master secret) | [`auth::require_signature`] |
+//! | `/console/*` | signed-in users | [`crate::console::auth::require_session`] |
+//!
+//! [`route_table`] lists every route with its guard.
 //!
 //! Every answer that is not a success is `{"error": "…"}` ([`ApiError`]), unknown routes
 //! and wrong methods included; the extractors in [`extract`] make malformed input a 4xx
@@ -47,7 +51,7 @@ use axum::handler::Handler;
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodFilter, get, on, post};
+use axum::routing::{MethodFilter, MethodRouter, get, on, post};
 use rota_proto::wire::{
     PATH_CALLBACK, PATH_DEREGISTER, PATH_HEARTBEAT, PATH_KV, PATH_PLUGIN_PREFIX, PATH_REGISTER,
     PATH_SECRET,
@@ -73,18 +77,11 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
 
-    let executor_protocol = Router::new()
-        .route(PATH_REGISTER, post(executors::register))
-        .route(PATH_HEARTBEAT, post(executors::heartbeat))
-        .route(PATH_DEREGISTER, post(executors::deregister))
-        .route(PATH_CALLBACK, post(executors::callback))
-        .route(PATH_KV, post(plugin_host::kv))
-        .route(PATH_SECRET, post(plugin_host::secret))
-        .route(peers::PATH_PEER_CANCEL, post(peers::cancel))
-        .route(
-            &format!("{PATH_PLUGIN_PREFIX}{{sha256}}"),
-            get(executors::plugin_module),
-        )
+    let mut executor_protocol = Router::new();
+    for (_, path, handler) in signed_routes() {
+        executor_protocol = executor_protocol.route(&path, handler);
+    }
+    let executor_protocol = executor_protocol
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), auth::require_signature));
 
@@ -105,6 +102,64 @@ pub fn router(state: AppState) -> Router {
 
 /// Where the REST API lives.
 pub const API_PREFIX: &str = "/api/v1";
+
+/// The executor protocol and the calls between scheduler nodes: every request signed.
+fn signed_routes() -> Vec<(Method, String, MethodRouter<AppState>)> {
+    use Method as M;
+    vec![
+        (M::POST, PATH_REGISTER.into(), post(executors::register)),
+        (M::POST, PATH_HEARTBEAT.into(), post(executors::heartbeat)),
+        (M::POST, PATH_DEREGISTER.into(), post(executors::deregister)),
+        (M::POST, PATH_CALLBACK.into(), post(executors::callback)),
+        (M::POST, PATH_KV.into(), post(plugin_host::kv)),
+        (M::POST, PATH_SECRET.into(), post(plugin_host::secret)),
+        (M::POST, peers::PATH_PEER_CANCEL.into(), post(peers::cancel)),
+        (
+            M::GET,
+            format!("{PATH_PLUGIN_PREFIX}{{sha256}}"),
+            get(executors::plugin_module),
+        ),
+    ]
+}
+
+/// What a caller must show to reach a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// Nothing: `/healthz`, the login page and its assets.
+    Open,
+    /// An API token ([`auth::require_token`]).
+    Token,
+    /// A request signed with an app's key or the master secret ([`auth::require_signature`]).
+    Signature,
+    /// A console session, and its CSRF token on a POST ([`crate::console::auth::require_session`]).
+    Session,
+}
+
+/// Every route of [`router`], with what guards it: built from the same lists the router
+/// is, so a route cannot be added without appearing here (`tests/security.rs` walks it).
+pub fn route_table() -> Vec<(Method, String, Guard)> {
+    let mut table = vec![
+        (Method::GET, "/healthz".to_owned(), Guard::Open),
+        (Method::GET, "/metrics".to_owned(), Guard::Token),
+    ];
+    table.extend(api_routes().into_iter().map(|(m, p)| (m, p, Guard::Token)));
+    table.extend(
+        signed_routes()
+            .into_iter()
+            .map(|(m, p, _)| (m, p, Guard::Signature)),
+    );
+    table.extend(
+        crate::console::console_routes()
+            .into_iter()
+            .map(|(m, p)| (m, p, Guard::Session)),
+    );
+    table.extend(
+        crate::console::open_routes()
+            .into_iter()
+            .map(|(m, p)| (m, p, Guard::Open)),
+    );
+    table
+}
 
 /// The REST API's routes, paths under [`API_PREFIX`]. Add routes here only, through
 /// [`ApiRoutes::route`], so that [`api_routes`] stays the list of what is served.

@@ -5,10 +5,12 @@
 //! in the wheel, so the cancel and the fire cannot cross (`docs/cluster.md`). Another node
 //! that receives the user's cancel forwards it.
 
+use axum::Extension;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
+use super::auth::Signer;
 use super::error::ApiResult;
 use super::extract::Json;
 
@@ -28,8 +30,10 @@ pub struct PeerCancelAck {
 /// Cancels a task on this node: a running or finished one is the same 409 as for a user.
 pub async fn cancel(
     State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
     Json(req): Json<PeerCancel>,
 ) -> ApiResult<axum::Json<PeerCancelAck>> {
+    signer.check_peer()?;
     let (_, cancelled) = state.node.cancel_here(req.task_id).await?;
     Ok(axum::Json(PeerCancelAck { cancelled }))
 }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::AppState;
+use super::auth::Signer;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PathParam};
 use super::openapi::ErrorBody;
@@ -29,7 +30,8 @@ use crate::store;
 
 /// The job a run asks for: it must exist and belong to the asking executor's app, so an
 /// executor reaches only its own app's jobs.
-async fn job_of(state: &AppState, app: &str, job_id: i64) -> ApiResult<()> {
+async fn job_of(state: &AppState, signer: &Signer, app: &str, job_id: i64) -> ApiResult<()> {
+    signer.check_app(app)?;
     match state.node.store().get_job(job_id).await {
         Ok(job) if job.spec.app == app => Ok(()),
         Ok(_) | Err(store::Error::NotFound(_)) => Err(ApiError::NotFound(format!(
@@ -57,9 +59,10 @@ fn check_key(key: &str) -> ApiResult<()> {
 /// `POST /api/executor/v1/kv`: get, set or delete a key of the job's state.
 pub async fn kv(
     State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
     Json(req): Json<KvRequest>,
 ) -> ApiResult<Json<KvReply>> {
-    job_of(&state, &req.app, req.job_id).await?;
+    job_of(&state, &signer, &req.app, req.job_id).await?;
     check_key(&req.key)?;
     let store = state.node.store();
     let value = match req.op {
@@ -94,9 +97,10 @@ pub async fn kv(
 /// `POST /api/executor/v1/secret`: a secret of the job's app, opened for the run.
 pub async fn secret(
     State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
     Json(req): Json<SecretRequest>,
 ) -> ApiResult<Json<SecretReply>> {
-    job_of(&state, &req.app, req.job_id).await?;
+    job_of(&state, &signer, &req.app, req.job_id).await?;
     let Some(sealed) = state.node.store().secret(&req.app, &req.name).await? else {
         return Ok(Json(SecretReply { value: None }));
     };
@@ -156,10 +160,10 @@ impl<S: Send + Sync> FromRequestParts<S> for SecretPath {
                 .map(|(_, v)| v.to_owned())
                 .ok_or_else(|| ApiError::BadRequest(format!("path parameter `{key}` is missing")))
         };
-        Ok(SecretPath {
-            app: get("app")?,
-            name: get("name")?,
-        })
+        let (app, name) = (get("app")?, get("name")?);
+        super::validate::app("app", &app)?;
+        super::validate::name("name", &name)?;
+        Ok(SecretPath { app, name })
     }
 }
 
@@ -193,6 +197,7 @@ pub async fn list(
     Extension(who): Extension<Principal>,
     PathParam(app): PathParam,
 ) -> ApiResult<Json<SecretPage>> {
+    super::validate::app("app", &app)?;
     who.check(&app, Need::Read, &format!("app `{app}`"))?;
     let items = state
         .node

@@ -54,7 +54,7 @@ pub async fn upload(
             "query parameter `name` is required: POST /api/v1/plugins?name=…".into(),
         )
     })?;
-    validate::name("name", &name)?;
+    validate::plugin("name", &name)?;
     let node = state.node.clone();
     // Compiling the module is CPU-heavy: keep it off the async workers.
     let valid =

@@ -26,7 +26,58 @@ pub fn name(field: &str, value: &str) -> Result<(), ApiError> {
             "must not contain control characters (newlines, tabs, …)",
         ));
     }
+    if value.chars().any(is_invisible) {
+        return Err(invalid(
+            field,
+            "must not contain invisible or text-direction characters (U+200B–U+200F, U+202A–U+202E, U+2066–U+2069, U+FEFF): they make one name look like another",
+        ));
+    }
     Ok(())
+}
+
+/// Zero-width and bidirectional formatting characters: a name holding them can read as a
+/// different name in the console and in logs ("Trojan Source", CVE-2021-42574).
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// Longest app name, in characters.
+pub const MAX_APP_CHARS: usize = 64;
+
+/// An app name: an identifier of at most 64 characters ([`identifier`]). Apps name
+/// executor groups: they travel in an HTTP header (`x-rota-app`), in URLs and in key
+/// derivations, where anything wider invites confusion.
+pub fn app(field: &str, value: &str) -> Result<(), ApiError> {
+    identifier(field, value, MAX_APP_CHARS)
+}
+
+/// A plugin name: an identifier of at most 200 characters ([`identifier`]); it is part of
+/// URLs and of the console's forms.
+pub fn plugin(field: &str, value: &str) -> Result<(), ApiError> {
+    identifier(field, value, MAX_NAME_CHARS)
+}
+
+/// 1 to `max` ASCII letters, digits, `.`, `_` and `-`, starting with a letter or digit: no
+/// path separators, spaces, quotes or look-alike characters.
+fn identifier(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    let well_formed = value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && value
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && value.len() <= max;
+    if well_formed {
+        return Ok(());
+    }
+    Err(invalid(
+        field,
+        format!(
+            "`{}` is not a valid name: 1 to {max} ASCII letters, digits, `.`, `_` or `-`, starting with a letter or digit",
+            excerpt(value)
+        ),
+    ))
 }
 
 /// An integer inside `range`.

@@ -165,6 +165,33 @@ pub fn console_routes() -> Vec<(Method, String)> {
         .collect()
 }
 
+/// The console's routes open to anyone: the way in, and the assets the login page needs.
+fn open() -> Vec<(Method, &'static str, MethodRouter<Console>)> {
+    use Method as M;
+    vec![
+        (M::GET, "/", get(|| async { Redirect::to(PREFIX) })),
+        (M::GET, "/login", get(pages::login_form)),
+        (M::POST, "/login", post(pages::login)),
+        (M::GET, "/lang/{tag}", get(switch_lang)),
+        (M::GET, "/static/console.css", get(css)),
+        (M::GET, "/static/console.js", get(js)),
+        (M::GET, "/static/favicon.svg", get(favicon)),
+        (
+            M::GET,
+            "/favicon.ico",
+            get(|| async { Redirect::permanent("/static/favicon.svg") }),
+        ),
+    ]
+}
+
+/// The method and path of every console route open without a login.
+pub fn open_routes() -> Vec<(Method, String)> {
+    open()
+        .into_iter()
+        .map(|(m, p, _)| (m, p.to_owned()))
+        .collect()
+}
+
 /// The console's routes, merged into the node's router by [`crate::api::router`].
 pub fn router<S>(state: AppState) -> Router<S> {
     let config = state.node.config();
@@ -179,19 +206,11 @@ pub fn router<S>(state: AppState) -> Router<S> {
     for (_, path, handler) in protected(max_plugin_bytes) {
         inner = inner.route(&format!("{PREFIX}{path}"), handler);
     }
-    inner
-        .layer(from_fn_with_state(console.clone(), auth::require_session))
-        .route("/", get(|| async { Redirect::to(PREFIX) }))
-        .route("/login", get(pages::login_form).post(pages::login))
-        .route("/lang/{tag}", get(switch_lang))
-        .route("/static/console.css", get(css))
-        .route("/static/console.js", get(js))
-        .route("/static/favicon.svg", get(favicon))
-        .route(
-            "/favicon.ico",
-            get(|| async { Redirect::permanent("/static/favicon.svg") }),
-        )
-        .with_state(console)
+    inner = inner.layer(from_fn_with_state(console.clone(), auth::require_session));
+    for (_, path, handler) in open() {
+        inner = inner.route(path, handler);
+    }
+    inner.with_state(console)
 }
 
 /// `GET /lang/{tag}`: remembers the language in a cookie and goes back to the console.

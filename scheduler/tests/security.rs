@@ -1,0 +1,1171 @@
+//! The node's attack surface, walked whole: every route of the router refuses callers
+//! without the credentials its guard wants, and a battery of malformed requests across the
+//! endpoints is answered with a 4xx naming the problem, leaving the node healthy.
+//!
+//! Through `router(state).oneshot(req)` on a real SQLite store in a temp dir.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use rota_scheduler::api::{AppState, Guard, route_table, router};
+use rota_scheduler::console::auth::token_hash;
+use rota_scheduler::{Config, Node, Store};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+const TOKEN: &str = "test-token";
+const SECRET: &[u8] = b"test-secret";
+const START: &str = r#"(module (func (export "_start")))"#;
+
+struct TestApp {
+    app: Router,
+    node: Node,
+    stop: watch::Sender<bool>,
+    _dir: tempfile::TempDir,
+}
+
+struct Answer {
+    status: StatusCode,
+    location: Option<String>,
+    body: String,
+}
+
+impl Answer {
+    /// The `{"error": "…"}` message, which must be there and say something.
+    fn error(&self) -> String {
+        let v: Value = serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body));
+        let message = v["error"].as_str().unwrap_or_default().to_owned();
+        assert!(message.len() > 5, "no error message: {}", self.body);
+        message
+    }
+}
+
+async fn start() -> TestApp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("rota.db").display());
+    let mut config = Config::for_tests(url.clone());
+    config.dispatch_timeout_ms = 100;
+    let store = Store::connect(&url).await.expect("store");
+    let (stop, stop_rx) = watch::channel(false);
+    let node = Node::start(config, store, stop_rx).await.expect("node");
+    let app = router(AppState { node: node.clone() });
+    TestApp {
+        app,
+        node,
+        stop,
+        _dir: dir,
+    }
+}
+
+/// How a request authenticates itself.
+#[derive(Debug, Clone, Copy)]
+enum As<'a> {
+    Nobody,
+    Bearer(&'a str),
+    /// Signed as an executor of this app, with the key derived from this master secret.
+    Executor(&'a str, &'a [u8]),
+    /// Signed as a scheduler node, with this master secret.
+    Peer(&'a [u8]),
+    Cookie(&'a str),
+}
+
+impl TestApp {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.node.stopped().await;
+    }
+
+    async fn request(
+        &self,
+        who: As<'_>,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Answer {
+        let mut req = Request::builder().method(method.clone()).uri(path);
+        if let Some(ct) = content_type {
+            req = req.header(header::CONTENT_TYPE, ct);
+        }
+        let key = match who {
+            As::Nobody => None,
+            As::Bearer(token) => {
+                req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+                None
+            }
+            As::Cookie(cookie) => {
+                req = req.header(header::COOKIE, cookie);
+                None
+            }
+            As::Executor(app, master) => {
+                req = req.header(rota_proto::HEADER_APP, app);
+                Some(rota_proto::app_secret(
+                    &rota_proto::Secret::new(master),
+                    app,
+                ))
+            }
+            As::Peer(master) => Some(rota_proto::Secret::new(master)),
+        };
+        if let Some(key) = key {
+            let now = chrono::Utc::now().timestamp_millis();
+            let signed = rota_proto::sign_now(key.as_bytes(), method.as_str(), path, now, &body);
+            for (name, value) in signed.pairs() {
+                req = req.header(name, value);
+            }
+        }
+        let res = self
+            .app
+            .clone()
+            .oneshot(req.body(Body::from(body)).unwrap())
+            .await
+            .expect("infallible");
+        let status = res.status();
+        let location = res
+            .headers()
+            .get(header::LOCATION)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        Answer {
+            status,
+            location,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        }
+    }
+
+    async fn api(&self, method: Method, path: &str, body: Option<Value>) -> Answer {
+        let (ct, body) = match body {
+            Some(v) => (Some("application/json"), v.to_string().into_bytes()),
+            None => (None, Vec::new()),
+        };
+        self.request(As::Bearer(TOKEN), method, path, ct, body)
+            .await
+    }
+
+    /// Uploads the `echo` plugin; its answer.
+    async fn upload_echo(&self) -> Answer {
+        let upload = self
+            .request(
+                As::Bearer(TOKEN),
+                Method::POST,
+                "/api/v1/plugins?name=echo",
+                Some("application/wasm"),
+                START.as_bytes().to_vec(),
+            )
+            .await;
+        assert_eq!(upload.status, StatusCode::CREATED, "{}", upload.body);
+        upload
+    }
+
+    /// A user with this role over app `default`, and an API token of theirs.
+    async fn token_of(&self, name: &str, role: &str) -> String {
+        let store = self.node.store();
+        let now = chrono::Utc::now().timestamp_millis();
+        let user = store
+            .insert_user(name, "not-a-hash", role, "default", now)
+            .await
+            .unwrap();
+        let token = format!("token-of-{name}-0123456789");
+        store
+            .insert_token(user, "test", &token_hash(&token), now)
+            .await
+            .unwrap();
+        token
+    }
+}
+
+/// A route's path with its parameters filled in.
+fn concrete(path: &str) -> String {
+    path.replace("{id}", "1")
+        .replace("{name}", "echo")
+        .replace("{app}", "default")
+        .replace("{tag}", "en")
+        .replace("{sha256}", &"0".repeat(64))
+}
+
+/// Every route of the router, walked with no credentials and with the wrong kind: each
+/// answers 401 or 403 (a console page sends the browser to the login form instead), and
+/// only the routes on the open list are reachable by anyone.
+#[tokio::test]
+async fn every_route_refuses_callers_without_proper_credentials() {
+    let t = start().await;
+    let table = route_table();
+    assert!(table.len() >= 60, "{} routes: {table:?}", table.len());
+
+    let mut open: Vec<String> = table
+        .iter()
+        .filter(|(_, _, g)| *g == Guard::Open)
+        .map(|(m, p, _)| format!("{m} {p}"))
+        .collect();
+    open.sort();
+    assert_eq!(
+        open,
+        [
+            "GET /",
+            "GET /favicon.ico",
+            "GET /healthz",
+            "GET /lang/{tag}",
+            "GET /login",
+            "GET /static/console.css",
+            "GET /static/console.js",
+            "GET /static/favicon.svg",
+            "POST /login",
+        ],
+        "a route became open to anyone"
+    );
+
+    let viewer = t.token_of("vera", "viewer").await;
+    let wrong_master: &[u8] = b"not-the-master-secret";
+    let mut checked = 0;
+    for (method, path, guard) in &table {
+        let path = concrete(path);
+        let json = Some("application/json");
+        let body = b"{}".to_vec();
+        let what = format!("{method} {path} ({guard:?})");
+        match guard {
+            Guard::Open => continue,
+            Guard::Token => {
+                for who in [
+                    As::Nobody,
+                    As::Bearer("wrong-token"),
+                    As::Bearer(""),
+                    As::Cookie("rota_session=forged"),
+                    As::Executor("default", SECRET),
+                    As::Peer(SECRET),
+                ] {
+                    let res = t
+                        .request(who, method.clone(), &path, json, body.clone())
+                        .await;
+                    assert_eq!(res.status, StatusCode::UNAUTHORIZED, "{what} as {who:?}");
+                    assert!(res.error().contains("token"), "{what}: {}", res.body);
+                }
+                // A viewer reads, but changes nothing.
+                if *method != Method::GET {
+                    let res = t
+                        .request(
+                            As::Bearer(&viewer),
+                            method.clone(),
+                            &path,
+                            json,
+                            body.clone(),
+                        )
+                        .await;
+                    // Refused, whether for the role or (checked first) for the made-up body.
+                    assert!(
+                        res.status.is_client_error()
+                            && res.status != StatusCode::METHOD_NOT_ALLOWED,
+                        "{what} as a viewer: {} {}",
+                        res.status,
+                        res.body
+                    );
+                    res.error();
+                }
+            }
+            Guard::Signature => {
+                for who in [
+                    As::Nobody,
+                    As::Bearer(TOKEN),
+                    As::Cookie("rota_session=forged"),
+                    As::Executor("default", wrong_master),
+                    As::Peer(wrong_master),
+                ] {
+                    let res = t
+                        .request(who, method.clone(), &path, json, body.clone())
+                        .await;
+                    assert_eq!(res.status, StatusCode::UNAUTHORIZED, "{what} as {who:?}");
+                    res.error();
+                }
+                // Right key, wrong kind of caller: executors and nodes have their own routes.
+                let wrong_kind = if path.starts_with("/api/node/") {
+                    As::Executor("default", SECRET)
+                } else {
+                    As::Peer(SECRET)
+                };
+                let res = t
+                    .request(wrong_kind, method.clone(), &path, json, body.clone())
+                    .await;
+                assert!(
+                    matches!(res.status, StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST),
+                    "{what} as {wrong_kind:?}: {} {}",
+                    res.status,
+                    res.body
+                );
+            }
+            Guard::Session => {
+                for who in [
+                    As::Nobody,
+                    As::Cookie("rota_session=forged"),
+                    As::Bearer(TOKEN),
+                    As::Executor("default", SECRET),
+                ] {
+                    let res = t
+                        .request(
+                            who,
+                            method.clone(),
+                            &path,
+                            Some("application/x-www-form-urlencoded"),
+                            Vec::new(),
+                        )
+                        .await;
+                    if *method == Method::GET {
+                        assert_eq!(res.status, StatusCode::SEE_OTHER, "{what} as {who:?}");
+                        assert_eq!(res.location.as_deref(), Some("/login"), "{what}");
+                    } else {
+                        assert_eq!(res.status, StatusCode::FORBIDDEN, "{what} as {who:?}");
+                    }
+                }
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 50, "{checked} guarded routes");
+    t.upload_echo().await;
+    // With a body that would be accepted from an operator, the viewer's change is a 403.
+    let viewer_job = t
+        .request(
+            As::Bearer(&viewer),
+            Method::POST,
+            "/api/v1/jobs",
+            Some("application/json"),
+            json!({"name": "v", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}})
+                .to_string()
+                .into_bytes(),
+        )
+        .await;
+    assert_eq!(
+        viewer_job.status,
+        StatusCode::FORBIDDEN,
+        "{}",
+        viewer_job.body
+    );
+    assert!(viewer_job.error().contains("viewer"));
+    t.stop().await;
+}
+
+/// An executor speaks for its own app only: its key registers, reports and reads nothing
+/// of another app's.
+#[tokio::test]
+async fn an_executor_of_one_app_cannot_act_for_another() {
+    let t = start().await;
+    let upload = t.upload_echo().await;
+    let sha: Value = serde_json::from_str(&upload.body).unwrap();
+    let sha = sha["sha256"].as_str().unwrap().to_owned();
+    let job = t
+        .api(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "billing-job", "app": "billing", "plugin": "echo", "schedule": {"kind": "none"}})),
+        )
+        .await;
+    assert_eq!(job.status, StatusCode::CREATED, "{}", job.body);
+    let job_id = serde_json::from_str::<Value>(&job.body).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let task = t
+        .api(
+            Method::POST,
+            "/api/v1/tasks",
+            Some(json!({"job": "billing-job", "delay_ms": 600000})),
+        )
+        .await;
+    assert_eq!(task.status, StatusCode::CREATED, "{}", task.body);
+    let task_id = serde_json::from_str::<Value>(&task.body).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+
+    let shop = As::Executor("shop", SECRET);
+    let billing = As::Executor("billing", SECRET);
+    let json = Some("application/json");
+    let reg = |app: &str| {
+        json!({"app": app, "address": "http://127.0.0.1:9", "capacity": 1, "running": 0, "active_runs": []})
+            .to_string()
+            .into_bytes()
+    };
+    // Registering, beating or leaving as another app.
+    for path in [
+        rota_proto::wire::PATH_REGISTER,
+        rota_proto::wire::PATH_HEARTBEAT,
+    ] {
+        let res = t
+            .request(shop, Method::POST, path, json, reg("billing"))
+            .await;
+        assert_eq!(res.status, StatusCode::FORBIDDEN, "{path}: {}", res.body);
+        assert!(res.error().contains("app `shop`"));
+    }
+    let res = t
+        .request(
+            shop,
+            Method::POST,
+            rota_proto::wire::PATH_DEREGISTER,
+            json,
+            br#"{"app":"billing","address":"http://127.0.0.1:9"}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN);
+    // The right app's key is welcome.
+    let res = t
+        .request(
+            billing,
+            Method::POST,
+            rota_proto::wire::PATH_REGISTER,
+            json,
+            reg("billing"),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::OK, "{}", res.body);
+
+    // Fetching the other app's plugin.
+    let path = rota_proto::wire::plugin_path(&sha);
+    let res = t.request(shop, Method::GET, &path, None, Vec::new()).await;
+    assert_eq!(res.status, StatusCode::NOT_FOUND);
+    let res = t
+        .request(billing, Method::GET, &path, None, Vec::new())
+        .await;
+    assert_eq!(res.status, StatusCode::OK);
+
+    // Reporting on the other app's task.
+    let report = json!({"reports": [{
+        "run_id": 42, "job_id": job_id, "task_id": task_id, "attempt": 1,
+        "shard_index": 0, "shard_total": 1, "executor": "http://127.0.0.1:9",
+        "scheduled_at": 0, "status": "succeeded"
+    }]});
+    let res = t
+        .request(
+            shop,
+            Method::POST,
+            rota_proto::wire::PATH_CALLBACK,
+            json,
+            report.to_string().into_bytes(),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::FORBIDDEN, "{}", res.body);
+    let task = t
+        .api(Method::GET, &format!("/api/v1/tasks/{task_id}"), None)
+        .await;
+    assert!(task.body.contains("\"pending\""), "{}", task.body);
+
+    // The other app's job state and secrets.
+    for (path, body) in [
+        (
+            rota_proto::wire::PATH_KV,
+            json!({"app": "billing", "job_id": job_id, "op": "get", "key": "k"}),
+        ),
+        (
+            rota_proto::wire::PATH_SECRET,
+            json!({"app": "billing", "job_id": job_id, "name": "db"}),
+        ),
+    ] {
+        let res = t
+            .request(
+                shop,
+                Method::POST,
+                path,
+                json,
+                body.to_string().into_bytes(),
+            )
+            .await;
+        assert_eq!(res.status, StatusCode::FORBIDDEN, "{path}: {}", res.body);
+    }
+    t.stop().await;
+}
+
+/// A signed request replayed inside the window, replayed after it, or with one byte
+/// changed is refused by the scheduler.
+#[tokio::test]
+async fn replayed_late_or_altered_executor_requests_are_refused() {
+    let t = start().await;
+    let key = rota_proto::app_secret(&rota_proto::Secret::new(SECRET), "default");
+    let body = json!({"app": "default", "address": "http://127.0.0.1:9", "capacity": 1, "running": 0, "active_runs": []})
+        .to_string()
+        .into_bytes();
+    let path = rota_proto::wire::PATH_HEARTBEAT;
+    let send = |signed: rota_proto::SignedHeaders, body: Vec<u8>| {
+        let mut req = Request::post(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(rota_proto::HEADER_APP, "default");
+        for (name, value) in signed.pairs() {
+            req = req.header(name, value);
+        }
+        let app = t.app.clone();
+        async move {
+            let res = app
+                .oneshot(req.body(Body::from(body)).unwrap())
+                .await
+                .unwrap();
+            let status = res.status();
+            let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let now = || chrono::Utc::now().timestamp_millis();
+
+    let signed = rota_proto::sign_now(key.as_bytes(), "POST", path, now(), &body);
+    assert_eq!(send(signed.clone(), body.clone()).await.0, StatusCode::OK);
+    let (status, answer) = send(signed, body.clone()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(answer.contains("replayed"), "{answer}");
+
+    let late = now() - rota_proto::MAX_SKEW_MS - 1_000;
+    let stale = rota_proto::sign_now(key.as_bytes(), "POST", path, late, &body);
+    let (status, answer) = send(stale, body.clone()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(answer.contains("away from the server clock"), "{answer}");
+
+    for i in 0..body.len() {
+        let signed = rota_proto::sign_now(key.as_bytes(), "POST", path, now(), &body);
+        let mut altered = body.clone();
+        altered[i] ^= 0x01;
+        let (status, answer) = send(signed, altered).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "byte {i}");
+        assert!(answer.contains("does not match"), "byte {i}: {answer}");
+    }
+    t.stop().await;
+}
+
+/// Bad values (422) and bad shapes (400) are the same failure to a client; these say more.
+fn same_class(got: StatusCode, want: StatusCode) -> bool {
+    let bad_input = [StatusCode::BAD_REQUEST, StatusCode::UNPROCESSABLE_ENTITY];
+    got == want || (bad_input.contains(&got) && bad_input.contains(&want))
+}
+
+/// One malformed request: what is sent, and the 4xx it must get.
+struct Bad {
+    method: Method,
+    path: &'static str,
+    content_type: Option<&'static str>,
+    body: Vec<u8>,
+    status: StatusCode,
+    /// A word the error message must contain.
+    mentions: &'static str,
+}
+
+fn bad(method: Method, path: &'static str, body: &str, status: u16, mentions: &'static str) -> Bad {
+    Bad {
+        method,
+        path,
+        content_type: (!body.is_empty()).then_some("application/json"),
+        body: body.as_bytes().to_vec(),
+        status: StatusCode::from_u16(status).unwrap(),
+        mentions,
+    }
+}
+
+fn job(fields: &str) -> String {
+    format!(
+        r#"{{"name": "j", "app": "default", "plugin": "echo", "schedule": {{"kind": "none"}}{fields}}}"#
+    )
+}
+
+/// A malformed request, each of a different kind, at every endpoint that takes input:
+/// every one is a 4xx with a message naming the problem, nothing is created, and the node
+/// answers normally afterwards.
+#[tokio::test]
+async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
+    use Method as M;
+    let t = start().await;
+    t.upload_echo().await;
+    let created = t.api(M::POST, "/api/v1/jobs", Some(json!({"name": "base", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}))).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let big_name = "n".repeat(10_000);
+    let big_payload = "p".repeat(70 * 1024);
+    let batch_over = format!(
+        r#"{{"tasks": [{}]}}"#,
+        vec![r#"{"job": "base"}"#; 10_001].join(",")
+    );
+
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let mut cases = vec![
+        // --- jobs: JSON shape ---
+        bad(M::POST, "/api/v1/jobs", "{", 400, "JSON"),
+        bad(M::POST, "/api/v1/jobs", "[]", 400, ""),
+        bad(M::POST, "/api/v1/jobs", "null", 400, ""),
+        bad(M::POST, "/api/v1/jobs", "{}", 400, "name"),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": 5, "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}"#,
+            400,
+            "name",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "a", "name": "b", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}"#,
+            400,
+            "duplicate",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "unknown_field": 1"#),
+            400,
+            "unknown_field",
+        ),
+        // --- jobs: values ---
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}"#,
+            422,
+            "name",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            leak(format!(
+                r#"{{"name": "{big_name}", "app": "default", "plugin": "echo", "schedule": {{"kind": "none"}}}}"#
+            )),
+            422,
+            "200",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "a\u0000b", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}"#,
+            422,
+            "control",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "a\nb", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}"#,
+            422,
+            "control",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "evil\u202egnp.exe", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}"#,
+            422,
+            "invisible",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "j", "app": "../../etc", "plugin": "echo", "schedule": {"kind": "none"}}"#,
+            422,
+            "app",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "j", "app": "default", "plugin": "no-such-plugin", "schedule": {"kind": "none"}}"#,
+            422,
+            "plugin",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "j", "app": "default", "plugin": "echo", "schedule": {"kind": "cron", "expr": "* * *"}}"#,
+            422,
+            "cron",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "j", "app": "default", "plugin": "echo", "schedule": {"kind": "cron", "expr": "99 * * * * *"}}"#,
+            422,
+            "cron",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "j", "app": "default", "plugin": "echo", "schedule": {"kind": "cron", "expr": "0 * * * * *", "time_zone": "Mars/Olympus"}}"#,
+            422,
+            "Mars",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "j", "app": "default", "plugin": "echo", "schedule": {"kind": "cron", "expr": "0 * * * * *", "tz": "UTC"}}"#,
+            400,
+            "tz",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "j", "app": "default", "plugin": "echo", "schedule": {"kind": "fixed_rate", "every_ms": -5}}"#,
+            422,
+            "every_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"name": "j", "app": "default", "plugin": "echo", "schedule": {"kind": "teleport"}}"#,
+            400,
+            "teleport",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "timeout_ms": -1"#),
+            422,
+            "timeout_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "timeout_ms": 1e30"#),
+            400,
+            "timeout_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "timeout_ms": 9223372036854775808"#),
+            400,
+            "timeout_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "timeout_ms": "fast""#),
+            400,
+            "timeout_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "max_attempts": -1"#),
+            400,
+            "max_attempts",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "memory_mb": 0"#),
+            422,
+            "memory_mb",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "memory_mb": 4294967296"#),
+            400,
+            "memory_mb",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "route": "teleport""#),
+            400,
+            "teleport",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "child_jobs": [987654]"#),
+            422,
+            "987654",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "http_allow": ["file:///etc/passwd"]"#),
+            422,
+            "http_allow",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            &job(r#", "backoff": {"kind": "fibonacci"}"#),
+            400,
+            "fibonacci",
+        ),
+        Bad {
+            content_type: Some("text/plain"),
+            ..bad(M::POST, "/api/v1/jobs", &job(""), 400, "application/json")
+        },
+        Bad {
+            content_type: None,
+            ..bad(M::POST, "/api/v1/jobs", &job(""), 400, "application/json")
+        },
+        Bad {
+            body: b"{\"name\": \"\xff\xfe\"}".to_vec(),
+            ..bad(M::POST, "/api/v1/jobs", "{}", 400, "")
+        },
+        // --- jobs: ids and other routes ---
+        // A job is named by id or by name: what is not an id is a name not found.
+        bad(M::GET, "/api/v1/jobs/abc", "", 404, "not found"),
+        bad(
+            M::GET,
+            "/api/v1/jobs/99999999999999999999",
+            "",
+            404,
+            "not found",
+        ),
+        bad(M::GET, "/api/v1/jobs/1%20OR%201=1", "", 404, "not found"),
+        bad(M::GET, "/api/v1/jobs/-1", "", 404, "job"),
+        bad(M::GET, "/api/v1/jobs?limit=abc", "", 400, "limit"),
+        bad(M::GET, "/api/v1/jobs?limit=-1", "", 400, "limit"),
+        bad(
+            M::PATCH,
+            "/api/v1/jobs/999999",
+            r#"{"enabled": false}"#,
+            404,
+            "job",
+        ),
+        bad(
+            M::PATCH,
+            "/api/v1/jobs/1",
+            r#"{"timeout_ms": "fast"}"#,
+            400,
+            "timeout_ms",
+        ),
+        bad(
+            M::PATCH,
+            "/api/v1/jobs/1",
+            r#"{"schedule": {"kind": "cron", "expr": "nope"}}"#,
+            422,
+            "cron",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs/1/trigger",
+            r#"{"params": 5}"#,
+            400,
+            "params",
+        ),
+        bad(M::DELETE, "/api/v1/jobs/1.5", "", 404, "not found"),
+        bad(M::PUT, "/api/v1/jobs", "{}", 405, "PUT"),
+        // --- tasks ---
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "delay_ms": -1}"#,
+            422,
+            "delay_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "delay_ms": 9223372036854775807}"#,
+            422,
+            "delay_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "delay_ms": 9223372036854775808}"#,
+            400,
+            "delay_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "delay_ms": 1.5}"#,
+            400,
+            "delay_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "run_at": "tomorrow"}"#,
+            400,
+            "run_at",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "run_at": "2026-01-01T00:00:00Z", "delay_ms": 5}"#,
+            422,
+            "delay_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "x' OR '1'='1", "delay_ms": 5}"#,
+            422,
+            "does not exist",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "key": "k\u0007"}"#,
+            422,
+            "key",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            leak(format!(r#"{{"job": "base", "key": "{big_name}"}}"#)),
+            422,
+            "key",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            leak(format!(r#"{{"job": "base", "payload": "{big_payload}"}}"#)),
+            413,
+            "payload",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "priority": 99999999999}"#,
+            400,
+            "priority",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "max_attempts": 0}"#,
+            422,
+            "max_attempts",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks",
+            r#"{"job": "base", "backoff": {"kind": "exponential", "base_ms": -3}}"#,
+            422,
+            "backoff",
+        ),
+        bad(M::POST, "/api/v1/tasks", r#"{"job": ["base"]}"#, 400, "job"),
+        bad(
+            M::POST,
+            "/api/v1/tasks/batch",
+            r#"{"tasks": null}"#,
+            400,
+            "tasks",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/batch",
+            r#"{"tasks": [{"job": "base"}, {"job": "base", "delay_ms": -1}]}"#,
+            422,
+            "tasks[1]",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/batch",
+            leak(batch_over),
+            413,
+            "10000",
+        ),
+        bad(M::GET, "/api/v1/tasks/abc", "", 400, "id"),
+        bad(M::GET, "/api/v1/tasks/18446744073709551616", "", 400, "id"),
+        bad(M::GET, "/api/v1/tasks?status=bogus", "", 400, "status"),
+        bad(M::GET, "/api/v1/tasks?after=%27%3B--", "", 400, "after"),
+        bad(M::GET, "/api/v1/tasks?limit=0", "", 400, "limit"),
+        bad(M::DELETE, "/api/v1/tasks?job=base", "", 400, "key"),
+        bad(M::DELETE, "/api/v1/tasks/abc", "", 400, "id"),
+        // --- runs ---
+        bad(M::GET, "/api/v1/runs/1.5", "", 400, "id"),
+        bad(
+            M::GET,
+            "/api/v1/runs/99999999999999999999999",
+            "",
+            400,
+            "id",
+        ),
+        bad(
+            M::GET,
+            "/api/v1/runs/1/log?from_line=-1",
+            "",
+            400,
+            "from_line",
+        ),
+        bad(M::GET, "/api/v1/runs?status=%00", "", 400, "status"),
+        bad(M::POST, "/api/v1/runs/abc/kill", "", 400, "id"),
+        // --- plugins ---
+        Bad {
+            content_type: Some("application/wasm"),
+            ..bad(M::POST, "/api/v1/plugins", START, 400, "name")
+        },
+        Bad {
+            content_type: Some("application/wasm"),
+            ..bad(
+                M::POST,
+                "/api/v1/plugins?name=..%2F..%2Fetc%2Fpasswd",
+                START,
+                422,
+                "name",
+            )
+        },
+        Bad {
+            content_type: Some("application/wasm"),
+            ..bad(
+                M::POST,
+                "/api/v1/plugins?name=junk",
+                "not wasm at all",
+                422,
+                "",
+            )
+        },
+        Bad {
+            content_type: Some("application/wasm"),
+            ..bad(
+                M::POST,
+                "/api/v1/plugins?name=shell",
+                r#"(module (import "env" "system" (func)) (func (export "_start")))"#,
+                422,
+                "env::system",
+            )
+        },
+        Bad {
+            content_type: Some("application/wasm"),
+            ..bad(
+                M::POST,
+                "/api/v1/plugins?name=sock",
+                r#"(module (import "wasi_snapshot_preview1" "sock_open" (func)) (func (export "_start")))"#,
+                422,
+                "sock_open",
+            )
+        },
+        bad(
+            M::DELETE,
+            "/api/v1/plugins/..%2F..%2Fetc",
+            "",
+            404,
+            "plugin",
+        ),
+        // --- secrets ---
+        bad(
+            M::PUT,
+            "/api/v1/apps/default/secrets/db",
+            r#"{"value": 5}"#,
+            400,
+            "value",
+        ),
+        bad(
+            M::PUT,
+            "/api/v1/apps/default/secrets/db",
+            "{}",
+            400,
+            "value",
+        ),
+        bad(
+            M::PUT,
+            "/api/v1/apps/default/secrets/a%0Ab",
+            r#"{"value": "x"}"#,
+            422,
+            "name",
+        ),
+        bad(M::GET, "/api/v1/apps/..%2F..%2F/secrets", "", 422, "app"),
+        // --- anything else ---
+        bad(M::GET, "/api/v1/../../etc/passwd", "", 404, "no route"),
+        bad(
+            M::GET,
+            "/api/v1/%2e%2e/%2e%2e/etc/passwd",
+            "",
+            404,
+            "no route",
+        ),
+    ];
+    assert!(cases.len() >= 60, "{} cases", cases.len());
+
+    // The executor protocol, signed properly but with bad bodies.
+    let signed_cases = vec![
+        bad(M::POST, rota_proto::wire::PATH_REGISTER, "{", 400, "JSON"),
+        bad(
+            M::POST,
+            rota_proto::wire::PATH_REGISTER,
+            r#"{"app": "default", "address": "ftp://x", "capacity": 1, "running": 0, "active_runs": []}"#,
+            422,
+            "address",
+        ),
+        bad(
+            M::POST,
+            rota_proto::wire::PATH_REGISTER,
+            r#"{"app": "default", "address": "http://x", "capacity": -1, "running": 0, "active_runs": []}"#,
+            400,
+            "capacity",
+        ),
+        bad(
+            M::POST,
+            rota_proto::wire::PATH_CALLBACK,
+            r#"{"reports": 5}"#,
+            400,
+            "reports",
+        ),
+        bad(
+            M::POST,
+            rota_proto::wire::PATH_KV,
+            leak(format!(
+                r#"{{"app": "default", "job_id": 1, "op": "get", "key": "{big_name}"}}"#
+            )),
+            422,
+            "key",
+        ),
+        bad(
+            M::POST,
+            rota_proto::wire::PATH_KV,
+            r#"{"app": "default", "job_id": 1, "op": "explode", "key": "k"}"#,
+            400,
+            "explode",
+        ),
+        bad(
+            M::GET,
+            "/api/executor/v1/plugins/..%2F..%2Fetc%2Fpasswd",
+            "",
+            400,
+            "sha256",
+        ),
+    ];
+    let total = cases.len() + signed_cases.len();
+    let mut failures = Vec::new();
+    let signed = signed_cases
+        .into_iter()
+        .map(|c| (As::Executor("default", SECRET), c));
+    let all = cases
+        .drain(..)
+        .map(|c| (As::Bearer(TOKEN), c))
+        .chain(signed);
+    for (who, case) in all {
+        let res = t
+            .request(
+                who,
+                case.method.clone(),
+                case.path,
+                case.content_type,
+                case.body,
+            )
+            .await;
+        let what = format!("{} {}", case.method, case.path);
+        if !same_class(res.status, case.status) {
+            failures.push(format!(
+                "{what}: {} instead of {}: {}",
+                res.status, case.status, res.body
+            ));
+            continue;
+        }
+        let message = res.error();
+        if !message.contains(case.mentions) {
+            failures.push(format!(
+                "{what}: `{message}` should mention `{}`",
+                case.mentions
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    println!("{total} malformed requests, each a 4xx");
+
+    // Nothing was created by any of them, and the node still works.
+    let jobs = t.api(M::GET, "/api/v1/jobs", None).await;
+    let jobs: Value = serde_json::from_str(&jobs.body).unwrap();
+    let names: Vec<&str> = jobs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["base"]);
+    let health = t
+        .request(As::Nobody, M::GET, "/healthz", None, Vec::new())
+        .await;
+    assert_eq!(health.status, StatusCode::OK);
+    let task = t
+        .api(
+            M::POST,
+            "/api/v1/tasks",
+            Some(json!({"job": "base", "delay_ms": 1000})),
+        )
+        .await;
+    assert_eq!(task.status, StatusCode::CREATED, "{}", task.body);
+    t.stop().await;
+}
