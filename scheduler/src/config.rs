@@ -3,7 +3,9 @@
 
 use rota_proto::Secret;
 
-#[derive(Debug, Clone)]
+/// `Debug` shows every setting but the secrets (the API token, the admin password and the
+/// sealing key), so a logged configuration leaks nothing.
+#[derive(Clone)]
 pub struct Config {
     /// `mysql://…` or `sqlite:…`.
     pub database_url: String,
@@ -107,5 +109,78 @@ impl Config {
         let mut c = Config::new(database_url, Secret::new("test-secret"));
         c.api_token = Some("test-token".into());
         c
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |set: bool| if set { Some("***") } else { None };
+        f.debug_struct("Config")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("node_name", &self.node_name)
+            .field("advertise_url", &self.advertise_url)
+            .field("api_token", &hidden(self.api_token.is_some()))
+            .field("executor_secret", &self.executor_secret)
+            .field("window_ms", &self.window_ms)
+            .field("scan_interval_ms", &self.scan_interval_ms)
+            .field("scan_batch", &self.scan_batch)
+            .field("wheel_capacity", &self.wheel_capacity)
+            .field("misfire_threshold_ms", &self.misfire_threshold_ms)
+            .field("fast_pool_size", &self.fast_pool_size)
+            .field("slow_pool_size", &self.slow_pool_size)
+            .field("pool_queue", &self.pool_queue)
+            .field("slow_dispatch_ms", &self.slow_dispatch_ms)
+            .field("slow_dispatch_count", &self.slow_dispatch_count)
+            .field("dispatch_timeout_ms", &self.dispatch_timeout_ms)
+            .field("node_dead_after_ms", &self.node_dead_after_ms)
+            .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
+            .field("executor_dead_after_ms", &self.executor_dead_after_ms)
+            .field("executors_die_with_node", &self.executors_die_with_node)
+            .field("retention_ms", &self.retention_ms)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_plugin_bytes", &self.max_plugin_bytes)
+            .field("admin_password", &hidden(self.admin_password.is_some()))
+            .field("secrets_key", &hidden(self.secrets_key.is_some()))
+            .finish()
+    }
+}
+
+/// A database URL without its password (`mysql://rota:***@db/rota`).
+fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let mut c = Config::new(
+            "mysql://rota:db-password-1@db:3306/rota",
+            Secret::new("master-secret-value"),
+        );
+        c.api_token = Some("api-token-value".into());
+        c.admin_password = Some("admin-password-value".into());
+        c.secrets_key = Some([7; 32]);
+        let shown = format!("{c:?}");
+        for secret in [
+            "db-password-1",
+            "master-secret-value",
+            "api-token-value",
+            "admin-password-value",
+            "[7, 7",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("mysql://rota:***@db:3306/rota"), "{shown}");
+        assert!(shown.contains("api_token: Some(\"***\")"), "{shown}");
     }
 }

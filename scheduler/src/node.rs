@@ -454,6 +454,21 @@ impl Node {
         &self.shared.config
     }
 
+    /// Notes in the audit log that `user` did `action` to `target`. A failure to note it is
+    /// logged, not returned: the change itself is done.
+    pub async fn audit(&self, user: &str, action: &str, target: &str) {
+        // The column holds 400 characters.
+        let target: String = target.chars().take(400).collect();
+        if let Err(e) = self
+            .shared
+            .store
+            .record_audit(user, action, &target, now_ms())
+            .await
+        {
+            tracing::error!(error = %e, action, "writing the audit log failed");
+        }
+    }
+
     /// The nonces of signed requests this node accepted.
     pub fn replay_guard(&self) -> &rota_proto::ReplayGuard {
         &self.shared.replay

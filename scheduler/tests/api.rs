@@ -992,6 +992,79 @@ async fn runs_and_executors() {
     t.stop().await;
 }
 
+/// Changes made through the API are in the audit log, which only admins read.
+#[tokio::test]
+async fn api_changes_are_audited() {
+    let t = start().await;
+    let id = t.job("audited").await;
+    t.patch(&format!("/api/v1/jobs/{id}"), json!({"enabled": false}))
+        .await
+        .expect(StatusCode::OK);
+    t.post(&format!("/api/v1/jobs/{id}/trigger"), json!({}))
+        .await
+        .expect(StatusCode::CREATED);
+    t.delete(&format!("/api/v1/jobs/{id}?force=true"))
+        .await
+        .expect(StatusCode::NO_CONTENT);
+
+    let log = t.get("/api/v1/audit?limit=3").await;
+    log.expect(StatusCode::OK);
+    let page = log.json();
+    let entries: Vec<(String, String, String)> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            time(&e["at"]);
+            let text = |k: &str| e[k].as_str().unwrap().to_owned();
+            (text("user"), text("action"), text("target"))
+        })
+        .collect();
+    let expected = [
+        ("root", "delete job", "audited"),
+        ("root", "trigger job", "audited"),
+        ("root", "update job", "audited"),
+    ]
+    .map(|(u, a, t)| (u.to_owned(), a.to_owned(), t.to_owned()));
+    assert_eq!(entries, expected);
+    // Older entries on the next page: the job's creation and the plugin's upload.
+    let next = page["next"].as_str().unwrap();
+    let older = t.get(&format!("/api/v1/audit?after={next}")).await.json();
+    let actions: Vec<&str> = older["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["create job", "upload plugin"]);
+
+    // A viewer's token reads jobs, but not the audit log.
+    let store = t.node.store();
+    let now = chrono::Utc::now().timestamp_millis();
+    let user = store
+        .insert_user("vic", "x", "viewer", "*", now)
+        .await
+        .unwrap();
+    let token = "viewer-token-0123456789";
+    store
+        .insert_token(
+            user,
+            "t",
+            &rota_scheduler::console::auth::token_hash(token),
+            now,
+        )
+        .await
+        .unwrap();
+    let req = Request::get("/api/v1/audit")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    t.send(req)
+        .await
+        .expect_error(StatusCode::FORBIDDEN, "admin");
+    t.stop().await;
+}
+
 #[tokio::test]
 async fn executor_protocol_is_signed() {
     let t = start().await;

@@ -648,6 +648,81 @@ async fn job_names_are_escaped() {
     t.stop().await;
 }
 
+/// Whatever users supply (job names and params, task keys and payloads, user, token and
+/// secret names, the audit trail of them) reaches every page escaped.
+#[tokio::test]
+async fn everything_users_supply_is_escaped_on_every_page() {
+    const PROBE: &str = "\"'><xss-probe>";
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, &format!("job{PROBE}")).await;
+    let name = format!("job{PROBE}");
+    t.submit(
+        &b,
+        &format!("/console/jobs/{job}"),
+        &with(job_form(&name), "params", PROBE),
+    )
+    .await;
+    let task = t
+        .api(
+            Method::POST,
+            "/api/v1/tasks",
+            "application/json",
+            json!({"job": job, "delay_ms": 3_600_000, "key": format!("key{PROBE}"), "payload": PROBE})
+                .to_string(),
+        )
+        .await;
+    let task = task["id"].as_i64().unwrap();
+    make_user(&t, &b, &format!("user{PROBE}"), "viewer", "*").await;
+    make_token(&t, &b, &format!("token{PROBE}")).await;
+    t.submit(
+        &b,
+        "/console/secrets",
+        &[
+            ("app", "default"),
+            ("name", &format!("secret{PROBE}")),
+            ("value", "v"),
+        ],
+    )
+    .await;
+
+    let mut pages = 0;
+    for (method, path) in console_routes() {
+        if method != Method::GET || path.ends_with("/log") {
+            continue;
+        }
+        let id = if path.starts_with("/console/tasks") {
+            task
+        } else {
+            job
+        };
+        let path = concrete(&path, id);
+        let res = t.get(&path, Some(&b.cookie)).await;
+        assert!(
+            !res.body.contains("<xss-probe>"),
+            "{path} shows user input unescaped"
+        );
+        pages += 1;
+    }
+    assert!(pages >= 10, "{pages} pages");
+    // The probe is shown, escaped, where it belongs.
+    for path in [
+        format!("/console/jobs/{job}"),
+        format!("/console/tasks/{task}"),
+        "/console/users".to_owned(),
+        "/console/tokens".to_owned(),
+        "/console/audit".to_owned(),
+    ] {
+        let body = t.get(&path, Some(&b.cookie)).await.body;
+        assert!(
+            body.contains("&lt;xss-probe&gt;") || body.contains("&#60;xss-probe&#62;"),
+            "{path}: the probe, escaped"
+        );
+    }
+    t.stop().await;
+}
+
 #[tokio::test]
 async fn job_actions_edit_disable_trigger_and_delete() {
     let t = start().await;

@@ -97,12 +97,12 @@ enum Edit {
 fn edit() -> impl Strategy<Value = Edit> {
     let at = any::<usize>();
     prop_oneof![
-        (at.clone(), 0u8..8).prop_map(|(at, bit)| Edit::Flip { at, bit }),
-        (at.clone(), any::<u8>()).prop_map(|(at, byte)| Edit::Insert { at, byte }),
-        (at.clone(), 0..TOKENS.len()).prop_map(|(at, token)| Edit::Token { at, token }),
-        (at.clone(), 1usize..16).prop_map(|(at, len)| Edit::Delete { at, len }),
-        (at.clone(), 1usize..64).prop_map(|(at, len)| Edit::Duplicate { at, len }),
-        (at.clone(), any::<usize>(), any::<usize>()).prop_map(|(at, seed, from)| Edit::Splice {
+        (at, 0u8..8).prop_map(|(at, bit)| Edit::Flip { at, bit }),
+        (at, any::<u8>()).prop_map(|(at, byte)| Edit::Insert { at, byte }),
+        (at, 0..TOKENS.len()).prop_map(|(at, token)| Edit::Token { at, token }),
+        (at, 1usize..16).prop_map(|(at, len)| Edit::Delete { at, len }),
+        (at, 1usize..64).prop_map(|(at, len)| Edit::Duplicate { at, len }),
+        (at, any::<usize>(), any::<usize>()).prop_map(|(at, seed, from)| Edit::Splice {
             at,
             seed,
             from

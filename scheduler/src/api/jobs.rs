@@ -112,6 +112,10 @@ pub async fn create(
         .insert_job(&spec, next_fire_at, now)
         .await?;
     state.node.job_changed(job.id).await;
+    state
+        .node
+        .audit(&who.name, "create job", &job.spec.name)
+        .await;
     tracing::info!(job.id = job.id, job.name = %job.spec.name, "job created");
     Ok((StatusCode::CREATED, Json(job.into())))
 }
@@ -173,6 +177,10 @@ pub async fn update(
     };
     let job = store.update_job(job.id, &spec, next_fire_at, now).await?;
     state.node.job_changed(job.id).await;
+    state
+        .node
+        .audit(&who.name, "update job", &job.spec.name)
+        .await;
     Ok(Json(job.into()))
 }
 
@@ -211,6 +219,10 @@ pub async fn delete(
     who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
     let cancelled = state.node.delete_job(job.id, force).await?;
     state.node.job_changed(job.id).await;
+    state
+        .node
+        .audit(&who.name, "delete job", &job.spec.name)
+        .await;
     tracing::info!(
         job.id = job.id,
         cancelled_tasks = cancelled.len(),
@@ -276,6 +288,10 @@ pub async fn trigger(
         .first()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
     tracing::info!(job.id = job.id, task.id = task_id, "job triggered");
+    state
+        .node
+        .audit(&who.name, "trigger job", &job.spec.name)
+        .await;
     Ok((StatusCode::CREATED, Json(Triggered { task_id })))
 }
 

@@ -31,6 +31,7 @@
 //! Every `/api/v1` route is added in [`api`], which records it: [`api_routes`] is the
 //! router's own list, and `tests/api.rs` checks it against the OpenAPI document both ways.
 
+pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod executors;
@@ -194,6 +195,7 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
         .route(M::GET, "/apps/{app}/secrets", plugin_host::list)
         .route(M::PUT, "/apps/{app}/secrets/{name}", plugin_host::set)
         .route(M::DELETE, "/apps/{app}/secrets/{name}", plugin_host::delete)
+        .route(M::GET, "/audit", audit::list)
 }
 
 /// The method and full path (`/api/v1/jobs/{id}`) of every REST API route, as the router

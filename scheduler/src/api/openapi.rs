@@ -21,7 +21,7 @@ use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::extract::{Json, NameOrId};
 use super::views::{PageView, TASK_STATUSES};
-use super::{executors, jobs, plugin_host, plugins, runs, tasks};
+use super::{audit, executors, jobs, plugin_host, plugins, runs, tasks};
 use crate::backoff::Backoff;
 use crate::model::{RunStatus, TaskKind};
 use crate::route::Route;
@@ -63,6 +63,7 @@ const API_TOKEN: &str = "api_token";
         plugin_host::list,
         plugin_host::set,
         plugin_host::delete,
+        audit::list,
         document,
     ),
     modifiers(&CommonAnswers),

@@ -69,6 +69,8 @@ pub async fn upload(
         .await?;
     if created {
         tracing::info!(plugin = %name, version = plugin.version, sha256 = %plugin.sha256, "plugin uploaded");
+        let target = format!("{name} v{}", plugin.version);
+        state.node.audit(&who.name, "upload plugin", &target).await;
         state.node.plugin_changed(&name);
     }
     let status = if created {
@@ -100,6 +102,7 @@ pub async fn delete(
     let versions = state.node.store().delete_plugin(&name).await?;
     state.node.plugin_changed(&name);
     tracing::info!(plugin = %name, versions, by = %who.name, "plugin deleted");
+    state.node.audit(&who.name, "delete plugin", &name).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

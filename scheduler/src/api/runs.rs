@@ -190,6 +190,10 @@ pub async fn kill(
     }
     let ack = state.node.kill_run(&run).await?;
     tracing::info!(run.id = id, killed = ack.killed, "kill requested");
+    state
+        .node
+        .audit(&who.name, "kill run", &id.to_string())
+        .await;
     Ok((
         StatusCode::ACCEPTED,
         Json(KillAnswer {

@@ -223,17 +223,7 @@ pub async fn logout(
 
 /// Notes who changed what; a failure to note it is logged, not shown.
 pub(super) async fn audit(console: &Console, user: &str, action: &str, target: &str) {
-    // The column holds 400 characters.
-    let target: String = target.chars().take(400).collect();
-    let target = target.as_str();
-    if let Err(e) = console
-        .node
-        .store()
-        .record_audit(user, action, target, now_ms())
-        .await
-    {
-        tracing::error!(error = %e, action, "console: writing the audit log failed");
-    }
+    console.node.audit(user, action, target).await;
 }
 
 // ----- dashboard ---------------------------------------------------------------------------
