@@ -472,6 +472,66 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
     t.stop().await;
 }
 
+/// Naming a job as a child is triggering it: an operator of one app cannot chain another
+/// app's job to its own (XXL-JOB's CVE-2024-42681), nor a job it may only read.
+#[tokio::test]
+async fn child_jobs_must_be_the_users_to_change() {
+    let t = start().await;
+    t.upload_echo().await;
+    for (name, app) in [("billing-job", "billing"), ("shop-job", "default")] {
+        let job = t
+            .api(
+                Method::POST,
+                "/api/v1/jobs",
+                Some(json!({"name": name, "app": app, "plugin": "echo", "schedule": {"kind": "none"}})),
+            )
+            .await;
+        assert_eq!(job.status, StatusCode::CREATED, "{}", job.body);
+    }
+    let operator = t.token_of("olga", "operator").await;
+    let as_operator = |child: &str| {
+        json!({"name": format!("parent-of-{child}"), "app": "default", "plugin": "echo",
+               "schedule": {"kind": "none"}, "child_jobs": [child]})
+        .to_string()
+        .into_bytes()
+    };
+    let json = Some("application/json");
+    let res = t
+        .request(
+            As::Bearer(&operator),
+            Method::POST,
+            "/api/v1/jobs",
+            json,
+            as_operator("billing-job"),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::NOT_FOUND, "{}", res.body);
+    assert!(res.error().contains("billing-job"));
+    // Its own app's job is fine.
+    let res = t
+        .request(
+            As::Bearer(&operator),
+            Method::POST,
+            "/api/v1/jobs",
+            json,
+            as_operator("shop-job"),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::CREATED, "{}", res.body);
+    // Nor through an update.
+    let res = t
+        .request(
+            As::Bearer(&operator),
+            Method::PATCH,
+            "/api/v1/jobs/parent-of-shop-job",
+            json,
+            br#"{"child_jobs": ["billing-job"]}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::NOT_FOUND, "{}", res.body);
+    t.stop().await;
+}
+
 /// A signed request replayed inside the window, replayed after it, or with one byte
 /// changed is refused by the scheduler.
 #[tokio::test]

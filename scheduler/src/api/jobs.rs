@@ -103,7 +103,7 @@ pub async fn create(
     Json(fields): Json<JobFields>,
 ) -> ApiResult<(StatusCode, Json<JobView>)> {
     let now = now_ms();
-    let (spec, schedule) = build_spec(&state, fields, None).await?;
+    let (spec, schedule) = build_spec(&state, &who, fields, None).await?;
     who.check_app(&spec.app)?;
     let next_fire_at = first_fire(&spec, &schedule, now);
     let job = state
@@ -168,7 +168,7 @@ pub async fn update(
     let job = find_job(store, &id).await?;
     who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
     let now = now_ms();
-    let (spec, schedule) = build_spec(&state, fields, Some(&job)).await?;
+    let (spec, schedule) = build_spec(&state, &who, fields, Some(&job)).await?;
     who.check_app(&spec.app)?;
     let next_fire_at = if spec.schedule != job.spec.schedule || spec.enabled != job.spec.enabled {
         first_fire(&spec, &schedule, now)
@@ -468,6 +468,7 @@ impl Collect {
 /// compiled schedule, checking every field, so a form can show every problem at once.
 pub(crate) async fn build_spec(
     state: &AppState,
+    who: &Principal,
     f: JobFields,
     base: Option<&Job>,
 ) -> Result<(JobSpec, CompiledSchedule), SpecErrors> {
@@ -581,7 +582,7 @@ pub(crate) async fn build_spec(
     );
 
     let child_jobs = match f.child_jobs {
-        Some(refs) => bad.take(child_jobs(store, &refs, base.map(|j| j.id)).await),
+        Some(refs) => bad.take(child_jobs(store, who, &refs, base.map(|j| j.id)).await),
         None => Some(old.map(|s| s.child_jobs.clone()).unwrap_or_default()),
     };
 
@@ -649,9 +650,12 @@ async fn plugin_ref(store: &Store, r: &NameOrId) -> ApiResult<String> {
 }
 
 /// Resolves child job references to ids, in order, without repeats; a job cannot be its
-/// own child.
+/// own child. A child fires with its parent's success, so naming one is triggering it:
+/// `who` must be allowed to change it (else a user of one app could run another app's
+/// jobs, XXL-JOB's CVE-2024-42681).
 async fn child_jobs(
     store: &Store,
+    who: &Principal,
     refs: &[NameOrId],
     this_job: Option<i64>,
 ) -> ApiResult<Vec<i64>> {
@@ -666,6 +670,11 @@ async fn child_jobs(
     for (i, r) in refs.iter().enumerate() {
         let field = format!("child_jobs[{i}]");
         let child = job_ref(store, &field, r).await?;
+        who.check(
+            &child.spec.app,
+            Need::Change,
+            &format!("{field}: job `{r}`"),
+        )?;
         if Some(child.id) == this_job {
             return Err(invalid(&field, "a job cannot be its own child"));
         }

@@ -765,7 +765,7 @@ async fn save_job(console: Console, s: Session, base: Option<Job>, form: JobForm
         node: console.node.clone(),
     };
     let built = match fields {
-        Some(f) => match build_spec(&state, f, base.as_ref()).await {
+        Some(f) => match build_spec(&state, &s.who, f, base.as_ref()).await {
             Ok(b) => Some(b),
             Err(SpecErrors(all)) => {
                 for e in all {
