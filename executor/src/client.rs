@@ -96,8 +96,14 @@ pub struct SchedulerClient {
 }
 
 impl SchedulerClient {
-    pub fn new(schedulers: &[String], app: &str, secret: Secret) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
+    pub fn new(
+        schedulers: &[String],
+        app: &str,
+        secret: Secret,
+        tls: &rota_net::Tls,
+    ) -> anyhow::Result<Self> {
+        let http = tls
+            .client()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)

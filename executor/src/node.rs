@@ -98,6 +98,8 @@ pub struct ExecutorConfig {
     pub log_retention: Duration,
     /// Until a scheduler's registration ack says otherwise.
     pub heartbeat_interval: Duration,
+    /// HTTPS for the schedulers' calls, and whom this node's clients trust.
+    pub tls: rota_net::Tls,
     /// How long running runs get to finish at shutdown before they are killed.
     pub drain_grace: Duration,
 }
@@ -123,6 +125,7 @@ impl ExecutorConfig {
             log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
             log_retention: DEFAULT_LOG_RETENTION,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            tls: rota_net::Tls::default(),
             drain_grace: DEFAULT_DRAIN_GRACE,
         }
     }
@@ -134,6 +137,7 @@ impl ExecutorConfig {
             module_cache_dir: Some(self.data_dir.join("modules")),
             max_instances: u32::try_from(self.capacity.saturating_add(4)).unwrap_or(u32::MAX),
             memory_cap_mb: self.memory_cap_mb,
+            tls: self.tls.clone(),
             ..RuntimeConfig::default()
         }
     }
@@ -144,16 +148,21 @@ impl ExecutorConfig {
             "an executor needs at least one scheduler URL"
         );
         for url in &self.schedulers {
-            // The HTTP client is built without TLS (requests are HMAC-signed instead).
             anyhow::ensure!(
-                url.starts_with("http://"),
-                "scheduler URL `{url}` must start with http:// (the executor speaks plain HTTP; requests are signed)"
+                url.starts_with("http://") || url.starts_with("https://"),
+                "scheduler URL `{url}` must start with http:// or https://"
             );
         }
+        let scheme = format!("{}://", self.tls.scheme());
         anyhow::ensure!(
-            self.advertise_url.starts_with("http://"),
-            "the advertised URL `{}` must be the executor's base URL, `http://host:port`",
-            self.advertise_url
+            self.advertise_url.starts_with(&scheme),
+            "the advertised URL `{}` must be the executor's base URL, `{scheme}host:port`{}",
+            self.advertise_url,
+            if self.tls.serves_https() {
+                " (it serves HTTPS)"
+            } else {
+                " (it serves plain HTTP without --tls-cert)"
+            }
         );
         anyhow::ensure!(
             !self.app.trim().is_empty(),
@@ -203,6 +212,7 @@ pub async fn run_with_runtime(
         &config.schedulers,
         &config.app,
         config.secret.clone(),
+        &config.tls,
     )?);
     let (reports_tx, reports_rx) = mpsc::channel(report_queue(&config));
     let node = Arc::new(Node {
@@ -234,6 +244,7 @@ pub async fn run_with_runtime(
     let sweeper = tokio::spawn(sweep_loop(node.logs.clone(), stop_loops.clone()));
     let app = crate::server::router(node.clone());
     let server_stop = stop_server.clone();
+    let listener = node.config.tls.listener(listener);
     let mut server = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { server_stop.cancelled().await })

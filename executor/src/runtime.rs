@@ -118,6 +118,9 @@ pub struct RuntimeConfig {
     /// Compiled plugins kept in memory; the least recently compiled are dropped first
     /// (and reloaded from the disk cache when needed again).
     pub max_cached_modules: usize,
+    /// Whom the plugins' `http_request` trusts for `https://` (the system's roots, plus
+    /// `--tls-ca`).
+    pub tls: rota_net::Tls,
 }
 
 impl Default for RuntimeConfig {
@@ -127,6 +130,7 @@ impl Default for RuntimeConfig {
             max_instances: DEFAULT_MAX_INSTANCES,
             memory_cap_mb: DEFAULT_MEMORY_CAP_MB,
             max_cached_modules: DEFAULT_MAX_CACHED_MODULES,
+            tls: rota_net::Tls::default(),
         }
     }
 }
@@ -335,7 +339,9 @@ impl Runtime {
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         host::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         // Redirects are followed by `host` itself, each checked against the allow-list.
-        let http = reqwest::Client::builder()
+        let http = config
+            .tls
+            .client()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(5))
             .build()

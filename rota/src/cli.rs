@@ -49,6 +49,32 @@ enum PluginCommand {
     Run(crate::nodes::PluginRunArgs),
 }
 
+/// TLS, for the node's own listener and for whom its clients trust.
+#[derive(Args)]
+#[command(next_help_heading = "TLS")]
+pub struct TlsArgs {
+    /// PEM certificate chain: serve HTTPS instead of plain HTTP (needs --tls-key).
+    #[arg(long, env = "ROTA_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "ROTA_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
+    /// PEM bundle of CAs to trust besides the system's: the private CA of HTTPS schedulers,
+    /// executors, and the services plugins call.
+    #[arg(long, env = "ROTA_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
+}
+
+impl TlsArgs {
+    pub fn load(&self) -> anyhow::Result<rota_net::Tls> {
+        rota_net::Tls::load(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_ca.as_deref(),
+        )
+    }
+}
+
 #[derive(Args)]
 struct AppKeyArgs {
     /// The app whose key to print.
@@ -112,6 +138,8 @@ struct ServerArgs {
     /// Largest task payload accepted (bytes).
     #[arg(long, env = "ROTA_MAX_PAYLOAD_BYTES", default_value_t = 64 * 1024)]
     max_payload_bytes: usize,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 impl ServerArgs {
@@ -127,10 +155,11 @@ impl ServerArgs {
             .node_name
             .clone()
             .unwrap_or_else(|| format!("{}:{}", hostname(), self.listen.port()));
+        c.tls = self.tls.load()?;
         c.advertise_url = self
             .advertise_url
             .clone()
-            .unwrap_or_else(|| format!("http://{}", self.listen));
+            .unwrap_or_else(|| format!("{}://{}", c.tls.scheme(), self.listen));
         c.api_token = self.api_token.clone().filter(|t| !t.is_empty());
         c.admin_password = self.admin_password.clone().filter(|p| !p.is_empty());
         c.fast_pool_size = self.fast_pool;

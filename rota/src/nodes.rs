@@ -62,6 +62,8 @@ pub struct ExecutorArgs {
     /// Largest linear memory a job may ask for, MiB.
     #[arg(long, env = "ROTA_MEMORY_CAP_MB", default_value_t = 1024)]
     memory_cap_mb: u32,
+    #[command(flatten)]
+    tls: crate::cli::TlsArgs,
 }
 
 #[derive(Args)]
@@ -220,12 +222,19 @@ pub async fn executor(
     if args.executor_secret.len() < 16 {
         anyhow::bail!("ROTA_EXECUTOR_SECRET must be at least 16 characters");
     }
+    let tls = args.tls.load()?;
+    if !args.listen.ip().is_loopback() && !tls.serves_https() {
+        tracing::warn!(
+            listen = %args.listen,
+            "listening beyond loopback over plain HTTP: requests are signed, but payloads and logs travel unencrypted; give --tls-cert and --tls-key"
+        );
+    }
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let advertise = args
         .advertise_url
-        .unwrap_or_else(|| format!("http://{}", args.listen));
+        .unwrap_or_else(|| format!("{}://{}", tls.scheme(), args.listen));
     let mut config = ExecutorConfig::new(
         args.scheduler,
         args.app,
@@ -235,6 +244,7 @@ pub async fn executor(
     );
     config.capacity = args.capacity;
     config.memory_cap_mb = args.memory_cap_mb;
+    config.tls = tls;
     tracing::info!(listen = %args.listen, "rota executor listening");
     rota_executor::node::run(config, listener, shutdown).await
 }

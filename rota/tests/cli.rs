@@ -400,7 +400,7 @@ async fn bad_flags_are_cli_errors_naming_the_flag() {
         (
             &["task", "get", "1", "--server", "localhost:8080"],
             "--server",
-            "not an http:// URL",
+            "not an http:// or https:// URL",
         ),
     ] {
         let out = rota_with(&[], args).await;
@@ -489,4 +489,60 @@ async fn plugin_run_provides_the_host_imports() {
         out.stdout, "-2\n0\n",
         "a fresh state for each local run: {out:?}"
     );
+}
+
+/// An executor never runs without a secret, nor with a short one, wherever it listens; a
+/// TLS certificate without its key is named; `rota app-key` prints the key the scheduler
+/// derives for the app.
+#[tokio::test]
+async fn executors_need_their_apps_key_and_app_key_prints_it() {
+    let base = [
+        "executor",
+        "--scheduler",
+        "http://127.0.0.1:9",
+        "--app",
+        "shop",
+    ];
+    for (listen, env, words) in [
+        ("0.0.0.0:0", vec![], "--executor-secret"),
+        ("127.0.0.1:0", vec![], "--executor-secret"),
+        (
+            "0.0.0.0:0",
+            vec![("ROTA_EXECUTOR_SECRET", "short")],
+            "at least 16",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(["--listen", listen]);
+        let out = rota_with(&env, &args).await;
+        assert_ne!(out.code, 0, "{listen} {env:?}: {out:?}");
+        assert!(out.stderr.contains(words), "{listen}: {}", out.stderr);
+    }
+    let key = "k".repeat(64);
+    let mut args = base.to_vec();
+    args.extend([
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        "/nonexistent/cert.pem",
+    ]);
+    let out = rota_with(&[("ROTA_EXECUTOR_SECRET", key.as_str())], &args).await;
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("--tls-key"), "{}", out.stderr);
+
+    let master = std::str::from_utf8(SECRET).unwrap();
+    let out = rota_with(
+        &[("ROTA_EXECUTOR_SECRET", master)],
+        &["app-key", "--app", "shop"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), app_key_text("shop"));
+    let out = rota_with(
+        &[("ROTA_EXECUTOR_SECRET", master)],
+        &["app-key", "--app", "../x"],
+    )
+    .await;
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("--app"), "{}", out.stderr);
 }

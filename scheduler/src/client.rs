@@ -80,8 +80,9 @@ fn sent_error(address: &str, e: &reqwest::Error) -> ClientError {
 }
 
 impl ExecutorClient {
-    pub fn new(master: Secret, timeout: Duration) -> Self {
-        let http = reqwest::Client::builder()
+    pub fn new(master: Secret, timeout: Duration, tls: &rota_net::Tls) -> Self {
+        let http = tls
+            .client()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(1)))
             .pool_max_idle_per_host(64)

@@ -69,6 +69,9 @@ pub struct Config {
     /// The key sealing plugin secrets at rest (`ROTA_SECRETS_KEY`); `None` derives one from
     /// the executor secret (`crate::secrets`).
     pub secrets_key: Option<[u8; 32]>,
+    /// HTTPS for the API and console (`--tls-cert`/`--tls-key`), and whom this node's
+    /// clients trust when they call executors and other nodes (`--tls-ca`).
+    pub tls: rota_net::Tls,
 }
 
 impl Config {
@@ -100,6 +103,7 @@ impl Config {
             max_plugin_bytes: 32 * 1024 * 1024,
             admin_password: None,
             secrets_key: None,
+            tls: rota_net::Tls::default(),
         }
     }
 
@@ -142,6 +146,7 @@ impl std::fmt::Debug for Config {
             .field("max_plugin_bytes", &self.max_plugin_bytes)
             .field("admin_password", &hidden(self.admin_password.is_some()))
             .field("secrets_key", &hidden(self.secrets_key.is_some()))
+            .field("tls", &self.tls)
             .finish()
     }
 }

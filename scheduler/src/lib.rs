@@ -63,12 +63,13 @@ pub async fn run(
         .await
         .context("opening the database")?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let tls = config.tls.clone();
     let node = Node::start(config, store, stop_rx.clone()).await?;
     let app = api::router(api::AppState { node: node.clone() });
     let mut server_stop = stop_rx.clone();
     // Client addresses key the console's slowing of failed logins.
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let app = app.into_make_service_with_connect_info::<rota_net::ClientAddr>();
+    let server = axum::serve(tls.listener(listener), app).with_graceful_shutdown(async move {
         let _ = server_stop.wait_for(|s| *s).await;
     });
     let server = tokio::spawn(async move { server.await });

@@ -329,6 +329,7 @@ impl Node {
             client: ExecutorClient::new(
                 config.executor_secret.clone(),
                 Duration::from_millis(config.dispatch_timeout_ms),
+                &config.tls,
             ),
             slow: SlowTracker::new(config.slow_dispatch_ms, config.slow_dispatch_count),
             ring: Ring::new(now),

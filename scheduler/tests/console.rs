@@ -382,7 +382,9 @@ async fn failed_sign_ins_slow_down_only_their_own_address() {
             )))
             .unwrap();
         req.extensions_mut()
-            .insert(ConnectInfo(SocketAddr::from((ip, 40_000))));
+            .insert(ConnectInfo(rota_net::ClientAddr(SocketAddr::from((
+                ip, 40_000,
+            )))));
         req
     };
     let attacker = [203, 0, 113, 9];

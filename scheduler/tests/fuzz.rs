@@ -5,7 +5,7 @@
 //! a 5xx: every input is accepted or refused with a 4xx and a message.
 //!
 //! `ROTA_FUZZ_CASES` sets the cases per target (256 by default; `.ci/run` runs more).
-//! A failing case is shrunk and saved under `proptest-regressions/` by proptest: commit it,
+//! A failing case is shrunk and saved in `tests/regressions/fuzz.txt` by proptest: commit it,
 //! and it is replayed first on every later run.
 
 use std::path::{Path, PathBuf};

@@ -29,6 +29,10 @@ pub struct ServerFlags {
     /// Print the server's JSON answer instead of the human form.
     #[arg(long, global = true)]
     pub json: bool,
+    /// PEM bundle of CAs to trust besides the system's, for an https:// server with a
+    /// private CA.
+    #[arg(long, global = true, env = "ROTA_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
 }
 
 fn parse_server(s: &str) -> Result<Url, String> {
@@ -36,7 +40,7 @@ fn parse_server(s: &str) -> Result<Url, String> {
         .map_err(|e| format!("`{s}` is not a URL ({e}); e.g. http://127.0.0.1:8080"))?;
     if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
         return Err(format!(
-            "`{s}` is not an http:// URL; e.g. http://127.0.0.1:8080"
+            "`{s}` is not an http:// or https:// URL; e.g. http://127.0.0.1:8080"
         ));
     }
     Ok(url)
@@ -57,7 +61,9 @@ pub struct ApiClient {
 
 impl ApiClient {
     pub fn new(flags: &ServerFlags) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
+        let tls = rota_net::Tls::load(None, None, flags.tls_ca.as_deref())?;
+        let http = tls
+            .client()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
             .build()
@@ -133,6 +139,7 @@ mod tests {
             server: parse_server(server).unwrap(),
             token: None,
             json: false,
+            tls_ca: None,
         })
         .unwrap()
     }

@@ -72,9 +72,14 @@ pub struct Api {
 
 impl Api {
     pub fn new(base: impl Into<String>) -> Self {
+        Self::with_client(base, reqwest::Client::new())
+    }
+
+    /// A client of the API at `base` through `http` (one that trusts a test CA, say).
+    pub fn with_client(base: impl Into<String>, http: reqwest::Client) -> Self {
         Api {
             base: base.into(),
-            http: reqwest::Client::new(),
+            http,
         }
     }
 

@@ -2,7 +2,7 @@
 //! CSRF tokens (derived from the session) and the slowing of failed logins.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -171,8 +171,8 @@ pub fn cookie_token(headers: &axum::http::HeaderMap) -> Option<String> {
 /// The client's address, when the server records it (`into_make_service_with_connect_info`).
 pub fn client_ip(req: &Request) -> Option<IpAddr> {
     req.extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip())
+        .get::<ConnectInfo<rota_net::ClientAddr>>()
+        .map(|c| c.0.0.ip())
 }
 
 /// Guards every console page and action: without a live session a page redirects to the

@@ -1,0 +1,362 @@
+//! TLS for Rota's nodes, one setting per process ([`Tls`]): whether it serves HTTPS (a
+//! certificate chain and its key, PEM files) and which extra roots its HTTP clients trust
+//! (a PEM bundle, for a private CA) on top of the system's.
+//!
+//! - A scheduler node serves its API and console over HTTPS with `--tls-cert/--tls-key`;
+//!   an executor serves the schedulers' calls likewise. Their advertised URLs become
+//!   `https://…`, and the peers' clients check the certificates.
+//! - Every client a node makes (scheduler → executor, executor → scheduler, scheduler →
+//!   scheduler, a plugin's `http_request`, the CLI) speaks HTTPS to an `https://` URL,
+//!   trusting the system's roots plus `--tls-ca`.
+//!
+//! rustls with aws-lc does the cryptography; nothing here is hand-rolled. Handshakes run
+//! off the accept loop, bounded by [`HANDSHAKE_TIMEOUT`], so a client that connects and
+//! says nothing holds up no one else.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+/// How long a client may take to finish its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A process's TLS settings. The default serves plain HTTP and trusts the system's roots.
+#[derive(Clone, Default)]
+pub struct Tls {
+    server: Option<Arc<rustls::ServerConfig>>,
+    roots: Vec<CertificateDer<'static>>,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("serves_https", &self.server.is_some())
+            .field("extra_roots", &self.roots.len())
+            .finish()
+    }
+}
+
+impl Tls {
+    /// Reads the PEM files: `cert` and `key` (both or neither) to serve HTTPS, `ca` to
+    /// trust more roots. Each error names the file and what is wrong with it.
+    pub fn load(cert: Option<&Path>, key: Option<&Path>, ca: Option<&Path>) -> anyhow::Result<Tls> {
+        let server = match (cert, key) {
+            (Some(cert), Some(key)) => Some(Arc::new(server_config(cert, key)?)),
+            (None, None) => None,
+            (Some(_), None) => {
+                anyhow::bail!("--tls-cert needs --tls-key (the certificate's private key)")
+            }
+            (None, Some(_)) => anyhow::bail!("--tls-key needs --tls-cert (the certificate chain)"),
+        };
+        let roots = match ca {
+            Some(ca) => certificates(ca)?,
+            None => Vec::new(),
+        };
+        Ok(Tls { server, roots })
+    }
+
+    /// Whether this process serves HTTPS.
+    pub fn serves_https(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// `https` or `http`: the scheme of this process's own URL.
+    pub fn scheme(&self) -> &'static str {
+        if self.serves_https() { "https" } else { "http" }
+    }
+
+    /// A client builder that trusts the system's roots and the extra ones.
+    pub fn client(&self) -> reqwest::ClientBuilder {
+        let roots = self
+            .roots
+            .iter()
+            .filter_map(|der| reqwest::Certificate::from_der(der).ok());
+        reqwest::Client::builder().tls_certs_merge(roots)
+    }
+
+    /// Serves on `tcp`: plain, or TLS with the certificate.
+    pub fn listener(&self, tcp: TcpListener) -> Listener {
+        match &self.server {
+            None => Listener::Plain(tcp),
+            Some(config) => Listener::Tls(TlsListener::new(tcp, TlsAcceptor::from(config.clone()))),
+        }
+    }
+}
+
+fn server_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerConfig> {
+    let chain = certificates(cert)?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        anyhow::anyhow!(
+            "--tls-key {}: no PEM private key readable in it ({e})",
+            key.display()
+        )
+    })?;
+    rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .with_context(|| {
+            format!(
+                "--tls-cert {} and its key do not make a usable certificate",
+                cert.display()
+            )
+        })
+}
+
+/// Every certificate in a PEM file; none is an error.
+fn certificates(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{}: not a readable PEM certificate file ({e})",
+                path.display()
+            )
+        })?;
+    if certs.is_empty() {
+        anyhow::bail!("{}: holds no PEM certificate", path.display());
+    }
+    Ok(certs)
+}
+
+/// The client's address of a connection, for handlers that want it
+/// (`into_make_service_with_connect_info::<ClientAddr>()`, then `ConnectInfo<ClientAddr>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Listener>>
+    for ClientAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Listener>) -> Self {
+        ClientAddr(*stream.remote_addr())
+    }
+}
+
+/// What a node serves on: plain TCP, or TLS over it. An [`axum::serve::Listener`].
+pub enum Listener {
+    Plain(TcpListener),
+    Tls(TlsListener),
+}
+
+/// Either kind of accepted connection.
+pub enum Conn {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl axum::serve::Listener for Listener {
+    type Io = Conn;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Conn, SocketAddr) {
+        match self {
+            Listener::Plain(tcp) => {
+                let (stream, addr) = axum::serve::Listener::accept(tcp).await;
+                (Conn::Plain(stream), addr)
+            }
+            Listener::Tls(tls) => {
+                let (stream, addr) = tls.accept().await;
+                (Conn::Tls(Box::new(stream)), addr)
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            Listener::Plain(tcp) => tcp.local_addr(),
+            Listener::Tls(tls) => Ok(tls.local_addr),
+        }
+    }
+}
+
+/// Accepts TCP connections and hands on those whose TLS handshake completed; handshakes
+/// run in their own tasks, each bounded by [`HANDSHAKE_TIMEOUT`].
+pub struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local_addr: SocketAddr,
+    acceptor_task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsListener {
+    fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> TlsListener {
+        let local_addr = tcp
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let (tx, ready) = mpsc::channel(64);
+        let acceptor_task = tokio::spawn(async move {
+            let mut tcp = tcp;
+            loop {
+                let (stream, addr) = tokio::select! {
+                    accepted = axum::serve::Listener::accept(&mut tcp) => accepted,
+                    () = tx.closed() => return,
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, addr)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        TlsListener {
+            ready,
+            local_addr,
+            acceptor_task,
+        }
+    }
+
+    async fn accept(&mut self) -> (TlsStream<TcpStream>, SocketAddr) {
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            // The accept loop ended: the listener is being dropped; never yield again.
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.acceptor_task.abort();
+    }
+}
+
+macro_rules! delegate {
+    ($self:ident, $method:ident ( $($arg:expr),* )) => {
+        match $self.get_mut() {
+            Conn::Plain(s) => std::pin::Pin::new(s).$method($($arg),*),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).$method($($arg),*),
+        }
+    };
+}
+
+impl tokio::io::AsyncRead for Conn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        delegate!(self, poll_read(cx, buf))
+    }
+}
+
+impl tokio::io::AsyncWrite for Conn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        delegate!(self, poll_write(cx, buf))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        delegate!(self, poll_flush(cx))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        delegate!(self, poll_shutdown(cx))
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        delegate!(self, poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(s) => s.is_write_vectored(),
+            Conn::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    }
+
+    /// An HTTPS server and a client that trusts the test CA; one that does not is refused.
+    #[tokio::test]
+    async fn serves_https_to_clients_that_trust_its_ca() {
+        let server = Tls::load(
+            Some(&fixture("server.pem")),
+            Some(&fixture("server.key")),
+            None,
+        )
+        .unwrap();
+        assert_eq!(server.scheme(), "https");
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let app = axum::Router::new().route("/", axum::routing::get(|| async { "over tls" }));
+        let listener = server.listener(tcp);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        // A client that says nothing holds up no one: the next handshake goes through.
+        let _silent = TcpStream::connect(addr).await.unwrap();
+
+        let trusting = Tls::load(None, None, Some(&fixture("ca.pem"))).unwrap();
+        let client = trusting.client().build().unwrap();
+        let url = format!("https://127.0.0.1:{}/", addr.port());
+        let body = client.get(&url).send().await.unwrap().text().await.unwrap();
+        assert_eq!(body, "over tls");
+
+        let untrusting = Tls::default().client().build().unwrap();
+        let err = untrusting.get(&url).send().await.unwrap_err();
+        assert!(err.is_connect(), "{err}");
+        // Plain HTTP to the TLS port gets nothing.
+        let plain = format!("http://127.0.0.1:{}/", addr.port());
+        assert!(untrusting.get(&plain).send().await.is_err());
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let missing = Path::new("/nonexistent/cert.pem");
+        let err = Tls::load(Some(missing), Some(missing), None).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/cert.pem"), "{err:#}");
+        let err = Tls::load(Some(&fixture("server.pem")), None, None).unwrap_err();
+        assert!(err.to_string().contains("--tls-key"), "{err}");
+        // A key given as the certificate.
+        let err = Tls::load(
+            Some(&fixture("server.key")),
+            Some(&fixture("server.key")),
+            None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("server.key"), "{err:#}");
+        // A certificate with another's key.
+        let err =
+            Tls::load(Some(&fixture("ca.pem")), Some(&fixture("server.key")), None).unwrap_err();
+        assert!(err.to_string().contains("ca.pem"), "{err:#}");
+        let shown = format!(
+            "{:?}",
+            Tls::load(None, None, Some(&fixture("ca.pem"))).unwrap()
+        );
+        assert_eq!(shown, "Tls { serves_https: false, extra_roots: 1 }");
+    }
+}
