@@ -7,7 +7,8 @@
 //! | `admin` | every app | every app | yes |
 //!
 //! A user's apps are `*` (every app) or a list of app names; an admin is never scoped.
-//! Plugins and executors are shared by all apps, so every principal may list them. The
+//! Plugins are shared by all apps, so every principal may list them; executors, jobs,
+//! tasks, runs, secrets and the dashboard's counts are limited to the user's apps. The
 //! node's own API token (`ROTA_API_TOKEN`) acts as an admin named `root`; a token issued to
 //! a user acts as that user, with the user's role and apps as they are when it is used.
 

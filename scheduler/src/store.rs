@@ -2764,23 +2764,33 @@ impl Store {
     }
 
     /// The dashboard's numbers: jobs, tasks waiting to run, runs scheduled since `since` by
-    /// status.
-    pub async fn console_counts(&self, since: Millis) -> Result<crate::console::Counts> {
+    /// status; of `apps`' jobs only, when given.
+    pub async fn console_counts(
+        &self,
+        since: Millis,
+        apps: Option<&[String]>,
+    ) -> Result<crate::console::Counts> {
         on_pool!(self, |pool, Db| {
-            let jobs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
-                .fetch_one(pool)
-                .await?;
-            let tasks_pending: i64 = sqlx::query_scalar(
+            let mut qb = QueryBuilder::<Db>::new("SELECT COUNT(*) FROM jobs WHERE 1 = 1");
+            if let Some(apps) = apps {
+                in_apps!(qb, "id", apps);
+            }
+            let jobs: i64 = qb.build_query_scalar().fetch_one(pool).await?;
+            let mut qb = QueryBuilder::<Db>::new(
                 "SELECT COUNT(*) FROM tasks WHERE status IN ('pending', 'claimed')",
-            )
-            .fetch_one(pool)
-            .await?;
-            let runs_by_status: Vec<(String, i64)> = sqlx::query_as(
-                "SELECT status, COUNT(*) FROM runs WHERE scheduled_at >= ? GROUP BY status",
-            )
-            .bind(since)
-            .fetch_all(pool)
-            .await?;
+            );
+            if let Some(apps) = apps {
+                in_apps!(qb, "job_id", apps);
+            }
+            let tasks_pending: i64 = qb.build_query_scalar().fetch_one(pool).await?;
+            let mut qb =
+                QueryBuilder::<Db>::new("SELECT status, COUNT(*) FROM runs WHERE scheduled_at >= ");
+            qb.push_bind(since);
+            if let Some(apps) = apps {
+                in_apps!(qb, "job_id", apps);
+            }
+            qb.push(" GROUP BY status");
+            let runs_by_status: Vec<(String, i64)> = qb.build_query_as().fetch_all(pool).await?;
             Ok(crate::console::Counts {
                 jobs,
                 tasks_pending,

@@ -725,6 +725,59 @@ async fn everything_users_supply_is_escaped_on_every_page() {
     t.stop().await;
 }
 
+/// A user scoped to some apps counts only their jobs, tasks, runs and executors on the
+/// dashboard, sees no chart of every app's runs, and lists only their apps' executors.
+#[tokio::test]
+async fn a_scoped_user_sees_only_their_apps_numbers() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    t.create_job(&b, "in-default").await;
+    let other = t
+        .submit(
+            &b,
+            "/console/jobs",
+            &with(job_form("in-billing"), "app", "billing"),
+        )
+        .await;
+    other.expect(StatusCode::SEE_OTHER);
+    for (app, port) in [("default", 9), ("billing", 10), ("billing", 11)] {
+        let reg = rota_proto::Registration {
+            app: app.into(),
+            address: format!("http://127.0.0.1:{port}"),
+            capacity: 1,
+            running: 0,
+            active_runs: Vec::new(),
+        };
+        t.node.executor_registered(&reg).await.unwrap();
+    }
+    let tiles = |body: &str| {
+        let count = |href: &str| {
+            let needle = format!("href=\"{href}\"><b>");
+            let at = body.find(&needle).expect(href) + needle.len();
+            body[at..].split('<').next().unwrap().to_owned()
+        };
+        (count("/console/jobs"), count("/console/executors"))
+    };
+    let admin = t.get("/console", Some(&b.cookie)).await;
+    assert_eq!(tiles(&admin.body), ("2".into(), "3".into()));
+    assert!(admin.body.contains("<svg"));
+
+    let scoped = make_user(&t, &b, "dora", "viewer", "default").await;
+    let page = t.get("/console", Some(&scoped.cookie)).await;
+    assert_eq!(tiles(&page.body), ("1".into(), "1".into()));
+    assert!(!page.body.contains("<svg"), "charts of every app");
+    let executors = t.get("/console/executors", Some(&scoped.cookie)).await;
+    assert!(executors.body.contains("127.0.0.1:9"));
+    assert!(!executors.body.contains("127.0.0.1:10"));
+    let token = make_token(&t, &scoped, "dora").await;
+    let (status, body) = api_as(&t, &token, Method::GET, "/api/v1/executors", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{body}");
+    t.stop().await;
+}
+
 #[tokio::test]
 async fn job_actions_edit_disable_trigger_and_delete() {
     let t = start().await;

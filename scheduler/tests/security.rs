@@ -322,6 +322,10 @@ async fn every_route_refuses_callers_without_proper_credentials() {
         checked += 1;
     }
     assert!(checked >= 50, "{checked} guarded routes");
+    println!(
+        "{} routes, {checked} guarded, each refused without proper credentials",
+        table.len()
+    );
     t.upload_echo().await;
     // With a body that would be accepted from an operator, the viewer's change is a 403.
     let viewer_job = t

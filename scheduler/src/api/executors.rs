@@ -40,6 +40,7 @@ pub struct ListQuery {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(who): Extension<crate::access::Principal>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<ExecutorPage>> {
     let alive_after = now_ms() - state.node.config().executor_dead_after_ms;
@@ -50,7 +51,11 @@ pub async fn list(
         .list_executors(app.as_deref(), alive_after)
         .await?;
     Ok(Json(PageView::all(
-        executors.into_iter().map(ExecutorView::from).collect(),
+        executors
+            .into_iter()
+            .filter(|e| who.sees(&e.app))
+            .map(ExecutorView::from)
+            .collect(),
     )))
 }
 

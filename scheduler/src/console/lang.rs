@@ -308,6 +308,10 @@ const ZH_CN: &[(&str, &str)] = &[
     ("Runs per minute, last hour", "每分钟运行数（最近一小时）"),
     ("Runs per day, last 7 days", "每天运行数（最近 7 天）"),
     (
+        "The charts count the runs of every app: they are shown to users who see every app.",
+        "图表统计所有应用的运行：仅对可查看所有应用的用户显示。",
+    ),
+    (
         "fire lateness p99, last 5 min",
         "触发延迟 p99（最近 5 分钟）",
     ),

@@ -237,9 +237,10 @@ struct DashboardPage {
     runs_today: Vec<(String, i64)>,
     executors_online: usize,
     since: When,
-    /// Inline SVG: runs per minute over the last hour, per day over the last week.
-    per_minute: String,
-    per_day: String,
+    /// Inline SVG: runs per minute over the last hour, per day over the last week, of every
+    /// app (`None` for a user scoped to some apps).
+    per_minute: Option<String>,
+    per_day: Option<String>,
     /// Fire lateness p99 on this node over the last 5 minutes, and how many fires.
     lateness_p99: Option<String>,
     lateness_fires: u64,
@@ -281,9 +282,12 @@ pub async fn dashboard(
     let now = now_ms();
     let midnight = now - now.rem_euclid(86_400_000);
     let store = console.node.store();
-    let counts = store.console_counts(midnight).await?;
+    // A scoped user counts only their apps; the charts count every app, so they see none.
+    let scope = s.who.app_filter();
+    let counts = store.console_counts(midnight, scope).await?;
     let alive_after = now - console.node.config().executor_dead_after_ms;
     let executors = store.list_executors(None, alive_after).await?;
+    let executors = executors.iter().filter(|e| s.who.sees(&e.app)).count();
     let fmt = |pattern: &'static str| {
         move |ms: Millis| {
             chrono::DateTime::from_timestamp_millis(ms)
@@ -298,16 +302,20 @@ pub async fn dashboard(
     let minutes = store
         .run_stats(hour_ago - hour_ago.rem_euclid(MINUTE), MINUTE)
         .await?;
-    let per_minute = super::charts::stacked_bars(
-        &bars(&minutes, hour_ago, now, MINUTE, fmt("%H:%M UTC")),
-        s.lang.t("Runs per minute, last hour"),
-    );
+    let per_minute = scope.is_none().then(|| {
+        super::charts::stacked_bars(
+            &bars(&minutes, hour_ago, now, MINUTE, fmt("%H:%M UTC")),
+            s.lang.t("Runs per minute, last hour"),
+        )
+    });
     let week_ago = midnight - 6 * DAY;
     let days = store.run_stats(week_ago, DAY).await?;
-    let per_day = super::charts::stacked_bars(
-        &bars(&days, week_ago, now, DAY, fmt("%Y-%m-%d")),
-        s.lang.t("Runs per day, last 7 days"),
-    );
+    let per_day = scope.is_none().then(|| {
+        super::charts::stacked_bars(
+            &bars(&days, week_ago, now, DAY, fmt("%Y-%m-%d")),
+            s.lang.t("Runs per day, last 7 days"),
+        )
+    });
     let p99 = console.node.lateness().quantile(now, 5 * MINUTE, 0.99);
     let runs_today = RunStatus::ALL
         .iter()
@@ -325,7 +333,7 @@ pub async fn dashboard(
         jobs: counts.jobs,
         tasks_pending: counts.tasks_pending,
         runs_today,
-        executors_online: executors.len(),
+        executors_online: executors,
         since: When::of(midnight),
         per_minute,
         per_day,
@@ -1496,6 +1504,7 @@ pub async fn executors(
         chrome: Chrome::of(&s, "executors"),
         executors: executors
             .into_iter()
+            .filter(|e| s.who.sees(&e.app))
             .map(|e| ExecutorRow {
                 app: e.app,
                 address: e.address,
