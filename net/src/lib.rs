@@ -29,6 +29,9 @@ use tokio_rustls::server::TlsStream;
 
 /// How long a client may take to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once; beyond it new connections wait in the kernel's backlog,
+/// so a flood of idle connections costs bounded memory.
+pub const MAX_HANDSHAKES: usize = 1024;
 
 /// A process's TLS settings. The default serves plain HTTP and trusts the system's roots.
 #[derive(Clone, Default)]
@@ -179,7 +182,8 @@ impl axum::serve::Listener for Listener {
 }
 
 /// Accepts TCP connections and hands on those whose TLS handshake completed; handshakes
-/// run in their own tasks, each bounded by [`HANDSHAKE_TIMEOUT`].
+/// run in their own tasks, each bounded by [`HANDSHAKE_TIMEOUT`], at most
+/// [`MAX_HANDSHAKES`] at once.
 pub struct TlsListener {
     ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     local_addr: SocketAddr,
@@ -192,15 +196,20 @@ impl TlsListener {
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let (tx, ready) = mpsc::channel(64);
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         let acceptor_task = tokio::spawn(async move {
             let mut tcp = tcp;
             loop {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
                 let (stream, addr) = tokio::select! {
                     accepted = axum::serve::Listener::accept(&mut tcp) => accepted,
                     () = tx.closed() => return,
                 };
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
+                    let _slot = slot;
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, addr)).await;
