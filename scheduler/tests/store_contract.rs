@@ -1178,6 +1178,67 @@ contract!(lists_are_scoped_to_apps, |store: Store| async move {
     assert!(runs.items.is_empty());
 });
 
+// What the signed executor protocol checks a request against: the app of each task a
+// callback reports on, and whether a plugin hash is one the app's jobs use; and the
+// dashboard's counts for a scoped user.
+contract!(
+    what_an_apps_executors_and_users_may_touch,
+    |store: Store| async move {
+        let mut hr_spec = spec("hr-job");
+        hr_spec.app = "hr".into();
+        hr_spec.plugin = "payroll".into();
+        let shop = store
+            .insert_job(&spec("shop-job"), None, NOW)
+            .await
+            .unwrap();
+        let hr = store.insert_job(&hr_spec, None, NOW).await.unwrap();
+        let ids = store
+            .insert_tasks(&[task(shop.id, NOW, None), task(hr.id, NOW + 1, None)], NOW)
+            .await
+            .unwrap();
+        let (shop_task, hr_task) = (ids[0].0, ids[1].0);
+        let mut owners = store
+            .task_owners(&[hr_task, shop_task, 987_654])
+            .await
+            .unwrap();
+        owners.sort();
+        assert_eq!(
+            owners,
+            [
+                (shop_task, shop.id, "default".to_owned()),
+                (hr_task, hr.id, "hr".to_owned())
+            ]
+        );
+
+        for (name, sha) in [("hello", "a"), ("hello", "b"), ("payroll", "c")] {
+            store
+                .insert_plugin(name, &sha.repeat(64), sha.as_bytes(), NOW)
+                .await
+                .unwrap();
+        }
+        // Every version of a plugin the app's jobs name, and nothing else.
+        for (app, sha, used) in [
+            ("default", "a", true),
+            ("default", "b", true),
+            ("default", "c", false),
+            ("hr", "c", true),
+            ("hr", "a", false),
+            ("nobody", "a", false),
+        ] {
+            let found = store.app_uses_plugin(app, &sha.repeat(64)).await.unwrap();
+            assert_eq!(found, used, "{app} {sha}");
+        }
+
+        let all = store.console_counts(0, None).await.unwrap();
+        assert_eq!((all.jobs, all.tasks_pending), (2, 2));
+        let hr_only = ["hr".to_owned()];
+        let scoped = store.console_counts(0, Some(&hr_only)).await.unwrap();
+        assert_eq!((scoped.jobs, scoped.tasks_pending), (1, 1));
+        let nothing = store.console_counts(0, Some(&[])).await.unwrap();
+        assert_eq!((nothing.jobs, nothing.tasks_pending), (0, 0));
+    }
+);
+
 contract!(plugins_in_use_are_not_deleted, |store: Store| async move {
     store
         .insert_plugin("hello", &"a".repeat(64), b"\0asm", NOW)
