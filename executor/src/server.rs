@@ -106,11 +106,17 @@ async fn authenticate(State(node): State<Arc<Node>>, request: Request, next: Nex
         .path_and_query()
         .map_or_else(|| parts.uri.path(), |p| p.as_str());
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    // Schedulers sign this executor's own address with the path: a request meant for
+    // another executor of the app does not verify here.
+    let signed_target = format!(
+        "{}{target}",
+        node.config.advertise_url.trim_end_matches('/')
+    );
     if let Err(e) = rota_proto::verify_once(
         &node.replay,
         node.config.secret.as_bytes(),
         parts.method.as_str(),
-        target,
+        &signed_target,
         &rota_proto::Received::from_headers(header),
         &body,
         now_ms(),

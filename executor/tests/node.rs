@@ -234,12 +234,17 @@ impl Executor {
             .post(format!("{}{path}", self.url))
             .header("content-type", "application/json");
         if let Some(secret) = secret {
-            let signed = rota_proto::sign_now(secret, "POST", path, now_ms(), &body);
+            let signed = rota_proto::sign_now(secret, "POST", &self.target(path), now_ms(), &body);
             for (name, value) in signed.pairs() {
                 request = request.header(name, value);
             }
         }
         request.body(body).send().await.unwrap()
+    }
+
+    /// What a scheduler signs for `path` on this executor: its address and the path.
+    fn target(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
     }
 
     /// POSTs `body` with exactly these signing headers.
@@ -479,7 +484,13 @@ async fn unsigned_requests_are_refused() {
         assert!(error["error"].as_str().unwrap().contains("sign"), "{error}");
     }
     // A signature for another body does not carry over.
-    let signed = rota_proto::sign_now(SECRET, "POST", PATH_TRIGGER, now_ms(), b"{\"triggers\":[]}");
+    let signed = rota_proto::sign_now(
+        SECRET,
+        "POST",
+        &executor.target(PATH_TRIGGER),
+        now_ms(),
+        b"{\"triggers\":[]}",
+    );
     let response = executor.call_with(PATH_TRIGGER, body, &signed).await;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     // Nothing ran, nothing was fetched.
@@ -494,7 +505,8 @@ async fn unsigned_requests_are_refused() {
 }
 
 /// A captured request is acted on once: the same bytes again are refused, as is a copy
-/// sent after the replay window, and a copy with any one byte of its body changed.
+/// sent after the replay window, a copy with any one byte of its body changed, and a
+/// request signed for another executor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replayed_late_or_altered_requests_are_refused() {
     let (_double, scheduler) = start_double().await;
@@ -507,7 +519,13 @@ async fn replayed_late_or_altered_requests_are_refused() {
         body["error"].as_str().unwrap().to_owned()
     };
 
-    let signed = rota_proto::sign_now(SECRET, "POST", PATH_IDLE_BEAT, now_ms(), &body);
+    let signed = rota_proto::sign_now(
+        SECRET,
+        "POST",
+        &executor.target(PATH_IDLE_BEAT),
+        now_ms(),
+        &body,
+    );
     let first = executor
         .call_with(PATH_IDLE_BEAT, body.clone(), &signed)
         .await;
@@ -519,7 +537,13 @@ async fn replayed_late_or_altered_requests_are_refused() {
 
     // Signed properly, but a little over the window ago.
     let late = now_ms() - rota_proto::MAX_SKEW_MS - 1_000;
-    let stale = rota_proto::sign_now(SECRET, "POST", PATH_IDLE_BEAT, late, &body);
+    let stale = rota_proto::sign_now(
+        SECRET,
+        "POST",
+        &executor.target(PATH_IDLE_BEAT),
+        late,
+        &body,
+    );
     let response = executor
         .call_with(PATH_IDLE_BEAT, body.clone(), &stale)
         .await;
@@ -527,15 +551,39 @@ async fn replayed_late_or_altered_requests_are_refused() {
 
     // Every byte of the body changed in turn, each under a fresh valid nonce and time.
     for i in 0..body.len() {
-        let signed = rota_proto::sign_now(SECRET, "POST", PATH_IDLE_BEAT, now_ms(), &body);
+        let signed = rota_proto::sign_now(
+            SECRET,
+            "POST",
+            &executor.target(PATH_IDLE_BEAT),
+            now_ms(),
+            &body,
+        );
         let mut altered = body.clone();
         altered[i] ^= 0x01;
         let response = executor.call_with(PATH_IDLE_BEAT, altered, &signed).await;
         assert!(error(response).await.contains("does not match"), "byte {i}");
     }
+    // Signed for another executor of the app (its address): refused here.
+    let elsewhere = rota_proto::sign_now(
+        SECRET,
+        "POST",
+        &format!("http://127.0.0.1:1{PATH_IDLE_BEAT}"),
+        now_ms(),
+        &body,
+    );
+    let response = executor
+        .call_with(PATH_IDLE_BEAT, body.clone(), &elsewhere)
+        .await;
+    assert!(error(response).await.contains("does not match"));
     // The untouched original with those headers still goes through: nothing was recorded
     // for the refused copies.
-    let signed = rota_proto::sign_now(SECRET, "POST", PATH_IDLE_BEAT, now_ms(), &body);
+    let signed = rota_proto::sign_now(
+        SECRET,
+        "POST",
+        &executor.target(PATH_IDLE_BEAT),
+        now_ms(),
+        &body,
+    );
     let response = executor
         .call_with(PATH_IDLE_BEAT, body.clone(), &signed)
         .await;

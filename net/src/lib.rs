@@ -13,8 +13,9 @@
 //! off the accept loop, bounded by [`HANDSHAKE_TIMEOUT`], so a client that connects and
 //! says nothing holds up no one else.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,9 +30,44 @@ use tokio_rustls::server::TlsStream;
 
 /// How long a client may take to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once; beyond it new connections wait in the kernel's backlog,
-/// so a flood of idle connections costs bounded memory.
+/// Handshakes in progress at once, and from one client address; a connection beyond either
+/// is closed at once, so a flood of idle connections costs bounded memory and one client
+/// cannot take every slot.
 pub const MAX_HANDSHAKES: usize = 1024;
+pub const MAX_HANDSHAKES_PER_IP: usize = 64;
+
+/// One handshake's place in the per-address count, given back when dropped.
+struct IpSlot {
+    counts: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl IpSlot {
+    fn take(counts: &Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<IpSlot> {
+        let mut map = counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(ip).or_insert(0);
+        if *n >= MAX_HANDSHAKES_PER_IP {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot {
+            counts: counts.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut map = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
 
 /// A process's TLS settings. The default serves plain HTTP and trusts the system's roots.
 #[derive(Clone, Default)]
@@ -183,7 +219,7 @@ impl axum::serve::Listener for Listener {
 
 /// Accepts TCP connections and hands on those whose TLS handshake completed; handshakes
 /// run in their own tasks, each bounded by [`HANDSHAKE_TIMEOUT`], at most
-/// [`MAX_HANDSHAKES`] at once.
+/// [`MAX_HANDSHAKES`] at once and [`MAX_HANDSHAKES_PER_IP`] from one address.
 pub struct TlsListener {
     ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     local_addr: SocketAddr,
@@ -197,19 +233,27 @@ impl TlsListener {
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let (tx, ready) = mpsc::channel(64);
         let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let per_ip: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>> = Arc::default();
         let acceptor_task = tokio::spawn(async move {
             let mut tcp = tcp;
             loop {
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    return;
-                };
                 let (stream, addr) = tokio::select! {
                     accepted = axum::serve::Listener::accept(&mut tcp) => accepted,
                     () = tx.closed() => return,
                 };
+                // Full, overall or for this client: the connection is closed at once rather
+                // than queued behind handshakes that may never finish.
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::debug!(%addr, "too many TLS handshakes in progress; connection closed");
+                    continue;
+                };
+                let Some(ip_slot) = IpSlot::take(&per_ip, addr.ip()) else {
+                    tracing::debug!(%addr, "too many TLS handshakes from this address; connection closed");
+                    continue;
+                };
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
-                    let _slot = slot;
+                    let _slots = (slot, ip_slot);
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, addr)).await;
@@ -333,6 +377,31 @@ mod tests {
         let client = trusting.client().build().unwrap();
         let url = format!("https://127.0.0.1:{}/", addr.port());
         let body = client.get(&url).send().await.unwrap().text().await.unwrap();
+        assert_eq!(body, "over tls");
+
+        // One address cannot take every slot: past its share, its connections are closed
+        // at once, and once its idle ones go, it is served again.
+        let mut idle = Vec::new();
+        for _ in 0..MAX_HANDSHAKES_PER_IP {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Fresh clients: the first one keeps its connection, which is past its handshake.
+        let fresh = || trusting.client().build().unwrap();
+        assert!(
+            fresh().get(&url).send().await.is_err(),
+            "over the per-address cap"
+        );
+        drop(idle);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let body = fresh()
+            .get(&url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         assert_eq!(body, "over tls");
 
         let untrusting = Tls::default().client().build().unwrap();

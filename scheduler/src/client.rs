@@ -113,11 +113,16 @@ impl ExecutorClient {
             address: address.into(),
             reason: e.to_string(),
         })?;
-        let key = match to {
-            To::App(app) => app_secret(&self.master, app),
-            To::Peer => self.master.clone(),
+        // To an executor, the signature covers its address too (`docs/protocol.md`): a
+        // request for one executor is refused by every other.
+        let (key, signed_target) = match to {
+            To::App(app) => (
+                app_secret(&self.master, app),
+                format!("{}{signed_path}", address.trim_end_matches('/')),
+            ),
+            To::Peer => (self.master.clone(), signed_path),
         };
-        let signed = rota_proto::sign_now(key.as_bytes(), "POST", &signed_path, now_ms(), &body);
+        let signed = rota_proto::sign_now(key.as_bytes(), "POST", &signed_target, now_ms(), &body);
         let mut request = self.http.post(&url);
         for (name, value) in signed.pairs() {
             request = request.header(name, value);

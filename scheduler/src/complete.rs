@@ -96,6 +96,7 @@ pub(crate) async fn apply(shared: &Shared, updates: &[RunUpdate]) -> anyhow::Res
 /// (a trigger acknowledged after the heartbeat was built is not in its list yet).
 pub(crate) async fn reconcile_executor(
     shared: &Shared,
+    app: &str,
     address: &str,
     active: &[i64],
     dispatched_before: Option<Millis>,
@@ -104,7 +105,7 @@ pub(crate) async fn reconcile_executor(
     let active: HashSet<i64> = active.iter().copied().collect();
     let runs = shared
         .store
-        .unfinished_runs_on(&[address.to_owned()])
+        .unfinished_runs_on(&[(app.to_owned(), address.to_owned())])
         .await?;
     let lost: Vec<RunUpdate> = runs
         .into_iter()
@@ -185,8 +186,11 @@ pub(crate) async fn reap_dead_executors(
     if dead.is_empty() {
         return Ok(());
     }
-    let addresses: Vec<String> = dead.iter().map(|e| e.address.clone()).collect();
-    let runs = shared.store.unfinished_runs_on(&addresses).await?;
+    let executors: Vec<(String, String)> = dead
+        .iter()
+        .map(|e| (e.app.clone(), e.address.clone()))
+        .collect();
+    let runs = shared.store.unfinished_runs_on(&executors).await?;
     if !runs.is_empty() {
         let lost: Vec<RunUpdate> = runs
             .iter()
@@ -204,7 +208,10 @@ pub(crate) async fn reap_dead_executors(
     }
     for e in &dead {
         tracing::warn!(app = %e.app, executor = %e.address, "executor is dead; removing it");
-        shared.store.remove_executor(&e.app, &e.address).await?;
+        shared
+            .store
+            .remove_executor(&e.app, &e.address, None)
+            .await?;
     }
     Ok(())
 }

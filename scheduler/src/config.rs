@@ -151,14 +151,17 @@ impl std::fmt::Debug for Config {
     }
 }
 
-/// A database URL without its password (`mysql://rota:***@db/rota`).
+/// A database URL without its password (`mysql://rota:***@db/rota`); one that does not
+/// parse but may hold credentials is not shown at all.
 fn redact_url(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
             let _ = u.set_password(Some("***"));
             u.to_string()
         }
-        _ => url.to_owned(),
+        Ok(_) => url.to_owned(),
+        Err(_) if url.contains('@') => "(an unreadable URL with credentials)".to_owned(),
+        Err(_) => url.to_owned(),
     }
 }
 
@@ -187,5 +190,7 @@ mod tests {
         }
         assert!(shown.contains("mysql://rota:***@db:3306/rota"), "{shown}");
         assert!(shown.contains("api_token: Some(\"***\")"), "{shown}");
+        c.database_url = "mysql://rota:pa ss@@db".into();
+        assert!(!format!("{c:?}").contains("pa ss"));
     }
 }

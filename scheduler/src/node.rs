@@ -597,12 +597,42 @@ impl Node {
         result
     }
 
-    pub async fn executor_registered(&self, reg: &Registration) -> anyhow::Result<()> {
+    /// Whether a registration, heartbeat or goodbye signed at `signed_at` is newer than
+    /// what the executor sent before (to any node). An older one is a captured request
+    /// replayed to another node within the signature window: it must not report a stale
+    /// list of runs, nor remove a live executor.
+    async fn is_newest(&self, app: &str, address: &str, signed_at: Millis) -> anyhow::Result<bool> {
+        let newest = self.shared.store.executor_clock(app, address).await?;
+        let fresh = newest.is_none_or(|newest| signed_at > newest);
+        if !fresh {
+            tracing::warn!(
+                app,
+                executor = address,
+                signed_at,
+                "ignoring a request older than one already accepted from this executor (replayed?)"
+            );
+        }
+        Ok(fresh)
+    }
+
+    pub async fn executor_registered(
+        &self,
+        reg: &Registration,
+        signed_at: Millis,
+    ) -> anyhow::Result<()> {
+        if !self.is_newest(&reg.app, &reg.address, signed_at).await? {
+            return Ok(());
+        }
         let now = now_ms();
         self.upsert_executor(reg, now).await?;
+        self.shared
+            .store
+            .advance_executor_clock(&reg.app, &reg.address, signed_at)
+            .await?;
         // A (re)started executor lists the runs it still has; the others it was given are lost.
         crate::complete::reconcile_executor(
             &self.shared,
+            &reg.app,
             &reg.address,
             &reg.active_runs,
             None,
@@ -612,7 +642,14 @@ impl Node {
         self.refresh_executors().await
     }
 
-    pub async fn executor_heartbeat(&self, reg: &Registration) -> anyhow::Result<()> {
+    pub async fn executor_heartbeat(
+        &self,
+        reg: &Registration,
+        signed_at: Millis,
+    ) -> anyhow::Result<()> {
+        if !self.is_newest(&reg.app, &reg.address, signed_at).await? {
+            return Ok(());
+        }
         let now = now_ms();
         let previous = self
             .shared
@@ -620,12 +657,17 @@ impl Node {
             .executor_heartbeat_at(&reg.app, &reg.address)
             .await?;
         self.upsert_executor(reg, now).await?;
+        self.shared
+            .store
+            .advance_executor_clock(&reg.app, &reg.address, signed_at)
+            .await?;
         // A run dispatched before the previous heartbeat arrived was known to the executor
         // before it built this one (heartbeats go one at a time), so it must be listed.
         // Anything dispatched later may legitimately be missing.
         if let Some(previous) = previous {
             crate::complete::reconcile_executor(
                 &self.shared,
+                &reg.app,
                 &reg.address,
                 &reg.active_runs,
                 Some(previous),
@@ -636,10 +678,16 @@ impl Node {
         Ok(())
     }
 
-    pub async fn executor_deregistered(&self, d: &Deregistration) -> anyhow::Result<()> {
+    /// An executor's goodbye, unless it sent something signed later (a replayed goodbye
+    /// does not remove an executor that registered again).
+    pub async fn executor_deregistered(
+        &self,
+        d: &Deregistration,
+        signed_at: Millis,
+    ) -> anyhow::Result<()> {
         self.shared
             .store
-            .remove_executor(&d.app, &d.address)
+            .remove_executor(&d.app, &d.address, Some(signed_at))
             .await?;
         self.refresh_executors().await
     }
@@ -680,14 +728,18 @@ impl Node {
         Ok(self.shared.client.kill(&app, address, run.id).await?)
     }
 
-    /// The app and address of the executor a run went to.
+    /// The app and address of the executor a run went to: the app its address is registered
+    /// under (whose key it checks), else its job's.
     async fn executor_of<'r>(&self, run: &'r Run) -> Result<(String, &'r str), NodeError> {
         let address = run
             .executor
             .as_deref()
             .ok_or(NodeError::NoExecutor(run.id))?;
-        let job = self.shared.store.get_job(run.job_id).await?;
-        Ok((job.spec.app, address))
+        let app = match self.shared.store.apps_at_address(address).await?.as_slice() {
+            [app] => app.clone(),
+            _ => self.shared.store.get_job(run.job_id).await?.spec.app,
+        };
+        Ok((app, address))
     }
 
     pub async fn read_log(

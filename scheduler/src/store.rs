@@ -1073,18 +1073,63 @@ impl Store {
         })
     }
 
-    /// Removes an executor from the registry; false if it was not registered.
-    pub async fn remove_executor(&self, app: &str, address: &str) -> Result<bool> {
+    /// Removes an executor from the registry; false if it was not registered, or (with
+    /// `signed_before`) if it sent something signed at that time or later.
+    pub async fn remove_executor(
+        &self,
+        app: &str,
+        address: &str,
+        signed_before: Option<Millis>,
+    ) -> Result<bool> {
         on_pool!(self, |pool, Db| {
             let r = sqlx::query(
-                "DELETE FROM executors WHERE address = ? AND app_id = (SELECT id FROM apps WHERE name = ?)",
+                "DELETE FROM executors WHERE address = ? AND app_id = (SELECT id FROM apps WHERE name = ?) \
+                 AND signed_at < ?",
             )
             .bind(address)
             .bind(app)
+            .bind(signed_before.unwrap_or(i64::MAX))
             .execute(pool)
             .await?;
             Ok(r.affected() > 0)
         })
+    }
+
+    /// The signed time of the newest registration or heartbeat accepted from an executor;
+    /// `None` if it is not registered.
+    pub async fn executor_clock(&self, app: &str, address: &str) -> Result<Option<Millis>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_scalar(
+                "SELECT e.signed_at FROM executors e JOIN apps a ON a.id = e.app_id \
+                 WHERE a.name = ? AND e.address = ?",
+            )
+            .bind(app)
+            .bind(address)
+            .fetch_optional(pool)
+            .await?)
+        })
+    }
+
+    /// Moves an executor's clock forward to `signed_at` (never back).
+    pub async fn advance_executor_clock(
+        &self,
+        app: &str,
+        address: &str,
+        signed_at: Millis,
+    ) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            sqlx::query(
+                "UPDATE executors SET signed_at = ? WHERE address = ? \
+                 AND app_id = (SELECT id FROM apps WHERE name = ?) AND signed_at < ?",
+            )
+            .bind(signed_at)
+            .bind(address)
+            .bind(app)
+            .bind(signed_at)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
     }
 
     /// Executors whose last heartbeat is after `alive_after`, of one app or all, sorted by
@@ -1307,21 +1352,49 @@ impl Store {
         })
     }
 
-    /// For each of these tasks that exists: its id, its job and its job's app.
-    pub async fn task_owners(&self, task_ids: &[i64]) -> Result<Vec<(i64, i64, String)>> {
+    /// For each of these tasks that exists: its id, its job, and its job's app (`None` once
+    /// the job is deleted: a forced delete leaves running tasks to finish).
+    pub async fn task_owners(&self, task_ids: &[i64]) -> Result<Vec<(i64, i64, Option<String>)>> {
         let mut owners = Vec::with_capacity(task_ids.len());
         for chunk in task_ids.chunks(CHUNK) {
             on_pool!(self, |pool, Db| {
                 let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT t.id, t.job_id, a.name FROM tasks t JOIN jobs j ON j.id = t.job_id \
-                     JOIN apps a ON a.id = j.app_id WHERE t.id IN ",
+                    "SELECT t.id, t.job_id, a.name FROM tasks t LEFT JOIN jobs j ON j.id = t.job_id \
+                     LEFT JOIN apps a ON a.id = j.app_id WHERE t.id IN ",
                 );
                 push_ids(&mut qb, chunk.iter().copied());
-                let rows: Vec<(i64, i64, String)> = qb.build_query_as().fetch_all(pool).await?;
+                let rows: Vec<(i64, i64, Option<String>)> =
+                    qb.build_query_as().fetch_all(pool).await?;
                 owners.extend(rows);
             });
         }
         Ok(owners)
+    }
+
+    /// The apps an executor address is registered under (one, in practice).
+    pub async fn apps_at_address(&self, address: &str) -> Result<Vec<String>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_scalar(
+                "SELECT a.name FROM executors e JOIN apps a ON a.id = e.app_id WHERE e.address = ?",
+            )
+            .bind(address)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    /// For each of these runs that is recorded: its id and its task.
+    pub async fn run_tasks(&self, run_ids: &[i64]) -> Result<Vec<(i64, i64)>> {
+        let mut found = Vec::with_capacity(run_ids.len());
+        for chunk in run_ids.chunks(CHUNK) {
+            on_pool!(self, |pool, Db| {
+                let mut qb = QueryBuilder::<Db>::new("SELECT id, task_id FROM runs WHERE id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                let rows: Vec<(i64, i64)> = qb.build_query_as().fetch_all(pool).await?;
+                found.extend(rows);
+            });
+        }
+        Ok(found)
     }
 
     // ----- jobs ------------------------------------------------------------------------
@@ -2441,17 +2514,29 @@ impl Store {
     }
 
     /// Runs not yet finished on any of these executors (to mark them lost when they die).
-    pub async fn unfinished_runs_on(&self, addresses: &[String]) -> Result<Vec<Run>> {
-        if addresses.is_empty() {
+    /// The dispatched and running runs of these executors, each `(app, address)`: runs at
+    /// the address of that app's jobs (or of jobs deleted since), so one app's executor can
+    /// never speak for runs another app's executor has at the same address.
+    pub async fn unfinished_runs_on(&self, executors: &[(String, String)]) -> Result<Vec<Run>> {
+        if executors.is_empty() {
             return Ok(Vec::new());
         }
         on_pool!(self, |pool, Db| {
             let mut qb = QueryBuilder::<Db>::new(format!(
-                "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('dispatched', 'running') AND executor IN ("
+                "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('dispatched', 'running') AND ("
             ));
-            let mut sep = qb.separated(", ");
-            for a in addresses {
-                sep.push_bind(a.as_str());
+            for (i, (app, address)) in executors.iter().enumerate() {
+                if i > 0 {
+                    qb.push(" OR ");
+                }
+                qb.push("(executor = ")
+                    .push_bind(address.as_str())
+                    .push(
+                        " AND (job_id IN (SELECT sj.id FROM jobs sj JOIN apps sa ON sa.id = sj.app_id \
+                         WHERE sa.name = ",
+                    )
+                    .push_bind(app.as_str())
+                    .push(") OR job_id NOT IN (SELECT id FROM jobs)))");
             }
             qb.push(")");
             let rows: Vec<RunRow> = qb.build_query_as().fetch_all(pool).await?;

@@ -749,7 +749,7 @@ async fn a_scoped_user_sees_only_their_apps_numbers() {
             running: 0,
             active_runs: Vec::new(),
         };
-        t.node.executor_registered(&reg).await.unwrap();
+        t.node.executor_registered(&reg, now_ms()).await.unwrap();
     }
     let tiles = |body: &str| {
         let count = |href: &str| {

@@ -745,11 +745,17 @@ contract!(
             .record_dispatches(lease, &[dispatched(&t, run1)], NOW)
             .await
             .unwrap();
-        let lost = store
-            .unfinished_runs_on(&["http://127.0.0.1:9999".into()])
-            .await
-            .unwrap();
+        let at = |app: &str| vec![(app.to_owned(), "http://127.0.0.1:9999".to_owned())];
+        let lost = store.unfinished_runs_on(&at("default")).await.unwrap();
         assert_eq!(lost.len(), 1);
+        // Another app's executor at the same address has no say over this run.
+        assert!(
+            store
+                .unfinished_runs_on(&at("hr"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         let applied = store
             .apply_run_updates(&[report(&t, run1, RunStatus::Lost)], NOW, &mut policy)
             .await
@@ -908,13 +914,13 @@ contract!(
         assert_eq!(dead.len(), 3);
         assert!(
             store
-                .remove_executor("default", "http://127.0.0.1:9001")
+                .remove_executor("default", "http://127.0.0.1:9001", None)
                 .await
                 .unwrap()
         );
         assert!(
             !store
-                .remove_executor("default", "http://127.0.0.1:9001")
+                .remove_executor("default", "http://127.0.0.1:9001", None)
                 .await
                 .unwrap()
         );
@@ -1205,8 +1211,8 @@ contract!(
         assert_eq!(
             owners,
             [
-                (shop_task, shop.id, "default".to_owned()),
-                (hr_task, hr.id, "hr".to_owned())
+                (shop_task, shop.id, Some("default".to_owned())),
+                (hr_task, hr.id, Some("hr".to_owned()))
             ]
         );
 

@@ -291,11 +291,13 @@ async fn signed_post<T: serde::Serialize>(
 /// `Some(401 answer)` if the request is not signed with the secret.
 fn rejected(state: &DoubleState, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
     let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // Signed for this executor: its address, then the path.
+    let target = format!("{}{}", state.address.lock().unwrap(), uri.path());
     let result = verify_once(
         &state.replay,
         app_key(&state.app).as_bytes(),
         "POST",
-        uri.path(),
+        &target,
         &rota_proto::Received::from_headers(h),
         body,
         now_ms(),

@@ -13,7 +13,7 @@
 
 use axum::body::Body;
 use axum::extract::{FromRequest, OriginalUri, Request, State};
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use bytes::Bytes;
@@ -49,6 +49,16 @@ pub async fn require_token(
         ));
     };
     let principal = principal_of(&state, token).await?;
+    // A viewer changes nothing, whatever the route: refused here, before any body is read.
+    if principal.role == crate::access::Role::Viewer
+        && !matches!(*req.method(), Method::GET | Method::HEAD)
+    {
+        return Err(ApiError::Forbidden(format!(
+            "`{}` is a viewer: {} needs the operator or admin role",
+            principal.name,
+            req.method()
+        )));
+    }
     req.extensions_mut().insert(principal);
     Ok(next.run(req).await)
 }
@@ -82,6 +92,10 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))
         == 0
 }
+
+/// The sender's clock in a signed request (epoch ms), as verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedAt(pub i64);
 
 /// Who signed a request of the executor protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +197,12 @@ pub async fn require_signature(
         ApiError::Unauthorized(e.to_string())
     })?;
     parts.extensions.insert(signer);
+    // Verified, so it parses.
+    let signed_at = received
+        .timestamp
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_default();
+    parts.extensions.insert(SignedAt(signed_at));
 
     Ok(next
         .run(Request::from_parts(parts, Body::from(bytes)))

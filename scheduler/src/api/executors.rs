@@ -2,6 +2,8 @@
 //! (`/api/executor/v1/*`: register, heartbeat, deregister, callback, plugin download).
 //! `docs/protocol.md` describes the protocol end to end.
 
+use std::collections::HashMap;
+
 use axum::Extension;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -11,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
 
 use super::AppState;
-use super::auth::Signer;
+use super::auth::{SignedAt, Signer};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PathParam, Query};
 use super::openapi::ErrorBody;
@@ -88,11 +90,12 @@ fn registration_ack(state: &AppState) -> Json<RegistrationAck> {
 pub async fn register(
     State(state): State<AppState>,
     Extension(signer): Extension<Signer>,
+    Extension(SignedAt(signed_at)): Extension<SignedAt>,
     Json(reg): Json<Registration>,
 ) -> ApiResult<Json<RegistrationAck>> {
     check_executor(&reg.app, &reg.address)?;
     signer.check_app(&reg.app)?;
-    state.node.executor_registered(&reg).await?;
+    state.node.executor_registered(&reg, signed_at).await?;
     tracing::info!(app = %reg.app, address = %reg.address, capacity = reg.capacity, "executor registered");
     Ok(registration_ack(&state))
 }
@@ -101,11 +104,12 @@ pub async fn register(
 pub async fn heartbeat(
     State(state): State<AppState>,
     Extension(signer): Extension<Signer>,
+    Extension(SignedAt(signed_at)): Extension<SignedAt>,
     Json(reg): Json<Registration>,
 ) -> ApiResult<Json<RegistrationAck>> {
     check_executor(&reg.app, &reg.address)?;
     signer.check_app(&reg.app)?;
-    state.node.executor_heartbeat(&reg).await?;
+    state.node.executor_heartbeat(&reg, signed_at).await?;
     Ok(registration_ack(&state))
 }
 
@@ -117,10 +121,11 @@ pub struct Empty {}
 pub async fn deregister(
     State(state): State<AppState>,
     Extension(signer): Extension<Signer>,
+    Extension(SignedAt(signed_at)): Extension<SignedAt>,
     Json(d): Json<Deregistration>,
 ) -> ApiResult<Json<Empty>> {
     signer.check_app(&d.app)?;
-    state.node.executor_deregistered(&d).await?;
+    state.node.executor_deregistered(&d, signed_at).await?;
     tracing::info!(app = %d.app, address = %d.address, "executor deregistered");
     Ok(Json(Empty {}))
 }
@@ -128,34 +133,47 @@ pub async fn deregister(
 /// `POST /api/executor/v1/callback`: run reports. Answered only once they are committed:
 /// the executor keeps a batch until it gets a 2xx, so nothing acknowledged is lost.
 ///
-/// Every report must be of a task of the signer's app (a 403 for the whole batch
-/// otherwise); reports of tasks that no longer exist (purged) are dropped.
+/// Only reports about the signer's app are applied: a report's task must be of a job of
+/// that app (or of a job deleted since), with the job it names, and a recorded run must be
+/// of that task. Others are dropped and logged, not refused: one stray report (of a job
+/// moved to another app meanwhile, say) must not hold up the executor's later ones.
 pub async fn callback(
     State(state): State<AppState>,
     Extension(signer): Extension<Signer>,
     Json(batch): Json<CallbackBatch>,
 ) -> ApiResult<Json<CallbackAck>> {
     let app = signer.app()?;
+    let store = state.node.store();
     let task_ids: Vec<i64> = batch.reports.iter().map(|r| r.task_id).collect();
-    let owners: std::collections::HashMap<i64, (i64, String)> = state
-        .node
-        .store()
+    let owners: HashMap<i64, (i64, Option<String>)> = store
         .task_owners(&task_ids)
         .await?
         .into_iter()
         .map(|(task, job, app)| (task, (job, app)))
         .collect();
+    let run_ids: Vec<i64> = batch.reports.iter().map(|r| r.run_id).collect();
+    let run_tasks: HashMap<i64, i64> = store.run_tasks(&run_ids).await?.into_iter().collect();
     let mut reports = Vec::with_capacity(batch.reports.len());
     for report in batch.reports.iter() {
+        let run_fits = run_tasks
+            .get(&report.run_id)
+            .is_none_or(|task| *task == report.task_id);
         match owners.get(&report.task_id) {
-            Some((job, owner)) if owner == app && *job == report.job_id => {
+            Some((job, owner))
+                if *job == report.job_id
+                    && run_fits
+                    && owner.as_deref().is_none_or(|owner| owner == app) =>
+            {
                 reports.push(report.clone());
             }
             Some(_) => {
-                return Err(ApiError::Forbidden(format!(
-                    "run {} (task {}, job {}) is not of app `{app}`, whose key signed this callback",
-                    report.run_id, report.task_id, report.job_id
-                )));
+                tracing::warn!(
+                    app,
+                    run.id = report.run_id,
+                    task.id = report.task_id,
+                    job.id = report.job_id,
+                    "dropping a report that is not of the signing executor's app"
+                );
             }
             None => {
                 tracing::info!(
