@@ -624,11 +624,7 @@ impl Node {
             return Ok(());
         }
         let now = now_ms();
-        self.upsert_executor(reg, now).await?;
-        self.shared
-            .store
-            .advance_executor_clock(&reg.app, &reg.address, signed_at)
-            .await?;
+        self.upsert_executor(reg, now, signed_at).await?;
         // A (re)started executor lists the runs it still has; the others it was given are lost.
         crate::complete::reconcile_executor(
             &self.shared,
@@ -656,11 +652,7 @@ impl Node {
             .store
             .executor_heartbeat_at(&reg.app, &reg.address)
             .await?;
-        self.upsert_executor(reg, now).await?;
-        self.shared
-            .store
-            .advance_executor_clock(&reg.app, &reg.address, signed_at)
-            .await?;
+        self.upsert_executor(reg, now, signed_at).await?;
         // A run dispatched before the previous heartbeat arrived was known to the executor
         // before it built this one (heartbeats go one at a time), so it must be listed.
         // Anything dispatched later may legitimately be missing.
@@ -692,7 +684,13 @@ impl Node {
         self.refresh_executors().await
     }
 
-    async fn upsert_executor(&self, reg: &Registration, now: Millis) -> anyhow::Result<()> {
+    /// Records a registration or heartbeat, and moves the executor's clock to its signed time.
+    async fn upsert_executor(
+        &self,
+        reg: &Registration,
+        now: Millis,
+        signed_at: Millis,
+    ) -> anyhow::Result<()> {
         let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
         self.shared
             .store
@@ -703,6 +701,10 @@ impl Node {
                 clamp(reg.running),
                 now,
             )
+            .await?;
+        self.shared
+            .store
+            .advance_executor_clock(&reg.app, &reg.address, signed_at)
             .await?;
         Ok(())
     }

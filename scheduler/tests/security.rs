@@ -538,6 +538,21 @@ async fn child_jobs_must_be_the_users_to_change() {
     t.stop().await;
 }
 
+/// A POST from an executor of app `default`, with exactly these signing headers.
+fn as_default_executor(
+    path: &str,
+    signed: &rota_proto::SignedHeaders,
+    body: Vec<u8>,
+) -> Request<Body> {
+    let mut req = Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(rota_proto::HEADER_APP, "default");
+    for (name, value) in signed.pairs() {
+        req = req.header(name, value);
+    }
+    req.body(Body::from(body)).unwrap()
+}
+
 /// A signed request replayed inside the window, replayed after it, or with one byte
 /// changed is refused by the scheduler.
 #[tokio::test]
@@ -549,18 +564,10 @@ async fn replayed_late_or_altered_executor_requests_are_refused() {
         .into_bytes();
     let path = rota_proto::wire::PATH_HEARTBEAT;
     let send = |signed: rota_proto::SignedHeaders, body: Vec<u8>| {
-        let mut req = Request::post(path)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(rota_proto::HEADER_APP, "default");
-        for (name, value) in signed.pairs() {
-            req = req.header(name, value);
-        }
+        let req = as_default_executor(path, &signed, body);
         let app = t.app.clone();
         async move {
-            let res = app
-                .oneshot(req.body(Body::from(body)).unwrap())
-                .await
-                .unwrap();
+            let res = app.oneshot(req).await.unwrap();
             let status = res.status();
             let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
                 .await
@@ -605,18 +612,10 @@ async fn an_executors_older_requests_are_ignored() {
     let send = |path: &'static str, at: i64, body: Value| {
         let body = body.to_string().into_bytes();
         let signed = rota_proto::sign_now(key.as_bytes(), "POST", path, at, &body);
-        let mut req = Request::post(path)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(rota_proto::HEADER_APP, "default");
-        for (name, value) in signed.pairs() {
-            req = req.header(name, value);
-        }
+        let req = as_default_executor(path, &signed, body);
         let app = t.app.clone();
         async move {
-            let res = app
-                .oneshot(req.body(Body::from(body)).unwrap())
-                .await
-                .unwrap();
+            let res = app.oneshot(req).await.unwrap();
             assert_eq!(res.status(), StatusCode::OK);
         }
     };
