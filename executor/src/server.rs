@@ -39,6 +39,8 @@ const KILL_WAIT: Duration = Duration::from_secs(2);
 pub enum ApiError {
     Unauthorized(String),
     BadRequest(String),
+    /// Too busy to check the request; the sender may retry, here or elsewhere.
+    Unavailable(String),
     TooLarge,
     NotFound,
     MethodNotAllowed,
@@ -50,6 +52,7 @@ impl IntoResponse for ApiError {
         let (status, error) = match self {
             Self::Unauthorized(e) => (StatusCode::UNAUTHORIZED, e),
             Self::BadRequest(e) => (StatusCode::BAD_REQUEST, e),
+            Self::Unavailable(e) => (StatusCode::SERVICE_UNAVAILABLE, e),
             Self::TooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
@@ -122,6 +125,9 @@ async fn authenticate(State(node): State<Arc<Node>>, request: Request, next: Nex
         now_ms(),
     ) {
         tracing::debug!(error = %e, path = target, "refused an unsigned or badly signed request");
+        if e.is_overload() {
+            return ApiError::Unavailable(e.to_string()).into_response();
+        }
         return ApiError::Unauthorized(e.to_string()).into_response();
     }
     next.run(Request::from_parts(parts, Body::from(body))).await

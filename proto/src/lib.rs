@@ -24,9 +24,9 @@ pub mod sign;
 pub mod wire;
 
 pub use sign::{
-    HEADER_APP, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP, MAX_SKEW_MS, Received,
-    ReplayGuard, Secret, SignatureError, SignedHeaders, app_secret, sign, sign_now, verify,
-    verify_once,
+    HEADER_APP, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP, MAX_NONCES, MAX_SKEW_MS,
+    Received, ReplayGuard, Secret, SignatureError, SignedHeaders, app_secret, sign, sign_now,
+    verify, verify_once,
 };
 pub use wire::{
     BeatAck, BlockStrategy, CallbackAck, CallbackBatch, Deregistration, ErrorBody, IdleBeatAck,

@@ -114,6 +114,18 @@ pub enum SignatureError {
     Mismatch,
     #[error("request replayed: its nonce was used already")]
     Replayed,
+    #[error(
+        "too many signed requests lately ({0} remembered to refuse their replays); try again shortly"
+    )]
+    Overloaded(usize),
+}
+
+impl SignatureError {
+    /// The receiver is too busy to check this request; nothing is wrong with it, and the
+    /// sender may retry (a 503 rather than a 401).
+    pub fn is_overload(&self) -> bool {
+        matches!(self, SignatureError::Overloaded(_))
+    }
 }
 
 /// The signing headers of one request, as sent.
@@ -261,12 +273,20 @@ fn parse_nonce(nonce: &str) -> Option<u128> {
 /// in two generations of `2 × max_skew` each, and a nonce is forgotten only when its
 /// generation is dropped, at least `2 × max_skew` after it was recorded: by then the
 /// request it came with is refused for its timestamp. Memory is bounded by the request
-/// rate: 16 bytes (plus the set's overhead) per request over `4 × max_skew`.
+/// rate: 16 bytes (plus the set's overhead) per request over `4 × max_skew`, and capped at
+/// [`MAX_NONCES`] remembered ones: beyond it requests are refused as
+/// [`SignatureError::Overloaded`] until the older generation is dropped, so a sender with a
+/// key cannot exhaust the receiver's memory.
 #[derive(Debug)]
 pub struct ReplayGuard {
     span_ms: i64,
+    max_nonces: usize,
     inner: Mutex<Generations>,
 }
+
+/// Most nonces a [`ReplayGuard`] remembers (about 70 MB): 4,000 signed requests a second,
+/// sustained over the four minutes a nonce may be kept, fit.
+pub const MAX_NONCES: usize = 2_000_000;
 
 #[derive(Debug, Default)]
 struct Generations {
@@ -277,8 +297,14 @@ struct Generations {
 
 impl ReplayGuard {
     pub fn new(max_skew_ms: i64) -> Self {
+        Self::with_cap(max_skew_ms, MAX_NONCES)
+    }
+
+    /// A guard that remembers at most `max_nonces` nonces.
+    pub fn with_cap(max_skew_ms: i64, max_nonces: usize) -> Self {
         ReplayGuard {
             span_ms: max_skew_ms.max(1).saturating_mul(2),
+            max_nonces,
             inner: Mutex::new(Generations::default()),
         }
     }
@@ -299,9 +325,14 @@ impl ReplayGuard {
             };
             g.started_at_ms = now_ms;
         }
-        if g.previous.contains(&nonce) || !g.current.insert(nonce) {
+        if g.previous.contains(&nonce) || g.current.contains(&nonce) {
             return Err(SignatureError::Replayed);
         }
+        let remembered = g.current.len() + g.previous.len();
+        if remembered >= self.max_nonces {
+            return Err(SignatureError::Overloaded(remembered));
+        }
+        g.current.insert(nonce);
         Ok(())
     }
 
@@ -684,6 +715,23 @@ mod tests {
             guard.check("nope", NOW),
             Err(SignatureError::MalformedNonce)
         );
+    }
+
+    #[test]
+    fn the_guard_is_capped_and_frees_up_with_time() {
+        let guard = ReplayGuard::with_cap(MAX_SKEW_MS, 2);
+        let nonce = |i: u8| format!("{i:032x}");
+        assert_eq!(guard.check(&nonce(1), NOW), Ok(()));
+        assert_eq!(guard.check(&nonce(2), NOW), Ok(()));
+        let full = guard.check(&nonce(3), NOW).unwrap_err();
+        assert!(
+            full.is_overload() && full.to_string().contains("try again"),
+            "{full}"
+        );
+        // A replay is still a replay, not an overload.
+        assert_eq!(guard.check(&nonce(1), NOW), Err(SignatureError::Replayed));
+        // Once both generations have been dropped, there is room again.
+        assert_eq!(guard.check(&nonce(3), NOW + 4 * MAX_SKEW_MS), Ok(()));
     }
 
     #[test]

@@ -194,7 +194,11 @@ pub async fn require_signature(
     )
     .map_err(|e| {
         tracing::debug!(error = %e, path = target, signer = ?signer, "refused a signed request");
-        ApiError::Unauthorized(e.to_string())
+        if e.is_overload() {
+            ApiError::Unavailable(e.to_string())
+        } else {
+            ApiError::Unauthorized(e.to_string())
+        }
     })?;
     parts.extensions.insert(signer);
     // Verified, so it parses.
