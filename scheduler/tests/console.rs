@@ -108,8 +108,9 @@ impl TestApp {
         }
     }
 
+    /// A browser's GET (it asks for HTML).
     async fn get(&self, path: &str, cookie: Option<&str>) -> Answer {
-        let mut req = Request::get(path);
+        let mut req = Request::get(path).header(header::ACCEPT, "text/html,*/*;q=0.8");
         if let Some(c) = cookie {
             req = req.header(header::COOKIE, c);
         }
@@ -265,6 +266,13 @@ async fn every_console_route_needs_a_login() {
             if *method == Method::GET {
                 assert_eq!(res.status, StatusCode::SEE_OTHER, "GET {path}");
                 assert_eq!(res.location(), "/login", "GET {path}");
+                // Not a browser (a script, the log tail's fetch): a plain 401.
+                let mut req = Request::get(&path);
+                if let Some(c) = cookie {
+                    req = req.header(header::COOKIE, c);
+                }
+                let res = t.send(req.body(Body::empty()).unwrap()).await;
+                assert_eq!(res.status, StatusCode::UNAUTHORIZED, "GET {path}");
             } else {
                 assert_eq!(res.status, StatusCode::FORBIDDEN, "{method} {path}");
             }

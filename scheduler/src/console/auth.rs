@@ -175,14 +175,27 @@ pub fn client_ip(req: &Request) -> Option<IpAddr> {
         .map(|c| c.0.0.ip())
 }
 
-/// Guards every console page and action: without a live session a page redirects to the
-/// login form and an action is refused; a POST must carry the session's CSRF token (form
-/// field `csrf` or header `x-csrf-token`), or it is a 403.
+/// Guards every console page and action. Without a live session a browser asking for a
+/// page (`Accept: text/html`) is sent to the login form; any other read is a 401 (a script,
+/// the log tail's `fetch`), and an action a 403. A POST must carry the session's CSRF token
+/// (form field `csrf` or header `x-csrf-token`), or it is a 403.
 pub async fn require_session(State(console): State<Console>, req: Request, next: Next) -> Response {
     let reading = matches!(*req.method(), Method::GET | Method::HEAD);
+    let browsing = reading
+        && req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|a| a.to_str().ok())
+            .is_some_and(|a| a.contains("text/html"));
     let refuse = |reading: bool| -> Response {
-        if reading {
+        if browsing {
             Redirect::to("/login").into_response()
+        } else if reading {
+            (
+                StatusCode::UNAUTHORIZED,
+                "sign in first (POST /login), or call /api/v1 with an API token",
+            )
+                .into_response()
         } else {
             (StatusCode::FORBIDDEN, "sign in first").into_response()
         }
