@@ -247,6 +247,11 @@ impl Executor {
         format!("{}{path}", self.url)
     }
 
+    /// Signs a POST of `body` to `path` here with the test secret, as sent at `at`.
+    fn sign(&self, path: &str, at: i64, body: &[u8]) -> rota_proto::SignedHeaders {
+        rota_proto::sign_now(SECRET, "POST", &self.target(path), at, body)
+    }
+
     /// POSTs `body` with exactly these signing headers.
     async fn call_with(
         &self,
@@ -484,13 +489,7 @@ async fn unsigned_requests_are_refused() {
         assert!(error["error"].as_str().unwrap().contains("sign"), "{error}");
     }
     // A signature for another body does not carry over.
-    let signed = rota_proto::sign_now(
-        SECRET,
-        "POST",
-        &executor.target(PATH_TRIGGER),
-        now_ms(),
-        b"{\"triggers\":[]}",
-    );
+    let signed = executor.sign(PATH_TRIGGER, now_ms(), b"{\"triggers\":[]}");
     let response = executor.call_with(PATH_TRIGGER, body, &signed).await;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     // Nothing ran, nothing was fetched.
@@ -519,13 +518,7 @@ async fn replayed_late_or_altered_requests_are_refused() {
         body["error"].as_str().unwrap().to_owned()
     };
 
-    let signed = rota_proto::sign_now(
-        SECRET,
-        "POST",
-        &executor.target(PATH_IDLE_BEAT),
-        now_ms(),
-        &body,
-    );
+    let signed = executor.sign(PATH_IDLE_BEAT, now_ms(), &body);
     let first = executor
         .call_with(PATH_IDLE_BEAT, body.clone(), &signed)
         .await;
@@ -537,13 +530,7 @@ async fn replayed_late_or_altered_requests_are_refused() {
 
     // Signed properly, but a little over the window ago.
     let late = now_ms() - rota_proto::MAX_SKEW_MS - 1_000;
-    let stale = rota_proto::sign_now(
-        SECRET,
-        "POST",
-        &executor.target(PATH_IDLE_BEAT),
-        late,
-        &body,
-    );
+    let stale = executor.sign(PATH_IDLE_BEAT, late, &body);
     let response = executor
         .call_with(PATH_IDLE_BEAT, body.clone(), &stale)
         .await;
@@ -551,13 +538,7 @@ async fn replayed_late_or_altered_requests_are_refused() {
 
     // Every byte of the body changed in turn, each under a fresh valid nonce and time.
     for i in 0..body.len() {
-        let signed = rota_proto::sign_now(
-            SECRET,
-            "POST",
-            &executor.target(PATH_IDLE_BEAT),
-            now_ms(),
-            &body,
-        );
+        let signed = executor.sign(PATH_IDLE_BEAT, now_ms(), &body);
         let mut altered = body.clone();
         altered[i] ^= 0x01;
         let response = executor.call_with(PATH_IDLE_BEAT, altered, &signed).await;
@@ -577,13 +558,7 @@ async fn replayed_late_or_altered_requests_are_refused() {
     assert!(error(response).await.contains("does not match"));
     // The untouched original with those headers still goes through: nothing was recorded
     // for the refused copies.
-    let signed = rota_proto::sign_now(
-        SECRET,
-        "POST",
-        &executor.target(PATH_IDLE_BEAT),
-        now_ms(),
-        &body,
-    );
+    let signed = executor.sign(PATH_IDLE_BEAT, now_ms(), &body);
     let response = executor
         .call_with(PATH_IDLE_BEAT, body.clone(), &signed)
         .await;

@@ -354,6 +354,22 @@ mod tests {
             .join(name)
     }
 
+    /// Whether `check` holds within 5 s, asking every 20 ms.
+    async fn eventually<F, Fut>(check: F) -> bool
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline {
+            if check().await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
     /// An HTTPS server and a client that trusts the test CA; one that does not is refused.
     #[tokio::test]
     async fn serves_https_to_clients_that_trust_its_ca() {
@@ -385,15 +401,14 @@ mod tests {
         for _ in 0..MAX_HANDSHAKES_PER_IP {
             idle.push(TcpStream::connect(addr).await.unwrap());
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
         // Fresh clients: the first one keeps its connection, which is past its handshake.
         let fresh = || trusting.client().build().unwrap();
-        assert!(
-            fresh().get(&url).send().await.is_err(),
-            "over the per-address cap"
-        );
+        // The server takes the idle connections in as they come; wait until it has.
+        let refused = eventually(|| async { fresh().get(&url).send().await.is_err() }).await;
+        assert!(refused, "over the per-address cap");
         drop(idle);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let served = eventually(|| async { fresh().get(&url).send().await.is_ok() }).await;
+        assert!(served, "served again once the idle connections are gone");
         let body = fresh()
             .get(&url)
             .send()

@@ -499,45 +499,33 @@ async fn child_jobs_must_be_the_users_to_change() {
         assert_eq!(job.status, StatusCode::CREATED, "{}", job.body);
     }
     let operator = t.token_of("olga", "operator").await;
-    let as_operator = |child: &str| {
+    let as_operator = |method: Method, path: &'static str, body: Value| {
+        let body = body.to_string().into_bytes();
+        t.request(
+            As::Bearer(&operator),
+            method,
+            path,
+            Some("application/json"),
+            body,
+        )
+    };
+    let parent_of = |child: &str| {
         json!({"name": format!("parent-of-{child}"), "app": "default", "plugin": "echo",
                "schedule": {"kind": "none"}, "child_jobs": [child]})
-        .to_string()
-        .into_bytes()
     };
-    let json = Some("application/json");
-    let res = t
-        .request(
-            As::Bearer(&operator),
-            Method::POST,
-            "/api/v1/jobs",
-            json,
-            as_operator("billing-job"),
-        )
-        .await;
+    let res = as_operator(Method::POST, "/api/v1/jobs", parent_of("billing-job")).await;
     assert_eq!(res.status, StatusCode::NOT_FOUND, "{}", res.body);
     assert!(res.error().contains("billing-job"));
     // Its own app's job is fine.
-    let res = t
-        .request(
-            As::Bearer(&operator),
-            Method::POST,
-            "/api/v1/jobs",
-            json,
-            as_operator("shop-job"),
-        )
-        .await;
+    let res = as_operator(Method::POST, "/api/v1/jobs", parent_of("shop-job")).await;
     assert_eq!(res.status, StatusCode::CREATED, "{}", res.body);
     // Nor through an update.
-    let res = t
-        .request(
-            As::Bearer(&operator),
-            Method::PATCH,
-            "/api/v1/jobs/parent-of-shop-job",
-            json,
-            br#"{"child_jobs": ["billing-job"]}"#.to_vec(),
-        )
-        .await;
+    let res = as_operator(
+        Method::PATCH,
+        "/api/v1/jobs/parent-of-shop-job",
+        json!({"child_jobs": ["billing-job"]}),
+    )
+    .await;
     assert_eq!(res.status, StatusCode::NOT_FOUND, "{}", res.body);
     t.stop().await;
 }

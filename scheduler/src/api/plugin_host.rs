@@ -140,7 +140,8 @@ pub struct SecretValue {
     pub value: String,
 }
 
-/// `/api/v1/apps/{app}/secrets/{name}`'s two path parameters.
+/// `/api/v1/apps/{app}/secrets/{name}`'s two path parameters, checked: an app name and a
+/// secret name.
 pub struct SecretPath {
     app: String,
     name: String,
@@ -162,7 +163,8 @@ impl<S: Send + Sync> FromRequestParts<S> for SecretPath {
         };
         let (app, name) = (get("app")?, get("name")?);
         super::validate::app("app", &app)?;
-        super::validate::name("name", &name)?;
+        secrets::check_name(&name)
+            .map_err(|e| ApiError::Unprocessable(format!("secret name `{name}` {e}")))?;
         Ok(SecretPath { app, name })
     }
 }
@@ -240,8 +242,6 @@ pub async fn set(
     Json(body): Json<SecretValue>,
 ) -> ApiResult<Json<SecretView>> {
     who.check_app(&app)?;
-    secrets::check_name(&name)
-        .map_err(|e| ApiError::Unprocessable(format!("secret name `{name}` {e}")))?;
     if body.value.len() > secrets::VALUE_MAX {
         return Err(ApiError::PayloadTooLarge(format!(
             "a secret may be at most {} bytes, not {}",
@@ -255,9 +255,8 @@ pub async fn set(
         .seal(&app, &name, body.value.as_bytes());
     let store = state.node.store();
     store.set_secret(&app, &name, &sealed, now_ms()).await?;
-    store
-        .record_audit(&who.name, "secret.set", &format!("{app}/{name}"), now_ms())
-        .await?;
+    let target = format!("{app}/{name}");
+    state.node.audit(&who.name, "set secret", &target).await;
     tracing::info!(app = %app, secret = %name, by = %who.name, "secret set");
     Ok(Json(view(&state, &app, &name).await?))
 }
@@ -289,14 +288,8 @@ pub async fn delete(
             "secret `{name}` of app `{app}` not found"
         )));
     }
-    store
-        .record_audit(
-            &who.name,
-            "secret.delete",
-            &format!("{app}/{name}"),
-            now_ms(),
-        )
-        .await?;
+    let target = format!("{app}/{name}");
+    state.node.audit(&who.name, "delete secret", &target).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
