@@ -327,6 +327,15 @@ impl Node {
         u32::try_from(self.registry().running()).unwrap_or(u32::MAX)
     }
 
+    /// Triggers this node would take now: none while it drains.
+    pub(crate) fn room(&self) -> usize {
+        if self.draining.load(Ordering::SeqCst) {
+            0
+        } else {
+            self.registry().room()
+        }
+    }
+
     pub(crate) fn capacity(&self) -> u32 {
         u32::try_from(self.config.capacity).unwrap_or(u32::MAX)
     }

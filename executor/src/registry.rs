@@ -234,6 +234,11 @@ impl Registry {
         self.running
     }
 
+    /// How many more runs would be admitted now (queued + running below the limit).
+    pub fn room(&self) -> usize {
+        self.limit.saturating_sub(self.active.len())
+    }
+
     /// Ids of the runs queued or running.
     pub fn active_ids(&self) -> Vec<i64> {
         self.active.keys().copied().collect()
@@ -364,13 +369,17 @@ mod tests {
     #[test]
     fn full_beyond_the_limit() {
         let mut reg = Registry::new(2);
+        assert_eq!(reg.room(), 2);
         reg.admit(&trigger(1, 1, 1)).unwrap();
+        assert_eq!(reg.room(), 1);
         reg.admit(&trigger(2, 1, 2)).unwrap();
+        assert_eq!(reg.room(), 0);
         assert_eq!(
             reg.admit(&trigger(3, 1, 3)).unwrap_err(),
             TriggerOutcome::Full
         );
         reg.finish(1, Some(RunStatus::Failed), Instant::now());
+        assert_eq!(reg.room(), 1);
         assert!(reg.admit(&trigger(3, 1, 3)).is_ok());
     }
 

@@ -142,7 +142,11 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 async fn trigger(State(node): State<Arc<Node>>, body: Bytes) -> ApiResult<TriggerBatchAck> {
     let batch: TriggerBatch = parse(&body)?;
     let acks = node.accept_all(batch.triggers, batch.not_after).await;
-    Ok(axum::Json(TriggerBatchAck { acks }))
+    let room = u32::try_from(node.room()).unwrap_or(u32::MAX);
+    Ok(axum::Json(TriggerBatchAck {
+        acks,
+        room: Some(room),
+    }))
 }
 
 /// `POST /kill`: stops a queued or running run and waits (briefly) until it has.

@@ -291,6 +291,19 @@ fn there_is_no_file_system() {
 }
 
 #[test]
+fn there_are_no_sockets() {
+    let rt = runtime();
+    let (outcome, lines) = run(&rt, &common::socket_user(), Run::default());
+    assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
+    // Eight accepts, a send and a receive: every one refused with an errno.
+    assert_eq!(lines.len(), 10, "{lines:?}");
+    for errno in &lines {
+        let errno: u32 = errno.parse().unwrap();
+        assert_ne!(errno, 0, "a socket call succeeded: {lines:?}");
+    }
+}
+
+#[test]
 fn exit_status_and_traps_fail_the_run() {
     let rt = runtime();
     let (outcome, lines) = run(&rt, &common::exit3(), Run::default());

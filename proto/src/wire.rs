@@ -206,6 +206,11 @@ pub struct TriggerBatch {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TriggerBatchAck {
     pub acks: Vec<TriggerAck>,
+    /// How many more triggers the executor could take right after this batch. The sender
+    /// sizes its next request to it, so a burst larger than the executor's queue is held
+    /// by the scheduler instead of being sent, parsed and refused. Absent: not said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<u32>,
 }
 
 /// Start one run: one attempt of one task, on one shard.
@@ -610,6 +615,11 @@ mod tests {
                     },
                 },
             ],
+            room: None,
+        });
+        round_trip(TriggerBatchAck {
+            acks: Vec::new(),
+            room: Some(7),
         });
         round_trip(KillRequest { run_id: 1 });
         round_trip(KillAck {

@@ -174,6 +174,23 @@ impl Db {
     }
 
     /// The runs of `job_id`: (first start ms, last start ms, runs, runs started before due).
+    /// Whether any task of the job is still to finish (pending, claimed or running). A
+    /// range read of the status index that stops at the first row: polling it costs the
+    /// database next to nothing, unlike counting the finished ones (13 ms at 100,000 rows,
+    /// ten times a second, taken from the system under test).
+    async fn any_unfinished(&self, job_id: i64) -> bool {
+        const MY: &str = "SELECT EXISTS(SELECT 1 FROM tasks FORCE INDEX (ix_tasks_due) \
+             WHERE status IN ('pending', 'claimed', 'running') AND job_id = ?)";
+        const LITE: &str = "SELECT EXISTS(SELECT 1 FROM tasks INDEXED BY ix_tasks_due \
+             WHERE status IN ('pending', 'claimed', 'running') AND job_id = ?)";
+        let found: i64 = match self {
+            Db::My(p) => sqlx::query_scalar(MY).bind(job_id).fetch_one(p).await,
+            Db::Lite(p) => sqlx::query_scalar(LITE).bind(job_id).fetch_one(p).await,
+        }
+        .expect("looking for unfinished tasks");
+        found != 0
+    }
+
     async fn run_starts(&self, job_id: i64) -> (i64, i64, i64, i64) {
         const SQL: &str = "SELECT MIN(started_at), MAX(started_at), COUNT(*), \
              COUNT(CASE WHEN started_at < scheduled_at THEN 1 END) FROM runs WHERE job_id = ?";
@@ -531,17 +548,20 @@ async fn fire() {
     let mut polls = 0i64;
     let deadline = Instant::now() + Duration::from_millis(lead_ms as u64 + 120_000 + total / 200);
     let done_at = loop {
-        let n = db.count_tasks(bed.job_id, Some("succeeded")).await;
+        let unfinished = db.any_unfinished(bed.job_id).await;
         polls += 1;
-        if n >= total as i64 {
+        if !unfinished {
             break now_ms();
         }
         assert!(
             Instant::now() < deadline,
-            "timed out: {n} of {total} tasks succeeded"
+            "timed out: tasks still unfinished"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let succeeded = db.count_tasks(bed.job_id, Some("succeeded")).await;
+    polls += 1;
+    assert_eq!(succeeded, total as i64, "every task succeeded");
     // Let the dispatch recorder and late callbacks land before reading the counters.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = db.status().await;
@@ -706,17 +726,16 @@ async fn lateness() {
         backend.name
     );
     let deadline = Instant::now() + Duration::from_secs(seconds + 120);
-    loop {
-        let n = db.count_tasks(bed.job_id, Some("succeeded")).await;
-        if n > total as i64 {
-            break;
-        }
+    while db.any_unfinished(bed.job_id).await {
         assert!(
             Instant::now() < deadline,
-            "timed out: {n} of {total} succeeded"
+            "timed out: tasks still unfinished"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Every task and the warm-up one.
+    let succeeded = db.count_tasks(bed.job_id, Some("succeeded")).await;
+    assert_eq!(succeeded, total as i64 + 1, "every task succeeded");
     let late = db.lateness_ms(bed.job_id, start).await;
     assert_eq!(late.len() as u64, total, "one started run per task");
     let pct = |p: f64| late[((late.len() - 1) as f64 * p).round() as usize];

@@ -98,6 +98,7 @@ impl ExecutorClient {
         address: &str,
         path: &str,
         body: &Req,
+        size_hint: usize,
     ) -> Result<Resp, ClientError> {
         let url = format!("{}{}", address.trim_end_matches('/'), path);
         let signed_path = reqwest::Url::parse(&url)
@@ -109,10 +110,14 @@ impl ExecutorClient {
                 address: address.into(),
                 reason: format!("bad address: {e}"),
             })?;
-        let body = serde_json::to_vec(body).map_err(|e| ClientError::BadAnswer {
+        // Sized ahead: a trigger batch runs to hundreds of KiB, and growing the buffer by
+        // doubling copied it over and over on the fire path.
+        let mut buf = Vec::with_capacity(size_hint);
+        serde_json::to_writer(&mut buf, body).map_err(|e| ClientError::BadAnswer {
             address: address.into(),
             reason: e.to_string(),
         })?;
+        let body = buf;
         // To an executor, the signature covers its address too (`docs/protocol.md`): a
         // request for one executor is refused by every other.
         let (key, signed_target) = match to {
@@ -159,7 +164,14 @@ impl ExecutorClient {
         address: &str,
         batch: &TriggerBatch,
     ) -> Result<TriggerBatchAck, ClientError> {
-        self.post(To::App(app), address, PATH_TRIGGER, batch).await
+        // About 400 bytes of JSON per trigger besides its input.
+        let hint = batch
+            .triggers
+            .iter()
+            .map(|t| 512 + t.input.len() + t.params.as_ref().map_or(0, String::len))
+            .sum();
+        self.post(To::App(app), address, PATH_TRIGGER, batch, hint)
+            .await
     }
 
     pub async fn kill(
@@ -168,8 +180,14 @@ impl ExecutorClient {
         address: &str,
         run_id: i64,
     ) -> Result<KillAck, ClientError> {
-        self.post(To::App(app), address, PATH_KILL, &KillRequest { run_id })
-            .await
+        self.post(
+            To::App(app),
+            address,
+            PATH_KILL,
+            &KillRequest { run_id },
+            256,
+        )
+        .await
     }
 
     pub async fn log(
@@ -178,12 +196,18 @@ impl ExecutorClient {
         address: &str,
         req: &LogRequest,
     ) -> Result<LogPage, ClientError> {
-        self.post(To::App(app), address, PATH_LOG, req).await
+        self.post(To::App(app), address, PATH_LOG, req, 256).await
     }
 
     pub async fn beat(&self, app: &str, address: &str) -> Result<BeatAck, ClientError> {
-        self.post(To::App(app), address, PATH_BEAT, &serde_json::json!({}))
-            .await
+        self.post(
+            To::App(app),
+            address,
+            PATH_BEAT,
+            &serde_json::json!({}),
+            256,
+        )
+        .await
     }
 
     pub async fn idle_beat(
@@ -197,6 +221,7 @@ impl ExecutorClient {
             address,
             PATH_IDLE_BEAT,
             &IdleBeatRequest { job_id },
+            256,
         )
         .await
     }
@@ -207,8 +232,14 @@ impl ExecutorClient {
         address: &str,
         req: &crate::api::peers::PeerCancel,
     ) -> Result<crate::api::peers::PeerCancelAck, ClientError> {
-        self.post(To::Peer, address, crate::api::peers::PATH_PEER_CANCEL, req)
-            .await
+        self.post(
+            To::Peer,
+            address,
+            crate::api::peers::PATH_PEER_CANCEL,
+            req,
+            256,
+        )
+        .await
     }
 
     pub async fn runs_known(
@@ -217,6 +248,7 @@ impl ExecutorClient {
         address: &str,
         req: &RunsKnownRequest,
     ) -> Result<RunsKnownAck, ClientError> {
-        self.post(To::App(app), address, PATH_RUNS_KNOWN, req).await
+        self.post(To::App(app), address, PATH_RUNS_KNOWN, req, 256)
+            .await
     }
 }

@@ -20,9 +20,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use rota_proto::{PluginRef, RunsKnownRequest, TaskAttempt, Trigger, TriggerBatch, TriggerOutcome};
+use rota_proto::{
+    PluginRef, RunsKnownRequest, TaskAttempt, Trigger, TriggerBatch, TriggerBatchAck,
+    TriggerOutcome,
+};
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::client::ClientError;
 use crate::model::*;
 use crate::node::{JobEntry, Shared};
 use crate::route::Route;
@@ -33,8 +37,18 @@ const MAX_PER_REQUEST: usize = 1_000;
 /// How often held fires look again while this node's lease is unconfirmed.
 const LEASE_RETRY_MS: i64 = 50;
 
-/// How long a trigger waits in the wheel when every executor of its app is full.
+/// Longest a round keeps feeding one executor before what is left goes back to the wheel.
 const FULL_RETRY_MS: i64 = 200;
+
+/// How long triggers that found every executor of their app full wait in the wheel
+/// (where a cancel still finds them) before they are sent again: far shorter than an
+/// executor's full queue takes to drain at speed, so it is refilled before it runs dry.
+/// Measured with the fire benchmark (docs/benchmarks.md): 200 ms let a 10,000-run queue
+/// run dry between refills; 50 ms kept it fed.
+const FULL_HOLD_MS: i64 = 50;
+/// …and when the dispatch got nothing out at all (its executors are busy with long runs),
+/// this long, so a large held-back backlog is not planned again every few milliseconds.
+const FULL_IDLE_HOLD_MS: i64 = 250;
 
 /// Executors that answered `full`, and until when they are left alone: a burst larger
 /// than an executor's queue is held in the wheel instead of being sent, refused and sent
@@ -256,7 +270,10 @@ struct Shard {
 struct Pending {
     task: DueTask,
     job: Arc<JobEntry>,
-    run_id: i64,
+    /// Numbered when first sent, so triggers held back in the wheel use up no ids; kept
+    /// through failover, since an executor that answered `full` or was not reached did not
+    /// take it.
+    run_id: Option<i64>,
     shard_index: i32,
     shard_total: i32,
     candidates: Vec<String>,
@@ -266,22 +283,73 @@ struct Pending {
     all_full: bool,
 }
 
+/// A trigger that ends at the scheduler: its run is recorded `failed` with the reason.
+struct Failed {
+    task: DueTask,
+    /// `None` if it was never sent: numbered when recorded.
+    run_id: Option<i64>,
+    shard_index: i32,
+    shard_total: i32,
+    executor: Option<String>,
+    at: Millis,
+    reason: String,
+}
+
+impl Failed {
+    fn of(p: Pending, executor: Option<&str>, at: Millis, reason: String) -> Self {
+        Failed {
+            task: p.task,
+            run_id: p.run_id,
+            shard_index: p.shard_index,
+            shard_total: p.shard_total,
+            executor: executor.map(str::to_owned),
+            at,
+            reason,
+        }
+    }
+}
+
+/// What became of one round's triggers for one executor.
+struct Sent {
+    /// Each request sent: its triggers, the answer, and when the answer came.
+    answered: Vec<(Vec<Pending>, Result<TriggerBatchAck, ClientError>, Millis)>,
+    /// Triggers not sent, and why.
+    unsent: Vec<Pending>,
+    why: Unsent,
+}
+
+enum Unsent {
+    /// The executor has no room left (it said so, or it took all this round's time).
+    Full,
+    /// The previous request failed; the rest would have too.
+    Failed(String),
+    /// No run ids could be reserved (the database is unreachable).
+    NoIds(String),
+}
+
 /// Dispatches one tick's tasks of one pool.
 #[tracing::instrument(skip_all, fields(tasks = batch.len()))]
 async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
     let now = now_ms();
-    let mut failed: Vec<RunUpdate> = Vec::new();
+    let mut failed: Vec<Failed> = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
-    let mut plans: Vec<(DueTask, Arc<JobEntry>, Vec<Shard>)> = Vec::new();
+    let unroutable = |task: DueTask, reason: String| Failed {
+        task,
+        run_id: None,
+        shard_index: 0,
+        shard_total: 1,
+        executor: None,
+        at: now,
+        reason,
+    };
 
-    let mut unroutable: Vec<(DueTask, String)> = Vec::new();
     // Resolve jobs and executors, choose candidates.
     for task in batch {
         let job = match shared.jobs.get(&shared.store, task.job_id).await {
             Ok(Some(job)) => job,
             Ok(None) => {
                 let reason = format!("job {} no longer exists", task.job_id);
-                unroutable.push((task, reason));
+                failed.push(unroutable(task, reason));
                 continue;
             }
             Err(e) => {
@@ -292,12 +360,14 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         };
         let spec = &job.job.spec;
         if job.plugin.is_none() {
-            unroutable.push((task, format!("plugin `{}` does not exist", spec.plugin)));
+            let reason = format!("plugin `{}` does not exist", spec.plugin);
+            failed.push(unroutable(task, reason));
             continue;
         }
         let executors = shared.executors.of_app(&spec.app);
         if executors.is_empty() {
-            unroutable.push((task, format!("no live executor in app `{}`", spec.app)));
+            let reason = format!("no live executor in app `{}`", spec.app);
+            failed.push(unroutable(task, reason));
             continue;
         }
         let addresses: Vec<String> = executors.into_iter().map(|e| e.address).collect();
@@ -323,37 +393,12 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                 candidates,
             });
         }
-        plans.push((task, job, shards));
-    }
-
-    // Run ids for every shard of every trigger, and for every trigger that cannot be routed
-    // (its failed run needs an id of its own), from the node's reserved block.
-    let needed: usize = plans.iter().map(|(_, _, s)| s.len()).sum::<usize>() + unroutable.len();
-    let ids = match shared.run_ids.take(&shared.store, needed).await {
-        Ok(ids) => ids,
-        Err(e) => {
-            tracing::warn!(error = %e, "reserving run ids failed; retrying shortly");
-            let tasks = plans
-                .into_iter()
-                .map(|(t, _, _)| t)
-                .chain(unroutable.into_iter().map(|(t, _)| t));
-            shared.ring.defer(tasks.collect(), now + FULL_RETRY_MS);
-            return;
-        }
-    };
-    let mut ids = ids.into_iter();
-    for (task, reason) in unroutable {
-        let Some(run_id) = ids.next() else { break };
-        failed.push(failure(&task, run_id, 1, None, now, reason));
-    }
-    for (task, job, shards) in plans {
-        let failover = job.job.spec.route.allows_failover();
+        let failover = spec.route.allows_failover();
         for shard in shards {
-            let Some(run_id) = ids.next() else { break };
             pending.push(Pending {
                 task: task.clone(),
                 job: job.clone(),
-                run_id,
+                run_id: None,
                 shard_index: shard.index,
                 shard_total: shard.total,
                 candidates: shard.candidates,
@@ -409,6 +454,8 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                 _ => pending.push(p),
             }
         }
+        // Oldest first within each executor's requests: the pops above reversed them.
+        pending.reverse();
         for p in pending.drain(..) {
             match p.candidates.get(p.next).cloned() {
                 Some(address) => {
@@ -423,10 +470,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                             .last_error
                             .clone()
                             .unwrap_or_else(|| "no executor could take it".into());
-                        failed.push(
-                            failure(&p.task, p.run_id, p.shard_total, None, now, reason)
-                                .with_shard(p.shard_index),
-                        );
+                        failed.push(Failed::of(p, None, now, reason));
                     }
                 }
             }
@@ -434,113 +478,114 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         if by_executor.is_empty() {
             break;
         }
-        let groups = by_executor.into_iter().flat_map(|(to, mut group)| {
-            // Bound each request: a huge body is slow to send and likely to time out.
-            let mut chunks = Vec::new();
-            while group.len() > MAX_PER_REQUEST {
-                let rest = group.split_off(MAX_PER_REQUEST);
-                chunks.push((to.clone(), group));
-                group = rest;
-            }
-            chunks.push((to, group));
-            chunks
-        });
-        let requests = groups.map(|((app, address), group)| async move {
-            let triggers: Vec<Trigger> = group.iter().map(to_trigger).collect();
-            let started = Instant::now();
-            let batch = TriggerBatch {
-                triggers,
-                not_after: Some(not_after),
-            };
-            let result = shared.client.trigger(&app, &address, &batch).await;
-            let elapsed = started.elapsed();
-            metrics::histogram!("rota_dispatch_seconds").record(elapsed.as_secs_f64());
-            shared
-                .slow
-                .record(group.iter().map(|p| p.task.job_id), elapsed);
-            (app, address, group, result)
-        });
+        let requests = by_executor
+            .into_iter()
+            .map(|((app, address), group)| async move {
+                let out = send_to(shared, &app, &address, group, not_after).await;
+                (app, address, out)
+            });
         let mut expired: Vec<Pending> = Vec::new();
-        for (app, address, group, result) in join_all(requests).await {
-            let dispatched_at = now_ms();
-            if let Ok(ack) = &result
-                && ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full)
-            {
-                // Shorter than the deferral, so the deferred triggers find it lifted.
-                shared
-                    .full
-                    .mark(&address, dispatched_at + FULL_RETRY_MS / 2);
-            }
-            match result {
-                Ok(ack) if ack.acks.len() == group.len() => {
-                    for (mut p, a) in group.into_iter().zip(ack.acks) {
-                        match a.outcome {
-                            TriggerOutcome::Accepted | TriggerOutcome::Duplicate => {
-                                sent.push(dispatched(&p, &address, dispatched_at));
-                            }
-                            TriggerOutcome::Full => {
-                                p.last_error = Some(format!("executor {address} is at capacity"));
-                                p.next += 1;
-                                pending.push(p);
-                            }
-                            TriggerOutcome::Busy => {
-                                p.all_full = false;
-                                p.last_error = Some(format!(
-                                    "executor {address} is still running this job (block strategy discard_later)"
-                                ));
-                                p.next = if p.job.job.spec.route == Route::Busyover {
-                                    p.next + 1
-                                } else {
-                                    usize::MAX
-                                };
-                                pending.push(p);
-                            }
-                            TriggerOutcome::Expired => expired.push(p),
-                            TriggerOutcome::Rejected { reason } => {
-                                failed.push(
-                                    failure(
-                                        &p.task,
-                                        p.run_id,
-                                        p.shard_total,
+        for (app, address, out) in join_all(requests).await {
+            for (group, result, dispatched_at) in out.answered {
+                if let Ok(ack) = &result
+                    && (ack.room == Some(0)
+                        || ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full))
+                {
+                    // Shorter than the hold, so the held-back triggers find it lifted.
+                    shared.full.mark(&address, dispatched_at + FULL_HOLD_MS / 2);
+                }
+                match result {
+                    Ok(ack) if ack.acks.len() == group.len() => {
+                        for (mut p, a) in group.into_iter().zip(ack.acks) {
+                            match a.outcome {
+                                TriggerOutcome::Accepted | TriggerOutcome::Duplicate => {
+                                    sent.extend(dispatched(&p, &address, dispatched_at));
+                                }
+                                TriggerOutcome::Full => {
+                                    p.last_error =
+                                        Some(format!("executor {address} is at capacity"));
+                                    p.next += 1;
+                                    pending.push(p);
+                                }
+                                TriggerOutcome::Busy => {
+                                    p.all_full = false;
+                                    p.last_error = Some(format!(
+                                        "executor {address} is still running this job (block strategy discard_later)"
+                                    ));
+                                    p.next = if p.job.job.spec.route == Route::Busyover {
+                                        p.next + 1
+                                    } else {
+                                        usize::MAX
+                                    };
+                                    pending.push(p);
+                                }
+                                TriggerOutcome::Expired => expired.push(p),
+                                TriggerOutcome::Rejected { reason } => {
+                                    failed.push(Failed::of(
+                                        p,
                                         Some(&address),
                                         dispatched_at,
                                         reason,
-                                    )
-                                    .with_shard(p.shard_index),
-                                );
+                                    ));
+                                }
                             }
                         }
                     }
+                    Ok(ack) => {
+                        let reason = format!(
+                            "executor {address} answered {} acks for {} triggers",
+                            ack.acks.len(),
+                            group.len()
+                        );
+                        requeue(&mut pending, group, reason);
+                    }
+                    Err(e) if e.not_delivered() => {
+                        tracing::warn!(error = %e, "dispatch failed");
+                        requeue(&mut pending, group, e.to_string());
+                    }
+                    Err(e) if dispatched_at > not_after => {
+                        // No answer, and the lease ran out meanwhile (this node stalled, or
+                        // the request took that long): past `not_after` the executor takes
+                        // none of them any more, so what it has now is final. Ask it.
+                        tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered past this node's lease; asking the executor what it took");
+                        let (taken, not_taken) =
+                            resolve_unanswered(shared, &app, &address, group).await;
+                        sent.extend(taken);
+                        expired.extend(not_taken);
+                    }
+                    Err(e) => {
+                        // Connected, but no answer: the executor may have the triggers.
+                        // Sending them elsewhere could run an attempt twice, so they count
+                        // as dispatched to it; if they never arrived, its next heartbeat
+                        // (which lists the runs it has) marks them lost and they are retried.
+                        tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered; treating it as delivered");
+                        sent.extend(
+                            group
+                                .iter()
+                                .filter_map(|p| dispatched(p, &address, dispatched_at)),
+                        );
+                    }
                 }
-                Ok(ack) => {
-                    let reason = format!(
-                        "executor {address} answered {} acks for {} triggers",
-                        ack.acks.len(),
-                        group.len()
-                    );
-                    requeue(&mut pending, group, reason);
+            }
+            match out.why {
+                Unsent::Full => {
+                    for mut p in out.unsent {
+                        p.last_error = Some(format!("executor {address} is at capacity"));
+                        p.next += 1;
+                        pending.push(p);
+                    }
                 }
-                Err(e) if e.not_delivered() => {
-                    tracing::warn!(error = %e, "dispatch failed");
-                    requeue(&mut pending, group, e.to_string());
-                }
-                Err(e) if dispatched_at > not_after => {
-                    // No answer, and the lease ran out meanwhile (this node stalled, or the
-                    // request took that long): past `not_after` the executor takes none of
-                    // them any more, so what it has now is final. Ask it.
-                    tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered past this node's lease; asking the executor what it took");
-                    let (taken, not_taken) =
-                        resolve_unanswered(shared, &app, &address, group).await;
-                    sent.extend(taken);
-                    expired.extend(not_taken);
-                }
-                Err(e) => {
-                    // Connected, but no answer: the executor may have the triggers. Sending them
-                    // elsewhere could run an attempt twice, so they count as dispatched to it;
-                    // if they never arrived, its next heartbeat (which lists the runs it has)
-                    // marks them lost and they are retried.
-                    tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered; treating it as delivered");
-                    sent.extend(group.iter().map(|p| dispatched(p, &address, dispatched_at)));
+                Unsent::Failed(reason) => requeue(&mut pending, out.unsent, reason),
+                Unsent::NoIds(reason) => {
+                    for p in out.unsent {
+                        if p.shard_total == 1 {
+                            deferred.push(p.task);
+                        } else {
+                            // Other shards of the task may be out: fail this one alone.
+                            let reason = format!("no run id could be reserved: {reason}");
+                            failed.push(Failed::of(p, None, now_ms(), reason));
+                        }
+                    }
                 }
             }
         }
@@ -559,7 +604,8 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         }
     }
 
-    if !sent.is_empty() {
+    let got_out = !sent.is_empty();
+    if got_out {
         metrics::counter!("rota_dispatched_total").increment(sent.len() as u64);
         for d in sent {
             // The recorder is bounded; waiting here is back-pressure on the pool.
@@ -570,9 +616,89 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
     }
     if !deferred.is_empty() {
         metrics::counter!("rota_deferred_total").increment(deferred.len() as u64);
-        shared.ring.defer(deferred, now_ms() + FULL_RETRY_MS);
+        let hold = if got_out {
+            FULL_HOLD_MS
+        } else {
+            FULL_IDLE_HOLD_MS
+        };
+        shared.ring.defer(deferred, now_ms() + hold);
     }
     complete_failures(shared, failed).await;
+}
+
+/// Sends one round's triggers for one executor: requests of at most [`MAX_PER_REQUEST`]
+/// one after another, each sized to the room the executor said it had left, until it is
+/// full, a request fails, or the round has taken [`FULL_RETRY_MS`]. A burst larger than
+/// the executor's queue so costs one refused request, not a refused copy of the whole
+/// burst every round; what is not sent goes back to the caller, for the next candidate
+/// or the wheel. Run ids are taken per request, so triggers held back use up none.
+async fn send_to(
+    shared: &Shared,
+    app: &str,
+    address: &str,
+    mut rest: Vec<Pending>,
+    not_after: Millis,
+) -> Sent {
+    let started = Instant::now();
+    let mut answered = Vec::new();
+    let mut room = MAX_PER_REQUEST;
+    let why = loop {
+        if rest.is_empty() {
+            break Unsent::Full;
+        }
+        let tail = rest.split_off(room.clamp(1, MAX_PER_REQUEST).min(rest.len()));
+        let mut group = std::mem::replace(&mut rest, tail);
+        let unnumbered = group.iter().filter(|p| p.run_id.is_none()).count();
+        if unnumbered > 0 {
+            match shared.run_ids.take(&shared.store, unnumbered).await {
+                Ok(ids) => {
+                    let slots = group.iter_mut().filter(|p| p.run_id.is_none());
+                    for (p, id) in slots.zip(ids) {
+                        p.run_id = Some(id);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reserving run ids failed; retrying shortly");
+                    group.append(&mut rest);
+                    rest = group;
+                    break Unsent::NoIds(e.to_string());
+                }
+            }
+        }
+        let batch = TriggerBatch {
+            triggers: group.iter().filter_map(to_trigger).collect(),
+            not_after: Some(not_after),
+        };
+        let sending = Instant::now();
+        let result = shared.client.trigger(app, address, &batch).await;
+        let elapsed = sending.elapsed();
+        metrics::histogram!("rota_dispatch_seconds").record(elapsed.as_secs_f64());
+        shared
+            .slow
+            .record(group.iter().map(|p| p.task.job_id), elapsed);
+        let stop = match &result {
+            Ok(ack) => {
+                room = ack.room.map_or(MAX_PER_REQUEST, |r| r as usize);
+                (room == 0 || ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full))
+                    .then_some(Unsent::Full)
+            }
+            Err(e) => Some(Unsent::Failed(format!(
+                "not sent after the request before it failed: {e}"
+            ))),
+        };
+        answered.push((group, result, now_ms()));
+        if let Some(why) = stop {
+            break why;
+        }
+        if started.elapsed() >= Duration::from_millis(FULL_RETRY_MS as u64) {
+            break Unsent::Full;
+        }
+    };
+    Sent {
+        answered,
+        unsent: rest,
+        why,
+    }
 }
 
 /// After an unanswered send whose `not_after` has passed: which of the triggers the
@@ -600,7 +726,10 @@ async fn resolve_unanswered(
         Err(e) => {
             tracing::warn!(error = %e, "the executor did not answer which triggers it took; treating them as delivered");
             return (
-                group.iter().map(|p| dispatched(p, address, now)).collect(),
+                group
+                    .iter()
+                    .filter_map(|p| dispatched(p, address, now))
+                    .collect(),
                 Vec::new(),
             );
         }
@@ -614,9 +743,13 @@ async fn resolve_unanswered(
                 && k.shard_index == p.shard_index
         }) {
             Some(k) => {
-                let mut d = dispatched(&p, address, now);
-                d.run_id = k.run_id;
-                taken.push(d);
+                // Under the run id the executor has: the one this node sent, or an
+                // earlier node's.
+                let numbered = Pending {
+                    run_id: Some(k.run_id),
+                    ..p
+                };
+                taken.extend(dispatched(&numbered, address, now));
             }
             None => not_taken.push(p),
         }
@@ -692,20 +825,47 @@ fn requeue(pending: &mut Vec<Pending>, group: Vec<Pending>, reason: String) {
     }
 }
 
-async fn complete_failures(shared: &Shared, failed: Vec<RunUpdate>) {
+/// Records the runs that ended at the scheduler, numbering those never sent. Waits for
+/// the database (retrying) rather than forget a failure; at shutdown the claims stay in
+/// the database and the next start recovers them.
+async fn complete_failures(shared: &Shared, failed: Vec<Failed>) {
     if failed.is_empty() {
         return;
     }
     metrics::counter!("rota_dispatch_failures_total").increment(failed.len() as u64);
-    let attempts: Vec<(i64, i32)> = failed.iter().map(|u| (u.task_id, u.attempt)).collect();
+    let attempts: Vec<(i64, i32)> = failed
+        .iter()
+        .map(|f| (f.task.task_id, f.task.attempt))
+        .collect();
+    let unnumbered = failed.iter().filter(|f| f.run_id.is_none()).count();
     let mut delay = Duration::from_millis(50);
+    let mut ids = loop {
+        match shared.run_ids.take(&shared.store, unnumbered).await {
+            Ok(ids) => break ids.into_iter(),
+            Err(e) => {
+                tracing::warn!(error = %e, "reserving run ids for failed dispatches failed; retrying");
+                if *shared.shutdown.borrow() {
+                    shared.ring.fired(attempts);
+                    return;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    };
+    let updates: Vec<RunUpdate> = failed
+        .into_iter()
+        .filter_map(|f| {
+            let run_id = f.run_id.or_else(|| ids.next())?;
+            Some(failure(&f, run_id))
+        })
+        .collect();
     loop {
-        match crate::complete::apply(shared, &failed).await {
+        match crate::complete::apply(shared, &updates).await {
             Ok(_) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "recording failed dispatches failed; retrying");
                 if *shared.shutdown.borrow() {
-                    // The claims stay in the database; the next start recovers them.
                     break;
                 }
                 tokio::time::sleep(delay).await;
@@ -716,7 +876,9 @@ async fn complete_failures(shared: &Shared, failed: Vec<RunUpdate>) {
     shared.ring.fired(attempts);
 }
 
-fn to_trigger(p: &Pending) -> Trigger {
+/// The trigger of a numbered pending run (`None` before it has a run id).
+fn to_trigger(p: &Pending) -> Option<Trigger> {
+    let run_id = p.run_id?;
     let spec = &p.job.job.spec;
     let params = p.task.params.clone().or_else(|| spec.params.clone());
     let exclusive = !matches!(p.task.kind, TaskKind::Delayed);
@@ -725,8 +887,8 @@ fn to_trigger(p: &Pending) -> Trigger {
         _ => params.clone().unwrap_or_default(),
     };
     let plugin = p.job.plugin.as_ref();
-    Trigger {
-        run_id: p.run_id,
+    Some(Trigger {
+        run_id,
         job_id: p.job.job.id,
         job_name: spec.name.clone(),
         task_id: p.task.task_id,
@@ -745,12 +907,13 @@ fn to_trigger(p: &Pending) -> Trigger {
         block: spec.block,
         exclusive,
         http_allow: spec.http_allow.clone(),
-    }
+    })
 }
 
-fn dispatched(p: &Pending, address: &str, at: Millis) -> Dispatched {
-    Dispatched {
-        run_id: p.run_id,
+/// The record of a sent trigger (`None` for one never numbered, hence never sent).
+fn dispatched(p: &Pending, address: &str, at: Millis) -> Option<Dispatched> {
+    Some(Dispatched {
+        run_id: p.run_id?,
         job_id: p.task.job_id,
         task_id: p.task.task_id,
         attempt: p.task.attempt,
@@ -759,40 +922,26 @@ fn dispatched(p: &Pending, address: &str, at: Millis) -> Dispatched {
         executor: address.to_owned(),
         scheduled_at: p.task.due_at,
         dispatched_at: at,
-    }
+    })
 }
 
 /// A run that ended at the scheduler: it never reached a plugin.
-fn failure(
-    task: &DueTask,
-    run_id: i64,
-    shard_total: i32,
-    executor: Option<&str>,
-    at: Millis,
-    message: String,
-) -> RunUpdate {
+fn failure(f: &Failed, run_id: i64) -> RunUpdate {
     RunUpdate {
         run_id,
-        job_id: task.job_id,
-        task_id: task.task_id,
-        attempt: task.attempt,
-        shard_index: 0,
-        shard_total,
-        executor: executor.map(str::to_owned),
-        scheduled_at: task.due_at,
+        job_id: f.task.job_id,
+        task_id: f.task.task_id,
+        attempt: f.task.attempt,
+        shard_index: f.shard_index,
+        shard_total: f.shard_total,
+        executor: f.executor.clone(),
+        scheduled_at: f.task.due_at,
         dispatched_at: None,
         started_at: None,
-        finished_at: Some(at),
+        finished_at: Some(f.at),
         status: RunStatus::Failed,
         exit_code: None,
-        message: Some(message),
-    }
-}
-
-impl RunUpdate {
-    fn with_shard(mut self, shard_index: i32) -> Self {
-        self.shard_index = shard_index;
-        self
+        message: Some(f.reason.clone()),
     }
 }
 

@@ -31,6 +31,9 @@ const PRELUDE: &str = concat!(
   (import "wasi_snapshot_preview1" "path_open" (func $path_open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "fd_prestat_get" (func $fd_prestat_get (param i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "poll_oneoff" (func $poll_oneoff (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "sock_accept" (func $sock_accept (param i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "sock_send" (func $sock_send (param i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "sock_recv" (func $sock_recv (param i32 i32 i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
 "#,
     write_fn!(),
@@ -159,6 +162,29 @@ pub fn file_opener() -> String {
           (call $print_num
             (call $path_open (i32.const 3) (i32.const 0) (i32.const 1024) (i32.const 11)
               (i32.const 0) (i64.const 2) (i64.const 0) (i32.const 0) (i32.const 2048))))
+        "#,
+    )
+}
+
+/// Tries the only socket calls WASI preview 1 has (there is no `socket` or `connect`):
+/// `sock_accept` on descriptors 0..8 (a host could have handed over a listening socket),
+/// then `sock_send` and `sock_recv` on descriptor 3; prints each errno, one per line.
+pub fn socket_user() -> String {
+    plugin(
+        r#"
+        (data (i32.const 1100) "ping")
+        (func (export "_start") (local $fd i32)
+          (loop $each
+            (call $print_num (call $sock_accept (local.get $fd) (i32.const 0) (i32.const 2048)))
+            (local.set $fd (i32.add (local.get $fd) (i32.const 1)))
+            (br_if $each (i32.lt_u (local.get $fd) (i32.const 8))))
+          (i32.store (i32.const 1024) (i32.const 1100))
+          (i32.store (i32.const 1028) (i32.const 4))
+          (call $print_num
+            (call $sock_send (i32.const 3) (i32.const 1024) (i32.const 1) (i32.const 0) (i32.const 2048)))
+          (call $print_num
+            (call $sock_recv (i32.const 3) (i32.const 1024) (i32.const 1) (i32.const 0)
+              (i32.const 2048) (i32.const 2052))))
         "#,
     )
 }

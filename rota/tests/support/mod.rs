@@ -441,7 +441,7 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
             }
         });
     }
-    axum::Json(TriggerBatchAck { acks }).into_response()
+    axum::Json(TriggerBatchAck { acks, room: None }).into_response()
 }
 
 async fn runs_known(
