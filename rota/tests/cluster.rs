@@ -96,15 +96,7 @@ async fn bed() -> Bed {
     let tasks: Vec<_> = (0..60)
         .map(|i| json!({"job": "close-order", "delay_ms": 500 + i * 50}))
         .collect();
-    let created = a
-        .ok("POST", "/api/v1/tasks/batch", Some(json!({"tasks": tasks})))
-        .await;
-    let ids = created["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap())
-        .collect();
+    let ids = a.add_tasks(tasks).await;
     Bed {
         db,
         dir,

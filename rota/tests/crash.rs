@@ -42,15 +42,7 @@ async fn a_killed_server_dispatches_every_claimed_fire_exactly_once_after_restar
     let tasks: Vec<_> = (0..60)
         .map(|i| json!({"job": "close-order", "delay_ms": 600 + i * 50}))
         .collect();
-    let created = api
-        .ok("POST", "/api/v1/tasks/batch", Some(json!({"tasks": tasks})))
-        .await;
-    let ids: Vec<i64> = created["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap())
-        .collect();
+    let ids = api.add_tasks(tasks).await;
     assert_eq!(ids.len(), 60);
     let claimed = count_claimed(&db).await;
     assert!(claimed > 0, "the tasks are claimed before the kill");

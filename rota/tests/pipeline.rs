@@ -267,6 +267,48 @@ async fn a_task_cancelled_in_the_wheel_never_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_beyond_the_executors_room_is_sent_as_room_frees_up() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let executor = ExecutorDouble::start(&server.url, "default", Behaviour::Slots(20)).await;
+    job(api, "close-order", json!({})).await;
+    // One batch: one due instant for all, so one dispatch at a time sends them.
+    let tasks: Vec<_> = (0..300)
+        .map(|_| json!({"job": "close-order", "delay_ms": 1500}))
+        .collect();
+    let ids = api.add_tasks(tasks).await;
+    eventually(
+        Duration::from_secs(30),
+        "every task of the burst to succeed",
+        || async {
+            for id in &ids {
+                if task_status(api, *id).await != "succeeded" {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let received = executor.received();
+    assert_eq!(received.len(), 300, "each task delivered once");
+    assert!(received.iter().all(|r| !r.duplicate), "none sent twice");
+    // After the first answer, no request carries more than the room the executor last
+    // said it had (or a probe of 64, once it has drained for a while): the burst is held
+    // back, not sent and refused over and over.
+    let requests = executor.state.requests.lock().unwrap().clone();
+    assert!(requests.len() > 1, "{requests:?}");
+    for pair in requests.windows(2) {
+        let ((_, said), (carried, _)) = (pair[0], pair[1]);
+        let room = said.expect("the double always says its room") as usize;
+        assert!(carried <= room.max(64), "{requests:?}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharding_broadcast_reaches_every_executor() {
     let (db, _dir) = sqlite_url();
     let server = TestServer::start(&db, |_| {}).await;

@@ -63,6 +63,16 @@ impl ClientError {
     }
 }
 
+/// `body` as JSON, in a buffer of `capacity` to start with.
+fn encode<T: Serialize>(address: &str, body: &T, capacity: usize) -> Result<Vec<u8>, ClientError> {
+    let mut buf = Vec::with_capacity(capacity);
+    serde_json::to_writer(&mut buf, body).map_err(|e| ClientError::BadAnswer {
+        address: address.into(),
+        reason: e.to_string(),
+    })?;
+    Ok(buf)
+}
+
 /// A failed send: no connection means the request certainly did not arrive; any later
 /// failure (a timeout while waiting for the answer, a reset) means it may have.
 fn sent_error(address: &str, e: &reqwest::Error) -> ClientError {
@@ -98,7 +108,18 @@ impl ExecutorClient {
         address: &str,
         path: &str,
         body: &Req,
-        size_hint: usize,
+    ) -> Result<Resp, ClientError> {
+        let body = encode(address, body, 128)?;
+        self.post_bytes(to, address, path, body).await
+    }
+
+    /// Signs and sends a JSON body, and reads the JSON answer.
+    async fn post_bytes<Resp: DeserializeOwned>(
+        &self,
+        to: To<'_>,
+        address: &str,
+        path: &str,
+        body: Vec<u8>,
     ) -> Result<Resp, ClientError> {
         let url = format!("{}{}", address.trim_end_matches('/'), path);
         let signed_path = reqwest::Url::parse(&url)
@@ -110,14 +131,6 @@ impl ExecutorClient {
                 address: address.into(),
                 reason: format!("bad address: {e}"),
             })?;
-        // Sized ahead: a trigger batch runs to hundreds of KiB, and growing the buffer by
-        // doubling copied it over and over on the fire path.
-        let mut buf = Vec::with_capacity(size_hint);
-        serde_json::to_writer(&mut buf, body).map_err(|e| ClientError::BadAnswer {
-            address: address.into(),
-            reason: e.to_string(),
-        })?;
-        let body = buf;
         // To an executor, the signature covers its address too (`docs/protocol.md`): a
         // request for one executor is refused by every other.
         let (key, signed_target) = match to {
@@ -164,13 +177,15 @@ impl ExecutorClient {
         address: &str,
         batch: &TriggerBatch,
     ) -> Result<TriggerBatchAck, ClientError> {
-        // About 400 bytes of JSON per trigger besides its input.
-        let hint = batch
+        // Sized ahead: a batch runs to hundreds of KiB (about 400 bytes of JSON per trigger
+        // besides its input), and growing the buffer by doubling copied it over and over.
+        let capacity = batch
             .triggers
             .iter()
             .map(|t| 512 + t.input.len() + t.params.as_ref().map_or(0, String::len))
             .sum();
-        self.post(To::App(app), address, PATH_TRIGGER, batch, hint)
+        let body = encode(address, batch, capacity)?;
+        self.post_bytes(To::App(app), address, PATH_TRIGGER, body)
             .await
     }
 
@@ -180,14 +195,8 @@ impl ExecutorClient {
         address: &str,
         run_id: i64,
     ) -> Result<KillAck, ClientError> {
-        self.post(
-            To::App(app),
-            address,
-            PATH_KILL,
-            &KillRequest { run_id },
-            256,
-        )
-        .await
+        self.post(To::App(app), address, PATH_KILL, &KillRequest { run_id })
+            .await
     }
 
     pub async fn log(
@@ -196,18 +205,12 @@ impl ExecutorClient {
         address: &str,
         req: &LogRequest,
     ) -> Result<LogPage, ClientError> {
-        self.post(To::App(app), address, PATH_LOG, req, 256).await
+        self.post(To::App(app), address, PATH_LOG, req).await
     }
 
     pub async fn beat(&self, app: &str, address: &str) -> Result<BeatAck, ClientError> {
-        self.post(
-            To::App(app),
-            address,
-            PATH_BEAT,
-            &serde_json::json!({}),
-            256,
-        )
-        .await
+        self.post(To::App(app), address, PATH_BEAT, &serde_json::json!({}))
+            .await
     }
 
     pub async fn idle_beat(
@@ -221,7 +224,6 @@ impl ExecutorClient {
             address,
             PATH_IDLE_BEAT,
             &IdleBeatRequest { job_id },
-            256,
         )
         .await
     }
@@ -232,14 +234,8 @@ impl ExecutorClient {
         address: &str,
         req: &crate::api::peers::PeerCancel,
     ) -> Result<crate::api::peers::PeerCancelAck, ClientError> {
-        self.post(
-            To::Peer,
-            address,
-            crate::api::peers::PATH_PEER_CANCEL,
-            req,
-            256,
-        )
-        .await
+        self.post(To::Peer, address, crate::api::peers::PATH_PEER_CANCEL, req)
+            .await
     }
 
     pub async fn runs_known(
@@ -248,7 +244,6 @@ impl ExecutorClient {
         address: &str,
         req: &RunsKnownRequest,
     ) -> Result<RunsKnownAck, ClientError> {
-        self.post(To::App(app), address, PATH_RUNS_KNOWN, req, 256)
-            .await
+        self.post(To::App(app), address, PATH_RUNS_KNOWN, req).await
     }
 }

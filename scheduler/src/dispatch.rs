@@ -50,31 +50,41 @@ const FULL_HOLD_MS: i64 = 50;
 /// this long, so a large held-back backlog is not planned again every few milliseconds.
 const FULL_IDLE_HOLD_MS: i64 = 250;
 
-/// Executors that answered `full`, and until when they are left alone: a burst larger
-/// than an executor's queue is held in the wheel instead of being sent, refused and sent
-/// again every round (which cost both sides more than the runs themselves).
-#[derive(Default)]
-pub(crate) struct FullMarks(std::sync::Mutex<HashMap<String, Millis>>);
+/// A first request to an executor that last said it was full carries at most this many:
+/// it has drained since, and the answer says by how much.
+const PROBE: usize = 64;
 
-impl FullMarks {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Millis>> {
+/// What each executor last said about its room, and when. A dispatch sizes its first
+/// request to it (later ones to each answer), and sends nothing to an executor that had
+/// none left less than half a [`FULL_HOLD_MS`] ago: a burst larger than an executor's
+/// queue waits in the wheel instead of being sent, refused and sent again (which cost
+/// both sides more than the runs themselves).
+#[derive(Default)]
+pub(crate) struct Rooms(Mutex<HashMap<String, (usize, Millis)>>);
+
+impl Rooms {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Millis)>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn mark(&self, address: &str, until: Millis) {
-        self.lock().insert(address.to_owned(), until);
+    fn note(&self, address: &str, room: usize, at: Millis) {
+        let mut rooms = self.lock();
+        // Executors come and go: forget those not heard from for a minute.
+        if rooms.len() >= 1_024 {
+            rooms.retain(|_, (_, said)| *said > at - 60_000);
+        }
+        rooms.insert(address.to_owned(), (room, at));
     }
 
     fn is_full(&self, address: &str, now: Millis) -> bool {
-        let mut marks = self.lock();
-        match marks.get(address) {
-            Some(&until) if until > now => true,
-            Some(_) => {
-                marks.remove(address);
-                false
-            }
-            None => false,
-        }
+        matches!(self.lock().get(address), Some(&(0, at)) if now < at + FULL_HOLD_MS / 2)
+    }
+
+    /// How many triggers the first request of a round carries at most.
+    fn first_request(&self, address: &str) -> usize {
+        self.lock()
+            .get(address)
+            .map_or(MAX_PER_REQUEST, |&(room, _)| room.max(PROBE))
     }
 }
 
@@ -446,7 +456,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         // Executors still marked full count as having said so again, without a request.
         while let Some(mut p) = held.pop() {
             match p.candidates.get(p.next) {
-                Some(address) if shared.full.is_full(address, round_at) => {
+                Some(address) if shared.rooms.is_full(address, round_at) => {
                     p.last_error = Some(format!("executor {address} is at capacity"));
                     p.next += 1;
                     held.push(p);
@@ -487,13 +497,6 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         let mut expired: Vec<Pending> = Vec::new();
         for (app, address, out) in join_all(requests).await {
             for (group, result, dispatched_at) in out.answered {
-                if let Ok(ack) = &result
-                    && (ack.room == Some(0)
-                        || ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full))
-                {
-                    // Shorter than the hold, so the held-back triggers find it lifted.
-                    shared.full.mark(&address, dispatched_at + FULL_HOLD_MS / 2);
-                }
                 match result {
                     Ok(ack) if ack.acks.len() == group.len() => {
                         for (mut p, a) in group.into_iter().zip(ack.acks) {
@@ -641,7 +644,7 @@ async fn send_to(
 ) -> Sent {
     let started = Instant::now();
     let mut answered = Vec::new();
-    let mut room = MAX_PER_REQUEST;
+    let mut room = shared.rooms.first_request(address);
     let why = loop {
         if rest.is_empty() {
             break Unsent::Full;
@@ -676,17 +679,24 @@ async fn send_to(
         shared
             .slow
             .record(group.iter().map(|p| p.task.job_id), elapsed);
+        let answered_at = now_ms();
         let stop = match &result {
             Ok(ack) => {
-                room = ack.room.map_or(MAX_PER_REQUEST, |r| r as usize);
-                (room == 0 || ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full))
-                    .then_some(Unsent::Full)
+                let full = ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full);
+                // An executor that does not say its room is sent full requests.
+                room = match ack.room {
+                    Some(r) => r as usize,
+                    None if full => 0,
+                    None => MAX_PER_REQUEST,
+                };
+                shared.rooms.note(address, room, answered_at);
+                (room == 0 || full).then_some(Unsent::Full)
             }
             Err(e) => Some(Unsent::Failed(format!(
                 "not sent after the request before it failed: {e}"
             ))),
         };
-        answered.push((group, result, now_ms()));
+        answered.push((group, result, answered_at));
         if let Some(why) = stop {
             break why;
         }

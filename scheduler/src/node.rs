@@ -245,8 +245,8 @@ pub(crate) struct Shared {
     pub engine: wasmtime::Engine,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub lateness: crate::lateness::RecentLateness,
-    /// Executors that said `full` lately.
-    pub full: crate::dispatch::FullMarks,
+    /// The room each executor said it had left, for sizing trigger requests.
+    pub rooms: crate::dispatch::Rooms,
     /// Held while a fenced node rejoins (the heartbeat and the scan may both notice).
     pub rejoining: tokio::sync::Mutex<()>,
     /// This node may fire until then (ms): its last successful heartbeat plus half the
@@ -345,7 +345,7 @@ impl Node {
             engine: validation_engine()?,
             metrics: crate::metrics::handle(),
             lateness: crate::lateness::RecentLateness::default(),
-            full: crate::dispatch::FullMarks::default(),
+            rooms: crate::dispatch::Rooms::default(),
             rejoining: tokio::sync::Mutex::new(()),
             lease_valid_until: std::sync::atomic::AtomicI64::new(
                 now + config.node_dead_after_ms / 2,

@@ -25,6 +25,15 @@ use crate::schedule::{Misfire, Schedule};
 /// Rows per multi-row statement: under both backends' placeholder limits for our widest rows.
 const CHUNK: usize = 1000;
 
+/// Whom a batch of run reports is about ([`Store::report_owners`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReportOwners {
+    /// Task → its job and the job's app (`None` for a job deleted since).
+    pub tasks: HashMap<i64, (i64, Option<String>)>,
+    /// Recorded run → its task.
+    pub runs: HashMap<i64, i64>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{0} not found")]
@@ -1352,20 +1361,30 @@ impl Store {
         })
     }
 
-    /// For each of these tasks that exists: its id, its job, and its job's app (`None` once
-    /// the job is deleted: a forced delete leaves running tasks to finish).
-    pub async fn task_owners(&self, task_ids: &[i64]) -> Result<Vec<(i64, i64, Option<String>)>> {
-        let mut owners = Vec::with_capacity(task_ids.len());
-        for chunk in task_ids.chunks(CHUNK) {
+    /// Whom run reports, given as `(run id, task id)`, are about: each task that exists with
+    /// its job and the job's app (`None` once the job is deleted: a forced delete leaves
+    /// running tasks to finish), and each run that is recorded with its task. One statement
+    /// per 1,000 reports.
+    pub async fn report_owners(&self, reports: &[(i64, i64)]) -> Result<ReportOwners> {
+        let mut owners = ReportOwners::default();
+        for chunk in reports.chunks(CHUNK) {
             on_pool!(self, |pool, Db| {
                 let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT t.id, t.job_id, a.name FROM tasks t LEFT JOIN jobs j ON j.id = t.job_id \
+                    "SELECT 0, t.id, t.job_id, a.name FROM tasks t LEFT JOIN jobs j ON j.id = t.job_id \
                      LEFT JOIN apps a ON a.id = j.app_id WHERE t.id IN ",
                 );
-                push_ids(&mut qb, chunk.iter().copied());
-                let rows: Vec<(i64, i64, Option<String>)> =
+                push_ids(&mut qb, chunk.iter().map(|&(_, task)| task));
+                qb.push(" UNION ALL SELECT 1, r.id, r.task_id, NULL FROM runs r WHERE r.id IN ");
+                push_ids(&mut qb, chunk.iter().map(|&(run, _)| run));
+                let rows: Vec<(i64, i64, i64, Option<String>)> =
                     qb.build_query_as().fetch_all(pool).await?;
-                owners.extend(rows);
+                for (kind, id, of, app) in rows {
+                    if kind == 0 {
+                        owners.tasks.insert(id, (of, app));
+                    } else {
+                        owners.runs.insert(id, of);
+                    }
+                }
             });
         }
         Ok(owners)
@@ -1381,20 +1400,6 @@ impl Store {
             .fetch_all(pool)
             .await?)
         })
-    }
-
-    /// For each of these runs that is recorded: its id and its task.
-    pub async fn run_tasks(&self, run_ids: &[i64]) -> Result<Vec<(i64, i64)>> {
-        let mut found = Vec::with_capacity(run_ids.len());
-        for chunk in run_ids.chunks(CHUNK) {
-            on_pool!(self, |pool, Db| {
-                let mut qb = QueryBuilder::<Db>::new("SELECT id, task_id FROM runs WHERE id IN ");
-                push_ids(&mut qb, chunk.iter().copied());
-                let rows: Vec<(i64, i64)> = qb.build_query_as().fetch_all(pool).await?;
-                found.extend(rows);
-            });
-        }
-        Ok(found)
     }
 
     // ----- jobs ------------------------------------------------------------------------

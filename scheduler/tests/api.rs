@@ -1,17 +1,16 @@
 //! The HTTP API through `router(state).oneshot(req)`, on a real SQLite store in a temp dir.
 
-use std::collections::BTreeSet;
+mod support;
 
-use axum::Router;
+use std::collections::BTreeSet;
+use support::{Reply, TestApp};
+
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use bytes::Bytes;
 use rota_proto::wire::{PATH_HEARTBEAT, PATH_REGISTER, plugin_path};
-use rota_scheduler::api::{AppState, api_routes, router};
-use rota_scheduler::{Config, Node, Store};
+use rota_scheduler::api::api_routes;
 use serde_json::{Value, json};
-use tokio::sync::watch;
-use tower::ServiceExt;
 
 const TOKEN: &str = "test-token";
 const SECRET: &[u8] = b"test-secret";
@@ -19,14 +18,6 @@ const SECRET: &[u8] = b"test-secret";
 const INVALID: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
 const MALFORMED: StatusCode = StatusCode::BAD_REQUEST;
 const START: &str = r#"(module (func (export "_start")))"#;
-
-/// A started node and its router; [`TestApp::stop`] drains it.
-struct TestApp {
-    app: Router,
-    node: Node,
-    stop: watch::Sender<bool>,
-    _dir: tempfile::TempDir,
-}
 
 struct Answer {
     status: StatusCode,
@@ -74,41 +65,16 @@ impl Answer {
 }
 
 async fn start() -> TestApp {
-    start_with(|_| {}).await
-}
-
-async fn start_with(change: impl FnOnce(&mut Config)) -> TestApp {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("rota.db").display());
-    let mut config = Config::for_tests(url.clone());
-    // No executor runs here; a short dispatch timeout keeps the drain at stop short.
-    config.dispatch_timeout_ms = 100;
-    change(&mut config);
-    let store = Store::connect(&url).await.expect("store");
-    let (stop, stop_rx) = watch::channel(false);
-    let node = Node::start(config, store, stop_rx).await.expect("node");
-    let app = router(AppState { node: node.clone() });
-    TestApp {
-        app,
-        node,
-        stop,
-        _dir: dir,
-    }
+    TestApp::start_with(|_| {}).await
 }
 
 impl TestApp {
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        self.node.stopped().await;
-    }
-
     async fn send(&self, req: Request<Body>) -> Answer {
-        let res = self.app.clone().oneshot(req).await.expect("infallible");
-        let status = res.status();
-        let headers = res.headers().clone();
-        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .expect("body");
+        let Reply {
+            status,
+            headers,
+            body,
+        } = self.reply(req).await;
         Answer {
             status,
             headers,
@@ -287,7 +253,7 @@ async fn api_and_metrics_want_the_token() {
 
 #[tokio::test]
 async fn without_a_configured_token_only_issued_tokens_open_the_api() {
-    let t = start_with(|c| c.api_token = None).await;
+    let t = TestApp::start_with(|c| c.api_token = None).await;
     t.get("/api/v1/jobs")
         .await
         .expect_error(StatusCode::UNAUTHORIZED, "ROTA_API_TOKEN");
@@ -392,7 +358,7 @@ async fn plugin_upload() {
 
 #[tokio::test]
 async fn bodies_over_the_caps_are_413() {
-    let t = start_with(|c| {
+    let t = TestApp::start_with(|c| {
         c.max_plugin_bytes = 1_000;
         c.max_body_bytes = 2_000;
     })

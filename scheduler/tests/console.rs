@@ -1,30 +1,21 @@
 //! The web console through `router(state).oneshot(req)`, on a real SQLite store in a temp
 //! dir: sign-in, the login wall on every route, CSRF, every page, the job form.
 
-use axum::Router;
+mod support;
+
 use std::net::SocketAddr;
+use support::TestApp;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
-use rota_scheduler::api::{AppState, router};
 use rota_scheduler::console::auth::token_hash;
 use rota_scheduler::console::console_routes;
 use rota_scheduler::model::{Dispatched, now_ms};
-use rota_scheduler::{Config, Node, Store};
 use serde_json::{Value, json};
-use tokio::sync::watch;
-use tower::ServiceExt;
 
 const PASSWORD: &str = "correct horse battery staple";
 const START: &str = r#"(module (func (export "_start")))"#;
-
-struct TestApp {
-    app: Router,
-    node: Node,
-    stop: watch::Sender<bool>,
-    _dir: tempfile::TempDir,
-}
 
 struct Answer {
     status: StatusCode,
@@ -65,21 +56,7 @@ impl Answer {
 }
 
 async fn start() -> TestApp {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("rota.db").display());
-    let mut config = Config::for_tests(url.clone());
-    config.dispatch_timeout_ms = 100;
-    config.admin_password = Some(PASSWORD.into());
-    let store = Store::connect(&url).await.expect("store");
-    let (stop, stop_rx) = watch::channel(false);
-    let node = Node::start(config, store, stop_rx).await.expect("node");
-    let app = router(AppState { node: node.clone() });
-    TestApp {
-        app,
-        node,
-        stop,
-        _dir: dir,
-    }
+    TestApp::start_with(|config| config.admin_password = Some(PASSWORD.into())).await
 }
 
 /// A signed-in browser: its session cookie and CSRF token.
@@ -89,22 +66,12 @@ struct Browser {
 }
 
 impl TestApp {
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        self.node.stopped().await;
-    }
-
     async fn send(&self, req: Request<Body>) -> Answer {
-        let res = self.app.clone().oneshot(req).await.expect("infallible");
-        let status = res.status();
-        let headers = res.headers().clone();
-        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .expect("body");
+        let reply = self.reply(req).await;
         Answer {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
+            status: reply.status,
+            headers: reply.headers,
+            body: String::from_utf8_lossy(&reply.body).into_owned(),
         }
     }
 

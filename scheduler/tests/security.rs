@@ -4,26 +4,19 @@
 //!
 //! Through `router(state).oneshot(req)` on a real SQLite store in a temp dir.
 
-use axum::Router;
+mod support;
+
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use rota_scheduler::api::{AppState, Guard, route_table, router};
+use rota_scheduler::api::{Guard, route_table};
 use rota_scheduler::console::auth::token_hash;
-use rota_scheduler::{Config, Node, Store};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use support::TestApp;
 use tower::ServiceExt;
 
 const TOKEN: &str = "test-token";
 const SECRET: &[u8] = b"test-secret";
 const START: &str = r#"(module (func (export "_start")))"#;
-
-struct TestApp {
-    app: Router,
-    node: Node,
-    stop: watch::Sender<bool>,
-    _dir: tempfile::TempDir,
-}
 
 struct Answer {
     status: StatusCode,
@@ -42,20 +35,7 @@ impl Answer {
 }
 
 async fn start() -> TestApp {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}", dir.path().join("rota.db").display());
-    let mut config = Config::for_tests(url.clone());
-    config.dispatch_timeout_ms = 100;
-    let store = Store::connect(&url).await.expect("store");
-    let (stop, stop_rx) = watch::channel(false);
-    let node = Node::start(config, store, stop_rx).await.expect("node");
-    let app = router(AppState { node: node.clone() });
-    TestApp {
-        app,
-        node,
-        stop,
-        _dir: dir,
-    }
+    TestApp::start_with(|_| {}).await
 }
 
 /// How a request authenticates itself.
@@ -71,11 +51,6 @@ enum As<'a> {
 }
 
 impl TestApp {
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        self.node.stopped().await;
-    }
-
     async fn request(
         &self,
         who: As<'_>,
@@ -114,19 +89,10 @@ impl TestApp {
                 req = req.header(name, value);
             }
         }
-        let res = self
-            .app
-            .clone()
-            .oneshot(req.body(Body::from(body)).unwrap())
-            .await
-            .expect("infallible");
-        let status = res.status();
-        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .unwrap();
+        let reply = self.reply(req.body(Body::from(body)).unwrap()).await;
         Answer {
-            status,
-            body: String::from_utf8_lossy(&bytes).into_owned(),
+            status: reply.status,
+            body: String::from_utf8_lossy(&reply.body).into_owned(),
         }
     }
 

@@ -1,6 +1,8 @@
 //! The store contract: one suite, run on SQLite always and on MySQL/MariaDB when
 //! `ROTA_TEST_MYSQL_URL` is set (CI sets it). Each MySQL test gets a database of its own.
 
+use std::collections::HashMap;
+
 use rota_proto::BlockStrategy;
 use rota_scheduler::backoff::Backoff;
 use rota_scheduler::model::*;
@@ -1190,6 +1192,7 @@ contract!(lists_are_scoped_to_apps, |store: Store| async move {
 contract!(
     what_an_apps_executors_and_users_may_touch,
     |store: Store| async move {
+        let lease = lease(&store).await;
         let mut hr_spec = spec("hr-job");
         hr_spec.app = "hr".into();
         hr_spec.plugin = "payroll".into();
@@ -1203,18 +1206,18 @@ contract!(
             .await
             .unwrap();
         let (shop_task, hr_task) = (ids[0].0, ids[1].0);
-        let mut owners = store
-            .task_owners(&[hr_task, shop_task, 987_654])
+        let owners = store
+            .report_owners(&[(77_777, hr_task), (66_666, shop_task), (88_888, 987_654)])
             .await
             .unwrap();
-        owners.sort();
         assert_eq!(
-            owners,
-            [
-                (shop_task, shop.id, Some("default".to_owned())),
-                (hr_task, hr.id, Some("hr".to_owned()))
-            ]
+            owners.tasks,
+            HashMap::from([
+                (shop_task, (shop.id, Some("default".to_owned()))),
+                (hr_task, (hr.id, Some("hr".to_owned())))
+            ])
         );
+        assert!(owners.runs.is_empty(), "no run is recorded yet");
 
         for (name, sha) in [("hello", "a"), ("hello", "b"), ("payroll", "c")] {
             store
@@ -1242,6 +1245,25 @@ contract!(
         assert_eq!((scoped.jobs, scoped.tasks_pending), (1, 1));
         let nothing = store.console_counts(0, Some(&[])).await.unwrap();
         assert_eq!((nothing.jobs, nothing.tasks_pending), (0, 0));
+
+        // Once the shop's task has a recorded run, reports name its task for it.
+        let claimed = store
+            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks;
+        let shop_due = claimed.iter().find(|t| t.task_id == shop_task).unwrap();
+        let shop_run = store.allocate_ids("run", 1).await.unwrap();
+        store
+            .record_dispatches(lease, &[dispatched(shop_due, shop_run)], NOW)
+            .await
+            .unwrap();
+        let owners = store
+            .report_owners(&[(shop_run, hr_task), (77_777, shop_task)])
+            .await
+            .unwrap();
+        assert_eq!(owners.runs, HashMap::from([(shop_run, shop_task)]));
+        assert_eq!(owners.tasks.len(), 2);
     }
 );
 

@@ -110,7 +110,19 @@ impl Api {
         v
     }
 
-    /// Uploads a `.wat` plugin that does nothing and returns its name.
+    /// Creates `tasks` in one batch (all or nothing) and returns their ids, in order.
+    pub async fn add_tasks(&self, tasks: Vec<Value>) -> Vec<i64> {
+        let created = self
+            .ok("POST", "/api/v1/tasks/batch", Some(json!({"tasks": tasks})))
+            .await;
+        created["ids"]
+            .as_array()
+            .expect("the batch's ids")
+            .iter()
+            .map(|v| v.as_i64().expect("a task id"))
+            .collect()
+    }
+
     /// Uploads a `.wat` plugin that does nothing.
     pub async fn upload_plugin(&self, name: &str) {
         self.upload(
@@ -150,6 +162,10 @@ pub enum Behaviour {
     Hang,
     /// Refuse the connection-level work: answer 503 to triggers.
     Refuse,
+    /// Like `Succeed`, with this many run slots: a run holds one from its acceptance until
+    /// its report is acknowledged. Triggers beyond the free slots are answered `full`, and
+    /// every answer says how many are free (`room`).
+    Slots(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -173,6 +189,10 @@ pub struct DoubleState {
     /// (task, attempt, shard) → run id: what this executor "has".
     pub known: Mutex<HashMap<(i64, i32, i32), i64>>,
     pub bad_signatures: Mutex<u32>,
+    /// Runs holding a slot (`Behaviour::Slots`).
+    pub busy: Mutex<usize>,
+    /// Each trigger request: how many triggers it carried, and the `room` answered.
+    pub requests: Mutex<Vec<(usize, Option<u32>)>>,
     replay: ReplayGuard,
     http: reqwest::Client,
 }
@@ -195,6 +215,8 @@ impl ExecutorDouble {
             received: Mutex::new(Vec::new()),
             known: Mutex::new(HashMap::new()),
             bad_signatures: Mutex::new(0),
+            busy: Mutex::new(0),
+            requests: Mutex::new(Vec::new()),
             replay: ReplayGuard::new(MAX_SKEW_MS),
             http: reqwest::Client::new(),
         });
@@ -356,15 +378,26 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
     let now = now_us / 1000;
     let mut acks = Vec::new();
     let mut accepted = Vec::new();
-    {
+    let carried = batch.triggers.len();
+    let room = {
         let mut known = state.known.lock().unwrap();
         let mut received = state.received.lock().unwrap();
+        let mut busy = state.busy.lock().unwrap();
         for t in batch.triggers {
             // Like the real executor: past the sender's lease nothing is taken.
             if batch.not_after.is_some_and(|limit| now > limit) {
                 acks.push(TriggerAck {
                     run_id: t.run_id,
                     outcome: TriggerOutcome::Expired,
+                });
+                continue;
+            }
+            if let Behaviour::Slots(slots) = behaviour
+                && *busy >= slots
+            {
+                acks.push(TriggerAck {
+                    run_id: t.run_id,
+                    outcome: TriggerOutcome::Full,
                 });
                 continue;
             }
@@ -383,6 +416,9 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                 });
                 continue;
             }
+            if let Behaviour::Slots(_) = behaviour {
+                *busy += 1;
+            }
             known.insert(key, t.run_id);
             acks.push(TriggerAck {
                 run_id: t.run_id,
@@ -390,7 +426,12 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
             });
             accepted.push(t);
         }
-    }
+        match behaviour {
+            Behaviour::Slots(slots) => Some(u32::try_from(slots - *busy).unwrap()),
+            _ => None,
+        }
+    };
+    state.requests.lock().unwrap().push((carried, room));
     if behaviour != Behaviour::Hang && !accepted.is_empty() {
         let state = state.clone();
         tokio::spawn(async move {
@@ -435,13 +476,16 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                 )
                 .await;
                 if status == 200 {
+                    if let Behaviour::Slots(_) = behaviour {
+                        *state.busy.lock().unwrap() -= reports.len();
+                    }
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         });
     }
-    axum::Json(TriggerBatchAck { acks, room: None }).into_response()
+    axum::Json(TriggerBatchAck { acks, room }).into_response()
 }
 
 async fn runs_known(

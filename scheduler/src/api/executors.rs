@@ -2,8 +2,6 @@
 //! (`/api/executor/v1/*`: register, heartbeat, deregister, callback, plugin download).
 //! `docs/protocol.md` describes the protocol end to end.
 
-use std::collections::HashMap;
-
 use axum::Extension;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -144,21 +142,19 @@ pub async fn callback(
 ) -> ApiResult<Json<CallbackAck>> {
     let app = signer.app()?;
     let store = state.node.store();
-    let task_ids: Vec<i64> = batch.reports.iter().map(|r| r.task_id).collect();
-    let owners: HashMap<i64, (i64, Option<String>)> = store
-        .task_owners(&task_ids)
-        .await?
-        .into_iter()
-        .map(|(task, job, app)| (task, (job, app)))
+    let pairs: Vec<(i64, i64)> = batch
+        .reports
+        .iter()
+        .map(|r| (r.run_id, r.task_id))
         .collect();
-    let run_ids: Vec<i64> = batch.reports.iter().map(|r| r.run_id).collect();
-    let run_tasks: HashMap<i64, i64> = store.run_tasks(&run_ids).await?.into_iter().collect();
+    let owners = store.report_owners(&pairs).await?;
     let mut reports = Vec::with_capacity(batch.reports.len());
     for report in batch.reports.iter() {
-        let run_fits = run_tasks
+        let run_fits = owners
+            .runs
             .get(&report.run_id)
             .is_none_or(|task| *task == report.task_id);
-        match owners.get(&report.task_id) {
+        match owners.tasks.get(&report.task_id) {
             Some((job, owner))
                 if *job == report.job_id
                     && run_fits
