@@ -38,7 +38,11 @@ const MAX_PER_REQUEST: usize = 1_000;
 const LEASE_RETRY_MS: i64 = 50;
 
 /// Longest a round keeps feeding one executor before what is left goes back to the wheel.
-const FULL_RETRY_MS: i64 = 200;
+const ROUND_MAX_MS: i64 = 200;
+
+/// How long a task whose job could not be loaded (the database is unreachable) waits in
+/// the wheel before it is tried again.
+const JOB_RETRY_MS: i64 = 200;
 
 /// How long triggers that found every executor of their app full wait in the wheel
 /// (where a cancel still finds them) before they are sent again: far shorter than an
@@ -364,7 +368,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "loading a job for dispatch failed; retrying shortly");
-                shared.ring.defer(vec![task], now + FULL_RETRY_MS);
+                shared.ring.defer(vec![task], now + JOB_RETRY_MS);
                 continue;
             }
         };
@@ -631,7 +635,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
 
 /// Sends one round's triggers for one executor: requests of at most [`MAX_PER_REQUEST`]
 /// one after another, each sized to the room the executor said it had left, until it is
-/// full, a request fails, or the round has taken [`FULL_RETRY_MS`]. A burst larger than
+/// full, a request fails, or the round has taken [`ROUND_MAX_MS`]. A burst larger than
 /// the executor's queue so costs one refused request, not a refused copy of the whole
 /// burst every round; what is not sent goes back to the caller, for the next candidate
 /// or the wheel. Run ids are taken per request, so triggers held back use up none.
@@ -700,7 +704,7 @@ async fn send_to(
         if let Some(why) = stop {
             break why;
         }
-        if started.elapsed() >= Duration::from_millis(FULL_RETRY_MS as u64) {
+        if started.elapsed() >= Duration::from_millis(ROUND_MAX_MS as u64) {
             break Unsent::Full;
         }
     };
