@@ -136,7 +136,7 @@ impl Drop for PrivateMariaDb {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_reconnect_after_a_mariadb_restart_and_lose_nothing_acknowledged() {
     let Some(mut mariadb) = PrivateMariaDb::install() else {
-        eprintln!("mariadb-install-db or mariadbd is missing: the MariaDB restart test is skipped");
+        rota_testkit::missing("mariadb-install-db or mariadbd is not installed");
         return;
     };
     mariadb.start().await;

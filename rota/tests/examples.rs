@@ -223,11 +223,13 @@ async fn close_order_asks_the_order_service_through_the_host_imports() {
     assert!(!listed.to_string().contains(TOKEN_VALUE), "{listed}");
 }
 
-/// A built example plugin, when CI built them (`ROTA_EXAMPLE_PLUGINS`); `None` (and a
-/// message) otherwise.
+/// A built example plugin (`ROTA_EXAMPLE_PLUGINS`, which `scripts/test` sets after building
+/// them with `plugins/build.sh`); `None` (a skip, or a failure under CI) otherwise.
 fn example(file: &str) -> Option<Vec<u8>> {
     let Some(dir) = std::env::var_os("ROTA_EXAMPLE_PLUGINS").map(PathBuf::from) else {
-        eprintln!("ROTA_EXAMPLE_PLUGINS is not set: example plugins not built, test skipped");
+        rota_testkit::missing(
+            "ROTA_EXAMPLE_PLUGINS is not set: the example plugins were not built",
+        );
         return None;
     };
     // Relative to the workspace root (tests run in the package directory).

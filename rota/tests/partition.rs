@@ -137,7 +137,7 @@ fn spooled(data_dir: &Path) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_executors_run_is_lost_and_retried_on_the_other() {
     if !is_root() {
-        eprintln!("not root: cannot create a network namespace; the partition test is skipped");
+        rota_testkit::missing("not root: cannot create a network namespace");
         return;
     }
     let net = TestNet::create();
