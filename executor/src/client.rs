@@ -67,6 +67,20 @@ impl CallError {
     }
 }
 
+impl CallError {
+    /// The `error` a scheduler answered with `status`, if one did.
+    pub fn refusal(&self, status: u16) -> Option<String> {
+        self.attempts.iter().find_map(|(_, e)| match e {
+            AttemptError::Status { status: s, body } if *s == status => Some(
+                serde_json::from_str::<rota_proto::ErrorBody>(body)
+                    .map(|b| b.error)
+                    .unwrap_or_else(|_| body.clone()),
+            ),
+            _ => None,
+        })
+    }
+}
+
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.attempts.is_empty() {

@@ -15,7 +15,7 @@
 //! - [`runtime`]: the sandbox: the one `Engine` (pooling allocator, epoch ticker),
 //!   compiled plugins cached by SHA-256 in memory and on disk, and one run = a fresh
 //!   `Store` with the WASI contract, memory limit, timeout and kill switch.
-//! - [`logs`]: per-run log files (`<data_dir>/logs/<run_id>.log`): written line by
+//! - [`logs`]: run logs in append-only segment files (`<data_dir>/logs/<seq>.seg`): written line by
 //!   line while the run is live, capped, read by line range, swept after retention.
 //! - [`node`]: the executor node: [`node::ExecutorConfig`], [`node::run`], the life of
 //!   a run (wait for its time, its turn, a slot; run; report) and graceful shutdown.

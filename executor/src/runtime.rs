@@ -23,8 +23,9 @@
 //! [`InstancePre`] (imports already resolved against one WASI preview 1 [`Linker`] built
 //! at start-up) in a bounded in-memory cache. The compiled artifact is also written to
 //! `<module_cache_dir>/<engine fingerprint>/<sha256>.cwasm` (atomically: temp file +
-//! rename), so a restarted executor loads it ([`Runtime::load_cached`], a few ms)
-//! instead of fetching and compiling it again. [`Runtime::compilations`] counts real compilations.
+//! rename; sealed with a MAC checked before it is loaded, `precompiled`), so a restarted
+//! executor loads it ([`Runtime::load_cached`], a few ms) instead of fetching and
+//! compiling it again. [`Runtime::compilations`] counts real compilations.
 //!
 //! # Runs
 //!
@@ -54,8 +55,8 @@ use std::fmt;
 use std::fs;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -290,8 +291,8 @@ struct Inner {
     /// there (`host::on_io`).
     io: Option<tokio::runtime::Handle>,
     memory_cap_mb: u32,
-    /// `<module_cache_dir>/<engine fingerprint>`.
-    cache_dir: Option<PathBuf>,
+    /// `<module_cache_dir>/<engine fingerprint>`, and the key its files are sealed with.
+    cache_dir: Option<(PathBuf, precompiled::CacheKey)>,
     modules: Mutex<ModuleCache>,
     compilations: AtomicU64,
     disk_loads: AtomicU64,
@@ -351,14 +352,17 @@ impl Runtime {
 
         let cache_dir = match config.module_cache_dir {
             Some(dir) => {
-                let dir = dir.join(engine_fingerprint(&engine));
-                fs::create_dir_all(&dir).map_err(|e| {
+                let fingerprint = engine_fingerprint(&engine);
+                let dir = dir.join(&fingerprint);
+                let unusable = |e: io::Error| {
                     RuntimeError::Engine(format!(
-                        "cannot create the module cache {}: {e}",
+                        "cannot set up the module cache {}: {e}",
                         dir.display()
                     ))
-                })?;
-                Some(dir)
+                };
+                fs::create_dir_all(&dir).map_err(unusable)?;
+                let key = precompiled::CacheKey::open(&dir, &fingerprint).map_err(unusable)?;
+                Some((dir, key))
             }
             None => None,
         };
@@ -418,19 +422,20 @@ impl Runtime {
         if let Some(plugin) = self.cached(sha256) {
             return Ok(Some(plugin));
         }
-        let Some(path) = self.cache_path(sha256) else {
+        let Some((path, key)) = self.cache_path(sha256) else {
             return Ok(None);
         };
         if !path.exists() {
             return Ok(None);
         }
-        match precompiled::load(&self.inner.engine, &path) {
+        match precompiled::load(&self.inner.engine, key, sha256, &path) {
             Ok(module) => {
                 self.inner.disk_loads.fetch_add(1, Ordering::Relaxed);
                 self.insert(sha256, &module).map(Some)
             }
             Err(e) => {
-                // Another wasmtime build, or a damaged file: compile again.
+                // A damaged or foreign file (its seal does not verify), or another
+                // wasmtime build: compile again.
                 tracing::warn!(path = %path.display(), error = %format!("{e:#}"), "ignoring an unusable compiled module");
                 let _ = fs::remove_file(&path);
                 Ok(None)
@@ -458,18 +463,18 @@ impl Runtime {
         })?;
         self.inner.compilations.fetch_add(1, Ordering::Relaxed);
         let plugin = self.insert(sha256, &module)?;
-        if let Some(path) = self.cache_path(sha256)
-            && let Err(e) = write_compiled(&module, &path)
+        if let Some((path, key)) = self.cache_path(sha256)
+            && let Err(e) = precompiled::store(&module, key, sha256, &path)
         {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the module cache; the plugin will be compiled again after a restart");
         }
         Ok(plugin)
     }
 
-    fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
+    fn cache_path(&self, sha256: &str) -> Option<(PathBuf, &precompiled::CacheKey)> {
         let is_hash = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
-        let dir = self.inner.cache_dir.as_ref()?;
-        is_hash.then(|| dir.join(format!("{sha256}.cwasm")))
+        let (dir, key) = self.inner.cache_dir.as_ref()?;
+        is_hash.then(|| (dir.join(format!("{sha256}.cwasm")), key))
     }
 
     fn insert(&self, sha256: &str, module: &Module) -> Result<Plugin, RuntimeError> {
@@ -827,31 +832,6 @@ fn engine_fingerprint(engine: &Engine) -> String {
     let mut hasher = DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     format!("{:016x}", hasher.finish())
-}
-
-/// Writes a compiled module atomically: a reader sees the whole file or none.
-fn write_compiled(module: &Module, path: &Path) -> io::Result<()> {
-    let bytes = module
-        .serialize()
-        .map_err(|e| io::Error::other(format!("{e:#}")))?;
-    let tmp = path.with_extension(format!(
-        "tmp-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or_default()
-    ));
-    let result = (|| {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(&bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// `text` cut to at most `max` characters, marked with `…` when cut.

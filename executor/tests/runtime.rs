@@ -395,7 +395,7 @@ fn the_log_is_capped_and_says_so() {
     let log = logs.create(env.run_id);
     let outcome = rt.run(&plugin, &invocation, &log, &CancellationToken::new());
     assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
-    let size = std::fs::metadata(logs.path(env.run_id)).unwrap().len();
+    let size = logs.stored_bytes(env.run_id).unwrap();
     assert!(size <= (1 << 20) + 100, "{size}");
     let page = logs.read(env.run_id, 10_000, 1000, false).unwrap();
     assert_eq!(
@@ -454,10 +454,23 @@ fn compiled_modules_survive_a_restart() {
         .collect();
     assert_eq!(cached.len(), 1, "{cached:?}");
     std::fs::write(&cached[0], b"not a module").unwrap();
-    let third = Runtime::new(config).unwrap();
+    let third = Runtime::new(config.clone()).unwrap();
     assert!(third.load_cached(&sha256).unwrap().is_none());
     third.compile(&sha256, &wasm).unwrap();
     assert_eq!(third.compilations(), 1);
+
+    // The seal binds a file to its plugin: hello's compiled code under echo's name (a
+    // swapped or planted file) is not loaded; echo is compiled from its own wasm.
+    let (echo_wasm, echo_sha) = common::compiled(&common::echo());
+    third.compile(&echo_sha, &echo_wasm).unwrap();
+    drop(third);
+    let echo_file = cached[0].with_file_name(format!("{echo_sha}.cwasm"));
+    std::fs::copy(&cached[0], &echo_file).unwrap();
+    let fourth = Runtime::new(config).unwrap();
+    assert!(fourth.load_cached(&echo_sha).unwrap().is_none());
+    assert!(!echo_file.exists(), "the planted file is deleted");
+    fourth.compile(&echo_sha, &echo_wasm).unwrap();
+    assert_eq!(fourth.compilations(), 1);
 }
 
 #[test]

@@ -428,6 +428,24 @@ pub struct KnownRun {
 pub const KV_KEY_MAX: usize = 256;
 /// Largest value of a plugin's key-value state (bytes).
 pub const KV_VALUE_MAX: usize = 64 * 1024;
+/// Most keys one job's state may hold: a plugin cannot fill the database through
+/// `kv_set` for its whole timeout.
+pub const KV_KEYS_PER_JOB: usize = 10_000;
+/// Most bytes (keys and values) one job's state may hold.
+pub const KV_BYTES_PER_JOB: usize = 16 << 20;
+
+/// Why a `set` does not fit in a job's state that holds `keys` keys and `bytes` bytes
+/// besides the key being set; `None` when it fits.
+pub fn kv_over_quota(keys: usize, bytes: usize, key: &str, value_len: usize) -> Option<String> {
+    let after = bytes + key.len() + value_len;
+    (keys + 1 > KV_KEYS_PER_JOB || after > KV_BYTES_PER_JOB).then(|| {
+        format!(
+            "the job's key-value state is full: it may hold {KV_KEYS_PER_JOB} keys and {} MiB, \
+             and holds {keys} other keys and {bytes} bytes; delete keys first",
+            KV_BYTES_PER_JOB >> 20
+        )
+    })
+}
 
 /// A plugin's key-value state, kept by the scheduler per job. `value` is base64 for `set`
 /// and in the reply to `get`.

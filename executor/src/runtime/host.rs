@@ -209,7 +209,18 @@ impl Host {
                         .cloned()
                         .ok_or_else(|| Refused(NOT_FOUND, format!("no key `{key}`"))),
                     KvOp::Set => {
-                        kv.insert(key, value.unwrap_or_default());
+                        let value = value.unwrap_or_default();
+                        let others = kv.iter().filter(|(k, _)| **k != key);
+                        let bytes = others.clone().map(|(k, v)| k.len() + v.len()).sum();
+                        if let Some(full) = rota_proto::wire::kv_over_quota(
+                            others.count(),
+                            bytes,
+                            &key,
+                            value.len(),
+                        ) {
+                            return Err(Refused(TOO_LARGE, full));
+                        }
+                        kv.insert(key, value);
                         Ok(Vec::new())
                     }
                     KvOp::Delete => {
@@ -230,7 +241,11 @@ impl Host {
                 let reply: KvReply =
                     on_io(&self.io, async move { client.post(PATH_KV, &req).await })
                         .await?
-                        .map_err(|e| Refused(FAILED, format!("key-value store: {e}")))?;
+                        .map_err(|e| match e.refusal(413) {
+                            // The scheduler's own words: the value or the state is too big.
+                            Some(message) => Refused(TOO_LARGE, message),
+                            None => Refused(FAILED, format!("key-value store: {e}")),
+                        })?;
                 match (op, reply.value) {
                     (KvOp::Get, Some(v)) => BASE64
                         .decode(v.as_bytes())
@@ -443,16 +458,35 @@ async fn exchange(
 /// small runtime of that thread's); a pooled connection opened there would be driven only
 /// while that thread runs a plugin, and the next run to reuse it from another thread would
 /// wait for nothing. The process's runtime drives every connection all the time.
+///
+/// The work ends with the run: when the run is killed or times out, its future — and this
+/// one with it — is dropped, and the spawned work (an HTTP exchange, say) is aborted
+/// rather than left to run out its own timeout.
 async fn on_io<T: Send + 'static>(
     io: &Option<tokio::runtime::Handle>,
     f: impl std::future::Future<Output = T> + Send + 'static,
 ) -> Result<T, Refused> {
     match io {
-        Some(handle) => handle
-            .spawn(f)
+        Some(handle) => AbortOnDrop(handle.spawn(f))
+            .join()
             .await
             .map_err(|e| Refused(FAILED, format!("the executor is stopping: {e}"))),
         None => Ok(f.await),
+    }
+}
+
+/// A spawned task that is aborted if whoever waits for it goes away.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> AbortOnDrop<T> {
+    async fn join(mut self) -> Result<T, tokio::task::JoinError> {
+        (&mut self.0).await
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
