@@ -98,7 +98,7 @@ impl Tls {
             (None, Some(_)) => anyhow::bail!("--tls-key needs --tls-cert (the certificate chain)"),
         };
         let roots = match ca {
-            Some(ca) => certificates(ca)?,
+            Some(ca) => trust_anchors(ca)?,
             None => Vec::new(),
         };
         Ok(Tls { server, roots })
@@ -149,6 +149,26 @@ fn server_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerConfig
                 cert.display()
             )
         })
+}
+
+/// The certificates of a `--tls-ca` file, each checked to be one a client can trust: a
+/// PEM block that is not an X.509 certificate would otherwise be dropped without a word
+/// when the clients are built, and the peers it was meant for refused as untrusted.
+fn trust_anchors(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs = certificates(path)?;
+    for (i, der) in certs.iter().enumerate() {
+        rustls::RootCertStore::empty()
+            .add(der.clone())
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "--tls-ca {}: certificate {} of {} cannot be trusted ({e})",
+                    path.display(),
+                    i + 1,
+                    certs.len()
+                )
+            })?;
+    }
+    Ok(certs)
 }
 
 /// Every certificate in a PEM file; none is an error.
@@ -446,6 +466,22 @@ mod tests {
         let err =
             Tls::load(Some(&fixture("ca.pem")), Some(&fixture("server.key")), None).unwrap_err();
         assert!(err.to_string().contains("ca.pem"), "{err:#}");
+        // A PEM block labelled CERTIFICATE that holds no certificate.
+        let dir = std::env::temp_dir().join(format!("rota-net-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bogus = dir.join("bogus-ca.pem");
+        std::fs::write(
+            &bogus,
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let err = Tls::load(None, None, Some(&bogus)).unwrap_err();
+        assert!(
+            err.to_string().contains("bogus-ca.pem")
+                && err.to_string().contains("certificate 1 of 1"),
+            "{err:#}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
         let shown = format!(
             "{:?}",
             Tls::load(None, None, Some(&fixture("ca.pem"))).unwrap()
