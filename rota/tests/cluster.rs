@@ -20,28 +20,22 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The database both nodes use, dropped at the end on MySQL.
 struct SharedDb {
     url: String,
-    mysql: Option<(sqlx::MySqlPool, String)>,
+    mysql: Option<rota_testkit::MysqlDb>,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl SharedDb {
     async fn new() -> SharedDb {
-        match std::env::var("ROTA_TEST_MYSQL_URL") {
-            Ok(base) if !base.is_empty() => {
-                let admin = sqlx::MySqlPool::connect(&base).await.unwrap();
-                let name = format!("rota_cl_{}", rand::random::<u32>());
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                    .execute(&admin)
-                    .await
-                    .unwrap();
-                let (prefix, _) = base.rsplit_once('/').unwrap();
+        match rota_testkit::mysql_base_url() {
+            Some(base) => {
+                let db = rota_testkit::MysqlDb::create_on(&base, "rota_cl").await;
                 SharedDb {
-                    url: format!("{prefix}/{name}"),
-                    mysql: Some((admin, name)),
+                    url: db.url.clone(),
+                    mysql: Some(db),
                     _dir: None,
                 }
             }
-            _ => {
+            None => {
                 let (url, dir) = sqlite_url();
                 SharedDb {
                     url,
@@ -53,10 +47,8 @@ impl SharedDb {
     }
 
     async fn drop_db(self) {
-        if let Some((admin, name)) = self.mysql {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}")))
-                .execute(&admin)
-                .await;
+        if let Some(db) = self.mysql {
+            db.drop_db().await;
         }
     }
 }
@@ -324,10 +316,8 @@ async fn a_cancel_through_another_node_reaches_the_wheel_that_holds_the_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_lose_nothing_and_send_nothing_twice_through_a_kill_and_a_stall() {
     let _serial = SERIAL.lock().await;
-    if std::env::var("ROTA_TEST_MYSQL_URL").is_err() {
-        eprintln!(
-            "ROTA_TEST_MYSQL_URL is not set: the three-node chaos test needs MariaDB; skipped"
-        );
+    if rota_testkit::mysql_base_url().is_none() {
+        rota_testkit::missing("ROTA_TEST_MYSQL_URL is not set: the chaos test needs MariaDB");
         return;
     }
     const TASKS: usize = 20_000;
@@ -638,4 +628,232 @@ async fn chaos_report(pool: &sqlx::MySqlPool, dir: &std::path::Path) -> String {
         .unwrap();
     }
     out
+}
+
+/// The newest fire a double received, by its due time.
+fn last_scheduled(executor: &ExecutorDouble, job: i64) -> Option<i64> {
+    executor
+        .received()
+        .iter()
+        .filter(|r| r.trigger.job_id == job)
+        .map(|r| r.trigger.scheduled_at)
+        .max()
+}
+
+/// Issue 13, case 2: once a change to a job is acknowledged — disable, a new schedule,
+/// delete — no fire of its old schedule goes out later than 100 ms after the answer, even
+/// one another node already claimed into its wheel; a new schedule is planned at once.
+/// Node B claims an every-second job's fires 5 s ahead; the changes go through node A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_change_through_one_node_stops_the_fires_another_node_claimed() {
+    let _serial = SERIAL.lock().await;
+    let db = SharedDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = Api::new(format!("http://127.0.0.1:{port_a}"));
+    let b = Api::new(format!("http://127.0.0.1:{port_b}"));
+    let _node_b = spawn_server(&db.url, port_b, &dir.path().join("b.log"), "node-b");
+    wait_healthy(&b).await;
+    let executor = ExecutorDouble::start(&b.base, "default", Behaviour::Succeed).await;
+    b.upload_plugin("noop").await;
+    let job = b
+        .ok(
+            "POST",
+            "/api/v1/jobs",
+            Some(json!({"name": "tick", "app": "default", "plugin": "noop",
+                        "schedule": {"kind": "cron", "expr": "* * * * * ?"}})),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    eventually(Duration::from_secs(10), "the job to fire on B", || async {
+        last_scheduled(&executor, job).map(|_| ())
+    })
+    .await;
+    // A starts only now: B's wheel holds the next 5 s of fires.
+    let _node_a = spawn_server(&db.url, port_a, &dir.path().join("a.log"), "node-a");
+    wait_healthy(&a).await;
+
+    // Disable through A.
+    a.ok(
+        "PATCH",
+        &format!("/api/v1/jobs/{job}"),
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    let disabled_at = now_ms();
+    tokio::time::sleep(Duration::from_secs(3)).await; // the fires B had claimed come due
+    let last = last_scheduled(&executor, job).unwrap();
+    assert!(
+        last <= disabled_at + 100,
+        "a fire due {} ms after the disable went out",
+        last - disabled_at
+    );
+
+    // Enabled again: it fires again at once, on the same schedule (the void fires' keys
+    // do not block the new plan's).
+    a.ok(
+        "PATCH",
+        &format!("/api/v1/jobs/{job}"),
+        Some(json!({"enabled": true})),
+    )
+    .await;
+    let enabled_at = now_ms();
+    eventually(Duration::from_secs(5), "the job to fire again", || async {
+        last_scheduled(&executor, job)
+            .filter(|&t| t > enabled_at)
+            .map(|_| ())
+    })
+    .await;
+
+    // A new schedule: every 10 s from here on; no fire of the every-second one after.
+    let changed = a
+        .ok(
+            "PATCH",
+            &format!("/api/v1/jobs/{job}"),
+            Some(json!({"schedule": {"kind": "cron", "expr": "0/10 * * * * ?"}})),
+        )
+        .await;
+    let changed_at = now_ms();
+    let next = chrono::DateTime::parse_from_rfc3339(changed["next_fire_at"].as_str().unwrap())
+        .unwrap()
+        .timestamp_millis();
+    assert_eq!(next % 10_000, 0, "planned on the new schedule at once");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stray: Vec<i64> = executor
+        .received()
+        .iter()
+        .filter(|r| r.trigger.job_id == job && r.trigger.scheduled_at > changed_at + 100)
+        .map(|r| r.trigger.scheduled_at)
+        .filter(|t| t % 10_000 != 0)
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "fires of the old schedule after the change: {stray:?}"
+    );
+
+    // Deleted: nothing more at all.
+    a.ok(
+        "PATCH",
+        &format!("/api/v1/jobs/{job}"),
+        Some(json!({"schedule": {"kind": "cron", "expr": "* * * * * ?"}})),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (status, _) = a
+        .call("DELETE", &format!("/api/v1/jobs/{job}?force=true"), None)
+        .await;
+    assert_eq!(status, 204);
+    let deleted_at = now_ms();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let last = last_scheduled(&executor, job).unwrap();
+    assert!(
+        last <= deleted_at + 100,
+        "a fire due {} ms after the delete went out",
+        last - deleted_at
+    );
+    db.drop_db().await;
+}
+
+/// Issue 13, case 3: nodes booting at the same moment on an empty database all come up
+/// (one migrates, the others wait for it), and so do they on a schema one migration
+/// behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_booting_together_all_come_up_on_an_empty_or_older_schema() {
+    let _serial = SERIAL.lock().await;
+    let db = SharedDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let boot_three = |round: &str| {
+        let mut nodes = Vec::new();
+        let mut apis = Vec::new();
+        for i in 1..=3 {
+            let port = free_port();
+            let log = dir.path().join(format!("{round}-n{i}.log"));
+            nodes.push(spawn_server(&db.url, port, &log, &format!("n{i}")));
+            apis.push(Api::new(format!("http://127.0.0.1:{port}")));
+        }
+        (nodes, apis)
+    };
+    for round in ["empty", "older"] {
+        if round == "older" {
+            roll_back_latest_migration(&db.url).await;
+        }
+        let (mut nodes, apis) = boot_three(round);
+        for (i, api) in apis.iter().enumerate() {
+            let log = dir.path().join(format!("{round}-n{}.log", i + 1));
+            let up = tokio::time::timeout(Duration::from_secs(60), wait_healthy(api)).await;
+            if up.is_err() || nodes[i].0.try_wait().unwrap().is_some() {
+                panic!(
+                    "{round}: node n{} did not come up:\n{}",
+                    i + 1,
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+        }
+        for node in &mut nodes {
+            assert!(
+                node.0.try_wait().unwrap().is_none(),
+                "{round}: a node exited"
+            );
+        }
+        // SIGTERM: a clean stop before the next round.
+        for node in &nodes {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &node.0.id().to_string()])
+                .status();
+        }
+        for node in &mut nodes {
+            node.0.wait().unwrap();
+        }
+    }
+    db.drop_db().await;
+}
+
+/// Puts the database back to the schema before the newest migration: everything up to
+/// it, applied to a fresh copy, is what an older Rota left behind.
+async fn roll_back_latest_migration(url: &str) {
+    if url.starts_with("mysql:") {
+        // One connection: `USE` is per connection.
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .unwrap();
+        recreate(&pool, url).await;
+        let migrator = sqlx::migrate!("../migrations/mysql");
+        let latest = migrator.iter().map(|m| m.version).max().unwrap();
+        migrator.run_to(latest - 1, &pool).await.unwrap();
+        pool.close().await;
+    } else {
+        let path = url.trim_start_matches("sqlite:");
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{path}{suffix}"));
+        }
+        let pool = sqlx::SqlitePool::connect_with(
+            sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true),
+        )
+        .await
+        .unwrap();
+        let migrator = sqlx::migrate!("../migrations/sqlite");
+        let latest = migrator.iter().map(|m| m.version).max().unwrap();
+        migrator.run_to(latest - 1, &pool).await.unwrap();
+        pool.close().await;
+    }
+}
+
+/// Empties a MySQL database (drops and creates it again).
+async fn recreate(pool: &sqlx::MySqlPool, url: &str) {
+    let name = url.rsplit('/').next().unwrap();
+    for sql in [
+        format!("DROP DATABASE {name}"),
+        format!("CREATE DATABASE {name}"),
+        format!("USE {name}"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
 }

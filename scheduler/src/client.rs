@@ -238,6 +238,21 @@ impl ExecutorClient {
             .await
     }
 
+    /// Tells the node at `address` that a job changed.
+    pub async fn node_job_changed(
+        &self,
+        address: &str,
+        req: &crate::api::peers::PeerJobChanged,
+    ) -> Result<serde_json::Value, ClientError> {
+        self.post(
+            To::Peer,
+            address,
+            crate::api::peers::PATH_PEER_JOB_CHANGED,
+            req,
+        )
+        .await
+    }
+
     pub async fn runs_known(
         &self,
         app: &str,

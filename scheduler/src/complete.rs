@@ -80,6 +80,7 @@ pub(crate) async fn apply(shared: &Shared, updates: &[RunUpdate]) -> anyhow::Res
     }
     let soon = now + shared.config.window_ms;
     let wake = applied.children > 0
+        || applied.freed_limited
         || applied
             .tasks
             .iter()
@@ -174,7 +175,57 @@ pub(crate) async fn liveness_loop(shared: Arc<Shared>) {
         if let Err(e) = reap_dead_executors(&shared, alive_after, now).await {
             tracing::warn!(error = %format!("{e:#}"), "reaping dead executors failed");
         }
+        if let Err(e) = settle_waiting(&shared, now).await {
+            tracing::warn!(error = %format!("{e:#}"), "settling fires that wait for an executor failed");
+        }
     }
+}
+
+/// Fires waiting for an executor (SPEC §4, "No executor yet"): those of apps that have one
+/// now go out (the registration that woke them may have been handled by another node, or
+/// raced the fire that parked them), and those that waited past their job's
+/// `no_executor_timeout_ms` fail as an attempt.
+pub(crate) async fn settle_waiting(shared: &Shared, now: Millis) -> anyhow::Result<()> {
+    if shared.store.wake_waiting(&shared.executors.apps()).await? > 0 {
+        shared.scan_wake.notify_one();
+    }
+    let expired = shared
+        .store
+        .claim_expired_waiting(shared.lease.get(), now, 1_000)
+        .await?;
+    if expired.is_empty() {
+        return Ok(());
+    }
+    let ids = shared.run_ids.take(&shared.store, expired.len()).await?;
+    let failures: Vec<RunUpdate> = expired
+        .iter()
+        .zip(ids)
+        .map(|((t, app, since), run_id)| RunUpdate {
+            run_id,
+            job_id: t.job_id,
+            task_id: t.task_id,
+            attempt: t.attempt,
+            shard_index: 0,
+            shard_total: 1,
+            executor: None,
+            scheduled_at: t.due_at,
+            dispatched_at: None,
+            started_at: None,
+            finished_at: Some(now),
+            status: RunStatus::Failed,
+            exit_code: None,
+            message: Some(format!(
+                "no live executor in app `{app}` for {} s",
+                (now - since) / 1000
+            )),
+        })
+        .collect();
+    tracing::warn!(
+        tasks = failures.len(),
+        "fires waited longer than their job's no_executor_timeout_ms for an executor; failing the attempt"
+    );
+    apply(shared, &failures).await?;
+    Ok(())
 }
 
 pub(crate) async fn reap_dead_executors(

@@ -295,6 +295,11 @@ struct Pending {
     failover: bool,
     last_error: Option<String>,
     all_full: bool,
+    /// Executors that surely did not get it (no connection, or a 503)…
+    unreachable: usize,
+    /// …out of this many live executors of the app: when it is all of them, the app has
+    /// no executor to run it for now, and it waits (SPEC §4, "No executor yet").
+    live: usize,
 }
 
 /// A trigger that ends at the scheduler: its run is recorded `failed` with the reason.
@@ -335,8 +340,8 @@ struct Sent {
 enum Unsent {
     /// The executor has no room left (it said so, or it took all this round's time).
     Full,
-    /// The previous request failed; the rest would have too.
-    Failed(String),
+    /// The previous request failed (surely undelivered: the flag); the rest would have too.
+    Failed(String, bool),
     /// No run ids could be reserved (the database is unreachable).
     NoIds(String),
 }
@@ -347,6 +352,8 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
     let now = now_ms();
     let mut failed: Vec<Failed> = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
+    // Fires that will not go out, and need no run: see `settle_unsent`.
+    let mut unsent = Unsendable::default();
     let unroutable = |task: DueTask, reason: String| Failed {
         task,
         run_id: None,
@@ -362,8 +369,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         let job = match shared.jobs.get(&shared.store, task.job_id).await {
             Ok(Some(job)) => job,
             Ok(None) => {
-                let reason = format!("job {} no longer exists", task.job_id);
-                failed.push(unroutable(task, reason));
+                unsent.orphans.push(task);
                 continue;
             }
             Err(e) => {
@@ -372,6 +378,11 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                 continue;
             }
         };
+        if task.kind == TaskKind::Cron && task.generation != job.job.generation {
+            // Planned under a schedule the job no longer has: its row is gone.
+            unsent.void.push(task);
+            continue;
+        }
         let spec = &job.job.spec;
         if job.plugin.is_none() {
             let reason = format!("plugin `{}` does not exist", spec.plugin);
@@ -380,10 +391,10 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         }
         let executors = shared.executors.of_app(&spec.app);
         if executors.is_empty() {
-            let reason = format!("no live executor in app `{}`", spec.app);
-            failed.push(unroutable(task, reason));
+            unsent.no_executor.push(task);
             continue;
         }
+        let live = executors.len();
         let addresses: Vec<String> = executors.into_iter().map(|e| e.address).collect();
         let order = shared.router.order(spec.route, task.job_id, &addresses);
         let mut shards = Vec::new();
@@ -420,6 +431,8 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                 failover,
                 last_error: None,
                 all_full: true,
+                unreachable: 0,
+                live,
             });
         }
     }
@@ -479,6 +492,12 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                 None => {
                     if p.all_full && p.last_error.is_some() && p.shard_total == 1 {
                         deferred.push(p.task);
+                    } else if p.shard_total == 1 && p.unreachable >= p.live {
+                        let limit = p.job.job.spec.no_executor_timeout_ms();
+                        match unreachable_wait(p, now, limit) {
+                            Wait::Again(task) => unsent.unreachable.push(task),
+                            Wait::Over(f) => failed.push(f),
+                        }
                     } else {
                         let reason = p
                             .last_error
@@ -544,11 +563,11 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                             ack.acks.len(),
                             group.len()
                         );
-                        requeue(&mut pending, group, reason);
+                        requeue(&mut pending, group, reason, false);
                     }
                     Err(e) if e.not_delivered() => {
                         tracing::warn!(error = %e, "dispatch failed");
-                        requeue(&mut pending, group, e.to_string());
+                        requeue(&mut pending, group, e.to_string(), true);
                     }
                     Err(e) if dispatched_at > not_after => {
                         // No answer, and the lease ran out meanwhile (this node stalled, or
@@ -582,7 +601,9 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                         pending.push(p);
                     }
                 }
-                Unsent::Failed(reason) => requeue(&mut pending, out.unsent, reason),
+                Unsent::Failed(reason, unreachable) => {
+                    requeue(&mut pending, out.unsent, reason, unreachable)
+                }
                 Unsent::NoIds(reason) => {
                     for p in out.unsent {
                         if p.shard_total == 1 {
@@ -630,7 +651,104 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         };
         shared.ring.defer(deferred, now_ms() + hold);
     }
+    settle_unsent(shared, unsent).await;
     complete_failures(shared, failed).await;
+}
+
+/// Fires a dispatch takes no run for.
+#[derive(Default)]
+struct Unsendable {
+    /// Of jobs that no longer exist.
+    orphans: Vec<DueTask>,
+    /// Recurring fires planned under a job generation that has since changed (their rows
+    /// were deleted by the change).
+    void: Vec<DueTask>,
+    /// Of apps without a live executor: they wait in the database.
+    no_executor: Vec<DueTask>,
+    /// Whose app's every executor is registered but unreachable: they wait in the wheel.
+    unreachable: Vec<DueTask>,
+}
+
+/// How long a fire that reached none of its app's executors waits before it is tried
+/// again (an executor that died stays registered until its heartbeat is 90 s old).
+const UNREACHABLE_HOLD_MS: i64 = 1_000;
+
+/// What becomes of a fire that reached none of its app's executors.
+enum Wait {
+    /// It waits in the wheel and is tried again.
+    Again(DueTask),
+    /// It waited long enough: a failed attempt.
+    Over(Failed),
+}
+
+/// A fire that reached none of its app's executors waits (not an attempt) until it has
+/// waited `limit_ms`; then it fails as an attempt.
+fn unreachable_wait(p: Pending, now: Millis, limit_ms: i64) -> Wait {
+    let since = p.task.waiting_since.unwrap_or(now);
+    if now - since >= limit_ms {
+        let reason = format!(
+            "no executor of app `{}` could be reached for {} s (last: {})",
+            p.job.job.spec.app,
+            (now - since) / 1000,
+            p.last_error.as_deref().unwrap_or("no answer")
+        );
+        return Wait::Over(Failed::of(p, None, now, reason));
+    }
+    Wait::Again(DueTask {
+        waiting_since: Some(since),
+        ..p.task
+    })
+}
+
+/// Settles the fires that go out without a run: waiting ones to the database (or back to
+/// the wheel when it cannot be written), void and orphaned ones out of the ring.
+async fn settle_unsent(shared: &Shared, u: Unsendable) {
+    let now = now_ms();
+    if !u.orphans.is_empty() {
+        let ids: Vec<i64> = u.orphans.iter().map(|t| t.task_id).collect();
+        match shared.store.cancel_orphans(&ids, now).await {
+            Ok(()) => shared
+                .ring
+                .fired(u.orphans.iter().map(|t| (t.task_id, t.attempt))),
+            Err(e) => {
+                tracing::warn!(error = %e, "cancelling tasks of deleted jobs failed; retrying shortly");
+                shared.ring.defer(u.orphans, now + JOB_RETRY_MS);
+            }
+        }
+    }
+    if !u.void.is_empty() {
+        metrics::counter!("rota_fires_void_total").increment(u.void.len() as u64);
+        shared
+            .ring
+            .fired(u.void.iter().map(|t| (t.task_id, t.attempt)));
+    }
+    if !u.no_executor.is_empty() {
+        metrics::counter!("rota_fires_waiting_total").increment(u.no_executor.len() as u64);
+        let parked: Vec<(i64, Millis)> = u
+            .no_executor
+            .iter()
+            .map(|t| (t.task_id, t.waiting_since.unwrap_or(now)))
+            .collect();
+        match shared.store.park_waiting(shared.lease.get(), &parked).await {
+            Ok(()) => {
+                tracing::info!(
+                    tasks = parked.len(),
+                    "fires found no live executor of their app; they wait for one"
+                );
+                shared
+                    .ring
+                    .fired(u.no_executor.iter().map(|t| (t.task_id, t.attempt)));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "parking fires without an executor failed; holding them");
+                shared.ring.defer(u.no_executor, now + UNREACHABLE_HOLD_MS);
+            }
+        }
+    }
+    if !u.unreachable.is_empty() {
+        metrics::counter!("rota_fires_waiting_total").increment(u.unreachable.len() as u64);
+        shared.ring.defer(u.unreachable, now + UNREACHABLE_HOLD_MS);
+    }
 }
 
 /// Sends one round's triggers for one executor: requests of at most [`MAX_PER_REQUEST`]
@@ -696,9 +814,10 @@ async fn send_to(
                 shared.rooms.note(address, room, answered_at);
                 (room == 0 || full).then_some(Unsent::Full)
             }
-            Err(e) => Some(Unsent::Failed(format!(
-                "not sent after the request before it failed: {e}"
-            ))),
+            Err(e) => Some(Unsent::Failed(
+                format!("not sent after the request before it failed: {e}"),
+                e.not_delivered(),
+            )),
         };
         answered.push((group, result, answered_at));
         if let Some(why) = stop {
@@ -830,9 +949,10 @@ async fn idle_first(
 
 /// Triggers whose request surely did not arrive go to their next candidate if the strategy
 /// allows it; the others fail with the reason.
-fn requeue(pending: &mut Vec<Pending>, group: Vec<Pending>, reason: String) {
+fn requeue(pending: &mut Vec<Pending>, group: Vec<Pending>, reason: String, unreachable: bool) {
     for mut p in group {
         p.all_full = false;
+        p.unreachable += usize::from(unreachable);
         p.last_error = Some(reason.clone());
         p.next = if p.failover { p.next + 1 } else { usize::MAX };
         pending.push(p);

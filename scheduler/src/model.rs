@@ -78,11 +78,13 @@ named_enum! {
 
 named_enum! {
     /// A task's state in the database. `Claimed` is internal (a node holds it in its wheel) and
-    /// shows as `pending` in the API; a `Pending` task with `attempt > 1` waits for a retry and
-    /// shows as `failed`.
+    /// shows as `pending` in the API, and so does `Waiting` (it came due when no executor of
+    /// its app was live, and waits for one); a `Pending` or `Waiting` task with `attempt > 1`
+    /// waits for a retry and shows as `failed`.
     pub enum TaskStatus {
         Pending => "pending",
         Claimed => "claimed",
+        Waiting => "waiting",
         Running => "running",
         Succeeded => "succeeded",
         Dead => "dead",
@@ -180,6 +182,25 @@ pub struct JobSpec {
     /// Where the plugin may send HTTP requests (origins or URL prefixes); empty: nowhere.
     pub http_allow: Vec<String>,
     pub enabled: bool,
+    /// How long a fire may wait for a live executor of the app before it is a failed
+    /// attempt; `None`: [`DEFAULT_NO_EXECUTOR_TIMEOUT_MS`].
+    pub no_executor_timeout_ms: Option<i64>,
+}
+
+/// How long a fire waits for an executor of its app by default (SPEC §4, "No executor yet").
+pub const DEFAULT_NO_EXECUTOR_TIMEOUT_MS: i64 = 600_000;
+
+impl JobSpec {
+    pub fn no_executor_timeout_ms(&self) -> i64 {
+        self.no_executor_timeout_ms
+            .unwrap_or(DEFAULT_NO_EXECUTOR_TIMEOUT_MS)
+    }
+
+    /// Would changing this job to `new` change when it fires (so the fires already planned
+    /// under this one are void)?
+    pub fn replans(&self, new: &JobSpec) -> bool {
+        self.schedule != new.schedule || self.enabled != new.enabled
+    }
 }
 
 /// A stored job.
@@ -189,6 +210,9 @@ pub struct Job {
     pub spec: JobSpec,
     /// The next recurring fire time; `None` for schedule `none` or a disabled job.
     pub next_fire_at: Option<Millis>,
+    /// Bumped by every change that re-plans the schedule (see [`JobSpec::replans`]):
+    /// recurring fires planned under an older generation are void.
+    pub generation: i64,
     pub created_at: Millis,
     pub updated_at: Millis,
 }
@@ -261,6 +285,27 @@ pub struct DueTask {
     /// [`DueTask::held_under`]). A node that was taken over rejoins under a new epoch;
     /// whatever it still carries of the old one is the taker's and is dropped, never sent.
     pub epoch: i64,
+    /// For a recurring fire: the job generation it was planned under ([`Job::generation`]); a
+    /// fire of an older generation is void and dropped at dispatch.
+    pub generation: i64,
+    /// Since when this fire has found no executor of its app able to take it (all of them
+    /// unreachable); it fails as an attempt once that lasts the job's
+    /// `no_executor_timeout_ms`.
+    pub waiting_since: Option<Millis>,
+}
+
+/// The key of a recurring fire time: one task per job, generation and fire time.
+pub fn cron_key(generation: i64, fire_at: Millis) -> String {
+    format!("cron:{generation}:{fire_at}")
+}
+
+/// The generation of a recurring fire from its key (keys from before generations,
+/// `cron:<ms>`, are generation 0).
+pub fn cron_key_gen(key: &str) -> i64 {
+    key.strip_prefix("cron:")
+        .and_then(|rest| rest.split_once(':'))
+        .and_then(|(generation, _)| generation.parse().ok())
+        .unwrap_or(0)
 }
 
 impl DueTask {

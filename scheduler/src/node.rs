@@ -141,6 +141,16 @@ impl ExecutorCache {
         map.get(app).cloned().unwrap_or_default()
     }
 
+    /// The apps that have a live executor.
+    pub(crate) fn apps(&self) -> Vec<String> {
+        let map = self
+            .by_app
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        map.keys().cloned().collect()
+    }
+
     pub(crate) async fn refresh(&self, store: &Store, alive_after: Millis) -> store::Result<()> {
         let mut map: HashMap<String, Vec<Executor>> = HashMap::new();
         for e in store.list_executors(None, alive_after).await? {
@@ -168,6 +178,9 @@ struct IdBlocks {
 }
 
 const RUN_ID_BLOCK: i64 = 10_000;
+
+/// How long a node waits for another to acknowledge a job change.
+const PEER_NOTICE_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl RunIds {
     pub(crate) fn new() -> Self {
@@ -494,8 +507,84 @@ impl Node {
         self.shared.ring.len()
     }
 
-    /// A job was created, changed or deleted here.
+    /// A job was created, changed or deleted here (and committed). Every node forgets its
+    /// cached copy before this returns — this one at once, the others through a signed
+    /// call — so a fire planned under the old schedule, wherever it was claimed, is
+    /// dropped when it comes due instead of sent (SPEC §4, "Disable, delete,
+    /// reschedule"); and every node scans now, so the new schedule is planned at once. A
+    /// node that does not answer within [`PEER_NOTICE_TIMEOUT`] is logged; it re-reads
+    /// the job within the job cache's lifetime (5 s).
     pub async fn job_changed(&self, job_id: i64) {
+        self.forget_job(job_id);
+        let me = self.shared.lease.get().node_id;
+        let alive_after = now_ms() - self.shared.config.node_dead_after_ms;
+        let peers = match self.shared.store.live_nodes(alive_after).await {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                tracing::warn!(error = %e, job.id = job_id, "listing the other nodes to tell them of a job change failed");
+                return;
+            }
+        };
+        let notice = &crate::api::peers::PeerJobChanged { job_id };
+        let client = &self.shared.client;
+        let calls = peers
+            .iter()
+            .filter(|(id, _)| *id != me)
+            .map(|(_, address)| async move {
+                let call = client.node_job_changed(address, notice);
+                match tokio::time::timeout(PEER_NOTICE_TIMEOUT, call).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(node = %address, job.id = job_id, error = %e, "a node was not told of a job change; it re-reads the job within 5 s")
+                    }
+                    Err(_) => {
+                        tracing::warn!(node = %address, job.id = job_id, "a node did not answer the notice of a job change in time; it re-reads the job within 5 s")
+                    }
+                }
+            });
+        futures_util::future::join_all(calls).await;
+    }
+
+    /// Creates a job (validated) and tells every node.
+    pub async fn create_job(
+        &self,
+        spec: &JobSpec,
+        schedule: &crate::schedule::CompiledSchedule,
+    ) -> Result<Job, store::Error> {
+        let now = now_ms();
+        let next = first_fire(spec, schedule, now);
+        let job = self.shared.store.insert_job(spec, next, now).await?;
+        self.job_changed(job.id).await;
+        Ok(job)
+    }
+
+    /// Replaces a job's settings (validated) and tells every node. A change of schedule or
+    /// `enabled` re-plans it from now: the fires planned under the old one are void on
+    /// every node before this returns ([`Node::job_changed`]).
+    pub async fn update_job(
+        &self,
+        job: &Job,
+        spec: &JobSpec,
+        schedule: &crate::schedule::CompiledSchedule,
+    ) -> Result<Job, store::Error> {
+        let now = now_ms();
+        let replan = job.spec.replans(spec);
+        let next = if replan {
+            first_fire(spec, schedule, now)
+        } else {
+            job.next_fire_at
+        };
+        let job = self
+            .shared
+            .store
+            .update_job(job.id, spec, next, replan, now)
+            .await?;
+        self.job_changed(job.id).await;
+        Ok(job)
+    }
+
+    /// Drops this node's cached copy of a job and scans now.
+    pub fn forget_job(&self, job_id: i64) {
         self.shared.jobs.invalidate(job_id);
         self.shared.scan_wake.notify_one();
     }
@@ -635,7 +724,18 @@ impl Node {
             now,
         )
         .await?;
-        self.refresh_executors().await
+        self.refresh_executors().await?;
+        // Fires that found no executor of this app go out now.
+        let woken = self
+            .shared
+            .store
+            .wake_waiting(std::slice::from_ref(&reg.app))
+            .await?;
+        if woken > 0 {
+            tracing::info!(app = %reg.app, tasks = woken, "an executor registered; fires that waited for one go out");
+            self.shared.scan_wake.notify_one();
+        }
+        Ok(())
     }
 
     pub async fn executor_heartbeat(
@@ -762,6 +862,19 @@ impl Node {
     pub fn render_metrics(&self) -> String {
         metrics::gauge!("rota_wheel_tasks").set(self.shared.ring.len() as f64);
         self.shared.metrics.render()
+    }
+}
+
+/// A job's first fire time from `now`: none for schedule `none` or a disabled job.
+pub(crate) fn first_fire(
+    spec: &JobSpec,
+    schedule: &crate::schedule::CompiledSchedule,
+    now: Millis,
+) -> Option<Millis> {
+    if spec.enabled {
+        schedule.next_after(now)
+    } else {
+        None
     }
 }
 

@@ -331,6 +331,8 @@ mod tests {
             payload: None,
             params: None,
             epoch: 1,
+            generation: 0,
+            waiting_since: None,
         }
     }
 

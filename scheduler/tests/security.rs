@@ -445,6 +445,96 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
             .await;
         assert_eq!(res.status, StatusCode::FORBIDDEN, "{path}: {}", res.body);
     }
+    // Once the job is deleted its tasks name no app: a report about one from another
+    // app's executor (which no run was recorded as sent to) is still dropped.
+    let deleted = t
+        .api(
+            Method::DELETE,
+            &format!("/api/v1/jobs/{job_id}?force=true"),
+            None,
+        )
+        .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.body);
+    let res = t
+        .request(
+            shop,
+            Method::POST,
+            rota_proto::wire::PATH_CALLBACK,
+            json,
+            report.to_string().into_bytes(),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::OK, "{}", res.body);
+    let run = t.api(Method::GET, "/api/v1/runs/42", None).await;
+    assert_eq!(run.status, StatusCode::NOT_FOUND, "{}", run.body);
+    t.stop().await;
+}
+
+/// A plugin cannot fill the database through `kv_set`: a job's state holds at most
+/// `KV_KEYS_PER_JOB` keys and `KV_BYTES_PER_JOB` bytes; past that a `set` is a 413 that
+/// says so, while replacing a key within the bound still works.
+#[tokio::test]
+async fn a_jobs_key_value_state_is_bounded() {
+    use base64::Engine as _;
+    let t = start().await;
+    t.upload_echo().await;
+    let job = t
+        .api(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "kv-job", "app": "billing", "plugin": "echo", "schedule": {"kind": "none"}})),
+        )
+        .await;
+    let job_id = serde_json::from_str::<Value>(&job.body).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let billing = As::Executor("billing", SECRET);
+    let value =
+        base64::engine::general_purpose::STANDARD.encode(vec![7u8; rota_proto::wire::KV_VALUE_MAX]);
+    let set = |key: String| {
+        json!({"app": "billing", "job_id": job_id, "op": "set", "key": key, "value": value})
+            .to_string()
+            .into_bytes()
+    };
+    let per_key = rota_proto::wire::KV_VALUE_MAX + 4;
+    let fit = rota_proto::wire::KV_BYTES_PER_JOB / per_key;
+    for i in 0..fit {
+        let res = t
+            .request(
+                billing,
+                Method::POST,
+                rota_proto::wire::PATH_KV,
+                Some("application/json"),
+                set(format!("k{i:03}")),
+            )
+            .await;
+        assert_eq!(res.status, StatusCode::OK, "set {i}: {}", res.body);
+    }
+    let res = t
+        .request(
+            billing,
+            Method::POST,
+            rota_proto::wire::PATH_KV,
+            Some("application/json"),
+            set("knew".into()),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", res.body);
+    assert!(
+        res.error().contains("key-value state is full"),
+        "{}",
+        res.body
+    );
+    let res = t
+        .request(
+            billing,
+            Method::POST,
+            rota_proto::wire::PATH_KV,
+            Some("application/json"),
+            set("k000".into()),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::OK, "replacing a key: {}", res.body);
     t.stop().await;
 }
 

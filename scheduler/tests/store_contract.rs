@@ -14,7 +14,7 @@ use rota_scheduler::store::{DueJob, Error, JobFires, Store};
 struct TestDb {
     store: Store,
     _dir: Option<tempfile::TempDir>,
-    mysql: Option<(sqlx::MySqlPool, String)>,
+    mysql: Option<rota_testkit::MysqlDb>,
 }
 
 impl TestDb {
@@ -28,34 +28,21 @@ impl TestDb {
         }
     }
 
-    /// `None` when `ROTA_TEST_MYSQL_URL` is not set.
+    /// `None` (a skip, or a failure under CI) when `ROTA_TEST_MYSQL_URL` is not set.
     async fn mysql() -> Option<TestDb> {
-        let base = std::env::var("ROTA_TEST_MYSQL_URL").ok()?;
-        let admin = sqlx::MySqlPool::connect(&base)
-            .await
-            .expect("connecting to ROTA_TEST_MYSQL_URL");
-        let name = format!("rota_t_{}", rand::random::<u32>());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await
-            .unwrap();
-        let (prefix, _) = base
-            .rsplit_once('/')
-            .expect("ROTA_TEST_MYSQL_URL ends with /database");
-        let store = Store::connect(&format!("{prefix}/{name}")).await.unwrap();
+        let db = rota_testkit::MysqlDb::create("rota_t").await?;
+        let store = Store::connect(&db.url).await.unwrap();
         Some(TestDb {
             store,
             _dir: None,
-            mysql: Some((admin, name)),
+            mysql: Some(db),
         })
     }
 
     async fn drop_db(self) {
         self.store.close().await;
-        if let Some((admin, name)) = self.mysql {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}")))
-                .execute(&admin)
-                .await;
+        if let Some(db) = self.mysql {
+            db.drop_db().await;
         }
     }
 }
@@ -76,7 +63,6 @@ macro_rules! contract {
             #[tokio::test]
             async fn mysql() {
                 let Some(db) = TestDb::mysql().await else {
-                    eprintln!("ROTA_TEST_MYSQL_URL is not set: MySQL contract test skipped");
                     return;
                 };
                 ($body)(db.store.clone()).await;
@@ -106,6 +92,7 @@ fn spec(name: &str) -> JobSpec {
         child_jobs: vec![],
         http_allow: vec![],
         enabled: true,
+        no_executor_timeout_ms: None,
     }
 }
 
@@ -231,10 +218,15 @@ contract!(
         changed.enabled = false;
         changed.route = Route::ShardingBroadcast;
         let job2 = store
-            .update_job(job.id, &changed, None, NOW + 1)
+            .update_job(job.id, &changed, None, true, NOW + 1)
             .await
             .unwrap();
         assert_eq!(job2.spec, changed);
+        assert_eq!(
+            job2.generation,
+            job.generation + 1,
+            "a re-plan moves the generation on"
+        );
         assert_eq!(job2.next_fire_at, None);
         assert_eq!(job2.updated_at, NOW + 1);
 
@@ -451,7 +443,7 @@ contract!(
 
         // A second scan of the same window (say, another node racing) adds nothing.
         store
-            .update_job(job.id, &s, Some(NOW + 1_000), NOW)
+            .update_job(job.id, &s, Some(NOW + 1_000), false, NOW)
             .await
             .unwrap();
         let again = store
@@ -1262,7 +1254,13 @@ contract!(
             .report_owners(&[(shop_run, hr_task), (77_777, shop_task)])
             .await
             .unwrap();
-        assert_eq!(owners.runs, HashMap::from([(shop_run, shop_task)]));
+        assert_eq!(
+            owners.runs,
+            HashMap::from([(
+                shop_run,
+                (shop_task, Some("http://127.0.0.1:9999".to_owned()))
+            )])
+        );
         assert_eq!(owners.tasks.len(), 2);
     }
 );
@@ -1458,3 +1456,304 @@ contract!(
         assert!(!store.delete_secret("nope", "TOKEN").await.unwrap());
     }
 );
+
+contract!(
+    run_statuses_only_move_forward_whatever_order_reports_arrive_in,
+    |store: Store| async move {
+        use rand::seq::SliceRandom;
+        let lease = lease(&store).await;
+        let job = store.insert_job(&spec("orders"), None, NOW).await.unwrap();
+        let tasks: Vec<NewTask> = (0..200).map(|i| task(job.id, NOW + i, None)).collect();
+        store.insert_tasks(&tasks, NOW).await.unwrap();
+        let claimed = store
+            .claim_due(lease, NOW, NOW + 5_000, 1_000, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks;
+        assert_eq!(claimed.len(), 200);
+        let first_run = store.allocate_ids("run", 400).await.unwrap();
+        // Each run's `running` and final reports, each twice, all at once and in a random
+        // order — as an executor's batches in flight side by side, or resent, reach the
+        // scheduler — mostly before the dispatch record exists; then the dispatch records
+        // (late, twice).
+        for chunk in claimed.chunks(20).enumerate().collect::<Vec<_>>() {
+            let (n, tasks) = chunk;
+            let mut reports = Vec::new();
+            for (i, t) in tasks.iter().enumerate() {
+                let run = first_run + (n * 20 + i) as i64;
+                for status in [RunStatus::Running, RunStatus::Succeeded] {
+                    reports.push(report(t, run, status));
+                    reports.push(report(t, run, status));
+                }
+            }
+            reports.shuffle(&mut rand::rng());
+            let applying = reports.into_iter().map(|u| {
+                let store = store.clone();
+                async move {
+                    store
+                        .apply_run_updates(&[u], NOW, &mut policy)
+                        .await
+                        .unwrap()
+                }
+            });
+            futures_util::future::join_all(applying).await;
+        }
+        // The same attempts reported again under other run ids (a trigger delivered
+        // twice, numbered twice): they add no run and move none back.
+        let again: Vec<RunUpdate> = claimed
+            .iter()
+            .enumerate()
+            .map(|(i, t)| report(t, first_run + 200 + i as i64, RunStatus::Running))
+            .collect();
+        for u in again.chunks(50) {
+            store.apply_run_updates(u, NOW, &mut policy).await.unwrap();
+        }
+        let mut records: Vec<Dispatched> = claimed
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| {
+                [
+                    dispatched(t, first_run + i as i64),
+                    dispatched(t, first_run + i as i64),
+                ]
+            })
+            .collect();
+        records.shuffle(&mut rand::rng());
+        for chunk in records.chunks(50) {
+            store.record_dispatches(lease, chunk, NOW).await.unwrap();
+        }
+        for (i, t) in claimed.iter().enumerate() {
+            let run = store.get_run(first_run + i as i64).await.unwrap();
+            assert_eq!(run.status, RunStatus::Succeeded, "run {}", run.id);
+            assert!(run.finished_at.is_some() && run.dispatched_at.is_some());
+            let task = store.get_task(t.task_id).await.unwrap();
+            assert_eq!(task.status, TaskStatus::Succeeded, "task {}", task.id);
+        }
+    }
+);
+
+contract!(
+    a_replan_voids_the_old_fires_and_plans_the_same_times_anew,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let mut s = spec("tick");
+        s.schedule = Schedule::FixedRate { every_ms: 1_000 };
+        let job = store.insert_job(&s, Some(NOW + 1_000), NOW).await.unwrap();
+        let mut plan = |j: &DueJob| JobFires {
+            fires: (1..=5).map(|i| j.next_fire_at + (i - 1) * 1_000).collect(),
+            next_fire_at: Some(j.next_fire_at + 5_000),
+        };
+        let old = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .await
+            .unwrap()
+            .tasks;
+        assert_eq!(old.len(), 5);
+        assert!(old.iter().all(|t| t.generation == job.generation));
+        // Disabled: the claimed fires are gone from the database.
+        let mut off = s.clone();
+        off.enabled = false;
+        let job = store
+            .update_job(job.id, &off, None, true, NOW)
+            .await
+            .unwrap();
+        let left = store
+            .list_tasks(&TaskFilter {
+                job_id: Some(job.id),
+                limit: 100,
+                ..TaskFilter::default()
+            })
+            .await
+            .unwrap();
+        assert!(left.items.is_empty(), "{:?}", left.items);
+        // Enabled again at the same instant: the same fire times are planned again, under
+        // the new generation (the old keys do not block them).
+        let job = store
+            .update_job(job.id, &s, Some(NOW + 1_000), true, NOW)
+            .await
+            .unwrap();
+        let new = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .await
+            .unwrap()
+            .tasks;
+        assert_eq!(
+            new.iter().map(|t| t.due_at).collect::<Vec<_>>(),
+            old.iter().map(|t| t.due_at).collect::<Vec<_>>()
+        );
+        assert!(
+            new.iter()
+                .all(|t| t.generation == job.generation && t.generation == 2)
+        );
+        // A change that does not re-plan (params) keeps the fires and the generation.
+        let mut params = s.clone();
+        params.params = Some("--slow".into());
+        let same = store
+            .update_job(job.id, &params, Some(NOW + 6_000), false, NOW)
+            .await
+            .unwrap();
+        assert_eq!(same.generation, 2);
+        let kept = store
+            .list_tasks(&TaskFilter {
+                job_id: Some(job.id),
+                limit: 100,
+                ..TaskFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(kept.items.len(), 5);
+    }
+);
+
+contract!(
+    max_concurrency_bounds_claims_across_nodes,
+    |store: Store| async move {
+        let a = lease(&store).await;
+        let b = store
+            .start_node("node-b", "http://127.0.0.1:8081", NOW)
+            .await
+            .unwrap();
+        let mut limited = spec("limited");
+        limited.max_concurrency = Some(3);
+        let job = store.insert_job(&limited, None, NOW).await.unwrap();
+        let free = store.insert_job(&spec("free"), None, NOW).await.unwrap();
+        let mut tasks: Vec<NewTask> = (0..10).map(|i| task(job.id, NOW + i, None)).collect();
+        tasks.extend((0..10).map(|i| task(free.id, NOW + i, None)));
+        let ids = store.insert_tasks(&tasks, NOW).await.unwrap();
+        // The API's fast path leaves a limited job's tasks to the scan.
+        let all: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
+        let fast = store.claim_tasks(a, &all, NOW + 5_000).await.unwrap();
+        assert_eq!(fast.len(), 10);
+        assert!(fast.iter().all(|t| t.job_id == free.id));
+        let count = |claimed: &[DueTask]| claimed.iter().filter(|t| t.job_id == job.id).count();
+        let on_a = store
+            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks;
+        let on_b = store
+            .claim_due(b, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks;
+        assert_eq!(
+            (count(&on_a), count(&on_b)),
+            (3, 0),
+            "three at once, whichever node"
+        );
+        // One ends: one more may be claimed, in due order.
+        let first = on_a.iter().min_by_key(|t| t.due_at).unwrap();
+        let run = store.allocate_ids("run", 1).await.unwrap();
+        store
+            .record_dispatches(a, &[dispatched(first, run)], NOW)
+            .await
+            .unwrap();
+        let applied = store
+            .apply_run_updates(
+                &[report(first, run, RunStatus::Succeeded)],
+                NOW,
+                &mut policy,
+            )
+            .await
+            .unwrap();
+        assert!(applied.freed_limited);
+        let next = store
+            .claim_due(b, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks;
+        assert_eq!(count(&next), 1);
+        assert_eq!(next[0].due_at, NOW + 3);
+    }
+);
+
+contract!(
+    fires_without_an_executor_wait_then_go_out_or_expire,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let mut s = spec("close-order");
+        s.no_executor_timeout_ms = Some(60_000);
+        let job = store.insert_job(&s, None, NOW).await.unwrap();
+        let ids = store
+            .insert_tasks(&[task(job.id, NOW, None), task(job.id, NOW, None)], NOW)
+            .await
+            .unwrap();
+        let claimed = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks;
+        assert_eq!(claimed.len(), 2);
+        // Both found no executor: one since now, one since a minute and a bit ago.
+        store
+            .park_waiting(lease, &[(ids[0].0, NOW), (ids[1].0, NOW - 61_000)])
+            .await
+            .unwrap();
+        let t = store.get_task(ids[0].0).await.unwrap();
+        assert_eq!((t.status, t.attempt), (TaskStatus::Waiting, 1));
+        assert_eq!(
+            store.cancel_task(ids[0].0, NOW).await.unwrap().0.status,
+            TaskStatus::Cancelled
+        );
+        // A waiting fire is not claimed by the scan…
+        let none = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert!(none.tasks.is_empty());
+        // …expires past its job's timeout (claimed, for the caller to fail it)…
+        let expired = store.claim_expired_waiting(lease, NOW, 10).await.unwrap();
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].0.task_id, ids[1].0);
+        assert_eq!(
+            (expired[0].1.as_str(), expired[0].2),
+            ("default", NOW - 61_000)
+        );
+        // …or goes out once the app has an executor.
+        store.release_claims(lease, &[ids[1].0]).await.unwrap();
+        store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        store.park_waiting(lease, &[(ids[1].0, NOW)]).await.unwrap();
+        assert_eq!(store.wake_waiting(&["other".into()]).await.unwrap(), 0);
+        assert_eq!(store.wake_waiting(&["default".into()]).await.unwrap(), 1);
+        let again = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(again.tasks.len(), 1);
+    }
+);
+
+/// Several stores connecting at the same moment to one empty database: one migrates,
+/// the others wait for it, all come up (sqlx's own lock did not hold on MariaDB:
+/// "Duplicate entry '1' for key 'PRIMARY'").
+async fn connect_at_once(url: &str) {
+    let mut connecting = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let url = url.to_owned();
+        connecting.spawn(async move { Store::connect(&url).await });
+    }
+    while let Some(done) = connecting.join_next().await {
+        let store = done
+            .unwrap()
+            .unwrap_or_else(|e| panic!("a store did not come up: {e}"));
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn stores_connecting_at_once_to_an_empty_database_all_come_up_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    connect_at_once(&format!("sqlite:{}", dir.path().join("rota.db").display())).await;
+}
+
+#[tokio::test]
+async fn stores_connecting_at_once_to_an_empty_database_all_come_up_mysql() {
+    let Some(db) = rota_testkit::MysqlDb::create("rota_boot").await else {
+        return;
+    };
+    connect_at_once(&db.url).await;
+    db.drop_db().await;
+}

@@ -166,6 +166,9 @@ pub enum Behaviour {
     /// its report is acknowledged. Triggers beyond the free slots are answered `full`, and
     /// every answer says how many are free (`room`).
     Slots(usize),
+    /// Like `Succeed`, but each run takes this many milliseconds from its start (its
+    /// report says so, and is sent when it ends).
+    Takes(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -441,6 +444,10 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                 tokio::time::sleep(Duration::from_millis(wait as u64)).await;
             }
             let address = state.address.lock().unwrap().clone();
+            let started = now_ms();
+            if let Behaviour::Takes(ms) = behaviour {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
             let at = now_ms();
             let reports: Vec<RunReport> = accepted
                 .iter()
@@ -453,7 +460,7 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                     shard_total: t.shard_total,
                     executor: address.clone(),
                     scheduled_at: t.scheduled_at,
-                    started_at: Some(at.max(t.scheduled_at)),
+                    started_at: Some(started.max(t.scheduled_at)),
                     finished_at: Some(at.max(t.scheduled_at)),
                     status: if behaviour == Behaviour::Fail {
                         ReportStatus::Failed

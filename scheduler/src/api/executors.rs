@@ -2,6 +2,8 @@
 //! (`/api/executor/v1/*`: register, heartbeat, deregister, callback, plugin download).
 //! `docs/protocol.md` describes the protocol end to end.
 
+use std::collections::HashMap;
+
 use axum::Extension;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -149,20 +151,46 @@ pub async fn callback(
         .collect();
     let owners = store.report_owners(&pairs).await?;
     let mut reports = Vec::with_capacity(batch.reports.len());
+    // Reports about tasks of deleted jobs name no app: one is taken only from an executor
+    // of the signer's app that the run was recorded as sent to.
+    let mut registered: HashMap<String, bool> = HashMap::new();
     for report in batch.reports.iter() {
-        let run_fits = owners
-            .runs
-            .get(&report.run_id)
-            .is_none_or(|task| *task == report.task_id);
-        match owners.tasks.get(&report.task_id) {
-            Some((job, owner))
-                if *job == report.job_id
-                    && run_fits
-                    && owner.as_deref().is_none_or(|owner| owner == app) =>
-            {
-                reports.push(report.clone());
+        let recorded = owners.runs.get(&report.run_id);
+        let run_fits = recorded.is_none_or(|(task, _)| *task == report.task_id);
+        let verdict = match owners.tasks.get(&report.task_id) {
+            Some((job, Some(owner))) if *job == report.job_id && run_fits => {
+                if owner == app {
+                    Verdict::Take
+                } else {
+                    Verdict::OtherApp
+                }
             }
-            Some(_) => {
+            Some((job, None)) if *job == report.job_id && run_fits => {
+                let sent_to_it = recorded
+                    .is_some_and(|(_, executor)| executor.as_deref() == Some(&report.executor));
+                let of_app = match registered.get(&report.executor) {
+                    Some(&known) => known,
+                    None => {
+                        let known = store
+                            .executor_heartbeat_at(app, &report.executor)
+                            .await?
+                            .is_some();
+                        registered.insert(report.executor.clone(), known);
+                        known
+                    }
+                };
+                if sent_to_it && of_app {
+                    Verdict::Take
+                } else {
+                    Verdict::OtherApp
+                }
+            }
+            Some(_) => Verdict::OtherApp,
+            None => Verdict::Gone,
+        };
+        match verdict {
+            Verdict::Take => reports.push(report.clone()),
+            Verdict::OtherApp => {
                 tracing::warn!(
                     app,
                     run.id = report.run_id,
@@ -171,7 +199,7 @@ pub async fn callback(
                     "dropping a report that is not of the signing executor's app"
                 );
             }
-            None => {
+            Verdict::Gone => {
                 tracing::info!(
                     run.id = report.run_id,
                     task.id = report.task_id,
@@ -185,6 +213,13 @@ pub async fn callback(
     // Repeats count as accepted: they are applied already and safe to forget.
     let accepted = u32::try_from(batch.reports.len()).unwrap_or(u32::MAX);
     Ok(Json(CallbackAck { accepted }))
+}
+
+/// What becomes of one report in a callback.
+enum Verdict {
+    Take,
+    OtherApp,
+    Gone,
 }
 
 /// `GET /api/executor/v1/plugins/{sha256}`: a module's bytes, for executors to cache.

@@ -21,7 +21,7 @@ use super::validate::{self, invalid};
 use super::views::{JobPage, JobView, PageView};
 use crate::access::{Need, Principal};
 use crate::backoff::Backoff;
-use crate::model::{Job, JobSpec, Millis, NewTask, Run, Task, TaskKind, now_ms};
+use crate::model::{Job, JobSpec, NewTask, Run, Task, TaskKind, now_ms};
 use crate::route::Route;
 use crate::schedule::{CompiledSchedule, Misfire, Schedule};
 use crate::store::{self, Store};
@@ -34,6 +34,7 @@ const DEFAULT_MEMORY_MB: i64 = 64;
 const MAX_MEMORY_MB: i64 = 4096;
 const MAX_CONCURRENCY: i64 = 1_000_000;
 const MAX_CHILD_JOBS: usize = 100;
+const MAX_NO_EXECUTOR_TIMEOUT_MS: i64 = 7 * 86_400_000;
 
 /// A job's settings as sent to `POST` (name, app, plugin and schedule required) or `PATCH`
 /// (any subset, merged onto the stored job). Integers are read as `i64` so that an
@@ -79,6 +80,10 @@ pub struct JobFields {
     http_allow: Option<Vec<String>>,
     /// `true` by default; a disabled job does not fire on its schedule.
     enabled: Option<bool>,
+    /// How long a fire waits for a live executor of the app before it fails as an attempt
+    /// (1,000 to 604,800,000 ms); `null` for the default, 600,000 (10 minutes).
+    #[serde(default, deserialize_with = "nullable")]
+    no_executor_timeout_ms: Option<Option<i64>>,
 }
 
 /// The path parameter of `/api/v1/jobs/{id}`.
@@ -102,16 +107,9 @@ pub async fn create(
     Extension(who): Extension<Principal>,
     Json(fields): Json<JobFields>,
 ) -> ApiResult<(StatusCode, Json<JobView>)> {
-    let now = now_ms();
     let (spec, schedule) = build_spec(&state, &who, fields, None).await?;
     who.check_app(&spec.app)?;
-    let next_fire_at = first_fire(&spec, &schedule, now);
-    let job = state
-        .node
-        .store()
-        .insert_job(&spec, next_fire_at, now)
-        .await?;
-    state.node.job_changed(job.id).await;
+    let job = state.node.create_job(&spec, &schedule).await?;
     state
         .node
         .audit(&who.name, "create job", &job.spec.name)
@@ -164,19 +162,11 @@ pub async fn update(
     PathParam(id): PathParam,
     Json(fields): Json<JobFields>,
 ) -> ApiResult<Json<JobView>> {
-    let store = state.node.store();
-    let job = find_job(store, &id).await?;
+    let job = find_job(state.node.store(), &id).await?;
     who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
-    let now = now_ms();
     let (spec, schedule) = build_spec(&state, &who, fields, Some(&job)).await?;
     who.check_app(&spec.app)?;
-    let next_fire_at = if spec.schedule != job.spec.schedule || spec.enabled != job.spec.enabled {
-        first_fire(&spec, &schedule, now)
-    } else {
-        job.next_fire_at
-    };
-    let job = store.update_job(job.id, &spec, next_fire_at, now).await?;
-    state.node.job_changed(job.id).await;
+    let job = state.node.update_job(&job, &spec, &schedule).await?;
     state
         .node
         .audit(&who.name, "update job", &job.spec.name)
@@ -419,19 +409,6 @@ pub(super) async fn job_ref(store: &Store, field: &str, r: &NameOrId) -> ApiResu
     }
 }
 
-/// The job's first fire time from `now`: none for schedule `none` or a disabled job.
-pub(crate) fn first_fire(
-    spec: &JobSpec,
-    schedule: &CompiledSchedule,
-    now: Millis,
-) -> Option<Millis> {
-    if spec.enabled {
-        schedule.next_after(now)
-    } else {
-        None
-    }
-}
-
 /// Every field's problem with a job, in field order; converted to one [`ApiError`] (the
 /// first one's status, every message) for the API, shown field by field in the console.
 #[derive(Debug)]
@@ -566,6 +543,17 @@ pub(crate) async fn build_spec(
     if let Some(m) = max_concurrency {
         bad.check(validate::within("max_concurrency", m, 1..=MAX_CONCURRENCY));
     }
+    let no_executor_timeout_ms = match f.no_executor_timeout_ms {
+        Some(t) => t,
+        None => old.and_then(|s| s.no_executor_timeout_ms),
+    };
+    if let Some(t) = no_executor_timeout_ms {
+        bad.check(validate::within(
+            "no_executor_timeout_ms",
+            t,
+            1_000..=MAX_NO_EXECUTOR_TIMEOUT_MS,
+        ));
+    }
 
     let backoff = f
         .backoff
@@ -629,6 +617,7 @@ pub(crate) async fn build_spec(
         child_jobs,
         http_allow,
         enabled: f.enabled.or(old.map(|s| s.enabled)).unwrap_or(true),
+        no_executor_timeout_ms,
     };
     Ok((spec, compiled))
 }

@@ -116,6 +116,11 @@ fn signed_routes() -> Vec<(Method, String, MethodRouter<AppState>)> {
         (M::POST, PATH_SECRET.into(), post(plugin_host::secret)),
         (M::POST, peers::PATH_PEER_CANCEL.into(), post(peers::cancel)),
         (
+            M::POST,
+            peers::PATH_PEER_JOB_CHANGED.into(),
+            post(peers::job_changed),
+        ),
+        (
             M::GET,
             format!("{PATH_PLUGIN_PREFIX}{{sha256}}"),
             get(executors::plugin_module),

@@ -4,6 +4,10 @@
 //! `POST /api/node/v1/cancel`: a task claimed by this node is cancelled here, where it sits
 //! in the wheel, so the cancel and the fire cannot cross (`docs/cluster.md`). Another node
 //! that receives the user's cancel forwards it.
+//!
+//! `POST /api/node/v1/job-changed`: a job was changed on another node; this one forgets its
+//! cached copy (so fires planned under the job's old schedule are dropped at dispatch, not
+//! sent) and scans at once (so the new schedule is planned now).
 
 use axum::Extension;
 use axum::extract::State;
@@ -15,6 +19,7 @@ use super::error::ApiResult;
 use super::extract::Json;
 
 pub const PATH_PEER_CANCEL: &str = "/api/node/v1/cancel";
+pub const PATH_PEER_JOB_CHANGED: &str = "/api/node/v1/job-changed";
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct PeerCancel {
@@ -36,4 +41,20 @@ pub async fn cancel(
     signer.check_peer()?;
     let (_, cancelled) = state.node.cancel_here(req.task_id).await?;
     Ok(axum::Json(PeerCancelAck { cancelled }))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PeerJobChanged {
+    pub job_id: i64,
+}
+
+/// A job changed on another node: drop this node's copy of it.
+pub async fn job_changed(
+    State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
+    Json(req): Json<PeerJobChanged>,
+) -> ApiResult<axum::Json<serde_json::Value>> {
+    signer.check_peer()?;
+    state.node.forget_job(req.job_id);
+    Ok(axum::Json(serde_json::json!({})))
 }

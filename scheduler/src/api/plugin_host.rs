@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use rota_proto::wire::{
-    KV_KEY_MAX, KV_VALUE_MAX, KvOp, KvReply, KvRequest, SecretReply, SecretRequest,
+    KV_KEY_MAX, KV_VALUE_MAX, KvOp, KvReply, KvRequest, SecretReply, SecretRequest, kv_over_quota,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -82,6 +82,10 @@ pub async fn kv(
                     "a value may be at most {KV_VALUE_MAX} bytes, not {}",
                     value.len()
                 )));
+            }
+            let (keys, bytes) = store.kv_usage(req.job_id, &req.key).await?;
+            if let Some(full) = kv_over_quota(keys, bytes, &req.key, value.len()) {
+                return Err(ApiError::PayloadTooLarge(full));
             }
             store.kv_set(req.job_id, &req.key, &value, now_ms()).await?;
             None

@@ -109,6 +109,8 @@ pub struct JobView {
     /// Where the plugin may send HTTP requests; empty: nowhere.
     pub http_allow: Vec<String>,
     pub enabled: bool,
+    /// How long a fire waits for a live executor before it fails as an attempt.
+    pub no_executor_timeout_ms: i64,
     #[schema(format = DateTime)]
     pub next_fire_at: Option<String>,
     #[schema(format = DateTime)]
@@ -120,6 +122,7 @@ pub struct JobView {
 impl From<Job> for JobView {
     fn from(j: Job) -> Self {
         let s = j.spec;
+        let no_executor_timeout_ms = s.no_executor_timeout_ms();
         JobView {
             id: j.id,
             name: s.name,
@@ -136,6 +139,7 @@ impl From<Job> for JobView {
             memory_mb: s.memory_mb,
             max_concurrency: s.max_concurrency,
             child_jobs: s.child_jobs,
+            no_executor_timeout_ms,
             http_allow: s.http_allow,
             enabled: s.enabled,
             next_fire_at: rfc3339_opt(j.next_fire_at),
@@ -154,7 +158,8 @@ pub fn task_status(status: TaskStatus, attempt: i32) -> (&'static str, i32) {
     match status {
         TaskStatus::Pending if attempt > 1 => ("failed", attempt - 1),
         TaskStatus::Pending => ("pending", attempt - 1),
-        TaskStatus::Claimed => ("pending", attempt - 1),
+        TaskStatus::Waiting if attempt > 1 => ("failed", attempt - 1),
+        TaskStatus::Claimed | TaskStatus::Waiting => ("pending", attempt - 1),
         other => (other.as_str(), attempt),
     }
 }

@@ -16,7 +16,7 @@ use super::auth::{self, Session};
 use super::lang::Lang;
 use super::{Console, PREFIX, PageResult, When, render, render_status};
 use crate::access::Need;
-use crate::api::jobs::{JobFields, SpecErrors, build_spec, first_fire, run_as, task_as};
+use crate::api::jobs::{JobFields, SpecErrors, build_spec, run_as, task_as};
 use crate::api::tasks::store_tasks;
 use crate::api::{ApiError, AppState};
 use crate::model::{
@@ -789,26 +789,12 @@ async fn save_job(console: Console, s: Session, base: Option<Job>, form: JobForm
     // the check above and would otherwise fall back to its default).
     if let (Some((spec, compiled)), false, true) = (built, preview, errors.is_empty()) {
         s.who.check_app(&spec.app)?;
-        let store = console.node.store();
-        let now = now_ms();
         let saved = match &base {
-            None => {
-                let next = first_fire(&spec, &compiled, now);
-                store.insert_job(&spec, next, now).await
-            }
-            Some(job) => {
-                let next = if spec.schedule != job.spec.schedule || spec.enabled != job.spec.enabled
-                {
-                    first_fire(&spec, &compiled, now)
-                } else {
-                    job.next_fire_at
-                };
-                store.update_job(job.id, &spec, next, now).await
-            }
+            None => console.node.create_job(&spec, &compiled).await,
+            Some(job) => console.node.update_job(job, &spec, &compiled).await,
         };
         match saved {
             Ok(job) => {
-                console.node.job_changed(job.id).await;
                 let action = if base.is_some() {
                     "update job"
                 } else {
@@ -836,7 +822,6 @@ pub async fn set_enabled(
     Path(id): Path<i64>,
     Form(f): Form<EnabledForm>,
 ) -> PageResult {
-    let store = console.node.store();
     let job = job_for(&console, &s, id, Need::Change).await?;
     let mut spec = job.spec.clone();
     spec.enabled = f.enabled == "true";
@@ -844,9 +829,7 @@ pub async fn set_enabled(
         .schedule
         .compile()
         .map_err(|e| ApiError::Unprocessable(format!("schedule: {e}")))?;
-    let next = first_fire(&spec, &compiled, now_ms());
-    store.update_job(id, &spec, next, now_ms()).await?;
-    console.node.job_changed(id).await;
+    console.node.update_job(&job, &spec, &compiled).await?;
     let action = if spec.enabled {
         "enable job"
     } else {
@@ -1028,7 +1011,10 @@ impl From<&crate::model::Task> for TaskRow {
             status: t.status.to_string(),
             due: When::of(t.due_at),
             attempt: t.attempt,
-            cancellable: matches!(t.status, TaskStatus::Pending | TaskStatus::Claimed),
+            cancellable: matches!(
+                t.status,
+                TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting
+            ),
             last_run_id: t.last_run_id,
             payload: t.payload.clone().unwrap_or_default(),
             params: t.params.clone().unwrap_or_default(),

@@ -30,8 +30,8 @@ const CHUNK: usize = 1000;
 pub struct ReportOwners {
     /// Task → its job and the job's app (`None` for a job deleted since).
     pub tasks: HashMap<i64, (i64, Option<String>)>,
-    /// Recorded run → its task.
-    pub runs: HashMap<i64, i64>,
+    /// Recorded run → its task and the executor it was sent to.
+    pub runs: HashMap<i64, (i64, Option<String>)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +132,21 @@ macro_rules! hold_lease {
 /// The start of a query for [`DueRow`]s: what the wheel needs of a task.
 macro_rules! due_select {
     () => {
-        "SELECT id, job_id, kind, due_at, attempt, priority, payload, params FROM tasks"
+        "SELECT id, job_id, kind, idem_key, due_at, attempt, priority, payload, params FROM tasks"
+    };
+}
+
+/// SQL: is run status `$new` further along than `$old` (dispatched < running < final)?
+macro_rules! run_advances {
+    ($new:literal, $old:literal) => {
+        concat!(
+            "(CASE ",
+            $new,
+            " WHEN 'dispatched' THEN 0 WHEN 'running' THEN 1 ELSE 2 END > \
+             CASE ",
+            $old,
+            " WHEN 'dispatched' THEN 0 WHEN 'running' THEN 1 ELSE 2 END)"
+        )
     };
 }
 
@@ -179,6 +193,9 @@ macro_rules! task_ids_in_tx {
         }
     };
 }
+
+// Below the macros, which the submodules use.
+mod migrate;
 
 /// The id of the row an `INSERT` created, on either backend.
 trait InsertId {
@@ -249,8 +266,8 @@ fn to_json<T: serde::Serialize>(v: &T) -> String {
 
 const JOB_COLUMNS: &str = "j.id, j.name, a.name AS app, j.plugin, j.schedule, j.params, j.route, \
      j.block_strategy, j.misfire, j.timeout_ms, j.max_attempts, j.backoff, j.memory_mb, \
-     j.max_concurrency, j.child_jobs, j.http_allow, j.enabled, j.next_fire_at, j.created_at, \
-     j.updated_at";
+     j.max_concurrency, j.child_jobs, j.http_allow, j.enabled, j.no_executor_timeout_ms, \
+     j.next_fire_at, j.generation, j.created_at, j.updated_at";
 
 #[derive(FromRow)]
 struct JobRow {
@@ -271,7 +288,9 @@ struct JobRow {
     child_jobs: String,
     http_allow: Option<String>,
     enabled: bool,
+    no_executor_timeout_ms: Option<i64>,
     next_fire_at: Option<i64>,
+    generation: i64,
     created_at: i64,
     updated_at: i64,
 }
@@ -301,8 +320,10 @@ impl TryFrom<JobRow> for Job {
                     Some(json) => parse_json(json)?,
                 },
                 enabled: r.enabled,
+                no_executor_timeout_ms: r.no_executor_timeout_ms,
             },
             next_fire_at: r.next_fire_at,
+            generation: r.generation,
             created_at: r.created_at,
             updated_at: r.updated_at,
         })
@@ -363,6 +384,7 @@ struct DueRow {
     id: i64,
     job_id: i64,
     kind: String,
+    idem_key: Option<String>,
     due_at: i64,
     attempt: i32,
     priority: i32,
@@ -373,16 +395,23 @@ struct DueRow {
 impl TryFrom<DueRow> for DueTask {
     type Error = Error;
     fn try_from(r: DueRow) -> Result<DueTask> {
+        let kind: TaskKind = parse(&r.kind)?;
+        let generation = match (kind, r.idem_key.as_deref()) {
+            (TaskKind::Cron, Some(key)) => cron_key_gen(key),
+            _ => 0,
+        };
         Ok(DueTask {
             task_id: r.id,
             job_id: r.job_id,
-            kind: parse(&r.kind)?,
+            kind,
             due_at: r.due_at,
             attempt: r.attempt,
             priority: r.priority,
             payload: r.payload,
             params: r.params,
             epoch: 0,
+            generation,
+            waiting_since: None,
         })
     }
 }
@@ -512,6 +541,7 @@ struct EndedRow {
     job_max_attempts: Option<i32>,
     job_backoff: Option<String>,
     child_jobs: Option<String>,
+    max_concurrency: Option<i32>,
     shards_final: i64,
 }
 
@@ -524,6 +554,8 @@ pub struct Applied {
     pub tasks: Vec<(i64, TaskNext)>,
     /// Child-job tasks created because a parent succeeded.
     pub children: usize,
+    /// An attempt of a job with `max_concurrency` ended: the scan may claim another.
+    pub freed_limited: bool,
 }
 
 #[derive(Clone)]
@@ -595,8 +627,8 @@ fn mysql_pool(max_connections: u32) -> MySqlPoolOptions {
 }
 
 impl Store {
-    /// Connects, creating the SQLite file if needed, and applies pending migrations (under the
-    /// migrator's lock, so several nodes starting at once on an empty database is safe).
+    /// Connects, creating the SQLite file if needed, and applies pending migrations (one node
+    /// at a time, see [`migrate`], so several nodes starting at once is safe).
     pub async fn connect(url: &str) -> Result<Store> {
         let mut beat_opts = None;
         let mut control = None;
@@ -616,7 +648,6 @@ impl Store {
                     .acquire_timeout(Duration::from_secs(5))
                     .connect_lazy_with(opts),
             ));
-            sqlx::migrate!("../migrations/mysql").run(&pool).await?;
             Pool::MySql(pool)
         } else if url.starts_with("sqlite:") {
             let opts = SqliteConnectOptions::from_str(url)?
@@ -633,11 +664,11 @@ impl Store {
                 .acquire_timeout(Duration::from_secs(30))
                 .connect_with(opts)
                 .await?;
-            sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
             Pool::Sqlite(pool)
         } else {
             return Err(Error::UnsupportedUrl(url.chars().take(40).collect()));
         };
+        migrate::run(&pool).await?;
         let control = control.unwrap_or_else(|| pool.clone());
         Ok(Store {
             pool,
@@ -866,6 +897,18 @@ impl Store {
         })
     }
 
+    /// Scheduler nodes that heartbeat after `alive_after`: (id, address).
+    pub async fn live_nodes(&self, alive_after: Millis) -> Result<Vec<(i64, String)>> {
+        on_pool!(self, |pool, Db| {
+            Ok(
+                sqlx::query_as("SELECT id, address FROM nodes WHERE heartbeat_at > ? ORDER BY id")
+                    .bind(alive_after)
+                    .fetch_all(pool)
+                    .await?,
+            )
+        })
+    }
+
     /// The last heartbeat of the node called `name`, if it ever ran.
     pub async fn node_heartbeat_at(&self, name: &str) -> Result<Option<Millis>> {
         on_pool!(self, |pool, Db| {
@@ -980,6 +1023,22 @@ impl Store {
                 .await?;
         });
         Ok(())
+    }
+
+    /// How many keys, and bytes of keys and values, job `job_id`'s state holds besides
+    /// `except`.
+    pub async fn kv_usage(&self, job_id: i64, except: &str) -> Result<(usize, usize)> {
+        on_pool!(self, |pool, Db| {
+            let (keys, bytes): (i64, i64) = sqlx::query_as(
+                "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(k) + LENGTH(v)), 0) AS SIGNED) \
+                 FROM kv WHERE job_id = ? AND k <> ?",
+            )
+            .bind(job_id)
+            .bind(except)
+            .fetch_one(pool)
+            .await?;
+            Ok((keys.max(0) as usize, bytes.max(0) as usize))
+        })
     }
 
     /// False if the key was not there.
@@ -1374,15 +1433,17 @@ impl Store {
                      LEFT JOIN apps a ON a.id = j.app_id WHERE t.id IN ",
                 );
                 push_ids(&mut qb, chunk.iter().map(|&(_, task)| task));
-                qb.push(" UNION ALL SELECT 1, r.id, r.task_id, NULL FROM runs r WHERE r.id IN ");
+                qb.push(
+                    " UNION ALL SELECT 1, r.id, r.task_id, r.executor FROM runs r WHERE r.id IN ",
+                );
                 push_ids(&mut qb, chunk.iter().map(|&(run, _)| run));
                 let rows: Vec<(i64, i64, i64, Option<String>)> =
                     qb.build_query_as().fetch_all(pool).await?;
-                for (kind, id, of, app) in rows {
+                for (kind, id, of, name) in rows {
                     if kind == 0 {
-                        owners.tasks.insert(id, (of, app));
+                        owners.tasks.insert(id, (of, name));
                     } else {
-                        owners.runs.insert(id, of);
+                        owners.runs.insert(id, (of, name));
                     }
                 }
             });
@@ -1415,8 +1476,8 @@ impl Store {
             let r = sqlx::query(
                 "INSERT INTO jobs (name, app_id, plugin, schedule, params, route, block_strategy, misfire, \
                  timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, child_jobs, http_allow, \
-                 enabled, next_fire_at, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 enabled, no_executor_timeout_ms, next_fire_at, created_at, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&spec.name)
             .bind(app_id)
@@ -1434,6 +1495,7 @@ impl Store {
             .bind(to_json(&spec.child_jobs))
             .bind(to_json(&spec.http_allow))
             .bind(spec.enabled)
+            .bind(spec.no_executor_timeout_ms)
             .bind(next_fire_at)
             .bind(now)
             .bind(now)
@@ -1448,21 +1510,27 @@ impl Store {
         self.get_job(id).await
     }
 
-    /// Replaces a job's settings and its next fire time.
+    /// Replaces a job's settings and its next fire time. With `replan` (the schedule or
+    /// `enabled` changed, [`JobSpec::replans`]), in the same transaction, the job's
+    /// generation moves on and the recurring fires planned under the old one that have not
+    /// been dispatched are deleted: wherever a copy of one still sits (a wheel, a pool), it
+    /// is of an older generation and is dropped at dispatch.
     pub async fn update_job(
         &self,
         id: i64,
         spec: &JobSpec,
         next_fire_at: Option<Millis>,
+        replan: bool,
         now: Millis,
     ) -> Result<Job> {
         let app_id = self.ensure_app(&spec.app, now).await?;
-        let affected = on_pool!(self, |pool, Db| {
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
             sqlx::query(
                 "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
                  block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
                  memory_mb = ?, max_concurrency = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
-                 next_fire_at = ?, updated_at = ? WHERE id = ?",
+                 no_executor_timeout_ms = ?, next_fire_at = ?, generation = generation + ?, updated_at = ? WHERE id = ?",
             )
             .bind(&spec.name)
             .bind(app_id)
@@ -1480,21 +1548,28 @@ impl Store {
             .bind(to_json(&spec.child_jobs))
             .bind(to_json(&spec.http_allow))
             .bind(spec.enabled)
+            .bind(spec.no_executor_timeout_ms)
             .bind(next_fire_at)
+            .bind(i64::from(replan))
             .bind(now)
             .bind(id)
-            .execute(pool)
+            .execute(&mut *tx)
             .await
             .map_err(|e| match Error::from(e) {
                 Error::Conflict(_) => Error::Conflict(format!("a job named `{}` already exists", spec.name)),
                 other => other,
-            })?
-            .affected()
+            })?;
+            if replan {
+                sqlx::query(
+                    "DELETE FROM tasks WHERE job_id = ? AND kind = 'cron' \
+                     AND status IN ('pending', 'claimed', 'waiting')",
+                )
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
         });
-        if affected == 0 {
-            // MySQL counts only changed rows; tell "unchanged" from "missing".
-            return self.get_job(id).await;
-        }
         self.get_job(id).await
     }
 
@@ -1585,7 +1660,7 @@ impl Store {
                 return Err(Error::NotFound(format!("job {id}")));
             }
             let active: Vec<(i64, String)> = sqlx::query_as(
-                "SELECT id, status FROM tasks WHERE job_id = ? AND status IN ('pending', 'claimed', 'running')",
+                "SELECT id, status FROM tasks WHERE job_id = ? AND status IN ('pending', 'claimed', 'waiting', 'running')",
             )
             .bind(id)
             .fetch_all(&mut *tx)
@@ -1605,7 +1680,7 @@ impl Store {
                 let mut qb =
                     QueryBuilder::<Db>::new("UPDATE tasks SET status = 'cancelled', updated_at = ");
                 qb.push_bind(now)
-                    .push(" WHERE status IN ('pending', 'claimed') AND id IN ");
+                    .push(" WHERE status IN ('pending', 'claimed', 'waiting') AND id IN ");
                 push_ids(&mut qb, chunk.iter().copied());
                 qb.build().execute(&mut *tx).await?;
             }
@@ -1758,10 +1833,12 @@ impl Store {
             match f.state {
                 None => {}
                 Some(TaskState::Pending) => {
-                    qb.push(" AND (status = 'claimed' OR (status = 'pending' AND attempt = 1))");
+                    qb.push(
+                        " AND (status = 'claimed' OR (status IN ('pending', 'waiting') AND attempt = 1))",
+                    );
                 }
                 Some(TaskState::Failed) => {
-                    qb.push(" AND status = 'pending' AND attempt > 1");
+                    qb.push(" AND status IN ('pending', 'waiting') AND attempt > 1");
                 }
                 Some(TaskState::Is(status)) => {
                     qb.push(" AND status = ").push_bind(status.as_str());
@@ -1792,7 +1869,7 @@ impl Store {
         let changed = on_pool!(self, |pool, Db| {
             sqlx::query(
                 "UPDATE tasks SET status = 'cancelled', updated_at = ? \
-                 WHERE id = ? AND status IN ('pending', 'claimed')",
+                 WHERE id = ? AND status IN ('pending', 'claimed', 'waiting')",
             )
             .bind(now)
             .bind(id)
@@ -1836,9 +1913,9 @@ impl Store {
             // (which bumps the epoch) waits for this claim and then moves it too, or runs
             // first and this claim is refused.
             hold_lease!(self, tx, lease);
-            let jobs: Vec<(i64, String, String, Option<i64>)> =
+            let jobs: Vec<(i64, String, String, Option<i64>, i64)> =
                 sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    "SELECT id, schedule, misfire, next_fire_at FROM jobs \
+                    "SELECT id, schedule, misfire, next_fire_at, generation FROM jobs \
                  WHERE enabled = 1 AND next_fire_at <= ? ORDER BY next_fire_at LIMIT ?{skip_locked}"
                 )))
                 .bind(until)
@@ -1846,9 +1923,9 @@ impl Store {
                 .fetch_all(&mut *tx)
                 .await?;
 
-            let mut fires: Vec<(i64, Millis)> = Vec::new();
+            let mut fires: Vec<(i64, i64, Millis)> = Vec::new();
             let mut next: Vec<(i64, Option<Millis>)> = Vec::with_capacity(jobs.len());
-            for (id, schedule, misfire, next_fire_at) in jobs {
+            for (id, schedule, misfire, next_fire_at, generation) in jobs {
                 let Some(next_fire_at) = next_fire_at else {
                     continue;
                 };
@@ -1859,7 +1936,7 @@ impl Store {
                     next_fire_at,
                 };
                 let planned = plan(&job);
-                fires.extend(planned.fires.iter().map(|&t| (id, t)));
+                fires.extend(planned.fires.iter().map(|&t| (id, generation, t)));
                 next.push((id, planned.next_fire_at));
             }
             if !fires.is_empty() {
@@ -1871,19 +1948,22 @@ impl Store {
                          lost_count, priority, created_at, updated_at) "
                     ));
                     let base = first + (chunk_no * CHUNK) as i64;
-                    qb.push_values(chunk.iter().enumerate(), |mut b, (i, (job, t))| {
-                        b.push_bind(base + i as i64)
-                            .push_bind(*job)
-                            .push_bind(TaskKind::Cron.as_str())
-                            .push_bind(format!("cron:{t}"))
-                            .push_bind("pending")
-                            .push_bind(*t)
-                            .push_bind(1_i32)
-                            .push_bind(0_i32)
-                            .push_bind(0_i32)
-                            .push_bind(now)
-                            .push_bind(now);
-                    });
+                    qb.push_values(
+                        chunk.iter().enumerate(),
+                        |mut b, (i, (job, generation, t))| {
+                            b.push_bind(base + i as i64)
+                                .push_bind(*job)
+                                .push_bind(TaskKind::Cron.as_str())
+                                .push_bind(cron_key(*generation, *t))
+                                .push_bind("pending")
+                                .push_bind(*t)
+                                .push_bind(1_i32)
+                                .push_bind(0_i32)
+                                .push_bind(0_i32)
+                                .push_bind(now)
+                                .push_bind(now);
+                        },
+                    );
                     qb.build().execute(&mut *tx).await?;
                 }
                 claimed.cron_fires = fires.len();
@@ -1896,18 +1976,72 @@ impl Store {
                 qb.build().execute(&mut *tx).await?;
             }
 
-            let sql = format!(
-                concat!(
-                    due_select!(),
-                    " WHERE status = 'pending' AND due_at <= ? ORDER BY due_at LIMIT ?{}"
-                ),
-                skip_locked
-            );
-            let rows: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            // Jobs with `max_concurrency` are claimed one by one below, never here.
+            let limited: Vec<(i64, i64)> = sqlx::query_as(
+                "SELECT id, max_concurrency FROM jobs WHERE max_concurrency IS NOT NULL ORDER BY id",
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut qb = QueryBuilder::<Db>::new(concat!(
+                due_select!(),
+                " WHERE status = 'pending' AND due_at <= "
+            ));
+            qb.push_bind(until);
+            if !limited.is_empty() {
+                qb.push(" AND job_id NOT IN ");
+                push_ids(&mut qb, limited.iter().map(|(id, _)| *id));
+            }
+            qb.push(" ORDER BY due_at LIMIT ")
+                .push_bind(i64::from(limit))
+                .push(skip_locked);
+            let mut rows: Vec<DueRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
+            // A limited job's tasks: at most `max_concurrency` claimed or running at once,
+            // across all nodes. Its row is locked while its tasks are counted and claimed, so
+            // two nodes' scans take turns (a node that finds it locked skips it this time).
+            let lock_job = if self.is_mysql() {
+                " FOR UPDATE SKIP LOCKED"
+            } else {
+                ""
+            };
+            for (job_id, max) in limited {
+                let room = (i64::from(limit) - rows.len() as i64).min(max);
+                if room <= 0 {
+                    break;
+                }
+                let locked: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT id FROM jobs WHERE id = ?{lock_job}"
+                )))
+                .bind(job_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if locked.is_none() {
+                    continue;
+                }
+                let busy: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM tasks WHERE job_id = ? AND status IN ('claimed', 'running')",
+                )
+                .bind(job_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                let room = room.min(max - busy);
+                if room <= 0 {
+                    continue;
+                }
+                let more: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    concat!(
+                        due_select!(),
+                        " WHERE job_id = ? AND status = 'pending' AND due_at <= ? \
+                         ORDER BY due_at LIMIT ?{}"
+                    ),
+                    skip_locked
+                )))
+                .bind(job_id)
                 .bind(until)
-                .bind(i64::from(limit))
+                .bind(room)
                 .fetch_all(&mut *tx)
                 .await?;
+                rows.extend(more);
+            }
             for chunk in rows.chunks(CHUNK) {
                 let mut qb =
                     QueryBuilder::<Db>::new("UPDATE tasks SET status = 'claimed', owner_node = ");
@@ -1942,6 +2076,11 @@ impl Store {
             // Under a live lease only, like the scan's claim: a fenced node's claim would
             // be held by an epoch nobody fires.
             hold_lease!(self, tx, lease);
+            // Tasks of jobs with `max_concurrency` wait for the scan, which counts.
+            let limited: Vec<i64> =
+                sqlx::query_scalar("SELECT id FROM jobs WHERE max_concurrency IS NOT NULL")
+                    .fetch_all(&mut *tx)
+                    .await?;
             for chunk in task_ids.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new(concat!(
                     due_select!(),
@@ -1949,6 +2088,10 @@ impl Store {
                 ));
                 qb.push_bind(until).push(" AND id IN ");
                 push_ids(&mut qb, chunk.iter().copied());
+                if !limited.is_empty() {
+                    qb.push(" AND job_id NOT IN ");
+                    push_ids(&mut qb, limited.iter().copied());
+                }
                 qb.push(lock);
                 let rows: Vec<DueRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
                 if rows.is_empty() {
@@ -2022,6 +2165,126 @@ impl Store {
                     .push(" AND owner_epoch = ")
                     .push_bind(lease.epoch)
                     .push(" AND id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.build().execute(pool).await?;
+            }
+        });
+        Ok(())
+    }
+
+    /// Claimed fires that found no live executor of their app: out of `lease`'s wheel, they
+    /// wait in the database (`waiting`, since `since`) until one registers
+    /// ([`Store::wake_waiting`]) or they wait too long ([`Store::claim_expired_waiting`]).
+    /// A wait is not an attempt.
+    pub async fn park_waiting(&self, lease: NodeLease, task_ids: &[(i64, Millis)]) -> Result<()> {
+        let mut by_since: BTreeMap<Millis, Vec<i64>> = BTreeMap::new();
+        for &(id, since) in task_ids {
+            by_since.entry(since).or_default().push(id);
+        }
+        on_pool!(self, |pool, Db| {
+            for (since, ids) in by_since {
+                for chunk in ids.chunks(CHUNK) {
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "UPDATE tasks SET status = 'waiting', owner_node = NULL, owner_epoch = NULL, updated_at = ",
+                    );
+                    qb.push_bind(since)
+                        .push(" WHERE status = 'claimed' AND owner_node = ")
+                        .push_bind(lease.node_id)
+                        .push(" AND owner_epoch = ")
+                        .push_bind(lease.epoch)
+                        .push(" AND id IN ");
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.build().execute(pool).await?;
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Waiting fires of these apps' jobs become pending again (an executor of the app is
+    /// live); returns how many.
+    pub async fn wake_waiting(&self, apps: &[String]) -> Result<u64> {
+        if apps.is_empty() {
+            return Ok(0);
+        }
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new(
+                "UPDATE tasks SET status = 'pending' WHERE status = 'waiting'",
+            );
+            in_apps!(qb, "job_id", apps);
+            Ok(qb.build().execute(pool).await?.affected())
+        })
+    }
+
+    /// Claims, for `lease`, up to `limit` waiting fires that have waited longer than their
+    /// job's `no_executor_timeout_ms`, with their job's app: the caller fails each as an
+    /// attempt.
+    pub async fn claim_expired_waiting(
+        &self,
+        lease: NodeLease,
+        now: Millis,
+        limit: u32,
+    ) -> Result<Vec<(DueTask, String, Millis)>> {
+        #[derive(FromRow)]
+        struct Expired {
+            id: i64,
+            app: String,
+            since: i64,
+        }
+        let skip_locked = self.skip_locked();
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            hold_lease!(self, tx, lease);
+            let expired: Vec<Expired> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT t.id, a.name AS app, t.updated_at AS since FROM tasks t \
+                 JOIN jobs j ON j.id = t.job_id JOIN apps a ON a.id = j.app_id \
+                 WHERE t.status = 'waiting' \
+                 AND t.updated_at < ? - COALESCE(j.no_executor_timeout_ms, {DEFAULT_NO_EXECUTOR_TIMEOUT_MS}) \
+                 ORDER BY t.updated_at LIMIT ?{skip_locked}"
+            )))
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
+            if expired.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut qb =
+                QueryBuilder::<Db>::new("UPDATE tasks SET status = 'claimed', owner_node = ");
+            qb.push_bind(lease.node_id)
+                .push(", owner_epoch = ")
+                .push_bind(lease.epoch)
+                .push(" WHERE status = 'waiting' AND id IN ");
+            push_ids(&mut qb, expired.iter().map(|e| e.id));
+            qb.build().execute(&mut *tx).await?;
+            let mut qb = QueryBuilder::<Db>::new(concat!(due_select!(), " WHERE id IN "));
+            push_ids(&mut qb, expired.iter().map(|e| e.id));
+            let rows: Vec<DueRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            let meta: HashMap<i64, (String, Millis)> = expired
+                .into_iter()
+                .map(|e| (e.id, (e.app, e.since)))
+                .collect();
+            rows.into_iter()
+                .map(|r| {
+                    let (app, since) = meta.get(&r.id).cloned().unwrap_or_default();
+                    Ok((DueTask::try_from(r)?, app, since))
+                })
+                .collect()
+        })
+    }
+
+    /// Claimed tasks whose job was deleted: cancelled (a forced delete cancelled its
+    /// pending tasks; these were created or claimed as it happened).
+    pub async fn cancel_orphans(&self, task_ids: &[i64], now: Millis) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            for chunk in task_ids.chunks(CHUNK) {
+                let mut qb =
+                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'cancelled', updated_at = ");
+                qb.push_bind(now).push(
+                    ", owner_node = NULL, owner_epoch = NULL WHERE status = 'claimed' \
+                           AND job_id NOT IN (SELECT id FROM jobs) AND id IN ",
+                );
                 push_ids(&mut qb, chunk.iter().copied());
                 qb.build().execute(pool).await?;
             }
@@ -2149,18 +2412,52 @@ impl Store {
         if updates.is_empty() {
             return Ok(Applied::default());
         }
+        // A run's status only moves forward: dispatched → running → one final status.
+        // The check is in the statement itself, not only in the read above it: two
+        // reports for a run whose row does not exist yet lock nothing when read, and a
+        // report may name the attempt under another run id (a trigger delivered twice,
+        // numbered twice) and so meet the attempt's row through its unique key — either
+        // way a late `running` must lose to the final status already there. (MySQL
+        // evaluates the assignments in order, each seeing the columns already assigned,
+        // so `status` goes last; SQLite's all see the old row.)
         let upsert_tail = if self.is_mysql() {
-            " ON DUPLICATE KEY UPDATE status = VALUES(status), \
-             executor = COALESCE(VALUES(executor), executor), \
-             dispatched_at = COALESCE(dispatched_at, VALUES(dispatched_at)), \
-             started_at = COALESCE(VALUES(started_at), started_at), \
-             finished_at = VALUES(finished_at), exit_code = VALUES(exit_code), message = VALUES(message)"
+            concat!(
+                " ON DUPLICATE KEY UPDATE executor = COALESCE(VALUES(executor), executor), \
+                 dispatched_at = COALESCE(dispatched_at, VALUES(dispatched_at)), \
+                 started_at = COALESCE(started_at, VALUES(started_at)), \
+                 finished_at = IF(",
+                run_advances!("VALUES(status)", "status"),
+                ", VALUES(finished_at), finished_at), \
+                 exit_code = IF(",
+                run_advances!("VALUES(status)", "status"),
+                ", VALUES(exit_code), exit_code), \
+                 message = IF(",
+                run_advances!("VALUES(status)", "status"),
+                ", VALUES(message), message), \
+                 status = IF(",
+                run_advances!("VALUES(status)", "status"),
+                ", VALUES(status), status)"
+            )
         } else {
-            " ON CONFLICT(id) DO UPDATE SET status = excluded.status, \
-             executor = COALESCE(excluded.executor, runs.executor), \
-             dispatched_at = COALESCE(runs.dispatched_at, excluded.dispatched_at), \
-             started_at = COALESCE(excluded.started_at, runs.started_at), \
-             finished_at = excluded.finished_at, exit_code = excluded.exit_code, message = excluded.message"
+            macro_rules! sqlite_set {
+                () => {
+                    concat!(
+                        " DO UPDATE SET executor = COALESCE(excluded.executor, runs.executor), \
+                         dispatched_at = COALESCE(runs.dispatched_at, excluded.dispatched_at), \
+                         started_at = COALESCE(runs.started_at, excluded.started_at), \
+                         finished_at = CASE WHEN ", run_advances!("excluded.status", "runs.status"), " THEN excluded.finished_at ELSE runs.finished_at END, \
+                         exit_code = CASE WHEN ", run_advances!("excluded.status", "runs.status"), " THEN excluded.exit_code ELSE runs.exit_code END, \
+                         message = CASE WHEN ", run_advances!("excluded.status", "runs.status"), " THEN excluded.message ELSE runs.message END, \
+                         status = CASE WHEN ", run_advances!("excluded.status", "runs.status"), " THEN excluded.status ELSE runs.status END"
+                    )
+                };
+            }
+            concat!(
+                " ON CONFLICT(id)",
+                sqlite_set!(),
+                " ON CONFLICT(task_id, attempt, shard_index)",
+                sqlite_set!()
+            )
         };
         let lock = if self.is_mysql() {
             " ORDER BY id FOR UPDATE"
@@ -2281,6 +2578,7 @@ impl Store {
                 let mut qb = QueryBuilder::<Db>::new(
                     "SELECT t.id, t.job_id, t.attempt, t.lost_count, t.status, t.max_attempts, t.backoff, \
                      j.max_attempts AS job_max_attempts, j.backoff AS job_backoff, j.child_jobs, \
+                     j.max_concurrency, \
                      (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.id AND r.attempt = t.attempt \
                       AND r.status NOT IN ('dispatched', 'running')) AS shards_final \
                      FROM tasks t LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN ",
@@ -2336,6 +2634,7 @@ impl Store {
                         },
                     };
                     let verdict = decide(&view);
+                    applied.freed_limited |= row.max_concurrency.is_some();
                     if verdict == TaskNext::Succeeded {
                         for &child in &view.child_jobs {
                             child_tasks.push(NewTask {
@@ -2867,7 +3166,7 @@ impl Store {
             }
             let jobs: i64 = qb.build_query_scalar().fetch_one(pool).await?;
             let mut qb = QueryBuilder::<Db>::new(
-                "SELECT COUNT(*) FROM tasks WHERE status IN ('pending', 'claimed')",
+                "SELECT COUNT(*) FROM tasks WHERE status IN ('pending', 'claimed', 'waiting')",
             );
             if let Some(apps) = apps {
                 in_apps!(qb, "job_id", apps);
