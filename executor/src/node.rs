@@ -238,6 +238,7 @@ pub async fn run_with_runtime(
         reports_rx,
         client,
         spool,
+        node.logs.clone(),
         stop_reporter.clone(),
     ));
     let heartbeat = tokio::spawn(heartbeat_loop(node.clone(), stop_loops.clone()));
@@ -776,6 +777,7 @@ fn running_report(node: &Node, trigger: &Trigger, started_at: i64) -> RunReport 
         shard_total: trigger.shard_total,
         executor: node.config.advertise_url.clone(),
         scheduled_at: trigger.scheduled_at,
+        dispatched_at: trigger.dispatched_at,
         started_at: Some(started_at),
         finished_at: None,
         status: ReportStatus::Running,

@@ -298,6 +298,7 @@ mod tests {
             task_id,
             attempt: 1,
             scheduled_at: 0,
+            dispatched_at: None,
             plugin: PluginRef {
                 name: "p".into(),
                 sha256: "0".repeat(64),

@@ -34,11 +34,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{CallError, SchedulerClient};
+use crate::logs::LogStore;
 
 /// Most reports in one callback.
 pub const BATCH_MAX: usize = 1_000;
-/// How long a batch collects reports after its first one.
-pub const BATCH_WINDOW: Duration = Duration::from_millis(50);
+/// How long a batch collects reports after its first one. Each batch costs the scheduler's
+/// database one transaction whatever its size, so under load longer windows mean fewer
+/// statements per run; the results wait at most this much longer to be seen (the runs'
+/// own times are in the reports).
+pub const BATCH_WINDOW: Duration = Duration::from_millis(100);
 /// How long a `running` report waits for its run's final report before it is sent.
 pub const RUNNING_HOLD: Duration = Duration::from_millis(500);
 /// Fresh batches on their way at once: while one is applied by a scheduler the next are
@@ -307,11 +311,13 @@ pub async fn run_reporter(
     mut reports: mpsc::Receiver<RunReport>,
     client: Arc<SchedulerClient>,
     spool: Spool,
+    logs: LogStore,
     stop: CancellationToken,
 ) {
     let mut reporter = Reporter {
         client,
         spool,
+        logs,
         held: VecDeque::new(),
         backoff: REPLAY_BACKOFF_MIN,
         retry_at: Instant::now(),
@@ -347,6 +353,7 @@ pub async fn run_reporter(
     while let Some(sent) = in_flight.join_next().await {
         reporter.settle(sent);
     }
+    reporter.logs.flush();
     reports.close();
     let mut batch = Batch::default();
     while let Some(report) = reports.recv().await {
@@ -391,6 +398,8 @@ async fn collect(
 struct Reporter {
     client: Arc<SchedulerClient>,
     spool: Spool,
+    /// The runs' logs: handed to the OS before their reports leave.
+    logs: LogStore,
     /// Batches that could not be spooled (disk trouble), oldest first.
     held: VecDeque<CallbackBatch>,
     backoff: Duration,
@@ -419,6 +428,9 @@ impl Reporter {
         if batch.len() == 0 {
             return;
         }
+        // The lines of the runs reported here reach the OS first (one `write` for the
+        // whole batch): what is reported survives a SIGKILL of the executor.
+        self.logs.flush();
         let batch = batch.into_callback();
         if self.has_backlog() {
             self.stash(batch);
@@ -559,6 +571,7 @@ mod tests {
             shard_total: 1,
             executor: "http://127.0.0.1:1".into(),
             scheduled_at: 0,
+            dispatched_at: None,
             started_at: Some(0),
             finished_at: status.is_final().then_some(1),
             status,

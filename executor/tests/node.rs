@@ -312,6 +312,7 @@ fn trigger(run_id: i64, plugin: &PluginRef) -> Trigger {
         task_id: run_id * 10,
         attempt: 1,
         scheduled_at: now_ms(),
+        dispatched_at: None,
         plugin: plugin.clone(),
         input: String::new(),
         params: None,

@@ -139,6 +139,10 @@ pub struct RunReport {
     pub executor: String,
     /// The attempt's due time (`ROTA_SCHEDULED_AT`).
     pub scheduled_at: i64,
+    /// When the scheduler sent the trigger (its [`Trigger::dispatched_at`]): a report that
+    /// beats the scheduler's own record of the dispatch writes the whole run at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_at: Option<i64>,
     /// When the plugin started; `None` if it never did (e.g. killed while queued).
     pub started_at: Option<i64>,
     /// When the run reached a final status.
@@ -225,6 +229,9 @@ pub struct Trigger {
     pub attempt: i32,
     /// The attempt's due time; the run never starts before it.
     pub scheduled_at: i64,
+    /// When the scheduler sent it (epoch ms); echoed in the run's reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_at: Option<i64>,
     pub plugin: PluginRef,
     /// The plugin's stdin: the task's payload, or the job's params for a recurring or
     /// manual fire.
@@ -521,6 +528,7 @@ mod tests {
             task_id: 42,
             attempt: 2,
             scheduled_at: 1_767_225_600_123,
+            dispatched_at: None,
             plugin: PluginRef {
                 name: "close_order".into(),
                 sha256: "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef".into(),
@@ -547,6 +555,7 @@ mod tests {
             shard_total: 1,
             executor: "http://127.0.0.1:9999".into(),
             scheduled_at: 1_767_225_600_123,
+            dispatched_at: None,
             started_at: Some(1_767_225_600_125),
             finished_at: Some(1_767_225_600_140),
             status: ReportStatus::Failed,

@@ -21,12 +21,12 @@
 //! everything after is dropped. Completed lines gather in the run's memory until about
 //! 8 KiB, a second, a read of that run, or the end of the run; then they become one
 //! record in the store's shared buffer, which reaches the OS (one `write`) at 64 KiB,
-//! after a second, before a read, or when a run finishes. [`RunLog::finish`] returns
-//! only once every byte of its run was handed to the OS: the executor reports the run
-//! right after, and a killed process loses nothing the OS already has (there is no
-//! fsync: a power cut may lose what the OS had not yet put on disk). The buffer is
-//! written without holding the lock appenders take, so runs finishing together share
-//! one `write` (group commit): the first writes, the others find their bytes written.
+//! after a second, before a read, or at [`LogStore::flush`]. The executor flushes before
+//! each batch of reports leaves, so every run it reports has its lines with the OS, and
+//! a killed process loses nothing the OS already has (there is no fsync: a power cut may
+//! lose what the OS had not yet put on disk) — at one `write` per report batch rather
+//! than one per run. The buffer is written without holding the lock appenders take, so
+//! runs finishing together share one `write` (group commit).
 //!
 //! # Index
 //!
@@ -253,6 +253,14 @@ impl LogStore {
                 ))
             }),
         }
+    }
+
+    /// Hands every line of every finished run to the OS (one `write` for all of them):
+    /// call it before reporting those runs, so that a report never vouches for lines a
+    /// SIGKILL of the executor could still lose. Lines also reach the OS when the shared
+    /// buffer fills (64 KiB), a second after they were queued, and before any read.
+    pub fn flush(&self) {
+        self.inner.flush();
     }
 
     /// Up to `max_lines` lines (at most [`MAX_PAGE_LINES`]) of a run's log, from the

@@ -245,14 +245,15 @@ impl LogState {
 
     /// Writes out every completed line; for the store, waits until the OS has the run's
     /// bytes and forgets the run as live.
+    /// Queues the run's last lines as a record in the shared buffer and stops pinning
+    /// its segments. No `write` here: [`super::LogStore::flush`] hands the buffer to the
+    /// OS for many finished runs at once, and the executor calls it before it reports
+    /// them.
     pub(super) fn finish_sink(&mut self) {
         self.flush_pending(true);
         if let Sink::Store(sink) = &mut self.sink
             && sink.live
         {
-            if let Some(pos) = sink.last {
-                sink.store.flush_upto(pos);
-            }
             sink.store.writer().live.remove(&sink.key);
             sink.live = false;
         }

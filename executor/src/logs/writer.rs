@@ -103,6 +103,18 @@ impl StoreInner {
         self.writer().batch_written(batch, result);
     }
 
+    /// Hands everything appended so far to the OS (one `write`, if anything waits).
+    pub(super) fn flush(&self) {
+        let _io = self.io();
+        let mut w = self.writer();
+        let Some((file, batch)) = w.take_batch() else {
+            return;
+        };
+        drop(w);
+        let result = (&*file).write_all(&batch);
+        self.writer().batch_written(batch, result);
+    }
+
     /// Turns the gathered lines of `run_id`'s live logs into records.
     pub(super) fn push_pending(&self, run_id: i64) {
         let states: Vec<Arc<Mutex<LogState>>> = {
