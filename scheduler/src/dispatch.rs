@@ -94,8 +94,9 @@ impl Rooms {
 
 /// Records dispatches in batches of at most this many rows…
 const RECORD_BATCH: usize = 2_000;
-/// …or after this long.
-const RECORD_LINGER: Duration = Duration::from_millis(20);
+/// …or after this long. Long enough that most short runs' reports are applied first:
+/// then the record has nothing to write (`Store::record_dispatches`).
+const RECORD_LINGER: Duration = Duration::from_millis(100);
 
 /// Counts slow dispatches per job in the current minute (XXL-JOB's rule, configurable).
 pub(crate) struct SlowTracker {
@@ -328,10 +329,19 @@ impl Failed {
     }
 }
 
+/// One request to an executor: its triggers, the answer, when it was sent (the runs'
+/// `dispatched_at`) and when the answer came.
+struct Answered {
+    group: Vec<Pending>,
+    result: Result<TriggerBatchAck, ClientError>,
+    sent_at: Millis,
+    answered_at: Millis,
+}
+
 /// What became of one round's triggers for one executor.
 struct Sent {
-    /// Each request sent: its triggers, the answer, and when the answer came.
-    answered: Vec<(Vec<Pending>, Result<TriggerBatchAck, ClientError>, Millis)>,
+    /// Each request sent.
+    answered: Vec<Answered>,
     /// Triggers not sent, and why.
     unsent: Vec<Pending>,
     why: Unsent,
@@ -519,7 +529,13 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
             });
         let mut expired: Vec<Pending> = Vec::new();
         for (app, address, out) in join_all(requests).await {
-            for (group, result, dispatched_at) in out.answered {
+            for Answered {
+                group,
+                result,
+                sent_at: dispatched_at,
+                answered_at,
+            } in out.answered
+            {
                 match result {
                     Ok(ack) if ack.acks.len() == group.len() => {
                         for (mut p, a) in group.into_iter().zip(ack.acks) {
@@ -569,7 +585,7 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
                         tracing::warn!(error = %e, "dispatch failed");
                         requeue(&mut pending, group, e.to_string(), true);
                     }
-                    Err(e) if dispatched_at > not_after => {
+                    Err(e) if answered_at > not_after => {
                         // No answer, and the lease ran out meanwhile (this node stalled, or
                         // the request took that long): past `not_after` the executor takes
                         // none of them any more, so what it has now is final. Ask it.
@@ -790,8 +806,12 @@ async fn send_to(
                 }
             }
         }
+        let sent_at = now_ms();
         let batch = TriggerBatch {
-            triggers: group.iter().filter_map(to_trigger).collect(),
+            triggers: group
+                .iter()
+                .filter_map(|p| to_trigger(p, sent_at))
+                .collect(),
             not_after: Some(not_after),
         };
         let sending = Instant::now();
@@ -819,7 +839,12 @@ async fn send_to(
                 e.not_delivered(),
             )),
         };
-        answered.push((group, result, answered_at));
+        answered.push(Answered {
+            group,
+            result,
+            sent_at,
+            answered_at,
+        });
         if let Some(why) = stop {
             break why;
         }
@@ -1011,7 +1036,7 @@ async fn complete_failures(shared: &Shared, failed: Vec<Failed>) {
 }
 
 /// The trigger of a numbered pending run (`None` before it has a run id).
-fn to_trigger(p: &Pending) -> Option<Trigger> {
+fn to_trigger(p: &Pending, sent_at: Millis) -> Option<Trigger> {
     let run_id = p.run_id?;
     let spec = &p.job.job.spec;
     let params = p.task.params.clone().or_else(|| spec.params.clone());
@@ -1028,6 +1053,7 @@ fn to_trigger(p: &Pending) -> Option<Trigger> {
         task_id: p.task.task_id,
         attempt: p.task.attempt,
         scheduled_at: p.task.due_at,
+        dispatched_at: Some(sent_at),
         plugin: PluginRef {
             name: plugin.map(|p| p.name.clone()).unwrap_or_default(),
             sha256: plugin.map(|p| p.sha256.clone()).unwrap_or_default(),
@@ -1128,10 +1154,10 @@ pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Disp
                 .record_dispatches(shared.lease.get(), &buf, now_ms())
                 .await
             {
-                Ok(recorded) => {
-                    if recorded < buf.len() {
+                Ok(elsewhere) => {
+                    if elsewhere > 0 {
                         tracing::warn!(
-                            dropped = buf.len() - recorded,
+                            dropped = elsewhere,
                             "dispatches of claims taken over by another node were not recorded"
                         );
                     }

@@ -373,7 +373,7 @@ impl RunUpdate {
             shard_total: r.shard_total,
             executor: Some(r.executor.clone()),
             scheduled_at: r.scheduled_at,
-            dispatched_at: None,
+            dispatched_at: r.dispatched_at,
             started_at: r.started_at,
             finished_at: r.finished_at,
             status: r.status.into(),

@@ -41,6 +41,8 @@ type CachedJob = (Instant, Option<Arc<JobEntry>>);
 pub(crate) struct JobCache {
     map: Arc<Mutex<HashMap<i64, CachedJob>>>,
     refreshing: Arc<Mutex<std::collections::HashSet<i64>>>,
+    /// Job ids by name, with when they were read (a name is re-read after `ttl`).
+    names: Mutex<HashMap<String, (Instant, i64)>>,
     ttl: Duration,
 }
 
@@ -49,6 +51,7 @@ impl JobCache {
         JobCache {
             map: Arc::new(Mutex::new(HashMap::new())),
             refreshing: Arc::new(Mutex::new(std::collections::HashSet::new())),
+            names: Mutex::new(HashMap::new()),
             ttl,
         }
     }
@@ -101,12 +104,37 @@ impl JobCache {
         });
     }
 
+    /// The id of the job called `name`; `None` if there is none.
+    pub(crate) async fn id_named(&self, store: &Store, name: &str) -> store::Result<Option<i64>> {
+        let names = || self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(at, id)) = names().get(name)
+            && at.elapsed() < self.ttl
+        {
+            return Ok(Some(id));
+        }
+        match store.get_job_by_name(name).await {
+            Ok(job) => {
+                let mut names = names();
+                if names.len() >= 10_000 {
+                    names.clear();
+                }
+                names.insert(name.to_owned(), (Instant::now(), job.id));
+                Ok(Some(job.id))
+            }
+            Err(store::Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn invalidate(&self, id: i64) {
         self.lock().remove(&id);
+        // A rename moves a name to another job: forget them all (rare, and cheap).
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     pub(crate) fn clear(&self) {
         self.lock().clear();
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 
@@ -594,28 +622,83 @@ impl Node {
         self.shared.jobs.clear();
     }
 
-    /// Tasks were just committed: those due inside the window go straight into the wheel
-    /// instead of waiting for the next scan.
-    pub async fn tasks_created(&self, tasks: &[(i64, Millis)]) {
-        let until = now_ms() + self.shared.config.window_ms;
-        let due: Vec<i64> = tasks
-            .iter()
-            .filter(|(_, at)| *at <= until)
-            .map(|(id, _)| *id)
-            .collect();
-        if due.is_empty() {
-            return;
+    /// Stores new tasks (all or nothing; an existing key yields its task, `false`). Those
+    /// due inside the window, of jobs without `max_concurrency`, are created already
+    /// claimed by this node and go straight into its wheel: no scan, no claim statement of
+    /// their own. The rest wait for a scan (woken at once when one is due soon).
+    pub async fn store_tasks(
+        &self,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> Result<Vec<(i64, bool)>, store::Error> {
+        let store = &self.shared.store;
+        let until = now + self.shared.config.window_ms;
+        let mut limited: HashMap<i64, bool> = HashMap::new();
+        for t in tasks {
+            if let std::collections::hash_map::Entry::Vacant(e) = limited.entry(t.job_id) {
+                let job = self.shared.jobs.get(store, t.job_id).await?;
+                e.insert(job.is_none_or(|j| j.job.spec.max_concurrency.is_some()));
+            }
         }
+        let claimable: Vec<bool> = tasks
+            .iter()
+            .map(|t| t.due_at <= until && !limited[&t.job_id])
+            .collect();
         let lease = self.shared.lease.get();
-        match self.shared.store.claim_tasks(lease, &due, until).await {
-            Ok(claimed) => {
-                self.shared.ring.insert(DueTask::held_under(claimed, lease));
+        let (ids, claimed) = match store
+            .insert_tasks_claiming(tasks, Some((lease, &claimable)), now)
+            .await
+        {
+            Ok(ids) => (ids, true),
+            // Fenced (rejoining): the tasks are stored unclaimed, for any node's scan.
+            Err(store::Error::Fenced) => (store.insert_tasks(tasks, now).await?, false),
+            Err(e) => return Err(e),
+        };
+        let mut due = Vec::new();
+        let mut soon = false;
+        for (((id, created), t), claim) in ids.iter().zip(tasks).zip(&claimable) {
+            if !created {
+                continue;
             }
-            Err(e) => {
-                // Still pending in the database: the next scan takes them.
-                tracing::warn!(error = %e, "claiming new tasks failed; the scan will pick them up");
-                self.shared.scan_wake.notify_one();
+            if claimed && *claim {
+                due.push(DueTask {
+                    task_id: *id,
+                    job_id: t.job_id,
+                    kind: t.kind,
+                    due_at: t.due_at,
+                    attempt: 1,
+                    priority: t.priority,
+                    payload: t.payload.clone(),
+                    params: t.params.clone(),
+                    epoch: lease.epoch,
+                    generation: 0,
+                    waiting_since: None,
+                });
+            } else if t.due_at <= until {
+                soon = true;
             }
+        }
+        self.shared.ring.insert(due);
+        if soon {
+            self.shared.scan_wake.notify_one();
+        }
+        Ok(ids)
+    }
+
+    /// A job by id, as the job cache has it (re-read at most every few seconds): what task
+    /// creation needs of it, without a read per request. `None` if there is none.
+    pub async fn cached_job(&self, id: i64) -> Result<Option<Arc<JobEntry>>, store::Error> {
+        self.shared.jobs.get(&self.shared.store, id).await
+    }
+
+    /// [`Node::cached_job`] by the job's name.
+    pub async fn cached_job_named(
+        &self,
+        name: &str,
+    ) -> Result<Option<Arc<JobEntry>>, store::Error> {
+        match self.shared.jobs.id_named(&self.shared.store, name).await? {
+            Some(id) => self.cached_job(id).await,
+            None => Ok(None),
         }
     }
 
@@ -818,11 +901,11 @@ impl Node {
         Ok(())
     }
 
-    /// Applies executor reports; returns how many changed something.
+    /// Applies executor reports; returns how many run rows were written.
     pub async fn apply_reports(&self, reports: &[RunReport]) -> anyhow::Result<usize> {
         let updates: Vec<RunUpdate> = reports.iter().map(RunUpdate::from_report).collect();
         let applied = crate::complete::apply(&self.shared, &updates).await?;
-        Ok(applied.changed)
+        Ok(applied.written)
     }
 
     pub async fn kill_run(&self, run: &Run) -> Result<KillAck, NodeError> {

@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use rota_scheduler::console::auth::token_hash;
 use rota_scheduler::console::console_routes;
 use rota_scheduler::model::{Dispatched, now_ms};
+use rota_scheduler::store::JobFires;
 use serde_json::{Value, json};
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -436,7 +437,9 @@ async fn every_page_renders() {
     let now = now_ms();
     let lease = t.node.lease();
     store
-        .claim_tasks(lease, &[task], now + 3_600_001)
+        .claim_due(lease, now, now + 3_600_001, 10, &mut |_| {
+            JobFires::default()
+        })
         .await
         .unwrap();
     store

@@ -460,6 +460,7 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                     shard_total: t.shard_total,
                     executor: address.clone(),
                     scheduled_at: t.scheduled_at,
+                    dispatched_at: t.dispatched_at,
                     started_at: Some(started.max(t.scheduled_at)),
                     finished_at: Some(at.max(t.scheduled_at)),
                     status: if behaviour == Behaviour::Fail {
@@ -704,6 +705,16 @@ pub async fn wait_ready(api: &Api) {
             let (status, v) = api.call("GET", "/api/v1/executors", None).await;
             (status == 200 && !v["items"].as_array().unwrap().is_empty()).then_some(())
         },
+    )
+    .await;
+}
+
+/// Waits until `n` executors are registered.
+pub async fn wait_executors(api: &Api, n: usize) {
+    eventually(
+        Duration::from_secs(30),
+        "the executors to register",
+        || async { (executor_count(api).await == n).then_some(()) },
     )
     .await;
 }

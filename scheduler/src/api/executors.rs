@@ -208,8 +208,8 @@ pub async fn callback(
             }
         }
     }
-    let changed = state.node.apply_reports(&reports).await?;
-    tracing::debug!(reports = batch.reports.len(), changed, "callback applied");
+    let written = state.node.apply_reports(&reports).await?;
+    tracing::debug!(reports = batch.reports.len(), written, "callback applied");
     // Repeats count as accepted: they are applied already and safe to forget.
     let accepted = u32::try_from(batch.reports.len()).unwrap_or(u32::MAX);
     Ok(Json(CallbackAck { accepted }))

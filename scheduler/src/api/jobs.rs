@@ -396,6 +396,20 @@ pub(super) async fn job_filter(store: &Store, job: Option<&str>) -> ApiResult<Op
     }
 }
 
+/// A job referenced from a task (`job`) as the node's job cache has it: one that does not
+/// exist is a 422 about `field`.
+pub(super) async fn cached_job_ref(
+    state: &AppState,
+    field: &str,
+    r: &NameOrId,
+) -> ApiResult<std::sync::Arc<crate::node::JobEntry>> {
+    let found = match r {
+        NameOrId::Id(id) => state.node.cached_job(*id).await?,
+        NameOrId::Name(name) => state.node.cached_job_named(name).await?,
+    };
+    found.ok_or_else(|| invalid(field, format!("job {r} does not exist")))
+}
+
 /// A job referenced from a body (`job`, `child_jobs`): one that does not exist is a 422
 /// about `field`.
 pub(super) async fn job_ref(store: &Store, field: &str, r: &NameOrId) -> ApiResult<Job> {

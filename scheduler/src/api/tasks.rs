@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, NameOrId, PageQuery, PathId, Query};
-use super::jobs::{find_job, job_filter, job_ref, task_as};
+use super::jobs::{cached_job_ref, find_job, job_filter, task_as};
 use super::openapi::{ErrorBody, TaskStatusName};
 use super::validate::{self, invalid};
 use super::views::{PageView, TASK_STATUSES, TaskPage, TaskView, parse_rfc3339};
@@ -75,9 +75,13 @@ pub async fn create(
     // Delays count from the moment the request is accepted.
     let now = now_ms();
     let store = state.node.store();
-    let job = job_ref(store, "job", &fields.job).await?;
-    who.check(&job.spec.app, Need::Change, &format!("job {}", fields.job))?;
-    let job_id = job.id;
+    let job = cached_job_ref(&state, "job", &fields.job).await?;
+    who.check(
+        &job.job.spec.app,
+        Need::Change,
+        &format!("job {}", fields.job),
+    )?;
+    let job_id = job.job.id;
     let task = new_task(fields, job_id, now, state.node.config())?;
     let (id, created) = *store_tasks(&state, std::slice::from_ref(&task), now)
         .await?
@@ -131,7 +135,6 @@ pub async fn create_batch(
             body.tasks.len()
         )));
     }
-    let store = state.node.store();
     let config = state.node.config();
     let mut jobs: HashMap<NameOrId, i64> = HashMap::new();
     let mut keys: HashMap<(i64, String), usize> = HashMap::new();
@@ -141,12 +144,16 @@ pub async fn create_batch(
         let job_id = match jobs.entry(fields.job.clone()) {
             Entry::Occupied(e) => *e.get(),
             Entry::Vacant(e) => {
-                let job = job_ref(store, "job", &fields.job)
+                let job = cached_job_ref(&state, "job", &fields.job)
                     .await
                     .map_err(|e| e.prefixed(&prefix))?;
-                who.check(&job.spec.app, Need::Change, &format!("job {}", fields.job))
-                    .map_err(|e| e.prefixed(&prefix))?;
-                *e.insert(job.id)
+                who.check(
+                    &job.job.spec.app,
+                    Need::Change,
+                    &format!("job {}", fields.job),
+                )
+                .map_err(|e| e.prefixed(&prefix))?;
+                *e.insert(job.job.id)
             }
         };
         let task = new_task(fields, job_id, now, config).map_err(|e| e.prefixed(&prefix))?;
@@ -177,17 +184,7 @@ pub(crate) async fn store_tasks(
     tasks: &[NewTask],
     now: Millis,
 ) -> ApiResult<Vec<(i64, bool)>> {
-    let ids = state.node.store().insert_tasks(tasks, now).await?;
-    let created: Vec<(i64, Millis)> = ids
-        .iter()
-        .zip(tasks)
-        .filter(|((_, created), _)| *created)
-        .map(|((id, _), t)| (*id, t.due_at))
-        .collect();
-    if !created.is_empty() {
-        state.node.tasks_created(&created).await;
-    }
-    Ok(ids)
+    Ok(state.node.store_tasks(tasks, now).await?)
 }
 
 /// Validates one task; error messages start with the field.

@@ -10,7 +10,7 @@
 //! dispatches and run reports are written many rows per statement (`IN (…)`, `CASE id …`,
 //! multi-row `VALUES`), so the statements per fire stay flat however large the backlog.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -194,8 +194,46 @@ macro_rules! task_ids_in_tx {
     };
 }
 
+/// Runs `$body` with `$tx` bound to the concrete transaction of a [`Tx`] and `$db` naming
+/// its database type: [`on_pool!`] for steps that share one transaction.
+macro_rules! on_tx {
+    ($which:expr, |$tx:ident, $db:ident| $body:expr) => {
+        match $which {
+            Tx::MySql($tx) => {
+                #[allow(dead_code)]
+                type $db = sqlx::MySql;
+                $body
+            }
+            Tx::Sqlite($tx) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Sqlite;
+                $body
+            }
+        }
+    };
+}
+
+/// A transaction on either backend, for methods written as named steps.
+pub(crate) enum Tx {
+    MySql(sqlx::Transaction<'static, sqlx::MySql>),
+    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
+}
+
+impl Tx {
+    async fn commit(self) -> Result<()> {
+        match self {
+            Tx::MySql(tx) => tx.commit().await?,
+            Tx::Sqlite(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+}
+
 // Below the macros, which the submodules use.
 mod migrate;
+mod runs;
+
+use migrate::is_retryable;
 
 /// The id of the row an `INSERT` created, on either backend.
 trait InsertId {
@@ -529,27 +567,12 @@ pub struct Claimed {
     pub cron_fires: usize,
 }
 
-#[derive(FromRow)]
-struct EndedRow {
-    id: i64,
-    job_id: i64,
-    attempt: i32,
-    lost_count: i32,
-    status: String,
-    max_attempts: Option<i32>,
-    backoff: Option<String>,
-    job_max_attempts: Option<i32>,
-    job_backoff: Option<String>,
-    child_jobs: Option<String>,
-    max_concurrency: Option<i32>,
-    shards_final: i64,
-}
-
 /// The outcome of applying a batch of run updates.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Applied {
-    /// Reports that changed a run (repeats and stale reports are not counted).
-    pub changed: usize,
+    /// Run rows written (one per run of the batch; a repeated or stale update is written
+    /// too, and changes nothing).
+    pub written: usize,
     /// Tasks whose attempt ended, with what happens next.
     pub tasks: Vec<(i64, TaskNext)>,
     /// Child-job tasks created because a parent succeeded.
@@ -659,11 +682,24 @@ impl Store {
                 .busy_timeout(Duration::from_secs(10));
             // One connection: SQLite has one writer anyway, and a single connection never
             // meets SQLITE_BUSY on a read-then-write transaction.
-            let pool = SqlitePoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(Duration::from_secs(30))
-                .connect_with(opts)
-                .await?;
+            // Switching a new file to WAL takes its lock without waiting for it: processes
+            // opening one file at once (nodes booting together) retry that briefly.
+            let mut attempt = 0;
+            let pool = loop {
+                match SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect_with(opts.clone())
+                    .await
+                {
+                    Err(e) if is_retryable(&e) && attempt < 50 => {
+                        attempt += 1;
+                        tokio::time::sleep(Duration::from_millis(20 + rand::random::<u64>() % 80))
+                            .await;
+                    }
+                    other => break other?,
+                }
+            };
             Pool::Sqlite(pool)
         } else {
             return Err(Error::UnsupportedUrl(url.chars().take(40).collect()));
@@ -725,6 +761,32 @@ impl Store {
         on_pool!(self, |pool, Db| pool.close().await)
     }
 
+    /// A transaction on the main pool.
+    async fn begin(&self) -> Result<Tx> {
+        Ok(match &self.pool {
+            Pool::MySql(p) => Tx::MySql(p.begin().await?),
+            Pool::Sqlite(p) => Tx::Sqlite(p.begin().await?),
+        })
+    }
+
+    /// `n` consecutive task ids for rows `tx` is about to insert; the first. MySQL: from
+    /// another connection, so the sequence row is never held for the transaction (API
+    /// inserts allocate from it too). SQLite: inside the transaction, on its one connection.
+    async fn task_ids_in(&self, tx: &mut Tx, n: i64) -> Result<i64> {
+        match tx {
+            Tx::MySql(_) => self.allocate_ids("task", n).await,
+            Tx::Sqlite(tx) => {
+                let end: i64 = sqlx::query_scalar(
+                    "UPDATE sequences SET next_value = next_value + ? WHERE name = 'task' RETURNING next_value",
+                )
+                .bind(n)
+                .fetch_one(&mut **tx)
+                .await?;
+                Ok(end - n)
+            }
+        }
+    }
+
     /// Is the database answering?
     pub async fn ping(&self) -> Result<()> {
         on_pool!(self, |pool, Db| {
@@ -740,20 +802,32 @@ impl Store {
     /// executor before the run row exists.
     pub async fn allocate_ids(&self, name: &str, n: i64) -> Result<i64> {
         let n = n.max(1);
-        let end: i64 = on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
-            sqlx::query("UPDATE sequences SET next_value = next_value + ? WHERE name = ?")
+        // One statement, outside any transaction: MySQL hands the new value back through
+        // `LAST_INSERT_ID(expr)` in the statement's answer, SQLite through `RETURNING`.
+        let end: i64 = match &self.pool {
+            Pool::MySql(pool) => {
+                let r = sqlx::query(
+                    "UPDATE sequences SET next_value = LAST_INSERT_ID(next_value + ?) WHERE name = ?",
+                )
                 .bind(n)
                 .bind(name)
-                .execute(&mut *tx)
+                .execute(pool)
                 .await?;
-            let end: i64 = sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = ?")
+                if r.rows_affected() == 0 {
+                    return Err(Error::Corrupt(format!("no sequence `{name}`")));
+                }
+                r.insert_id()
+            }
+            Pool::Sqlite(pool) => {
+                sqlx::query_scalar(
+                    "UPDATE sequences SET next_value = next_value + ? WHERE name = ? RETURNING next_value",
+                )
+                .bind(n)
                 .bind(name)
-                .fetch_one(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            end
-        });
+                .fetch_one(pool)
+                .await?
+            }
+        };
         Ok(end - n)
     }
 
@@ -1702,15 +1776,33 @@ impl Store {
     /// Creates tasks in one transaction, all or nothing. A task whose `key` already exists for
     /// its job is not created again: its existing id comes back with `false`.
     pub async fn insert_tasks(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<(i64, bool)>> {
-        match self.insert_tasks_once(tasks, now).await {
+        self.insert_tasks_claiming(tasks, None, now).await
+    }
+
+    /// [`Store::insert_tasks`], and those of `claim`'s tasks marked `true` (due inside the
+    /// window, of a job without `max_concurrency`) are created already claimed by its
+    /// lease, in the same transaction: the node that took them puts them straight into
+    /// its wheel, with no claim of their own. `Error::Fenced` if the lease is gone.
+    pub async fn insert_tasks_claiming(
+        &self,
+        tasks: &[NewTask],
+        claim: Option<(NodeLease, &[bool])>,
+        now: Millis,
+    ) -> Result<Vec<(i64, bool)>> {
+        match self.insert_tasks_once(tasks, claim, now).await {
             // A concurrent create took one of the keys between our lookup and our insert: the
             // second look finds it, and the caller gets the existing task as it should.
-            Err(Error::Conflict(_)) => self.insert_tasks_once(tasks, now).await,
+            Err(Error::Conflict(_)) => self.insert_tasks_once(tasks, claim, now).await,
             other => other,
         }
     }
 
-    async fn insert_tasks_once(&self, tasks: &[NewTask], now: Millis) -> Result<Vec<(i64, bool)>> {
+    async fn insert_tasks_once(
+        &self,
+        tasks: &[NewTask],
+        claim: Option<(NodeLease, &[bool])>,
+        now: Millis,
+    ) -> Result<Vec<(i64, bool)>> {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
@@ -1741,6 +1833,7 @@ impl Store {
             }
             let mut out = Vec::with_capacity(tasks.len());
             let mut fresh = Vec::with_capacity(tasks.len());
+            let claimable = |i: usize| claim.is_some_and(|(_, which)| which.get(i) == Some(&true));
             for (i, t) in tasks.iter().enumerate() {
                 match t
                     .key
@@ -1751,29 +1844,45 @@ impl Store {
                     None => {
                         let id = first_id + i as i64;
                         out.push((id, true));
-                        fresh.push((id, t));
+                        fresh.push((id, t, claimable(i)));
                     }
                 }
             }
+            let owner = match claim {
+                Some((lease, _)) if fresh.iter().any(|(_, _, c)| *c) => {
+                    // Claimed by a live lease only, held until commit, like the scan's.
+                    hold_lease!(self, tx, lease);
+                    Some(lease)
+                }
+                _ => None,
+            };
             for chunk in fresh.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new(
                     "INSERT INTO tasks (id, job_id, kind, idem_key, payload, params, status, due_at, attempt, \
-                     lost_count, max_attempts, backoff, priority, created_at, updated_at) ",
+                     lost_count, max_attempts, backoff, priority, owner_node, owner_epoch, created_at, updated_at) ",
                 );
-                qb.push_values(chunk, |mut b, (id, t)| {
+                qb.push_values(chunk, |mut b, (id, t, claimed)| {
+                    let owner = owner.filter(|_| *claimed);
+                    let status = if owner.is_some() {
+                        TaskStatus::Claimed
+                    } else {
+                        TaskStatus::Pending
+                    };
                     b.push_bind(*id)
                         .push_bind(t.job_id)
                         .push_bind(t.kind.as_str())
                         .push_bind(t.key.as_deref())
                         .push_bind(t.payload.as_deref())
                         .push_bind(t.params.as_deref())
-                        .push_bind("pending")
+                        .push_bind(status.as_str())
                         .push_bind(t.due_at)
                         .push_bind(1_i32)
                         .push_bind(0_i32)
                         .push_bind(t.max_attempts)
                         .push_bind(t.backoff.as_ref().map(to_json))
                         .push_bind(t.priority)
+                        .push_bind(owner.map(|l| l.node_id))
+                        .push_bind(owner.map(|l| l.epoch))
                         .push_bind(now)
                         .push_bind(now);
                 });
@@ -2061,59 +2170,6 @@ impl Store {
         })
     }
 
-    /// Claims these tasks for `lease` if they are still pending and due by `until` (tasks
-    /// just created through the API go straight into the creating node's wheel).
-    pub async fn claim_tasks(
-        &self,
-        lease: NodeLease,
-        task_ids: &[i64],
-        until: Millis,
-    ) -> Result<Vec<DueTask>> {
-        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
-        let mut out = Vec::new();
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
-            // Under a live lease only, like the scan's claim: a fenced node's claim would
-            // be held by an epoch nobody fires.
-            hold_lease!(self, tx, lease);
-            // Tasks of jobs with `max_concurrency` wait for the scan, which counts.
-            let limited: Vec<i64> =
-                sqlx::query_scalar("SELECT id FROM jobs WHERE max_concurrency IS NOT NULL")
-                    .fetch_all(&mut *tx)
-                    .await?;
-            for chunk in task_ids.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new(concat!(
-                    due_select!(),
-                    " WHERE status = 'pending' AND due_at <= "
-                ));
-                qb.push_bind(until).push(" AND id IN ");
-                push_ids(&mut qb, chunk.iter().copied());
-                if !limited.is_empty() {
-                    qb.push(" AND job_id NOT IN ");
-                    push_ids(&mut qb, limited.iter().copied());
-                }
-                qb.push(lock);
-                let rows: Vec<DueRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
-                if rows.is_empty() {
-                    continue;
-                }
-                let mut qb =
-                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'claimed', owner_node = ");
-                qb.push_bind(lease.node_id)
-                    .push(", owner_epoch = ")
-                    .push_bind(lease.epoch)
-                    .push(" WHERE id IN ");
-                push_ids(&mut qb, rows.iter().map(|r| r.id));
-                qb.build().execute(&mut *tx).await?;
-                for r in rows {
-                    out.push(DueTask::try_from(r)?);
-                }
-            }
-            tx.commit().await?;
-        });
-        Ok(out)
-    }
-
     /// Tasks still claimed by an earlier epoch of this node (it crashed or was killed after
     /// claiming them and before recording their dispatch).
     pub async fn claims_of(&self, lease: NodeLease) -> Result<Vec<DueTask>> {
@@ -2295,17 +2351,29 @@ impl Store {
     // ----- dispatch and runs -----------------------------------------------------------
 
     /// Records runs that `lease` sent to executors: the run rows (kept if a report created
-    /// them first) and their tasks' move from `claimed` to `running`. Only under a live
-    /// lease, and only for tasks no other lease holds: a node that was taken over while its
-    /// sends were unanswered (it stalled) must not record a run for a claim that moved on —
-    /// the taker learnt from the executors what had arrived, and recorded that. Returns how
-    /// many runs were recorded; `Error::Fenced` if `lease` is no longer this node's.
+    /// them first) and their tasks' move from `claimed` to `running`. Only for tasks this
+    /// lease still holds, unfinished, at the attempt that was sent: a task whose attempt
+    /// already ended was written whole by its report (which carries the trigger's
+    /// `dispatched_at`), so under load — reports applied before the record, the usual
+    /// case — a batch costs one read and no write. A node taken over while its sends were
+    /// unanswered (it stalled) records nothing for claims that moved on: the taker learnt
+    /// from the executors what had arrived, and recorded that. Returns how many of `runs`
+    /// belong to another lease now; `Error::Fenced` if `lease` is no longer this node's
+    /// and there was something to write.
     pub async fn record_dispatches(
         &self,
         lease: NodeLease,
         runs: &[Dispatched],
         now: Millis,
     ) -> Result<usize> {
+        #[derive(FromRow)]
+        struct Held {
+            id: i64,
+            status: String,
+            attempt: i32,
+            owner_node: Option<i64>,
+            owner_epoch: Option<i64>,
+        }
         if runs.is_empty() {
             return Ok(0);
         }
@@ -2320,45 +2388,54 @@ impl Store {
         // the same runs lock them in the same order and cannot deadlock.
         let mut runs: Vec<&Dispatched> = runs.iter().collect();
         runs.sort_by_key(|r| r.run_id);
-        let mut recorded = 0;
+        let mut elsewhere = 0;
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin().await?;
-            // The lease is held (a shared lock on this node's row) until commit: no take-over
-            // of this node can move its claims meanwhile, so those read as its own below
-            // stay so. (Locking the task rows instead would take them before the runs, the
-            // opposite order of applying reports, and deadlock with it.)
-            hold_lease!(self, tx, lease);
+            let mut leased = false;
             for chunk in runs.chunks(CHUNK) {
-                // Those not held by another lease (a report may have finished one already,
-                // which clears its owner).
                 let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT id FROM tasks WHERE (owner_node IS NULL OR (owner_node = ",
+                    "SELECT id, status, attempt, owner_node, owner_epoch FROM tasks WHERE id IN ",
                 );
-                qb.push_bind(lease.node_id)
-                    .push(" AND owner_epoch = ")
-                    .push_bind(lease.epoch)
-                    .push(")) AND id IN ");
                 push_ids(&mut qb, chunk.iter().map(|r| r.task_id));
-                let held: HashSet<i64> = qb
-                    .build_query_scalar::<i64>()
+                let tasks: HashMap<i64, Held> = qb
+                    .build_query_as::<Held>()
                     .fetch_all(&mut *tx)
                     .await?
                     .into_iter()
+                    .map(|t| (t.id, t))
                     .collect();
-                let chunk: Vec<&Dispatched> = chunk
-                    .iter()
-                    .copied()
-                    .filter(|r| held.contains(&r.task_id))
-                    .collect();
-                if chunk.is_empty() {
+                let mut write: Vec<&Dispatched> = Vec::new();
+                for r in chunk {
+                    let Some(t) = tasks.get(&r.task_id) else {
+                        continue;
+                    };
+                    let ours =
+                        t.owner_node == Some(lease.node_id) && t.owner_epoch == Some(lease.epoch);
+                    if t.owner_node.is_some() && !ours {
+                        elsewhere += 1;
+                    } else if ours
+                        && t.attempt == r.attempt
+                        && t.status == TaskStatus::Claimed.as_str()
+                    {
+                        write.push(r);
+                    }
+                }
+                if write.is_empty() {
                     continue;
                 }
-                recorded += chunk.len();
+                if !leased {
+                    // The lease is held (a shared lock on this node's fence) until commit:
+                    // no take-over of this node can move the claims read as its own above.
+                    // (Locking the task rows instead would take them before the runs, the
+                    // opposite order of applying reports, and deadlock with it.)
+                    hold_lease!(self, tx, lease);
+                    leased = true;
+                }
                 let mut qb = QueryBuilder::<Db>::new(
                     "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
                      scheduled_at, dispatched_at) ",
                 );
-                qb.push_values(chunk.iter(), |mut b, r| {
+                qb.push_values(write.iter(), |mut b, r| {
                     b.push_bind(r.run_id)
                         .push_bind(r.job_id)
                         .push_bind(r.task_id)
@@ -2374,10 +2451,10 @@ impl Store {
                 qb.build().execute(&mut *tx).await?;
 
                 // Tasks by the attempt that was sent (nearly always one group): only that
-                // attempt moves on, since a fast failure report may already have moved the
-                // task to its next attempt, claimed again.
+                // attempt moves on, since a fast failure report may have moved the task to
+                // its next attempt, claimed again, since it was read.
                 let mut by_attempt: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-                for r in &chunk {
+                for r in &write {
                     by_attempt.entry(r.attempt).or_default().push(r.task_id);
                 }
                 for (attempt, mut task_ids) in by_attempt {
@@ -2396,342 +2473,7 @@ impl Store {
             }
             tx.commit().await?;
         });
-        Ok(recorded)
-    }
-
-    /// Applies run updates (executor reports, undeliverable dispatches, lost runs) in one
-    /// transaction, idempotently: an update for a run that already ended changes nothing. For
-    /// every attempt that ended, `decide` says what happens to its task (retry, dead, …), and
-    /// children of succeeded tasks are created.
-    pub async fn apply_run_updates(
-        &self,
-        updates: &[RunUpdate],
-        now: Millis,
-        decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
-    ) -> Result<Applied> {
-        if updates.is_empty() {
-            return Ok(Applied::default());
-        }
-        // A run's status only moves forward: dispatched → running → one final status.
-        // The check is in the statement itself, not only in the read above it: two
-        // reports for a run whose row does not exist yet lock nothing when read, and a
-        // report may name the attempt under another run id (a trigger delivered twice,
-        // numbered twice) and so meet the attempt's row through its unique key — either
-        // way a late `running` must lose to the final status already there. (MySQL
-        // evaluates the assignments in order, each seeing the columns already assigned,
-        // so `status` goes last; SQLite's all see the old row.)
-        let upsert_tail = if self.is_mysql() {
-            concat!(
-                " ON DUPLICATE KEY UPDATE executor = COALESCE(VALUES(executor), executor), \
-                 dispatched_at = COALESCE(dispatched_at, VALUES(dispatched_at)), \
-                 started_at = COALESCE(started_at, VALUES(started_at)), \
-                 finished_at = IF(",
-                run_advances!("VALUES(status)", "status"),
-                ", VALUES(finished_at), finished_at), \
-                 exit_code = IF(",
-                run_advances!("VALUES(status)", "status"),
-                ", VALUES(exit_code), exit_code), \
-                 message = IF(",
-                run_advances!("VALUES(status)", "status"),
-                ", VALUES(message), message), \
-                 status = IF(",
-                run_advances!("VALUES(status)", "status"),
-                ", VALUES(status), status)"
-            )
-        } else {
-            macro_rules! sqlite_set {
-                () => {
-                    concat!(
-                        " DO UPDATE SET executor = COALESCE(excluded.executor, runs.executor), \
-                         dispatched_at = COALESCE(runs.dispatched_at, excluded.dispatched_at), \
-                         started_at = COALESCE(runs.started_at, excluded.started_at), \
-                         finished_at = CASE WHEN ", run_advances!("excluded.status", "runs.status"), " THEN excluded.finished_at ELSE runs.finished_at END, \
-                         exit_code = CASE WHEN ", run_advances!("excluded.status", "runs.status"), " THEN excluded.exit_code ELSE runs.exit_code END, \
-                         message = CASE WHEN ", run_advances!("excluded.status", "runs.status"), " THEN excluded.message ELSE runs.message END, \
-                         status = CASE WHEN ", run_advances!("excluded.status", "runs.status"), " THEN excluded.status ELSE runs.status END"
-                    )
-                };
-            }
-            concat!(
-                " ON CONFLICT(id)",
-                sqlite_set!(),
-                " ON CONFLICT(task_id, attempt, shard_index)",
-                sqlite_set!()
-            )
-        };
-        let lock = if self.is_mysql() {
-            " ORDER BY id FOR UPDATE"
-        } else {
-            ""
-        };
-        let mysql = self.is_mysql();
-        let mut applied = Applied::default();
-        let mut child_tasks: Vec<NewTask> = Vec::new();
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
-            // Current state of these runs, locked in id order (concurrent reports for the same
-            // runs — a callback and a lost-run sweep, two nodes — take turns): final ones are
-            // left alone (idempotency).
-            let mut run_ids: Vec<i64> = updates.iter().map(|u| u.run_id).collect();
-            run_ids.sort_unstable();
-            run_ids.dedup();
-            let mut current: HashMap<i64, RunStatus> = HashMap::new();
-            for chunk in run_ids.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new("SELECT id, status FROM runs WHERE id IN ");
-                push_ids(&mut qb, chunk.iter().copied());
-                qb.push(lock);
-                let rows: Vec<(i64, String)> = qb.build_query_as().fetch_all(&mut *tx).await?;
-                for (id, status) in rows {
-                    current.insert(id, parse(&status)?);
-                }
-            }
-            // Keep the last update per run, dropping those that would not change anything.
-            let mut latest: HashMap<i64, &RunUpdate> = HashMap::new();
-            for u in updates {
-                let cur = current.get(&u.run_id).copied();
-                let stale = match cur {
-                    Some(s) if s.is_final() => true,
-                    Some(RunStatus::Running) => {
-                        u.status == RunStatus::Running || u.status == RunStatus::Dispatched
-                    }
-                    _ => false,
-                };
-                if stale {
-                    continue;
-                }
-                match latest.get(&u.run_id) {
-                    Some(prev) if prev.status.is_final() => {}
-                    _ => {
-                        latest.insert(u.run_id, u);
-                    }
-                }
-            }
-            let mut changes: Vec<&RunUpdate> = latest.into_values().collect();
-            changes.sort_by_key(|u| u.run_id);
-            applied.changed = changes.len();
-            for chunk in changes.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
-                     scheduled_at, dispatched_at, started_at, finished_at, exit_code, message) ",
-                );
-                qb.push_values(chunk, |mut b, u| {
-                    b.push_bind(u.run_id)
-                        .push_bind(u.job_id)
-                        .push_bind(u.task_id)
-                        .push_bind(u.attempt)
-                        .push_bind(u.shard_index)
-                        .push_bind(u.shard_total)
-                        .push_bind(u.executor.as_deref())
-                        .push_bind(u.status.as_str())
-                        .push_bind(u.scheduled_at)
-                        .push_bind(u.dispatched_at)
-                        .push_bind(u.started_at)
-                        .push_bind(u.finished_at)
-                        .push_bind(u.exit_code)
-                        .push_bind(u.message.as_deref().map(truncate_message));
-                });
-                qb.push(upsert_tail);
-                qb.build().execute(&mut *tx).await?;
-            }
-
-            // Attempts that ended.
-            let ended: Vec<&RunUpdate> = changes
-                .iter()
-                .copied()
-                .filter(|u| u.status.is_final())
-                .collect();
-            // Counted once, by the transaction that ended them, for the dashboard.
-            let mut per_minute: BTreeMap<(Millis, &str), i64> = BTreeMap::new();
-            for u in &ended {
-                let minute = u.finished_at.unwrap_or(now).div_euclid(60_000) * 60_000;
-                *per_minute.entry((minute, u.status.as_str())).or_default() += 1;
-            }
-            if !per_minute.is_empty() {
-                let mut qb =
-                    QueryBuilder::<Db>::new("INSERT INTO run_stats (minute, status, runs) ");
-                qb.push_values(&per_minute, |mut b, ((minute, status), n)| {
-                    b.push_bind(*minute).push_bind(*status).push_bind(*n);
-                });
-                qb.push(if mysql {
-                    " ON DUPLICATE KEY UPDATE runs = runs + VALUES(runs)"
-                } else {
-                    " ON CONFLICT(minute, status) DO UPDATE SET runs = runs + excluded.runs"
-                });
-                qb.build().execute(&mut *tx).await?;
-            }
-            let mut by_task: HashMap<i64, &RunUpdate> = HashMap::new();
-            for u in &ended {
-                by_task.insert(u.task_id, u);
-            }
-            let mut task_ids: Vec<i64> = by_task.keys().copied().collect();
-            task_ids.sort_unstable();
-            let mut next_by_outcome: Vec<(i64, TaskNext)> = Vec::new();
-            for chunk in task_ids.chunks(CHUNK) {
-                // Lock the tasks (in id order) before reading them, so two transactions never
-                // decide the same attempt's outcome from the same stale state.
-                if mysql {
-                    let mut qb = QueryBuilder::<Db>::new("SELECT id FROM tasks WHERE id IN ");
-                    push_ids(&mut qb, chunk.iter().copied());
-                    qb.push(lock);
-                    qb.build().fetch_all(&mut *tx).await?;
-                }
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT t.id, t.job_id, t.attempt, t.lost_count, t.status, t.max_attempts, t.backoff, \
-                     j.max_attempts AS job_max_attempts, j.backoff AS job_backoff, j.child_jobs, \
-                     j.max_concurrency, \
-                     (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.id AND r.attempt = t.attempt \
-                      AND r.status NOT IN ('dispatched', 'running')) AS shards_final \
-                     FROM tasks t LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN ",
-                );
-                push_ids(&mut qb, chunk.iter().copied());
-                let rows: Vec<EndedRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
-                for row in rows {
-                    let Some(u) = by_task.get(&row.id) else {
-                        continue;
-                    };
-                    let status: TaskStatus = parse(&row.status)?;
-                    // A report for an older attempt, or for a task cancelled meanwhile, ends nothing.
-                    if row.attempt != u.attempt
-                        || !matches!(status, TaskStatus::Claimed | TaskStatus::Running)
-                    {
-                        continue;
-                    }
-                    // A broadcast attempt ends when its last shard does.
-                    if i64::from(u.shard_total) > row.shards_final {
-                        continue;
-                    }
-                    let verdict_status = if u.shard_total > 1 {
-                        let statuses: Vec<String> = sqlx::query_scalar(
-                            "SELECT status FROM runs WHERE task_id = ? AND attempt = ?",
-                        )
-                        .bind(row.id)
-                        .bind(row.attempt)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                        combine_shards(
-                            statuses
-                                .iter()
-                                .map(|s| parse(s))
-                                .collect::<Result<Vec<RunStatus>>>()?,
-                        )
-                    } else {
-                        u.status
-                    };
-                    let view = AttemptEnded {
-                        task_id: row.id,
-                        job_id: row.job_id,
-                        attempt: row.attempt,
-                        lost_count: row.lost_count,
-                        status: verdict_status,
-                        max_attempts: row.max_attempts.or(row.job_max_attempts).unwrap_or(1),
-                        backoff: match row.backoff.as_deref().or(row.job_backoff.as_deref()) {
-                            Some(s) => parse_json(s)?,
-                            None => Backoff::default(),
-                        },
-                        child_jobs: match row.child_jobs.as_deref() {
-                            Some(s) => parse_json(s)?,
-                            None => Vec::new(),
-                        },
-                    };
-                    let verdict = decide(&view);
-                    applied.freed_limited |= row.max_concurrency.is_some();
-                    if verdict == TaskNext::Succeeded {
-                        for &child in &view.child_jobs {
-                            child_tasks.push(NewTask {
-                                job_id: child,
-                                kind: TaskKind::Child,
-                                key: None,
-                                payload: None,
-                                params: None,
-                                due_at: now,
-                                max_attempts: None,
-                                backoff: None,
-                                priority: 0,
-                            });
-                        }
-                    }
-                    next_by_outcome.push((row.id, verdict));
-                }
-            }
-            for (status, ids) in [
-                (
-                    "succeeded",
-                    collect_ids(&next_by_outcome, |n| *n == TaskNext::Succeeded),
-                ),
-                (
-                    "dead",
-                    collect_ids(&next_by_outcome, |n| *n == TaskNext::Dead),
-                ),
-                (
-                    "cancelled",
-                    collect_ids(&next_by_outcome, |n| *n == TaskNext::Cancelled),
-                ),
-            ] {
-                for chunk in ids.chunks(CHUNK) {
-                    let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET status = ");
-                    qb.push_bind(status)
-                        .push(", updated_at = ")
-                        .push_bind(now)
-                        .push(", owner_node = NULL, owner_epoch = NULL WHERE id IN ");
-                    push_ids(&mut qb, chunk.iter().copied());
-                    qb.build().execute(&mut *tx).await?;
-                }
-            }
-            let retries: Vec<(i64, Millis, bool)> = next_by_outcome
-                .iter()
-                .filter_map(|(t, n)| match n {
-                    TaskNext::Retry { due_at, lost } => Some((*t, *due_at, *lost)),
-                    _ => None,
-                })
-                .collect();
-            for chunk in retries.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "UPDATE tasks SET status = 'pending', attempt = attempt + 1, owner_node = NULL, \
-                     owner_epoch = NULL, updated_at = ",
-                );
-                qb.push_bind(now).push(", due_at = ");
-                push_case(&mut qb, chunk.iter().map(|(t, due, _)| (*t, *due)));
-                qb.push(", lost_count = lost_count + ");
-                push_case(
-                    &mut qb,
-                    chunk.iter().map(|(t, _, lost)| (*t, i32::from(*lost))),
-                );
-                qb.push(" WHERE id IN ");
-                push_ids(&mut qb, chunk.iter().map(|(t, _, _)| *t));
-                qb.build().execute(&mut *tx).await?;
-            }
-            // Children of succeeded parents, in the same transaction: a parent's success and its
-            // children's triggers are committed together or not at all. (A child whose job was
-            // deleted meanwhile is still created; dispatch fails it with a clear message.)
-            if !child_tasks.is_empty() {
-                let n = child_tasks.len() as i64;
-                let first = task_ids_in_tx!(self, tx, n);
-                for (chunk_no, chunk) in child_tasks.chunks(CHUNK).enumerate() {
-                    let base = first + (chunk_no * CHUNK) as i64;
-                    let mut qb = QueryBuilder::<Db>::new(
-                        "INSERT INTO tasks (id, job_id, kind, status, due_at, attempt, lost_count, priority, \
-                         created_at, updated_at) ",
-                    );
-                    qb.push_values(chunk.iter().enumerate(), |mut b, (i, t)| {
-                        b.push_bind(base + i as i64)
-                            .push_bind(t.job_id)
-                            .push_bind(t.kind.as_str())
-                            .push_bind("pending")
-                            .push_bind(t.due_at)
-                            .push_bind(1_i32)
-                            .push_bind(0_i32)
-                            .push_bind(t.priority)
-                            .push_bind(now)
-                            .push_bind(now);
-                    });
-                    qb.build().execute(&mut *tx).await?;
-                }
-                applied.children = child_tasks.len();
-            }
-            tx.commit().await?;
-            applied.tasks = next_by_outcome;
-        });
-        Ok(applied)
+        Ok(elsewhere)
     }
 
     /// Deletes up to `limit` finished tasks (succeeded, dead, cancelled) whose last due time
