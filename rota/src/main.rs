@@ -7,6 +7,12 @@ mod nodes;
 
 use clap::Parser;
 
+/// mimalloc rather than glibc's allocator: on the fire path (JSON, HTTP, SQL rows, WASI
+/// contexts) glibc's malloc and free took about 15 % of both the scheduler's and the
+/// executor's CPU under sustained load (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
     tracing_subscriber::fmt()
