@@ -1,5 +1,11 @@
-//! Per-run overhead of the sandbox for a trivial plugin (instantiate + WASI context +
-//! run + tear down), next to spawning a trivial process (`/bin/true`).
+//! Per-run cost of the sandbox, next to spawning a trivial process (`/bin/true`):
+//!
+//! - a trivial plugin (instantiate + WASI context + run + tear down), its log discarded:
+//!   the floor of the sandbox itself;
+//! - the `hello` example (reads its payload, prints its lines; `plugins/build.sh` builds
+//!   it, `ROTA_BENCH_HELLO` names another file) with its log in a real [`LogStore`] —
+//!   what a user's run costs the sandbox, without the HTTP and reports around it (those
+//!   are in `rota/benches/load.rs`).
 //!
 //! ```text
 //! cargo bench -p rota-executor --bench runs            # 20,000 measured runs
@@ -7,12 +13,12 @@
 //! ```
 //!
 //! Prints a Markdown table (SPEC §7 target: ≤ 15 µs median, ≤ 50 µs p99, ≥ 40,000
-//! runs/s per executor).
+//! runs/s per executor, for the trivial plugin).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rota_executor::logs::RunLog;
+use rota_executor::logs::{LogStore, RunLog};
 use rota_executor::runtime::{Invocation, Plugin, PluginEnv, RunStatus, Runtime, RuntimeConfig};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -58,17 +64,43 @@ fn env() -> PluginEnv {
 }
 
 fn run_once(rt: &Runtime, plugin: &Plugin, env: &PluginEnv, kill: &CancellationToken) {
+    run_logged(rt, plugin, env, kill, b"", &RunLog::discard());
+}
+
+fn run_logged(
+    rt: &Runtime,
+    plugin: &Plugin,
+    env: &PluginEnv,
+    kill: &CancellationToken,
+    input: &[u8],
+    log: &RunLog,
+) {
     let invocation = Invocation {
-        plugin_name: "trivial",
-        input: b"",
+        plugin_name: "bench",
+        input,
         params: None,
         env,
         timeout: Duration::from_secs(10),
         memory_mb: 0,
         host: None,
     };
-    let outcome = rt.run(plugin, &invocation, &RunLog::discard(), kill);
+    let outcome = rt.run(plugin, &invocation, log, kill);
     assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
+}
+
+/// This process's CPU time so far (user + system).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime, in clock ticks (100 a second on Linux).
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 fn spawn_true() {
@@ -131,6 +163,17 @@ fn main() {
     let plugin = rt.compile(&sha256, &wasm).expect("compile");
     let env = env();
     let kill = CancellationToken::new();
+    if std::env::var("ROTA_BENCH_ONLY").is_ok_and(|v| v == "hello") {
+        // For a profiler: the hello runs alone.
+        if let Some((lat, rate, cpu)) = hello(&rt, runs, &env, &kill) {
+            println!(
+                "hello: median {}, {rate:.0}/s, CPU {:?}/run",
+                micros(lat.median),
+                cpu
+            );
+        }
+        return;
+    }
 
     let wasm_lat = stats(latencies(2_000, runs, || {
         run_once(&rt, &plugin, &env, &kill)
@@ -159,5 +202,57 @@ fn main() {
         micros(proc_lat.mean),
         proc_rate
     );
+    if let Some((lat, rate, cpu)) = hello(&rt, runs, &env, &kill) {
+        println!(
+            "| `hello` (reads its payload, prints 3 lines to a segment log store) | {} | {} | {} | {:.0} (CPU {:.1} µs/run) |",
+            micros(lat.median),
+            micros(lat.p99),
+            micros(lat.mean),
+            rate,
+            cpu.as_secs_f64() * 1e6
+        );
+    }
     println!("\nTarget (SPEC §7): ≤ 15 µs median, ≤ 50 µs p99, ≥ 40,000 runs/s per executor.");
+}
+
+/// The `hello` example with a real log store: latencies, runs/s on two threads, and the
+/// process's CPU per run over those. `None` (said) when it is not built.
+fn hello(
+    rt: &Runtime,
+    runs: usize,
+    env: &PluginEnv,
+    kill: &CancellationToken,
+) -> Option<(Stats, f64, Duration)> {
+    let path = std::env::var("ROTA_BENCH_HELLO").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/target/hello.wasm").into()
+    });
+    let Ok(wasm) = std::fs::read(&path) else {
+        println!("| `hello` | not built ({path}: run plugins/build.sh) | | | |");
+        return None;
+    };
+    let sha256 = hex::encode(Sha256::digest(&wasm));
+    let plugin = rt.compile(&sha256, &wasm).expect("compile hello");
+    let dir = tempfile::tempdir().expect("log dir");
+    let logs = LogStore::open(
+        dir.path(),
+        rota_executor::logs::DEFAULT_LOG_CAP_BYTES,
+        rota_executor::logs::DEFAULT_LOG_RETENTION,
+    )
+    .expect("log store");
+    let next = std::sync::atomic::AtomicI64::new(1);
+    let one = || {
+        let id = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = logs.create(id);
+        run_logged(rt, &plugin, env, kill, br#"{"order_id":42}"#, &log);
+        // The executor hands the lines to the OS once per report batch (50 ms of runs);
+        // every hundred runs is as often as that at 2,000 runs/s.
+        if id % 100 == 0 {
+            logs.flush();
+        }
+    };
+    let lat = stats(latencies(2_000, runs, one));
+    let cpu_before = cpu_time();
+    let rate = throughput(runs / THREADS, one);
+    let cpu = (cpu_time() - cpu_before) / (runs / THREADS * THREADS) as u32;
+    Some((lat, rate, cpu))
 }

@@ -45,20 +45,17 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "common.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::{Db, diff, env_or};
 use serde_json::{Value, json};
 use support::*;
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.replace('_', "").parse().ok())
-        .unwrap_or(default)
-}
 
 fn env_flag(name: &str, default: bool) -> bool {
     match std::env::var(name) {
@@ -119,134 +116,6 @@ fn backend() -> Backend {
             }
         }
     }
-}
-
-/// A connection of the bench's own, beside the scheduler's pool.
-enum Db {
-    My(sqlx::MySqlPool),
-    Lite(sqlx::SqlitePool),
-}
-
-impl Db {
-    async fn connect(url: &str) -> Db {
-        if url.starts_with("mysql:") {
-            Db::My(
-                sqlx::mysql::MySqlPoolOptions::new()
-                    .max_connections(1)
-                    .connect(url)
-                    .await
-                    .expect("bench connection to MySQL"),
-            )
-        } else {
-            Db::Lite(
-                sqlx::sqlite::SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .connect(url)
-                    .await
-                    .expect("bench connection to SQLite"),
-            )
-        }
-    }
-
-    /// Tasks of `job_id` in `status` (`None`: all of them).
-    async fn count_tasks(&self, job_id: i64, status: Option<&str>) -> i64 {
-        const ALL: &str = "SELECT COUNT(*) FROM tasks WHERE job_id = ?";
-        const BY_STATUS: &str = "SELECT COUNT(*) FROM tasks WHERE job_id = ? AND status = ?";
-        match (self, status) {
-            (Db::My(p), None) => sqlx::query_scalar(ALL).bind(job_id).fetch_one(p).await,
-            (Db::My(p), Some(s)) => {
-                sqlx::query_scalar(BY_STATUS)
-                    .bind(job_id)
-                    .bind(s)
-                    .fetch_one(p)
-                    .await
-            }
-            (Db::Lite(p), None) => sqlx::query_scalar(ALL).bind(job_id).fetch_one(p).await,
-            (Db::Lite(p), Some(s)) => {
-                sqlx::query_scalar(BY_STATUS)
-                    .bind(job_id)
-                    .bind(s)
-                    .fetch_one(p)
-                    .await
-            }
-        }
-        .expect("counting tasks")
-    }
-
-    /// The runs of `job_id`: (first start ms, last start ms, runs, runs started before due).
-    /// Whether any task of the job is still to finish (pending, claimed or running). A
-    /// range read of the status index that stops at the first row: polling it costs the
-    /// database next to nothing, unlike counting the finished ones (13 ms at 100,000 rows,
-    /// ten times a second, taken from the system under test).
-    async fn any_unfinished(&self, job_id: i64) -> bool {
-        const MY: &str = "SELECT EXISTS(SELECT 1 FROM tasks FORCE INDEX (ix_tasks_due) \
-             WHERE status IN ('pending', 'claimed', 'running') AND job_id = ?)";
-        const LITE: &str = "SELECT EXISTS(SELECT 1 FROM tasks INDEXED BY ix_tasks_due \
-             WHERE status IN ('pending', 'claimed', 'running') AND job_id = ?)";
-        let found: i64 = match self {
-            Db::My(p) => sqlx::query_scalar(MY).bind(job_id).fetch_one(p).await,
-            Db::Lite(p) => sqlx::query_scalar(LITE).bind(job_id).fetch_one(p).await,
-        }
-        .expect("looking for unfinished tasks");
-        found != 0
-    }
-
-    async fn run_starts(&self, job_id: i64) -> (i64, i64, i64, i64) {
-        const SQL: &str = "SELECT MIN(started_at), MAX(started_at), COUNT(*), \
-             COUNT(CASE WHEN started_at < scheduled_at THEN 1 END) FROM runs WHERE job_id = ?";
-        let row: (Option<i64>, Option<i64>, i64, i64) = match self {
-            Db::My(p) => sqlx::query_as(SQL).bind(job_id).fetch_one(p).await,
-            Db::Lite(p) => sqlx::query_as(SQL).bind(job_id).fetch_one(p).await,
-        }
-        .expect("reading the runs");
-        (row.0.unwrap_or(0), row.1.unwrap_or(0), row.2, row.3)
-    }
-
-    /// Each run of `job_id` due from `since` (ms): its start − its due time, ms, sorted.
-    async fn lateness_ms(&self, job_id: i64, since: i64) -> Vec<i64> {
-        const SQL: &str = "SELECT started_at - scheduled_at FROM runs \
-             WHERE job_id = ? AND scheduled_at >= ? AND started_at IS NOT NULL ORDER BY 1";
-        match self {
-            Db::My(p) => {
-                sqlx::query_scalar(SQL)
-                    .bind(job_id)
-                    .bind(since)
-                    .fetch_all(p)
-                    .await
-            }
-            Db::Lite(p) => {
-                sqlx::query_scalar(SQL)
-                    .bind(job_id)
-                    .bind(since)
-                    .fetch_all(p)
-                    .await
-            }
-        }
-        .expect("reading the runs' lateness")
-    }
-
-    /// MySQL's server-wide statement counters (`Com_*`, `Questions`); empty on SQLite.
-    async fn status(&self) -> BTreeMap<String, i64> {
-        let Db::My(p) = self else {
-            return BTreeMap::new();
-        };
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SHOW GLOBAL STATUS WHERE Variable_name LIKE 'Com\\_%' OR Variable_name = 'Questions'",
-        )
-        .fetch_all(p)
-        .await
-        .expect("SHOW GLOBAL STATUS");
-        rows.into_iter()
-            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
-            .collect()
-    }
-}
-
-fn diff(after: &BTreeMap<String, i64>, before: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
-        .collect()
 }
 
 // ----- set-up shared by the cases ------------------------------------------------------------

@@ -1,0 +1,509 @@
+//! What users run, measured as they would: real `rota server` processes (1–3 nodes) on
+//! MariaDB or SQLite, one real `rota executor` running a real plugin (`hello`: reads its
+//! payload, prints its lines), and a load generator talking to the REST API. Everything
+//! is a process of its own, so the CPU each one spends is read from `/proc/<pid>/stat`.
+//!
+//! Cases (first argument, or `ROTA_BENCH_CASE`):
+//!
+//! - `sweep` — tasks created continuously through `POST /api/v1/tasks/batch` (a batch every
+//!   10 ms, delays uniform in 0–3 s, so most land inside the scan window) at each rate of
+//!   `ROTA_BENCH_RATES` (2000,4000,6000,8000,10000) for `ROTA_BENCH_SECONDS` (60) each.
+//!   Per step: lateness (the plugin's start − the task's due time, from the runs) p50, p99,
+//!   p99.9, max; CPU per task of the executor, each scheduler and the database (MariaDB's
+//!   pid from `ROTA_BENCH_MARIADB_PID`, else not shown); statements per 1,000 tasks
+//!   (MariaDB's `Com_*`), with the share of creating them measured on its own first
+//!   (the same rate, due an hour later, so nothing fires); runs left `running` after the
+//!   drain. The highest rate whose p99 stays ≤ 20 ms is the figure to publish.
+//! - `burst` — `ROTA_BENCH_TASKS` (100,000) tasks due at one instant, created beyond the
+//!   scan window; fires/s from the first to the last run's start, until all succeeded, and
+//!   CPU per run and statements per 1,000 fires over the burst alone.
+//!
+//! Settings: `ROTA_BIN` (target/release/rota), `ROTA_BENCH_MYSQL_URL` (a private MariaDB:
+//! `scripts/bench/mariadb-instance.sh`; SQLite in a temporary directory without it),
+//! `ROTA_BENCH_NODES` (1), `ROTA_BENCH_PLUGIN` (plugins/target/hello.wasm; a `.wat` no-op
+//! gives the floor, and the output says so), `ROTA_BENCH_CAPACITY` (executor capacity, 256).
+//! `scripts/bench/load.sh` runs the published set and writes the tables.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "common.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Db, diff, env_or};
+use serde_json::{Value, json};
+use support::*;
+
+fn main() {
+    let case = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .or_else(|| std::env::var("ROTA_BENCH_CASE").ok())
+        .unwrap_or_else(|| "sweep".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bed = Bed::start().await;
+        match case.as_str() {
+            "sweep" => sweep(&bed).await,
+            "burst" => burst(&bed).await,
+            other => {
+                eprintln!("unknown case `{other}`: sweep | burst");
+                std::process::exit(2);
+            }
+        }
+        bed.stop().await;
+    });
+}
+
+// ----- the processes ------------------------------------------------------------------------
+
+/// The database, the scheduler nodes, the executor, and the job the load goes to.
+struct Bed {
+    db: Db,
+    db_name: &'static str,
+    mariadb_pid: Option<u32>,
+    nodes: Vec<(KillOnDrop, Api)>,
+    executor: KillOnDrop,
+    job_id: i64,
+    plugin: String,
+    floor: bool,
+    http: reqwest::Client,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Bed {
+    async fn start() -> Bed {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let bin = std::env::var("ROTA_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| root.join("target/release/rota"));
+        assert!(
+            bin.exists(),
+            "no rota binary at {} (cargo build --release -p rota)",
+            bin.display()
+        );
+        let plugin_path = std::env::var("ROTA_BENCH_PLUGIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| root.join("plugins/target/hello.wasm"));
+        let plugin = std::fs::read(&plugin_path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (plugins/build.sh builds hello.wasm)",
+                plugin_path.display()
+            )
+        });
+        let floor = plugin_path.extension().is_some_and(|e| e == "wat");
+        let mut dirs = Vec::new();
+        let (url, db_name) = match std::env::var("ROTA_BENCH_MYSQL_URL") {
+            Ok(url) if !url.is_empty() => (url, "MariaDB"),
+            _ => {
+                let (url, dir) = sqlite_url();
+                dirs.push(dir);
+                (url, "SQLite")
+            }
+        };
+        let log_dir = tempfile::tempdir().unwrap();
+        let nodes_wanted = env_or("ROTA_BENCH_NODES", 1).max(1);
+        let mut nodes = Vec::new();
+        for i in 1..=nodes_wanted {
+            let port = free_port();
+            let log = log_dir.path().join(format!("n{i}.log"));
+            let child = Command::new(&bin)
+                .args(["server", "--database-url", &url])
+                .args([
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--node-name",
+                    &format!("n{i}"),
+                ])
+                .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+                .env("ROTA_API_TOKEN", TOKEN)
+                .env("ROTA_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("starting rota server");
+            let api = Api::new(format!("http://127.0.0.1:{port}"));
+            wait_healthy(&api).await;
+            nodes.push((KillOnDrop(child), api));
+        }
+        let schedulers: Vec<String> = nodes.iter().map(|(_, a)| a.base.clone()).collect();
+        let exec_dir = tempfile::tempdir().unwrap();
+        let exec_port = free_port();
+        let executor = Command::new(&bin)
+            .args([
+                "executor",
+                "--app",
+                "default",
+                "--scheduler",
+                &schedulers.join(","),
+            ])
+            .args(["--listen", &format!("127.0.0.1:{exec_port}")])
+            .args([
+                "--capacity",
+                &env_or("ROTA_BENCH_CAPACITY", 256).to_string(),
+            ])
+            .arg("--data-dir")
+            .arg(exec_dir.path())
+            .env("ROTA_EXECUTOR_SECRET", app_key_text("default"))
+            .env("ROTA_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log_dir.path().join("executor.log")).unwrap())
+            .spawn()
+            .expect("starting rota executor");
+        let api = nodes[0].1.clone();
+        wait_executors(&api, 1).await;
+        api.upload("bench", plugin).await;
+        let job = api
+            .ok(
+                "POST",
+                "/api/v1/jobs",
+                Some(json!({"name": "bench", "app": "default", "plugin": "bench",
+                            "schedule": {"kind": "none"}, "route": "round_robin"})),
+            )
+            .await;
+        let job_id = job["id"].as_i64().unwrap();
+        dirs.push(exec_dir);
+        dirs.push(log_dir);
+        let bed = Bed {
+            db: Db::connect(&url).await,
+            db_name,
+            mariadb_pid: std::env::var("ROTA_BENCH_MARIADB_PID")
+                .ok()
+                .and_then(|p| p.trim().parse().ok()),
+            nodes,
+            executor: KillOnDrop(executor),
+            job_id,
+            plugin: plugin_path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+            floor,
+            http: reqwest::Client::new(),
+            _dirs: dirs,
+        };
+        // Warm-up: the plugin fetched and compiled, connections open.
+        let ids = bed
+            .create(&[json!({"job": "bench", "payload": "warm-up"})], 0)
+            .await;
+        bed.drain(ids.len(), Duration::from_secs(60)).await;
+        bed
+    }
+
+    async fn stop(self) {
+        for (child, _) in &self.nodes {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.0.id().to_string()])
+                .status();
+        }
+        drop(self);
+    }
+
+    /// Creates tasks in one batch through node `node`; returns their ids.
+    async fn create(&self, tasks: &[Value], node: usize) -> Vec<i64> {
+        let api = &self.nodes[node % self.nodes.len()].1;
+        let body = serde_json::to_vec(&json!({"tasks": tasks})).unwrap();
+        post_batch(&self.http, &api.base, body).await
+    }
+
+    /// Waits until no task of the job is unfinished (at most `within`).
+    async fn drain(&self, _n: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.db.any_unfinished(self.job_id).await {
+            assert!(
+                Instant::now() < deadline,
+                "tasks still unfinished after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// CPU seconds so far of every process: executor, nodes, database.
+    fn cpu(&self) -> Cpu {
+        Cpu {
+            executor: cpu_seconds(self.executor.0.id()),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|(c, _)| cpu_seconds(c.0.id()))
+                .collect(),
+            database: self.mariadb_pid.map(cpu_seconds),
+        }
+    }
+
+    fn label(&self) -> String {
+        format!(
+            "{}, {} node{}, `{}`{}",
+            self.db_name,
+            self.nodes.len(),
+            if self.nodes.len() == 1 { "" } else { "s" },
+            self.plugin,
+            if self.floor { " (no-op: a floor)" } else { "" }
+        )
+    }
+}
+
+/// Creates a batch of tasks (`body`: `{"tasks": […]}`) through the node at `base`; their ids.
+async fn post_batch(http: &reqwest::Client, base: &str, body: Vec<u8>) -> Vec<i64> {
+    let resp = http
+        .post(format!("{base}/api/v1/tasks/batch"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("creating tasks");
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    assert!(status.is_success(), "batch: {status} {v}");
+    v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_i64().unwrap())
+        .collect()
+}
+
+/// utime + stime of process `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name may hold spaces; the fields after it are fixed.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 of the whole line are the 12th and 13th after the name.
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+#[derive(Clone)]
+struct Cpu {
+    executor: f64,
+    nodes: Vec<f64>,
+    database: Option<f64>,
+}
+
+impl Cpu {
+    /// Microseconds per task of each process since `before`.
+    fn per_task(&self, before: &Cpu, tasks: usize) -> (f64, f64, Option<f64>) {
+        let us = |d: f64| d * 1e6 / tasks.max(1) as f64;
+        let nodes: f64 = self
+            .nodes
+            .iter()
+            .zip(&before.nodes)
+            .map(|(a, b)| a - b)
+            .sum();
+        (
+            us(self.executor - before.executor),
+            us(nodes),
+            self.database.zip(before.database).map(|(a, b)| us(a - b)),
+        )
+    }
+}
+
+/// Statements per 1,000 tasks in a `Com_*` difference: the total and the main kinds.
+fn statements(d: &BTreeMap<String, i64>, tasks: usize) -> (f64, String) {
+    let per = |n: i64| n as f64 * 1000.0 / tasks.max(1) as f64;
+    let total: i64 = [
+        "Com_select",
+        "Com_insert",
+        "Com_update",
+        "Com_delete",
+        "Com_commit",
+    ]
+    .iter()
+    .map(|k| d.get(*k).copied().unwrap_or(0))
+    .sum();
+    let kinds = ["select", "insert", "update", "delete", "commit"]
+        .iter()
+        .map(|k| {
+            format!(
+                "{k} {:.1}",
+                per(d.get(&format!("Com_{k}")).copied().unwrap_or(0))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    (per(total), kinds)
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+// ----- sustained load -----------------------------------------------------------------------
+
+/// Creates `rate` tasks/s for `seconds`, a batch every 10 ms round-robin over the nodes, due
+/// `delay()` ms after creation; returns how many it created. Each batch goes out on time
+/// whatever the last one's answer is doing (at most 64 in flight).
+async fn offer(bed: &Bed, rate: u64, seconds: u64, delay: impl Fn() -> u64) -> usize {
+    let per_tick = (rate as f64 / 100.0).max(1.0);
+    let ticks = seconds * 100;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+    let mut sent = 0usize;
+    let mut owed = 0.0f64;
+    let mut requests = tokio::task::JoinSet::new();
+    for i in 0..ticks {
+        tick.tick().await;
+        owed += per_tick;
+        let n = owed.floor() as usize;
+        owed -= n as f64;
+        let tasks: Vec<Value> = (0..n)
+            .map(|_| json!({"job": "bench", "payload": "{\"order_id\":42}", "delay_ms": delay()}))
+            .collect();
+        sent += n;
+        let body = serde_json::to_vec(&json!({ "tasks": tasks })).unwrap();
+        let api = bed.nodes[i as usize % bed.nodes.len()].1.clone();
+        let http = bed.http.clone();
+        let permit = in_flight.clone().acquire_owned().await.unwrap();
+        requests.spawn(async move {
+            post_batch(&http, &api.base, body).await;
+            drop(permit);
+        });
+    }
+    while let Some(r) = requests.join_next().await {
+        r.unwrap();
+    }
+    sent
+}
+
+async fn sweep(bed: &Bed) {
+    let rates: Vec<u64> = std::env::var("ROTA_BENCH_RATES")
+        .unwrap_or_else(|_| "2000,4000,6000,8000,10000".into())
+        .split(',')
+        .filter_map(|r| r.trim().parse().ok())
+        .collect();
+    let seconds = env_or("ROTA_BENCH_SECONDS", 60);
+    println!(
+        "\n### Sustained sweep — {}, {} s a step, delays 0–3 s\n",
+        bed.label(),
+        seconds
+    );
+    println!(
+        "| offered/s | achieved/s | p50 | p99 | p99.9 | max | early | executor µs/task | scheduler µs/task | database µs/task | statements /1,000 (all) | of which creating | runs left running |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for rate in rates {
+        // What creating costs the database alone: the same rate, due in an hour.
+        let s0 = bed.db.status().await;
+        let created = offer(bed, rate, seconds.min(10), || 3_600_000).await;
+        let creating = statements(&diff(&bed.db.status().await, &s0), created).0;
+        bed.db.cancel_pending(bed.job_id).await;
+
+        let since = now_ms();
+        let (cpu0, s0) = (bed.cpu(), bed.db.status().await);
+        let started = Instant::now();
+        let created = offer(bed, rate, seconds, || rand::random::<u64>() % 3_000).await;
+        let offered_for = started.elapsed();
+        bed.drain(created, Duration::from_secs(120)).await;
+        let (cpu1, s1) = (bed.cpu(), bed.db.status().await);
+        let late = bed.db.lateness_ms(bed.job_id, since).await;
+        let early = late.iter().filter(|&&l| l < 0).count();
+        let (exec, sched, database) = cpu1.per_task(&cpu0, created);
+        let (all, kinds) = statements(&diff(&s1, &s0), created);
+        let stuck = bed.db.unfinished_runs(bed.job_id).await;
+        println!(
+            "| {rate} | {:.0} | {} ms | {} ms | {} ms | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} | {} | {stuck} |",
+            created as f64 / offered_for.as_secs_f64(),
+            percentile(&late, 0.5),
+            percentile(&late, 0.99),
+            percentile(&late, 0.999),
+            late.last().copied().unwrap_or(0),
+            database.map_or("–".into(), |d| format!("{d:.0}")),
+            if s1.is_empty() {
+                "–".into()
+            } else {
+                format!("{all:.1} ({kinds})")
+            },
+            if s1.is_empty() {
+                "–".into()
+            } else {
+                format!("{creating:.1}")
+            },
+        );
+        assert_eq!(stuck, 0, "runs left dispatched or running after the drain");
+    }
+}
+
+// ----- a burst ------------------------------------------------------------------------------
+
+async fn burst(bed: &Bed) {
+    let n = env_or("ROTA_BENCH_TASKS", 100_000) as usize;
+    // Beyond the scan window and the time creating them takes.
+    let lead_ms = 10_000 + (n as i64 / 20_000) * 1_000;
+    let due = now_ms() + lead_ms;
+    let at = rfc3339(due);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        let tasks: Vec<Value> = chunk
+            .iter()
+            .map(|_| json!({"job": "bench", "payload": "{\"order_id\":42}", "run_at": at}))
+            .collect();
+        bed.create(&tasks, 0).await;
+    }
+    assert!(now_ms() < due - 5_000, "creating the burst took too long");
+    tokio::time::sleep(Duration::from_millis((due - now_ms() - 2_000).max(0) as u64)).await;
+    let (cpu0, s0) = (bed.cpu(), bed.db.status().await);
+    bed.drain(n, Duration::from_secs(300)).await;
+    let done = now_ms();
+    let (cpu1, s1) = (bed.cpu(), bed.db.status().await);
+    let (first, last, runs, early) = bed.db.run_starts(bed.job_id).await;
+    let (exec, sched, database) = cpu1.per_task(&cpu0, n);
+    let (all, kinds) = statements(&diff(&s1, &s0), n);
+    println!(
+        "\n### Burst — {}, {n} tasks due at one instant\n",
+        bed.label()
+    );
+    println!(
+        "| runs | first → last run | runs/s | due → all succeeded | early | executor µs/run | scheduler µs/run | database µs/run | statements /1,000 fires |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {runs} | {} ms | {:.0} | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} |",
+        last - first,
+        (runs - 1) as f64 * 1000.0 / (last - first).max(1) as f64,
+        done - due,
+        database.map_or("–".into(), |d| format!("{d:.0}")),
+        if s1.is_empty() {
+            "–".into()
+        } else {
+            format!("{all:.1} ({kinds})")
+        },
+    );
+}
+
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
