@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::SchedulerClient;
 use crate::logs::{DEFAULT_LOG_CAP_BYTES, DEFAULT_LOG_RETENTION, LogStore};
 use crate::registry::Registry;
-use crate::report::{Spool, SpoolIndex, run_reporter};
+use crate::report::{Spool, Unacked, run_reporter};
 use crate::runtime::host::{HostAccess, Services};
 use crate::runtime::{
     DEFAULT_MEMORY_CAP_MB, Invocation, Plugin, PluginEnv, RunOutcome, RunStatus, Runtime,
@@ -199,8 +199,8 @@ pub async fn run_with_runtime(
         config.log_retention,
     )
     .with_context(|| format!("opening the log directory in {}", config.data_dir.display()))?;
-    let spooled = SpoolIndex::default();
-    let spool = Spool::open(config.data_dir.join("spool"), spooled.clone())
+    let unacked = Unacked::default();
+    let spool = Spool::open(config.data_dir.join("spool"), unacked.clone())
         .with_context(|| format!("opening the report spool in {}", config.data_dir.display()))?;
     if !spool.is_empty() {
         tracing::info!(
@@ -227,7 +227,7 @@ pub async fn run_with_runtime(
         draining: AtomicBool::new(false),
         release: CancellationToken::new(),
         idle: Notify::new(),
-        spooled,
+        unacked,
         replay: rota_proto::ReplayGuard::new(rota_proto::MAX_SKEW_MS),
     });
 
@@ -314,7 +314,8 @@ pub struct Node {
     release: CancellationToken,
     /// Notified whenever a run leaves the registry.
     idle: Notify,
-    spooled: SpoolIndex,
+    /// Runs whose final reports no scheduler has taken yet: listed in registrations.
+    unacked: Unacked,
     /// Nonces of the schedulers' requests accepted lately.
     pub(crate) replay: rota_proto::ReplayGuard,
 }
@@ -522,7 +523,7 @@ impl Node {
             let registry = self.registry();
             (registry.active_ids(), registry.running())
         };
-        active_runs.extend(self.spooled.run_ids());
+        active_runs.extend(self.unacked.run_ids());
         active_runs.sort_unstable();
         active_runs.dedup();
         Registration {
@@ -535,6 +536,7 @@ impl Node {
     }
 
     async fn report(&self, report: RunReport) {
+        self.unacked.add_report(&report);
         if self.reports.send(report).await.is_err() {
             tracing::error!("the reporter has stopped; a run report is lost");
         }
@@ -542,6 +544,7 @@ impl Node {
 
     /// [`Node::report`] from a worker thread; waits if the reporter is behind.
     fn report_blocking(&self, report: RunReport) {
+        self.unacked.add_report(&report);
         if self.reports.blocking_send(report).is_err() {
             tracing::error!("the reporter has stopped; a run report is lost");
         }

@@ -13,9 +13,9 @@
 //! with exponential backoff (newer batches queue behind it so order is kept) and deleted
 //! only after a 2xx. So a result survives a scheduler restart and an executor restart; a
 //! batch whose 2xx was lost is sent again, which is harmless since the scheduler's apply
-//! is idempotent. The run ids in the spool are listed in every registration
-//! ([`SpoolIndex`]), so a scheduler never declares those runs lost while their results
-//! wait here. A batch a scheduler refuses as malformed (400/422) is moved to
+//! is idempotent. A run whose final report no scheduler has taken yet — queued, on its
+//! way or spooled — is listed in every registration ([`Unacked`]), so a scheduler never
+//! declares it lost while its result is still coming. A batch a scheduler refuses as malformed (400/422) is moved to
 //! `spool/rejected/` for an operator rather than blocking the spool forever.
 
 use std::collections::{HashMap, VecDeque};
@@ -58,26 +58,35 @@ const REPLAY_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// reporter stops taking reports, which holds up the runs (back-pressure).
 const HELD_MAX: usize = 64;
 
-/// The run ids whose reports wait in the spool (or in memory), shared with the node's
-/// registrations.
+/// The runs whose final reports no scheduler has acknowledged yet: queued for the reporter,
+/// in a batch on its way, held in memory or in the spool. The node adds a run when it
+/// queues the final report (before the run leaves its registry) and the reporter removes it
+/// once a scheduler took the batch, so every registration lists the run until its result is
+/// in: a heartbeat built in between never makes a scheduler declare a finished run lost.
 #[derive(Debug, Clone, Default)]
-pub struct SpoolIndex(Arc<Mutex<HashMap<i64, u32>>>);
+pub struct Unacked(Arc<Mutex<HashMap<i64, u32>>>);
 
-impl SpoolIndex {
+impl Unacked {
     fn lock(&self) -> MutexGuard<'_, HashMap<i64, u32>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Counts `report` if it is a final one.
+    pub fn add_report(&self, report: &RunReport) {
+        if report.status.is_final() {
+            *self.lock().entry(report.run_id).or_default() += 1;
+        }
+    }
+
     fn add(&self, batch: &CallbackBatch) {
-        let mut ids = self.lock();
         for report in &batch.reports {
-            *ids.entry(report.run_id).or_default() += 1;
+            self.add_report(report);
         }
     }
 
     fn remove(&self, batch: &CallbackBatch) {
         let mut ids = self.lock();
-        for report in &batch.reports {
+        for report in batch.reports.iter().filter(|r| r.status.is_final()) {
             if let Some(count) = ids.get_mut(&report.run_id) {
                 *count -= 1;
                 if *count == 0 {
@@ -98,13 +107,13 @@ pub struct Spool {
     dir: PathBuf,
     next_seq: u64,
     files: VecDeque<(PathBuf, CallbackBatch)>,
-    index: SpoolIndex,
+    index: Unacked,
 }
 
 impl Spool {
     /// Opens (creating if needed) the spool in `dir` and loads what an earlier process
     /// left there.
-    pub fn open(dir: impl Into<PathBuf>, index: SpoolIndex) -> io::Result<Self> {
+    pub fn open(dir: impl Into<PathBuf>, index: Unacked) -> io::Result<Self> {
         let dir = dir.into();
         fs::create_dir_all(&dir)?;
         let mut found = Vec::new();
@@ -168,7 +177,6 @@ impl Spool {
             return Err((e, batch));
         }
         self.next_seq += 1;
-        self.index.add(&batch);
         self.files.push_back((path, batch));
         Ok(())
     }
@@ -323,7 +331,7 @@ pub async fn run_reporter(
         retry_at: Instant::now(),
     };
     let mut postponed = Postponed::default();
-    let mut in_flight: JoinSet<Option<CallbackBatch>> = JoinSet::new();
+    let mut in_flight: JoinSet<Fate> = JoinSet::new();
     loop {
         let backlog = reporter.has_backlog();
         let held_due = postponed.next_due();
@@ -419,12 +427,7 @@ impl Reporter {
 
     /// A fresh batch: on its way now (with a few retries) unless older ones wait, else
     /// spooled.
-    fn submit(
-        &mut self,
-        batch: Batch,
-        in_flight: &mut JoinSet<Option<CallbackBatch>>,
-        stop: &CancellationToken,
-    ) {
+    fn submit(&mut self, batch: Batch, in_flight: &mut JoinSet<Fate>, stop: &CancellationToken) {
         if batch.len() == 0 {
             return;
         }
@@ -441,11 +444,11 @@ impl Reporter {
         in_flight.spawn(async move { deliver(&client, batch, &stop).await });
     }
 
-    /// What became of a fresh batch: `Some` if no scheduler took it.
-    fn settle(&mut self, sent: Result<Option<CallbackBatch>, tokio::task::JoinError>) {
+    /// What became of a fresh batch.
+    fn settle(&mut self, sent: Result<Fate, tokio::task::JoinError>) {
         match sent {
-            Ok(None) => {}
-            Ok(Some(batch)) => {
+            Ok(Fate::Done(batch)) => self.spool.index.remove(&batch),
+            Ok(Fate::Kept(batch)) => {
                 self.stash(batch);
                 self.retry_at = Instant::now() + self.backoff;
             }
@@ -467,7 +470,6 @@ impl Reporter {
             // Behind the batches already held, to keep the order.
             batch
         };
-        self.spool.index.add(&batch);
         self.held.push_back(batch);
     }
 
@@ -524,30 +526,34 @@ async fn send(client: &SchedulerClient, body: &Bytes) -> Sent {
     }
 }
 
-/// Sends a fresh batch with a few retries; hands it back if no scheduler took it (or one
-/// refused it: spooled, it is moved aside for an operator on replay).
-async fn deliver(
-    client: &SchedulerClient,
-    batch: CallbackBatch,
-    stop: &CancellationToken,
-) -> Option<CallbackBatch> {
+/// What became of a fresh batch.
+enum Fate {
+    /// A scheduler took it (or it could not be encoded: nothing more can be done).
+    Done(CallbackBatch),
+    /// No scheduler took it, or one refused it: it goes to the spool (a refused one is
+    /// moved aside for an operator on replay).
+    Kept(CallbackBatch),
+}
+
+/// Sends a fresh batch with a few retries.
+async fn deliver(client: &SchedulerClient, batch: CallbackBatch, stop: &CancellationToken) -> Fate {
     let body = match serde_json::to_vec(&batch) {
         Ok(body) => Bytes::from(body),
         Err(e) => {
             tracing::error!(error = %e, "cannot encode run reports");
-            return None;
+            return Fate::Done(batch);
         }
     };
     let mut pauses = RETRIES.iter();
     loop {
         match send(client, &body).await {
-            Sent::Delivered => return None,
-            Sent::Refused => return Some(batch),
+            Sent::Delivered => return Fate::Done(batch),
+            Sent::Refused => return Fate::Kept(batch),
             Sent::Failed => {}
         }
         match pauses.next() {
             Some(&pause) if !stop.is_cancelled() => tokio::time::sleep(pause).await,
-            _ => return Some(batch),
+            _ => return Fate::Kept(batch),
         }
     }
 }
@@ -610,5 +616,48 @@ mod tests {
         }
         postponed.release(None, &mut batch);
         assert_eq!(batch.len(), 3);
+    }
+
+    fn listed(unacked: &Unacked) -> Vec<i64> {
+        let mut ids = unacked.run_ids();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn a_run_is_listed_from_its_final_report_until_a_scheduler_takes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let unacked = Unacked::default();
+        let mut spool = Spool::open(dir.path(), unacked.clone()).unwrap();
+
+        unacked.add_report(&report(1, ReportStatus::Running));
+        assert!(
+            listed(&unacked).is_empty(),
+            "a running run is in the registry, not here"
+        );
+        for run_id in [1, 2] {
+            unacked.add_report(&report(run_id, ReportStatus::Succeeded));
+        }
+        assert_eq!(listed(&unacked), vec![1, 2]);
+
+        // Run 2's batch is delivered at once; run 1's goes to the spool and stays listed,
+        // also for the next process that opens the spool.
+        unacked.remove(&CallbackBatch {
+            reports: vec![report(2, ReportStatus::Succeeded)],
+        });
+        let kept = CallbackBatch {
+            reports: vec![
+                report(1, ReportStatus::Running),
+                report(1, ReportStatus::Failed),
+            ],
+        };
+        spool.push(kept).unwrap();
+        assert_eq!(listed(&unacked), vec![1]);
+        let after_restart = Unacked::default();
+        let _reopened = Spool::open(dir.path(), after_restart.clone()).unwrap();
+        assert_eq!(listed(&after_restart), vec![1]);
+
+        spool.pop_front();
+        assert!(listed(&unacked).is_empty());
     }
 }
