@@ -30,7 +30,8 @@ pub fn missing(what: &str) {
             .append(true)
             .open(path)
     {
-        let _ = writeln!(file, "{test}: {what}");
+        // One write per line: tests running at once append whole lines (O_APPEND).
+        let _ = file.write_all(format!("{test}: {what}\n").as_bytes());
     }
 }
 
