@@ -23,7 +23,7 @@ use crate::dispatch::{self, Pools, SlowTracker};
 use crate::model::*;
 use crate::ring::{CancelState, Ring};
 use crate::route::Router;
-use crate::store::{self, Store};
+use crate::store::{self, NodeRef, Store};
 
 /// What a job needs at dispatch time: the job and the newest version of its plugin.
 #[derive(Debug)]
@@ -557,8 +557,8 @@ impl Node {
         let client = &self.shared.client;
         let calls = peers
             .iter()
-            .filter(|(id, _)| *id != me)
-            .map(|(_, address)| async move {
+            .filter(|peer| peer.id != me)
+            .map(|NodeRef { address, .. }| async move {
                 let call = client.node_job_changed(address, notice);
                 match tokio::time::timeout(PEER_NOTICE_TIMEOUT, call).await {
                     Ok(Ok(_)) => {}
@@ -723,7 +723,8 @@ impl Node {
     /// (forwarded) that of the node that claimed it.
     pub async fn cancel_task(&self, id: i64) -> Result<(Task, bool), NodeError> {
         let owner = self.shared.store.task_owner(id).await?;
-        let Some((_, address)) = owner.filter(|(node, _)| *node != self.shared.lease.get().node_id)
+        let Some(NodeRef { address, .. }) =
+            owner.filter(|node| node.id != self.shared.lease.get().node_id)
         else {
             return Ok(self.cancel_here(id).await?);
         };

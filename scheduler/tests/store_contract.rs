@@ -8,7 +8,9 @@ use rota_scheduler::backoff::Backoff;
 use rota_scheduler::model::*;
 use rota_scheduler::route::Route;
 use rota_scheduler::schedule::{Misfire, Schedule};
-use rota_scheduler::store::{DueJob, Error, JobFires, Store};
+use rota_scheduler::store::{
+    DueJob, Error, JobFires, PluginUser, RunStat, SecretMeta, Store, TokenUser,
+};
 
 /// A store on a fresh database, dropped with the value.
 struct TestDb {
@@ -532,7 +534,7 @@ contract!(
                 .task_owner(ids[0].0)
                 .await
                 .unwrap()
-                .map(|(node, _)| node),
+                .map(|node| node.id),
             Some(lease.node_id)
         );
         assert_eq!(
@@ -1054,7 +1056,11 @@ contract!(users_tokens_and_sessions, |store: Store| async move {
     store.insert_token(admin, "ops", "h2", NOW).await.unwrap();
     assert_eq!(
         store.token_user("h1").await.unwrap(),
-        Some(("vera".into(), "operator".into(), "shop".into()))
+        Some(TokenUser {
+            name: "vera".into(),
+            role: "operator".into(),
+            apps: "shop".into()
+        })
     );
     assert_eq!(store.list_tokens(Some(vera)).await.unwrap().len(), 1);
     assert_eq!(store.list_tokens(None).await.unwrap().len(), 2);
@@ -1132,15 +1138,16 @@ contract!(
         let stats = store.run_stats(minute - 3_600_000, 60_000).await.unwrap();
         assert_eq!(
             stats,
-            vec![
-                (minute, "failed".to_owned(), 1),
-                (minute, "succeeded".to_owned(), 1)
-            ]
+            ["failed", "succeeded"].map(|status| RunStat {
+                bucket: minute,
+                status: status.to_owned(),
+                runs: 1
+            })
         );
         let per_day = store.run_stats(0, 86_400_000).await.unwrap();
         let day = minute - minute % 86_400_000;
-        assert_eq!(per_day.iter().map(|r| r.2).sum::<i64>(), 2);
-        assert!(per_day.iter().all(|r| r.0 == day));
+        assert_eq!(per_day.iter().map(|r| r.runs).sum::<i64>(), 2);
+        assert!(per_day.iter().all(|r| r.bucket == day));
         assert!(
             store
                 .run_stats(minute + 60_000, 60_000)
@@ -1301,7 +1308,11 @@ contract!(plugins_in_use_are_not_deleted, |store: Store| async move {
     let job = store.insert_job(&spec("greeter"), None, NOW).await.unwrap();
     assert_eq!(
         store.plugin_users().await.unwrap(),
-        vec![("hello".to_owned(), job.id, "greeter".to_owned())]
+        vec![PluginUser {
+            plugin: "hello".to_owned(),
+            job_id: job.id,
+            job_name: "greeter".to_owned()
+        }]
     );
     assert!(matches!(
         store.delete_plugin("hello").await,
@@ -1380,7 +1391,7 @@ contract!(
             Err(Error::Fenced)
         ));
         for &id in &ids {
-            let owner = store.task_owner(id).await.unwrap().map(|(node, _)| node);
+            let owner = store.task_owner(id).await.unwrap().map(|node| node.id);
             assert_eq!(owner, Some(b.node_id), "task {id} stays with B");
         }
         // Nor record a send it made while stalled: B asked the executors and records that.
@@ -1466,7 +1477,11 @@ contract!(
         );
         assert_eq!(
             store.list_secrets("shop").await.unwrap(),
-            [("TOKEN".to_owned(), NOW, NOW + 5)]
+            [SecretMeta {
+                name: "TOKEN".to_owned(),
+                created_at: NOW,
+                updated_at: NOW + 5
+            }]
         );
         assert!(store.delete_secret("shop", "TOKEN").await.unwrap());
         assert_eq!(store.secret("shop", "TOKEN").await.unwrap(), None);

@@ -24,7 +24,7 @@ use super::views::rfc3339;
 use crate::access::{Need, Principal};
 use crate::model::now_ms;
 use crate::secrets::{self, SecretBox};
-use crate::store;
+use crate::store::{self, SecretMeta};
 
 // ----- for runs: the executor protocol -----------------------------------------------------
 
@@ -83,8 +83,8 @@ pub async fn kv(
                     value.len()
                 )));
             }
-            let (keys, bytes) = store.kv_usage(req.job_id, &req.key).await?;
-            if let Some(full) = kv_over_quota(keys, bytes, &req.key, value.len()) {
+            let used = store.kv_usage(req.job_id, &req.key).await?;
+            if let Some(full) = kv_over_quota(used.keys, used.bytes, &req.key, value.len()) {
                 return Err(ApiError::PayloadTooLarge(full));
             }
             store.kv_set(req.job_id, &req.key, &value, now_ms()).await?;
@@ -175,16 +175,20 @@ impl<S: Send + Sync> FromRequestParts<S> for SecretPath {
 
 async fn view(state: &AppState, app: &str, name: &str) -> ApiResult<SecretView> {
     let found = state.node.store().list_secrets(app).await?;
-    let (name, created, updated) = found
+    let meta = found
         .into_iter()
-        .find(|(n, _, _)| n == name)
+        .find(|s| s.name == name)
         .ok_or_else(|| ApiError::NotFound(format!("secret `{name}` of app `{app}` not found")))?;
-    Ok(SecretView {
+    Ok(secret_view(app, meta))
+}
+
+fn secret_view(app: &str, meta: SecretMeta) -> SecretView {
+    SecretView {
         app: app.to_owned(),
-        name,
-        created_at: rfc3339(created),
-        updated_at: rfc3339(updated),
-    })
+        name: meta.name,
+        created_at: rfc3339(meta.created_at),
+        updated_at: rfc3339(meta.updated_at),
+    }
 }
 
 /// `GET /api/v1/apps/{app}/secrets`: the app's secrets, by name, without their values.
@@ -211,12 +215,7 @@ pub async fn list(
         .list_secrets(&app)
         .await?
         .into_iter()
-        .map(|(name, created, updated)| SecretView {
-            app: app.clone(),
-            name,
-            created_at: rfc3339(created),
-            updated_at: rfc3339(updated),
-        })
+        .map(|meta| secret_view(&app, meta))
         .collect();
     Ok(Json(SecretPage { items }))
 }

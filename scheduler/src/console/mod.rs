@@ -43,53 +43,7 @@ use crate::node::Node;
 
 pub use auth::seed_admin;
 
-/// A console user, as the store reads it.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct User {
-    pub id: i64,
-    pub name: String,
-    pub password_hash: String,
-    pub role: String,
-    /// `*` or app names joined by commas (see [`crate::access::Apps`]).
-    pub apps: String,
-    pub created_at: Millis,
-}
-
-impl User {
-    /// What this user may do.
-    pub fn principal(&self) -> crate::access::Principal {
-        crate::access::Principal::of_user(&self.name, &self.role, &self.apps)
-    }
-}
-
-/// An API token as listed (never the token itself: only its hash is stored).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ApiToken {
-    pub id: i64,
-    pub user_id: i64,
-    pub user_name: String,
-    pub name: String,
-    pub created_at: Millis,
-    pub revoked_at: Option<Millis>,
-}
-
-/// One line of the audit log: who did what to which thing, when.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct AuditEntry {
-    pub id: i64,
-    pub user_name: String,
-    pub action: String,
-    pub target: String,
-    pub at: Millis,
-}
-
-/// The dashboard's numbers from the store.
-#[derive(Debug, Clone, Default)]
-pub struct Counts {
-    pub jobs: i64,
-    pub tasks_pending: i64,
-    pub runs_by_status: Vec<(String, i64)>,
-}
+pub use crate::store::{ApiToken, AuditEntry, Counts, User};
 
 /// What the console's handlers read.
 #[derive(Clone)]

@@ -248,7 +248,7 @@ struct DashboardPage {
 
 /// Finished runs per bucket from `since`, one bar per bucket up to `now` (empty ones too).
 fn bars(
-    stats: &[(Millis, String, i64)],
+    stats: &[crate::store::RunStat],
     since: Millis,
     now: Millis,
     bucket: Millis,
@@ -258,11 +258,11 @@ fn bars(
     let mut at = since - since.rem_euclid(bucket);
     while at <= now {
         let (mut ok, mut bad) = (0, 0);
-        for (_, status, n) in stats.iter().filter(|(b, _, _)| *b == at) {
-            if status == RunStatus::Succeeded.as_str() {
-                ok += n;
+        for stat in stats.iter().filter(|s| s.bucket == at) {
+            if stat.status == RunStatus::Succeeded.as_str() {
+                ok += stat.runs;
             } else {
-                bad += n;
+                bad += stat.runs;
             }
         }
         out.push(super::charts::Bar {
@@ -1387,8 +1387,11 @@ pub async fn plugins(
     let store = console.node.store();
     let plugins = store.list_plugins().await?;
     let mut users: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
-    for (plugin, job_id, job_name) in store.plugin_users().await? {
-        users.entry(plugin).or_default().push((job_id, job_name));
+    for user in store.plugin_users().await? {
+        users
+            .entry(user.plugin)
+            .or_default()
+            .push((user.job_id, user.job_name));
     }
     let mut seen = std::collections::HashSet::new();
     render(&PluginsPage {

@@ -57,16 +57,16 @@ async fn page(console: &Console, s: &Session, form: SecretForm, errors: Errors) 
         if may_change {
             apps.push(app.name.clone());
         }
-        for (name, _, updated) in store.list_secrets(&app.name).await? {
+        for secret in store.list_secrets(&app.name).await? {
             rows.push(SecretRow {
                 path: format!(
                     "{}/{}",
                     super::pages::encode(&app.name),
-                    super::pages::encode(&name)
+                    super::pages::encode(&secret.name)
                 ),
                 app: app.name.clone(),
-                name,
-                updated: When::of(updated),
+                name: secret.name,
+                updated: When::of(secret.updated_at),
                 may_change,
             });
         }

@@ -438,6 +438,284 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Whom run reports, given as `(run id, task id)`, are about: each task that exists with
+    /// its job and the job's app (`None` once the job is deleted: a forced delete leaves
+    /// running tasks to finish), and each run that is recorded with its task. One statement
+    /// per 1,000 reports.
+    pub async fn report_owners(&self, reports: &[(i64, i64)]) -> Result<ReportOwners> {
+        let mut owners = ReportOwners::default();
+        for chunk in reports.chunks(CHUNK) {
+            on_pool!(self, |pool, Db| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT 0, t.id, t.job_id, a.name FROM tasks t LEFT JOIN jobs j ON j.id = t.job_id \
+                     LEFT JOIN apps a ON a.id = j.app_id WHERE t.id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().map(|&(_, task)| task));
+                qb.push(
+                    " UNION ALL SELECT 1, r.id, r.task_id, r.executor FROM runs r WHERE r.id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().map(|&(run, _)| run));
+                let rows: Vec<(i64, i64, i64, Option<String>)> =
+                    qb.build_query_as().fetch_all(pool).await?;
+                for (kind, id, of, name) in rows {
+                    if kind == 0 {
+                        owners.tasks.insert(id, (of, name));
+                    } else {
+                        owners.runs.insert(id, (of, name));
+                    }
+                }
+            });
+        }
+        Ok(owners)
+    }
+
+    /// Records runs that `lease` sent to executors: the run rows (kept if a report created
+    /// them first) and their tasks' move from `claimed` to `running`. Only for tasks this
+    /// lease still holds, unfinished, at the attempt that was sent: a task whose attempt
+    /// already ended was written whole by its report (which carries the trigger's
+    /// `dispatched_at`), so under load — reports applied before the record, the usual
+    /// case — a batch costs one read and no write. A node taken over while its sends were
+    /// unanswered (it stalled) records nothing for claims that moved on: the taker learnt
+    /// from the executors what had arrived, and recorded that. Returns how many of `runs`
+    /// belong to another lease now; `Error::Fenced` if `lease` is no longer this node's
+    /// and there was something to write.
+    pub async fn record_dispatches(
+        &self,
+        lease: NodeLease,
+        runs: &[Dispatched],
+        now: Millis,
+    ) -> Result<usize> {
+        #[derive(FromRow)]
+        struct Held {
+            id: i64,
+            status: String,
+            attempt: i32,
+            owner_node: Option<i64>,
+            owner_epoch: Option<i64>,
+        }
+        if runs.is_empty() {
+            return Ok(0);
+        }
+        let upsert_tail = if self.is_mysql() {
+            " ON DUPLICATE KEY UPDATE dispatched_at = VALUES(dispatched_at), \
+             executor = COALESCE(executor, VALUES(executor))"
+        } else {
+            " ON CONFLICT(id) DO UPDATE SET dispatched_at = excluded.dispatched_at, \
+             executor = COALESCE(runs.executor, excluded.executor) ON CONFLICT DO NOTHING"
+        };
+        // Rows in run-id order, as `apply_run_updates` writes them: two transactions touching
+        // the same runs lock them in the same order and cannot deadlock.
+        let mut runs: Vec<&Dispatched> = runs.iter().collect();
+        runs.sort_by_key(|r| r.run_id);
+        let mut elsewhere = 0;
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            let mut leased = false;
+            for chunk in runs.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT id, status, attempt, owner_node, owner_epoch FROM tasks WHERE id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().map(|r| r.task_id));
+                let tasks: HashMap<i64, Held> = qb
+                    .build_query_as::<Held>()
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .into_iter()
+                    .map(|t| (t.id, t))
+                    .collect();
+                let mut write: Vec<&Dispatched> = Vec::new();
+                for r in chunk {
+                    let Some(t) = tasks.get(&r.task_id) else {
+                        continue;
+                    };
+                    let ours =
+                        t.owner_node == Some(lease.node_id) && t.owner_epoch == Some(lease.epoch);
+                    if t.owner_node.is_some() && !ours {
+                        elsewhere += 1;
+                    } else if ours
+                        && t.attempt == r.attempt
+                        && t.status == TaskStatus::Claimed.as_str()
+                    {
+                        write.push(r);
+                    }
+                }
+                if write.is_empty() {
+                    continue;
+                }
+                if !leased {
+                    // The lease is held (a shared lock on this node's fence) until commit:
+                    // no take-over of this node can move the claims read as its own above.
+                    // (Locking the task rows instead would take them before the runs, the
+                    // opposite order of applying reports, and deadlock with it.)
+                    hold_lease!(self, tx, lease);
+                    leased = true;
+                }
+                let mut qb = QueryBuilder::<Db>::new(
+                    "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
+                     scheduled_at, dispatched_at) ",
+                );
+                qb.push_values(write.iter(), |mut b, r| {
+                    b.push_bind(r.run_id)
+                        .push_bind(r.job_id)
+                        .push_bind(r.task_id)
+                        .push_bind(r.attempt)
+                        .push_bind(r.shard_index)
+                        .push_bind(r.shard_total)
+                        .push_bind(r.executor.as_str())
+                        .push_bind(RunStatus::Dispatched.as_str())
+                        .push_bind(r.scheduled_at)
+                        .push_bind(r.dispatched_at);
+                });
+                qb.push(upsert_tail);
+                qb.build().execute(&mut *tx).await?;
+
+                // Tasks by the attempt that was sent (nearly always one group): only that
+                // attempt moves on, since a fast failure report may have moved the task to
+                // its next attempt, claimed again, since it was read.
+                let mut by_attempt: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+                for r in &write {
+                    by_attempt.entry(r.attempt).or_default().push(r.task_id);
+                }
+                for (attempt, mut task_ids) in by_attempt {
+                    task_ids.sort_unstable();
+                    task_ids.dedup();
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "UPDATE tasks SET status = 'running', updated_at = ",
+                    );
+                    qb.push_bind(now)
+                        .push(" WHERE status = 'claimed' AND attempt = ")
+                        .push_bind(attempt)
+                        .push(" AND id IN ");
+                    push_ids(&mut qb, task_ids.into_iter());
+                    qb.build().execute(&mut *tx).await?;
+                }
+            }
+            tx.commit().await?;
+        });
+        Ok(elsewhere)
+    }
+
+    pub async fn get_run(&self, id: i64) -> Result<Run> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?");
+        on_pool!(self, |pool, Db| {
+            let row: Option<RunRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            row.ok_or_else(|| Error::NotFound(format!("run {id}")))?
+                .try_into()
+        })
+    }
+
+    /// Runs, newest first.
+    pub async fn list_runs(&self, f: &RunFilter) -> Result<Page<Run>> {
+        let limit = f.limit.clamp(1, 1000);
+        on_pool!(self, |pool, Db| {
+            let mut qb =
+                QueryBuilder::<Db>::new(format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1"));
+            if let Some(job) = f.job_id {
+                qb.push(" AND job_id = ").push_bind(job);
+            }
+            if let Some(apps) = &f.apps {
+                in_apps!(qb, "job_id", apps);
+            }
+            if let Some(task) = f.task_id {
+                qb.push(" AND task_id = ").push_bind(task);
+            }
+            if let Some(status) = f.status {
+                qb.push(" AND status = ").push_bind(status.as_str());
+            }
+            if let Some(before) = f.before_id {
+                qb.push(" AND id < ").push_bind(before);
+            }
+            qb.push(" ORDER BY id DESC LIMIT ")
+                .push_bind(i64::from(limit) + 1);
+            let rows: Vec<RunRow> = qb.build_query_as().fetch_all(pool).await?;
+            page(rows, limit, |r| r.id)
+        })
+    }
+
+    /// Runs not yet finished on any of these executors (to mark them lost when they die).
+    /// The dispatched and running runs of these executors, each `(app, address)`: runs at
+    /// the address of that app's jobs (or of jobs deleted since), so one app's executor can
+    /// never speak for runs another app's executor has at the same address.
+    pub async fn unfinished_runs_on(&self, executors: &[(String, String)]) -> Result<Vec<Run>> {
+        if executors.is_empty() {
+            return Ok(Vec::new());
+        }
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new(format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('dispatched', 'running') AND ("
+            ));
+            for (i, (app, address)) in executors.iter().enumerate() {
+                if i > 0 {
+                    qb.push(" OR ");
+                }
+                qb.push("(executor = ")
+                    .push_bind(address.as_str())
+                    .push(
+                        " AND (job_id IN (SELECT sj.id FROM jobs sj JOIN apps sa ON sa.id = sj.app_id \
+                         WHERE sa.name = ",
+                    )
+                    .push_bind(app.as_str())
+                    .push(") OR job_id NOT IN (SELECT id FROM jobs)))");
+            }
+            qb.push(")");
+            let rows: Vec<RunRow> = qb.build_query_as().fetch_all(pool).await?;
+            rows.into_iter().map(Run::try_from).collect()
+        })
+    }
+
+    /// Finished runs per `bucket_ms` (a multiple of a minute) and status from `since`, in
+    /// time order.
+    pub async fn run_stats(&self, since: Millis, bucket_ms: Millis) -> Result<Vec<RunStat>> {
+        let bucket = bucket_ms.max(60_000);
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT minute - (minute % ?) AS bucket, status, CAST(SUM(runs) AS SIGNED) AS runs \
+                 FROM run_stats WHERE minute >= ? GROUP BY bucket, status ORDER BY bucket",
+            )
+            .bind(bucket)
+            .bind(since)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    /// The dashboard's numbers: jobs, tasks waiting to run, runs scheduled since `since` by
+    /// status; of `apps`' jobs only, when given.
+    pub async fn console_counts(&self, since: Millis, apps: Option<&[String]>) -> Result<Counts> {
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new("SELECT COUNT(*) FROM jobs WHERE 1 = 1");
+            if let Some(apps) = apps {
+                in_apps!(qb, "id", apps);
+            }
+            let jobs: i64 = qb.build_query_scalar().fetch_one(pool).await?;
+            let mut qb = QueryBuilder::<Db>::new(
+                "SELECT COUNT(*) FROM tasks WHERE status IN ('pending', 'claimed', 'waiting')",
+            );
+            if let Some(apps) = apps {
+                in_apps!(qb, "job_id", apps);
+            }
+            let tasks_pending: i64 = qb.build_query_scalar().fetch_one(pool).await?;
+            let mut qb =
+                QueryBuilder::<Db>::new("SELECT status, COUNT(*) FROM runs WHERE scheduled_at >= ");
+            qb.push_bind(since);
+            if let Some(apps) = apps {
+                in_apps!(qb, "job_id", apps);
+            }
+            qb.push(" GROUP BY status");
+            let runs_by_status: Vec<(String, i64)> = qb.build_query_as().fetch_all(pool).await?;
+            Ok(Counts {
+                jobs,
+                tasks_pending,
+                runs_by_status,
+            })
+        })
+    }
+}
+
 /// One update per run: the furthest along (a final status over `running` over
 /// `dispatched`; between two final ones, the first), in run-id order.
 fn most_advanced_per_run(updates: &[RunUpdate]) -> Vec<&RunUpdate> {

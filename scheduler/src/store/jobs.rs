@@ -1,0 +1,236 @@
+//! Jobs: create, change (re-planning the schedule), read, list, delete.
+
+use super::*;
+
+/// Binds a job's settings, in the column order of the INSERT and UPDATE below, after `app_id`
+/// for the app column.
+macro_rules! bind_spec {
+    ($query:expr, $spec:expr, $app_id:expr) => {
+        $query
+            .bind(&$spec.name)
+            .bind($app_id)
+            .bind(&$spec.plugin)
+            .bind(to_json(&$spec.schedule))
+            .bind(&$spec.params)
+            .bind($spec.route.as_str())
+            .bind($spec.block.as_str())
+            .bind($spec.misfire.as_str())
+            .bind($spec.timeout_ms)
+            .bind($spec.max_attempts)
+            .bind(to_json(&$spec.backoff))
+            .bind($spec.memory_mb)
+            .bind($spec.max_concurrency)
+            .bind(to_json(&$spec.child_jobs))
+            .bind(to_json(&$spec.http_allow))
+            .bind($spec.enabled)
+            .bind($spec.no_executor_timeout_ms)
+    };
+}
+
+impl Store {
+    pub async fn insert_job(
+        &self,
+        spec: &JobSpec,
+        next_fire_at: Option<Millis>,
+        now: Millis,
+    ) -> Result<Job> {
+        let app_id = self.ensure_app(&spec.app, now).await?;
+        let id = on_pool!(self, |pool, Db| {
+            let r = bind_spec!(
+                sqlx::query(
+                    "INSERT INTO jobs (name, app_id, plugin, schedule, params, route, block_strategy, misfire, \
+                     timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, child_jobs, http_allow, \
+                     enabled, no_executor_timeout_ms, next_fire_at, created_at, updated_at) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ),
+                spec,
+                app_id
+            )
+            .bind(next_fire_at)
+            .bind(now)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map_err(|e| match Error::from(e) {
+                Error::Conflict(_) => Error::Conflict(format!("a job named `{}` already exists", spec.name)),
+                other => other,
+            })?;
+            r.insert_id()
+        });
+        self.get_job(id).await
+    }
+
+    /// Replaces a job's settings and its next fire time. With `replan` (the schedule or
+    /// `enabled` changed, [`JobSpec::replans`]), in the same transaction, the job's
+    /// generation moves on and the recurring fires planned under the old one that have not
+    /// been dispatched are deleted: wherever a copy of one still sits (a wheel, a pool), it
+    /// is of an older generation and is dropped at dispatch.
+    pub async fn update_job(
+        &self,
+        id: i64,
+        spec: &JobSpec,
+        next_fire_at: Option<Millis>,
+        replan: bool,
+        now: Millis,
+    ) -> Result<Job> {
+        let app_id = self.ensure_app(&spec.app, now).await?;
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            bind_spec!(
+                sqlx::query(
+                    "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
+                     block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
+                     memory_mb = ?, max_concurrency = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
+                     no_executor_timeout_ms = ?, next_fire_at = ?, generation = generation + ?, updated_at = ? WHERE id = ?",
+                ),
+                spec,
+                app_id
+            )
+            .bind(next_fire_at)
+            .bind(i64::from(replan))
+            .bind(now)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| match Error::from(e) {
+                Error::Conflict(_) => Error::Conflict(format!("a job named `{}` already exists", spec.name)),
+                other => other,
+            })?;
+            if replan {
+                sqlx::query(
+                    "DELETE FROM tasks WHERE job_id = ? AND kind = 'cron' \
+                     AND status IN ('pending', 'claimed', 'waiting')",
+                )
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
+        self.get_job(id).await
+    }
+
+    pub async fn get_job(&self, id: i64) -> Result<Job> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs j JOIN apps a ON a.id = j.app_id WHERE j.id = ?"
+        );
+        on_pool!(self, |pool, Db| {
+            let row: Option<JobRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            row.ok_or_else(|| Error::NotFound(format!("job {id}")))?
+                .try_into()
+        })
+    }
+
+    pub async fn get_job_by_name(&self, name: &str) -> Result<Job> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs j JOIN apps a ON a.id = j.app_id WHERE j.name = ?"
+        );
+        on_pool!(self, |pool, Db| {
+            let row: Option<JobRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(name)
+                .fetch_optional(pool)
+                .await?;
+            row.ok_or_else(|| Error::NotFound(format!("job `{name}`")))?
+                .try_into()
+        })
+    }
+
+    /// Jobs, newest first, `limit` per page, optionally of one app or whose name contains
+    /// `search`.
+    /// Jobs, newest first: of `app`, of `apps` (a scoped user's view), matching `search`.
+    pub async fn list_jobs(
+        &self,
+        app: Option<&str>,
+        apps: Option<&[String]>,
+        search: Option<&str>,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Page<Job>> {
+        let limit = limit.clamp(1, 1000);
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new(format!(
+                "SELECT {JOB_COLUMNS} FROM jobs j JOIN apps a ON a.id = j.app_id WHERE 1 = 1"
+            ));
+            if let Some(app) = app {
+                qb.push(" AND a.name = ").push_bind(app);
+            }
+            if let Some(apps) = apps {
+                in_apps!(qb, "j.id", apps);
+            }
+            if let Some(search) = search {
+                // `!` escapes LIKE metacharacters the same way on both backends (a backslash
+                // would itself need escaping in MySQL string literals).
+                let pattern = format!(
+                    "%{}%",
+                    search
+                        .replace('!', "!!")
+                        .replace('%', "!%")
+                        .replace('_', "!_")
+                );
+                qb.push(" AND j.name LIKE ")
+                    .push_bind(pattern)
+                    .push(" ESCAPE '!'");
+            }
+            if let Some(before) = before_id {
+                qb.push(" AND j.id < ").push_bind(before);
+            }
+            qb.push(" ORDER BY j.id DESC LIMIT ")
+                .push_bind(i64::from(limit) + 1);
+            let rows: Vec<JobRow> = qb.build_query_as().fetch_all(pool).await?;
+            page(rows, limit, |r| r.id)
+        })
+    }
+
+    /// Deletes a job. With pending or running tasks it is a conflict unless `force`, which
+    /// cancels the pending ones first (running ones finish on their own).
+    pub async fn delete_job(&self, id: i64, force: bool, now: Millis) -> Result<Vec<i64>> {
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM jobs WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if exists.is_none() {
+                return Err(Error::NotFound(format!("job {id}")));
+            }
+            let active: Vec<(i64, String)> = sqlx::query_as(
+                "SELECT id, status FROM tasks WHERE job_id = ? AND status IN ('pending', 'claimed', 'waiting', 'running')",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+            if !active.is_empty() && !force {
+                return Err(Error::Conflict(format!(
+                    "job {id} has {} pending or running task(s); cancel them or delete with ?force=true",
+                    active.len()
+                )));
+            }
+            let cancelled: Vec<i64> = active
+                .iter()
+                .filter(|(_, s)| s != "running")
+                .map(|(id, _)| *id)
+                .collect();
+            for chunk in cancelled.chunks(CHUNK) {
+                let mut qb =
+                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'cancelled', updated_at = ");
+                qb.push_bind(now)
+                    .push(" WHERE status IN ('pending', 'claimed', 'waiting') AND id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.build().execute(&mut *tx).await?;
+            }
+            sqlx::query("DELETE FROM kv WHERE job_id = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM jobs WHERE id = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(cancelled)
+        })
+    }
+}

@@ -1,0 +1,185 @@
+//! Uploaded plugins, by name and version, and which app may fetch which module.
+
+use super::*;
+
+impl Store {
+    /// Stores a validated module under `name`. The same bytes under the same name return the
+    /// existing version (`false`); new bytes make the next version (`true`).
+    pub async fn insert_plugin(
+        &self,
+        name: &str,
+        sha256: &str,
+        module: &[u8],
+        now: Millis,
+    ) -> Result<(Plugin, bool)> {
+        let size = i64::try_from(module.len()).unwrap_or(i64::MAX);
+        for _ in 0..3 {
+            let attempt: Result<(Plugin, bool)> = on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin().await?;
+                let existing: Option<PluginRow> = sqlx::query_as(
+                    "SELECT id, name, version, sha256, size, created_at FROM plugins \
+                     WHERE name = ? AND sha256 = ? ORDER BY version DESC LIMIT 1",
+                )
+                .bind(name)
+                .bind(sha256)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some(row) = existing {
+                    return Ok((row.into(), false));
+                }
+                let latest: Option<i32> = sqlx::query_scalar(
+                    "SELECT version FROM plugins WHERE name = ? ORDER BY version DESC LIMIT 1",
+                )
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let version = latest.unwrap_or(0) + 1;
+                let r = sqlx::query(
+                    "INSERT INTO plugins (name, version, sha256, size, module, created_at) \
+                     VALUES (?, ?, ?, ?, ?, ?)",
+                )
+                .bind(name)
+                .bind(version)
+                .bind(sha256)
+                .bind(size)
+                .bind(module)
+                .bind(now)
+                .execute(&mut *tx)
+                .await;
+                let id = match r {
+                    Ok(r) => r.insert_id(),
+                    Err(e) => return Err(e.into()),
+                };
+                tx.commit().await?;
+                Ok((
+                    Plugin {
+                        id,
+                        name: name.to_owned(),
+                        version,
+                        sha256: sha256.to_owned(),
+                        size,
+                        created_at: now,
+                    },
+                    true,
+                ))
+            });
+            match attempt {
+                // A concurrent upload took this version number: try the next.
+                Err(Error::Conflict(_)) => continue,
+                other => return other,
+            }
+        }
+        Err(Error::Conflict(format!(
+            "plugin `{name}` is being uploaded concurrently; try again"
+        )))
+    }
+
+    pub async fn list_plugins(&self) -> Result<Vec<Plugin>> {
+        on_pool!(self, |pool, Db| {
+            let rows: Vec<PluginRow> = sqlx::query_as(
+                "SELECT id, name, version, sha256, size, created_at FROM plugins ORDER BY name, version DESC",
+            )
+            .fetch_all(pool)
+            .await?;
+            Ok(rows.into_iter().map(Plugin::from).collect())
+        })
+    }
+
+    pub async fn get_plugin(&self, id: i64) -> Result<Plugin> {
+        on_pool!(self, |pool, Db| {
+            let row: Option<PluginRow> = sqlx::query_as(
+                "SELECT id, name, version, sha256, size, created_at FROM plugins WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+            row.map(Plugin::from)
+                .ok_or_else(|| Error::NotFound(format!("plugin {id}")))
+        })
+    }
+
+    /// Which jobs use which plugin: (plugin name, job id, job name), by plugin and job name.
+    pub async fn plugin_users(&self) -> Result<Vec<PluginUser>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT plugin, id AS job_id, name AS job_name FROM jobs ORDER BY plugin, name",
+            )
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    /// Deletes every version of plugin `name`, which no job may use (a conflict naming
+    /// them otherwise). Returns the versions deleted.
+    pub async fn delete_plugin(&self, name: &str) -> Result<u64> {
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            let users: Vec<String> =
+                sqlx::query_scalar("SELECT name FROM jobs WHERE plugin = ? ORDER BY name LIMIT 6")
+                    .bind(name)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            if !users.is_empty() {
+                let more = if users.len() > 5 { ", …" } else { "" };
+                let listed: Vec<String> = users.iter().take(5).map(|j| format!("`{j}`")).collect();
+                return Err(Error::Conflict(format!(
+                    "plugin `{name}` is used by job {}{more}; change or delete those jobs first",
+                    listed.join(", ")
+                )));
+            }
+            let deleted = sqlx::query("DELETE FROM plugins WHERE name = ?")
+                .bind(name)
+                .execute(&mut *tx)
+                .await?
+                .affected();
+            if deleted == 0 {
+                return Err(Error::NotFound(format!("plugin `{name}`")));
+            }
+            tx.commit().await?;
+            Ok(deleted)
+        })
+    }
+
+    /// The newest version of plugin `name`.
+    pub async fn latest_plugin(&self, name: &str) -> Result<Plugin> {
+        on_pool!(self, |pool, Db| {
+            let row: Option<PluginRow> = sqlx::query_as(
+                "SELECT id, name, version, sha256, size, created_at FROM plugins \
+                 WHERE name = ? ORDER BY version DESC LIMIT 1",
+            )
+            .bind(name)
+            .fetch_optional(pool)
+            .await?;
+            row.map(Plugin::from)
+                .ok_or_else(|| Error::NotFound(format!("plugin `{name}`")))
+        })
+    }
+
+    /// The module bytes with this SHA-256.
+    pub async fn plugin_module(&self, sha256: &str) -> Result<Vec<u8>> {
+        on_pool!(self, |pool, Db| {
+            let bytes: Option<Vec<u8>> =
+                sqlx::query_scalar("SELECT module FROM plugins WHERE sha256 = ? LIMIT 1")
+                    .bind(sha256)
+                    .fetch_optional(pool)
+                    .await?;
+            bytes.ok_or_else(|| Error::NotFound(format!("plugin module {sha256}")))
+        })
+    }
+
+    /// Whether a job of `app` binds a plugin with this hash (any version of its name): what
+    /// an executor of `app` may download.
+    pub async fn app_uses_plugin(&self, app: &str, sha256: &str) -> Result<bool> {
+        on_pool!(self, |pool, Db| {
+            let found: Option<i64> = sqlx::query_scalar(
+                "SELECT p.id FROM plugins p JOIN jobs j ON j.plugin = p.name \
+                 JOIN apps a ON a.id = j.app_id WHERE p.sha256 = ? AND a.name = ? LIMIT 1",
+            )
+            .bind(sha256)
+            .bind(app)
+            .fetch_optional(pool)
+            .await?;
+            Ok(found.is_some())
+        })
+    }
+}

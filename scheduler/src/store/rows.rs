@@ -1,0 +1,389 @@
+//! The rows the store reads (one named type per query shape, never a tuple read by
+//! position) and what its methods return.
+
+use super::*;
+
+/// Whom a batch of run reports is about ([`Store::report_owners`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReportOwners {
+    /// Task → its job and the job's app (`None` for a job deleted since).
+    pub tasks: HashMap<i64, (i64, Option<String>)>,
+    /// Recorded run → its task and the executor it was sent to.
+    pub runs: HashMap<i64, (i64, Option<String>)>,
+}
+
+pub(super) const JOB_COLUMNS: &str = "j.id, j.name, a.name AS app, j.plugin, j.schedule, j.params, j.route, \
+     j.block_strategy, j.misfire, j.timeout_ms, j.max_attempts, j.backoff, j.memory_mb, \
+     j.max_concurrency, j.child_jobs, j.http_allow, j.enabled, j.no_executor_timeout_ms, \
+     j.next_fire_at, j.generation, j.created_at, j.updated_at";
+
+#[derive(FromRow)]
+pub(super) struct JobRow {
+    pub(super) id: i64,
+    pub(super) name: String,
+    pub(super) app: String,
+    pub(super) plugin: String,
+    pub(super) schedule: String,
+    pub(super) params: Option<String>,
+    pub(super) route: String,
+    pub(super) block_strategy: String,
+    pub(super) misfire: String,
+    pub(super) timeout_ms: i64,
+    pub(super) max_attempts: i32,
+    pub(super) backoff: String,
+    pub(super) memory_mb: i32,
+    pub(super) max_concurrency: Option<i32>,
+    pub(super) child_jobs: String,
+    pub(super) http_allow: Option<String>,
+    pub(super) enabled: bool,
+    pub(super) no_executor_timeout_ms: Option<i64>,
+    pub(super) next_fire_at: Option<i64>,
+    pub(super) generation: i64,
+    pub(super) created_at: i64,
+    pub(super) updated_at: i64,
+}
+
+impl TryFrom<JobRow> for Job {
+    type Error = Error;
+    fn try_from(r: JobRow) -> Result<Job> {
+        Ok(Job {
+            id: r.id,
+            spec: JobSpec {
+                name: r.name,
+                app: r.app,
+                plugin: r.plugin,
+                schedule: parse_json(&r.schedule)?,
+                params: r.params,
+                route: parse(&r.route)?,
+                block: parse(&r.block_strategy)?,
+                misfire: parse(&r.misfire)?,
+                timeout_ms: r.timeout_ms,
+                max_attempts: r.max_attempts,
+                backoff: parse_json(&r.backoff)?,
+                memory_mb: r.memory_mb,
+                max_concurrency: r.max_concurrency,
+                child_jobs: parse_json(&r.child_jobs)?,
+                http_allow: match r.http_allow.as_deref() {
+                    None | Some("") => Vec::new(),
+                    Some(json) => parse_json(json)?,
+                },
+                enabled: r.enabled,
+                no_executor_timeout_ms: r.no_executor_timeout_ms,
+            },
+            next_fire_at: r.next_fire_at,
+            generation: r.generation,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+/// A task's columns for `SELECT … FROM tasks`. Its newest run is looked up (an index probe
+/// of `uk_runs_attempt`) rather than kept on the row: writing it on every dispatch and
+/// report took a per-row `CASE` that cost the database more than the rest of the hot path.
+pub(super) const TASK_COLUMNS: &str = "id, job_id, kind, idem_key, payload, params, status, due_at, attempt, \
+     max_attempts, backoff, priority, \
+     (SELECT MAX(r.id) FROM runs r WHERE r.task_id = tasks.id) AS last_run_id, created_at, updated_at";
+
+#[derive(FromRow)]
+pub(super) struct TaskRow {
+    pub(super) id: i64,
+    pub(super) job_id: i64,
+    pub(super) kind: String,
+    pub(super) idem_key: Option<String>,
+    pub(super) payload: Option<String>,
+    pub(super) params: Option<String>,
+    pub(super) status: String,
+    pub(super) due_at: i64,
+    pub(super) attempt: i32,
+    pub(super) max_attempts: Option<i32>,
+    pub(super) backoff: Option<String>,
+    pub(super) priority: i32,
+    pub(super) last_run_id: Option<i64>,
+    pub(super) created_at: i64,
+    pub(super) updated_at: i64,
+}
+
+impl TryFrom<TaskRow> for Task {
+    type Error = Error;
+    fn try_from(r: TaskRow) -> Result<Task> {
+        Ok(Task {
+            id: r.id,
+            job_id: r.job_id,
+            kind: parse(&r.kind)?,
+            key: r.idem_key,
+            payload: r.payload,
+            params: r.params,
+            status: parse(&r.status)?,
+            due_at: r.due_at,
+            attempt: r.attempt,
+            max_attempts: r.max_attempts,
+            backoff: r.backoff.as_deref().map(parse_json).transpose()?,
+            priority: r.priority,
+            last_run_id: r.last_run_id,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct DueRow {
+    pub(super) id: i64,
+    pub(super) job_id: i64,
+    pub(super) kind: String,
+    pub(super) idem_key: Option<String>,
+    pub(super) due_at: i64,
+    pub(super) attempt: i32,
+    pub(super) priority: i32,
+    pub(super) payload: Option<String>,
+    pub(super) params: Option<String>,
+}
+
+impl TryFrom<DueRow> for DueTask {
+    type Error = Error;
+    fn try_from(r: DueRow) -> Result<DueTask> {
+        let kind: TaskKind = parse(&r.kind)?;
+        let generation = match (kind, r.idem_key.as_deref()) {
+            (TaskKind::Cron, Some(key)) => cron_key_gen(key),
+            _ => 0,
+        };
+        Ok(DueTask {
+            task_id: r.id,
+            job_id: r.job_id,
+            kind,
+            due_at: r.due_at,
+            attempt: r.attempt,
+            priority: r.priority,
+            payload: r.payload,
+            params: r.params,
+            epoch: 0,
+            generation,
+            waiting_since: None,
+        })
+    }
+}
+
+pub(super) const RUN_COLUMNS: &str = "id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
+     scheduled_at, dispatched_at, started_at, finished_at, exit_code, message";
+
+#[derive(FromRow)]
+pub(super) struct RunRow {
+    pub(super) id: i64,
+    pub(super) job_id: i64,
+    pub(super) task_id: i64,
+    pub(super) attempt: i32,
+    pub(super) shard_index: i32,
+    pub(super) shard_total: i32,
+    pub(super) executor: Option<String>,
+    pub(super) status: String,
+    pub(super) scheduled_at: i64,
+    pub(super) dispatched_at: Option<i64>,
+    pub(super) started_at: Option<i64>,
+    pub(super) finished_at: Option<i64>,
+    pub(super) exit_code: Option<i32>,
+    pub(super) message: Option<String>,
+}
+
+impl TryFrom<RunRow> for Run {
+    type Error = Error;
+    fn try_from(r: RunRow) -> Result<Run> {
+        Ok(Run {
+            id: r.id,
+            job_id: r.job_id,
+            task_id: r.task_id,
+            attempt: r.attempt,
+            shard_index: r.shard_index,
+            shard_total: r.shard_total,
+            executor: r.executor,
+            status: parse(&r.status)?,
+            scheduled_at: r.scheduled_at,
+            dispatched_at: r.dispatched_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            exit_code: r.exit_code,
+            message: r.message,
+        })
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct ExecutorRow {
+    pub(super) app: String,
+    pub(super) address: String,
+    pub(super) capacity: i32,
+    pub(super) running: i32,
+    pub(super) registered_at: i64,
+    pub(super) last_heartbeat_at: i64,
+}
+
+impl From<ExecutorRow> for Executor {
+    fn from(r: ExecutorRow) -> Self {
+        Executor {
+            app: r.app,
+            address: r.address,
+            capacity: r.capacity,
+            running: r.running,
+            registered_at: r.registered_at,
+            last_heartbeat_at: r.last_heartbeat_at,
+        }
+    }
+}
+
+#[derive(FromRow)]
+pub(super) struct PluginRow {
+    pub(super) id: i64,
+    pub(super) name: String,
+    pub(super) version: i32,
+    pub(super) sha256: String,
+    pub(super) size: i64,
+    pub(super) created_at: i64,
+}
+
+impl From<PluginRow> for Plugin {
+    fn from(r: PluginRow) -> Self {
+        Plugin {
+            id: r.id,
+            name: r.name,
+            version: r.version,
+            sha256: r.sha256,
+            size: r.size,
+            created_at: r.created_at,
+        }
+    }
+}
+
+/// A job whose next fire time falls inside the scan window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DueJob {
+    pub id: i64,
+    pub schedule: Schedule,
+    pub misfire: Misfire,
+    pub next_fire_at: Millis,
+}
+
+/// The fire times the scan decided for one [`DueJob`] and its next fire time after them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobFires {
+    pub fires: Vec<Millis>,
+    pub next_fire_at: Option<Millis>,
+}
+
+/// What a scan claimed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Claimed {
+    pub tasks: Vec<DueTask>,
+    /// Recurring fire times the scan turned into tasks.
+    pub cron_fires: usize,
+}
+
+/// The outcome of applying a batch of run updates.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Applied {
+    /// Run rows written (one per run of the batch; a repeated or stale update is written
+    /// too, and changes nothing).
+    pub written: usize,
+    /// Tasks whose attempt ended, with what happens next.
+    pub tasks: Vec<(i64, TaskNext)>,
+    /// Child-job tasks created because a parent succeeded.
+    pub children: usize,
+    /// An attempt of a job with `max_concurrency` ended: the scan may claim another.
+    pub freed_limited: bool,
+}
+
+// ----- read models handed to callers ---------------------------------------------------------
+
+/// A console user, as the store reads it.
+#[derive(Debug, Clone, FromRow)]
+pub struct User {
+    pub id: i64,
+    pub name: String,
+    pub password_hash: String,
+    pub role: String,
+    /// `*` or app names joined by commas (see [`crate::access::Apps`]).
+    pub apps: String,
+    pub created_at: Millis,
+}
+
+impl User {
+    /// What this user may do.
+    pub fn principal(&self) -> crate::access::Principal {
+        crate::access::Principal::of_user(&self.name, &self.role, &self.apps)
+    }
+}
+
+/// An API token as listed (never the token itself: only its hash is stored).
+#[derive(Debug, Clone, FromRow)]
+pub struct ApiToken {
+    pub id: i64,
+    pub user_id: i64,
+    pub user_name: String,
+    pub name: String,
+    pub created_at: Millis,
+    pub revoked_at: Option<Millis>,
+}
+
+/// One line of the audit log: who did what to which thing, when.
+#[derive(Debug, Clone, FromRow)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub user_name: String,
+    pub action: String,
+    pub target: String,
+    pub at: Millis,
+}
+
+/// The dashboard's numbers from the store.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    pub jobs: i64,
+    pub tasks_pending: i64,
+    pub runs_by_status: Vec<(String, i64)>,
+}
+
+/// The user behind a live API token.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct TokenUser {
+    pub name: String,
+    pub role: String,
+    /// `*` or app names joined by commas (see [`crate::access::Apps`]).
+    pub apps: String,
+}
+
+/// A scheduler node as its peers reach it.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct NodeRef {
+    pub id: i64,
+    pub address: String,
+}
+
+/// A job using a plugin.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct PluginUser {
+    pub plugin: String,
+    pub job_id: i64,
+    pub job_name: String,
+}
+
+/// A secret as listed: never its value.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct SecretMeta {
+    pub name: String,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// What a job's key-value state holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvUsage {
+    pub keys: usize,
+    pub bytes: usize,
+}
+
+/// Finished runs of one status in one time bucket.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct RunStat {
+    pub bucket: Millis,
+    pub status: String,
+    pub runs: i64,
+}
