@@ -356,81 +356,108 @@ enum Unsent {
     NoIds(String),
 }
 
-/// Dispatches one tick's tasks of one pool.
+/// Dispatches one tick's tasks of one pool: plan each task's triggers, send them in rounds
+/// (each round sends every remaining trigger to its next candidate, one request per
+/// executor), classify the answers, then hand on what became of each.
 #[tracing::instrument(skip_all, fields(tasks = batch.len()))]
 async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
-    let now = now_ms();
-    let mut failed: Vec<Failed> = Vec::new();
-    let mut pending: Vec<Pending> = Vec::new();
-    // Fires that will not go out, and need no run: see `settle_unsent`.
-    let mut unsent = Unsendable::default();
-    let unroutable = |task: DueTask, reason: String| Failed {
-        task,
-        run_id: None,
-        shard_index: 0,
-        shard_total: 1,
-        executor: None,
-        at: now,
-        reason,
-    };
-
-    // Resolve jobs and executors, choose candidates.
+    let mut dispatch = Dispatch::new(now_ms());
     for task in batch {
+        dispatch.plan(shared, task).await;
+    }
+    while !dispatch.pending.is_empty() && dispatch.round(shared).await {}
+    dispatch.finish(shared).await;
+}
+
+/// One pool batch on its way out: the triggers still to send, and what became of the rest.
+struct Dispatch {
+    /// When the batch left the pool.
+    now: Millis,
+    /// Triggers for their next candidate.
+    pending: Vec<Pending>,
+    /// Triggers an executor took: recorded.
+    sent: Vec<Dispatched>,
+    /// Tasks every candidate was too full for: back to the wheel for a moment.
+    deferred: Vec<DueTask>,
+    /// Triggers that end here as failed runs.
+    failed: Vec<Failed>,
+    /// Fires that will not go out and need no run (see `settle_unsent`).
+    unsent: Unsendable,
+}
+
+impl Dispatch {
+    fn new(now: Millis) -> Self {
+        Dispatch {
+            now,
+            pending: Vec::new(),
+            sent: Vec::new(),
+            deferred: Vec::new(),
+            failed: Vec::new(),
+            unsent: Unsendable::default(),
+        }
+    }
+
+    /// Resolves a task's job and executors and queues its triggers (one per shard) with
+    /// their candidates in route order.
+    async fn plan(&mut self, shared: &Shared, task: DueTask) {
         let job = match shared.jobs.get(&shared.store, task.job_id).await {
             Ok(Some(job)) => job,
-            Ok(None) => {
-                unsent.orphans.push(task);
-                continue;
-            }
+            Ok(None) => return self.unsent.orphans.push(task),
             Err(e) => {
                 tracing::warn!(error = %e, "loading a job for dispatch failed; retrying shortly");
-                shared.ring.defer(vec![task], now + JOB_RETRY_MS);
-                continue;
+                shared.ring.defer(vec![task], self.now + JOB_RETRY_MS);
+                return;
             }
         };
         if task.kind == TaskKind::Cron && task.generation != job.job.generation {
             // Planned under a schedule the job no longer has: its row is gone.
-            unsent.void.push(task);
-            continue;
+            return self.unsent.void.push(task);
         }
         let spec = &job.job.spec;
         if job.plugin.is_none() {
             let reason = format!("plugin `{}` does not exist", spec.plugin);
-            failed.push(unroutable(task, reason));
-            continue;
+            return self.failed.push(Failed {
+                task,
+                run_id: None,
+                shard_index: 0,
+                shard_total: 1,
+                executor: None,
+                at: self.now,
+                reason,
+            });
         }
         let executors = shared.executors.of_app(&spec.app);
         if executors.is_empty() {
-            unsent.no_executor.push(task);
-            continue;
+            return self.unsent.no_executor.push(task);
         }
         let live = executors.len();
         let addresses: Vec<String> = executors.into_iter().map(|e| e.address).collect();
-        let order = shared.router.order(spec.route, task.job_id, &addresses);
-        let mut shards = Vec::new();
-        if spec.route == Route::ShardingBroadcast {
+        let shards = if spec.route == Route::ShardingBroadcast {
             let total = addresses.len() as i32;
-            for (i, address) in addresses.iter().enumerate() {
-                shards.push(Shard {
+            addresses
+                .iter()
+                .enumerate()
+                .map(|(i, address)| Shard {
                     index: i as i32,
                     total,
                     candidates: vec![address.clone()],
-                });
-            }
+                })
+                .collect()
         } else {
+            let order = shared.router.order(spec.route, task.job_id, &addresses);
             let mut candidates: Vec<String> = order.iter().map(|&i| addresses[i].clone()).collect();
             if spec.route == Route::Busyover {
-                candidates = idle_first(shared, &job.job.spec.app, task.job_id, candidates).await;
+                candidates = idle_first(shared, &spec.app, task.job_id, candidates).await;
             }
-            shards.push(Shard {
+            vec![Shard {
                 index: 0,
                 total: 1,
                 candidates,
-            });
-        }
+            }]
+        };
         let failover = spec.route.allows_failover();
         for shard in shards {
-            pending.push(Pending {
+            self.pending.push(Pending {
                 task: task.clone(),
                 job: job.clone(),
                 run_id: None,
@@ -447,11 +474,9 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         }
     }
 
-    let mut sent: Vec<Dispatched> = Vec::new();
-    let mut deferred: Vec<DueTask> = Vec::new();
-    // Rounds: each round sends every remaining trigger to its next candidate, one request
-    // per executor.
-    while !pending.is_empty() {
+    /// Sends every pending trigger to its next candidate and sorts the answers; `false`
+    /// when no further round can help (nothing left, or the lease is gone).
+    async fn round(&mut self, shared: &Shared) -> bool {
         // The lease is checked again right before sending, not only when the ring fired:
         // a batch that waited in a pool past it (a starved or paused node) may belong to
         // another node by now. Send nothing; the wheel holds it, and drops it if this node
@@ -464,9 +489,9 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         let lease_until = shared.lease_valid_until.load(Ordering::SeqCst);
         // Read after the lease (a rejoin renews the epoch first, then the lease): under a
         // lease of the new epoch, the old epoch's fires are always seen as stale here.
-        pending = drop_stale(shared, pending, |p| &p.task);
-        if pending.is_empty() {
-            break;
+        self.pending = drop_stale(shared, std::mem::take(&mut self.pending), |p| &p.task);
+        if self.pending.is_empty() {
+            return false;
         }
         // What the executor checks: the lease plus a quarter of dead-after, so a busy
         // executor has time to admit what was sent near the lease's end, while every
@@ -474,52 +499,12 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
         // could ask it (`docs/cluster.md`, argument 4).
         let not_after = lease_until + shared.config.node_dead_after_ms / 4;
         if round_at > lease_until {
-            hold_for_lease(shared, pending.drain(..), round_at);
-            break;
+            hold_for_lease(shared, self.pending.drain(..), round_at);
+            return false;
         }
-        // Keyed by app too: the app decides the key a request is signed with.
-        let mut by_executor: HashMap<(String, String), Vec<Pending>> = HashMap::new();
-        let mut held = std::mem::take(&mut pending);
-        // Executors still marked full count as having said so again, without a request.
-        while let Some(mut p) = held.pop() {
-            match p.candidates.get(p.next) {
-                Some(address) if shared.rooms.is_full(address, round_at) => {
-                    p.last_error = Some(format!("executor {address} is at capacity"));
-                    p.next += 1;
-                    held.push(p);
-                }
-                _ => pending.push(p),
-            }
-        }
-        // Oldest first within each executor's requests: the pops above reversed them.
-        pending.reverse();
-        for p in pending.drain(..) {
-            match p.candidates.get(p.next).cloned() {
-                Some(address) => {
-                    let key = (p.job.job.spec.app.clone(), address);
-                    by_executor.entry(key).or_default().push(p);
-                }
-                None => {
-                    if p.all_full && p.last_error.is_some() && p.shard_total == 1 {
-                        deferred.push(p.task);
-                    } else if p.shard_total == 1 && p.unreachable >= p.live {
-                        let limit = p.job.job.spec.no_executor_timeout_ms();
-                        match unreachable_wait(p, now, limit) {
-                            Wait::Again(task) => unsent.unreachable.push(task),
-                            Wait::Over(f) => failed.push(f),
-                        }
-                    } else {
-                        let reason = p
-                            .last_error
-                            .clone()
-                            .unwrap_or_else(|| "no executor could take it".into());
-                        failed.push(Failed::of(p, None, now, reason));
-                    }
-                }
-            }
-        }
+        let by_executor = self.by_executor(shared, round_at);
         if by_executor.is_empty() {
-            break;
+            return false;
         }
         let requests = by_executor
             .into_iter()
@@ -529,109 +514,11 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
             });
         let mut expired: Vec<Pending> = Vec::new();
         for (app, address, out) in join_all(requests).await {
-            for Answered {
-                group,
-                result,
-                sent_at: dispatched_at,
-                answered_at,
-            } in out.answered
-            {
-                match result {
-                    Ok(ack) if ack.acks.len() == group.len() => {
-                        for (mut p, a) in group.into_iter().zip(ack.acks) {
-                            match a.outcome {
-                                TriggerOutcome::Accepted | TriggerOutcome::Duplicate => {
-                                    sent.extend(dispatched(&p, &address, dispatched_at));
-                                }
-                                TriggerOutcome::Full => {
-                                    p.last_error =
-                                        Some(format!("executor {address} is at capacity"));
-                                    p.next += 1;
-                                    pending.push(p);
-                                }
-                                TriggerOutcome::Busy => {
-                                    p.all_full = false;
-                                    p.last_error = Some(format!(
-                                        "executor {address} is still running this job (block strategy discard_later)"
-                                    ));
-                                    p.next = if p.job.job.spec.route == Route::Busyover {
-                                        p.next + 1
-                                    } else {
-                                        usize::MAX
-                                    };
-                                    pending.push(p);
-                                }
-                                TriggerOutcome::Expired => expired.push(p),
-                                TriggerOutcome::Rejected { reason } => {
-                                    failed.push(Failed::of(
-                                        p,
-                                        Some(&address),
-                                        dispatched_at,
-                                        reason,
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                    Ok(ack) => {
-                        let reason = format!(
-                            "executor {address} answered {} acks for {} triggers",
-                            ack.acks.len(),
-                            group.len()
-                        );
-                        requeue(&mut pending, group, reason, false);
-                    }
-                    Err(e) if e.not_delivered() => {
-                        tracing::warn!(error = %e, "dispatch failed");
-                        requeue(&mut pending, group, e.to_string(), true);
-                    }
-                    Err(e) if answered_at > not_after => {
-                        // No answer, and the lease ran out meanwhile (this node stalled, or
-                        // the request took that long): past `not_after` the executor takes
-                        // none of them any more, so what it has now is final. Ask it.
-                        tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered past this node's lease; asking the executor what it took");
-                        let (taken, not_taken) =
-                            resolve_unanswered(shared, &app, &address, group).await;
-                        sent.extend(taken);
-                        expired.extend(not_taken);
-                    }
-                    Err(e) => {
-                        // Connected, but no answer: the executor may have the triggers.
-                        // Sending them elsewhere could run an attempt twice, so they count
-                        // as dispatched to it; if they never arrived, its next heartbeat
-                        // (which lists the runs it has) marks them lost and they are retried.
-                        tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered; treating it as delivered");
-                        sent.extend(
-                            group
-                                .iter()
-                                .filter_map(|p| dispatched(p, &address, dispatched_at)),
-                        );
-                    }
-                }
+            for answered in out.answered {
+                self.classify(shared, &app, &address, answered, not_after, &mut expired)
+                    .await;
             }
-            match out.why {
-                Unsent::Full => {
-                    for mut p in out.unsent {
-                        p.last_error = Some(format!("executor {address} is at capacity"));
-                        p.next += 1;
-                        pending.push(p);
-                    }
-                }
-                Unsent::Failed(reason, unreachable) => {
-                    requeue(&mut pending, out.unsent, reason, unreachable)
-                }
-                Unsent::NoIds(reason) => {
-                    for p in out.unsent {
-                        if p.shard_total == 1 {
-                            deferred.push(p.task);
-                        } else {
-                            // Other shards of the task may be out: fail this one alone.
-                            let reason = format!("no run id could be reserved: {reason}");
-                            failed.push(Failed::of(p, None, now_ms(), reason));
-                        }
-                    }
-                }
-            }
+            self.not_sent(&address, out.unsent, out.why);
         }
         if !expired.is_empty() {
             tracing::warn!(
@@ -641,34 +528,215 @@ async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
             // The rest of this dispatch waits too: the lease is gone for all of it.
             hold_for_lease(
                 shared,
-                expired.into_iter().chain(pending.drain(..)),
+                expired.into_iter().chain(self.pending.drain(..)),
                 now_ms(),
             );
-            break;
+            return false;
+        }
+        true
+    }
+
+    /// This round's requests: the pending triggers by (app, executor), oldest first within
+    /// each. Executors still marked full count as having said so again, without a request;
+    /// triggers out of candidates end here.
+    fn by_executor(
+        &mut self,
+        shared: &Shared,
+        round_at: Millis,
+    ) -> HashMap<(String, String), Vec<Pending>> {
+        let mut held = std::mem::take(&mut self.pending);
+        let mut ready = Vec::with_capacity(held.len());
+        while let Some(mut p) = held.pop() {
+            match p.candidates.get(p.next) {
+                Some(address) if shared.rooms.is_full(address, round_at) => {
+                    p.last_error = Some(format!("executor {address} is at capacity"));
+                    p.next += 1;
+                    held.push(p);
+                }
+                _ => ready.push(p),
+            }
+        }
+        // Oldest first within each executor's requests: the pops above reversed them.
+        ready.reverse();
+        // Keyed by app too: the app decides the key a request is signed with.
+        let mut by_executor: HashMap<(String, String), Vec<Pending>> = HashMap::new();
+        for p in ready {
+            match p.candidates.get(p.next).cloned() {
+                Some(address) => {
+                    let key = (p.job.job.spec.app.clone(), address);
+                    by_executor.entry(key).or_default().push(p);
+                }
+                None => self.exhausted(p),
+            }
+        }
+        by_executor
+    }
+
+    /// A trigger every candidate turned down: deferred if they were all full, waiting if
+    /// none could be reached, failed otherwise.
+    fn exhausted(&mut self, p: Pending) {
+        if p.all_full && p.last_error.is_some() && p.shard_total == 1 {
+            self.deferred.push(p.task);
+        } else if p.shard_total == 1 && p.unreachable >= p.live {
+            let limit = p.job.job.spec.no_executor_timeout_ms();
+            match unreachable_wait(p, self.now, limit) {
+                Wait::Again(task) => self.unsent.unreachable.push(task),
+                Wait::Over(f) => self.failed.push(f),
+            }
+        } else {
+            let reason = p
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "no executor could take it".into());
+            self.failed.push(Failed::of(p, None, self.now, reason));
         }
     }
 
-    let got_out = !sent.is_empty();
-    if got_out {
-        metrics::counter!("rota_dispatched_total").increment(sent.len() as u64);
-        for d in sent {
-            // The recorder is bounded; waiting here is back-pressure on the pool.
-            if shared.recorder.send(d).await.is_err() {
-                break;
+    /// What one request's answer means for each of its triggers.
+    async fn classify(
+        &mut self,
+        shared: &Shared,
+        app: &str,
+        address: &str,
+        answered: Answered,
+        not_after: Millis,
+        expired: &mut Vec<Pending>,
+    ) {
+        let Answered {
+            group,
+            result,
+            sent_at,
+            answered_at,
+        } = answered;
+        match result {
+            Ok(ack) if ack.acks.len() == group.len() => {
+                for (p, a) in group.into_iter().zip(ack.acks) {
+                    self.acked(p, a.outcome, address, sent_at, expired);
+                }
+            }
+            Ok(ack) => {
+                let reason = format!(
+                    "executor {address} answered {} acks for {} triggers",
+                    ack.acks.len(),
+                    group.len()
+                );
+                requeue(&mut self.pending, group, reason, false);
+            }
+            Err(e) if e.not_delivered() => {
+                tracing::warn!(error = %e, "dispatch failed");
+                requeue(&mut self.pending, group, e.to_string(), true);
+            }
+            Err(e) if answered_at > not_after => {
+                // No answer, and the lease ran out meanwhile (this node stalled, or the
+                // request took that long): past `not_after` the executor takes none of them
+                // any more, so what it has now is final. Ask it.
+                tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered past this node's lease; asking the executor what it took");
+                let (taken, not_taken) = resolve_unanswered(shared, app, address, group).await;
+                self.sent.extend(taken);
+                expired.extend(not_taken);
+            }
+            Err(e) => {
+                // Connected, but no answer: the executor may have the triggers. Sending
+                // them elsewhere could run an attempt twice, so they count as dispatched to
+                // it; if they never arrived, its next heartbeat (which lists the runs it
+                // has) marks them lost and they are retried.
+                tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered; treating it as delivered");
+                self.sent
+                    .extend(group.iter().filter_map(|p| dispatched(p, address, sent_at)));
             }
         }
     }
-    if !deferred.is_empty() {
-        metrics::counter!("rota_deferred_total").increment(deferred.len() as u64);
-        let hold = if got_out {
-            FULL_HOLD_MS
-        } else {
-            FULL_IDLE_HOLD_MS
-        };
-        shared.ring.defer(deferred, now_ms() + hold);
+
+    /// One trigger's answer from the executor it was sent to.
+    fn acked(
+        &mut self,
+        mut p: Pending,
+        outcome: TriggerOutcome,
+        address: &str,
+        sent_at: Millis,
+        expired: &mut Vec<Pending>,
+    ) {
+        match outcome {
+            TriggerOutcome::Accepted | TriggerOutcome::Duplicate => {
+                self.sent.extend(dispatched(&p, address, sent_at));
+            }
+            TriggerOutcome::Full => {
+                p.last_error = Some(format!("executor {address} is at capacity"));
+                p.next += 1;
+                self.pending.push(p);
+            }
+            TriggerOutcome::Busy => {
+                p.all_full = false;
+                p.last_error = Some(format!(
+                    "executor {address} is still running this job (block strategy discard_later)"
+                ));
+                p.next = if p.job.job.spec.route == Route::Busyover {
+                    p.next + 1
+                } else {
+                    usize::MAX
+                };
+                self.pending.push(p);
+            }
+            TriggerOutcome::Expired => expired.push(p),
+            TriggerOutcome::Rejected { reason } => {
+                self.failed
+                    .push(Failed::of(p, Some(address), sent_at, reason));
+            }
+        }
     }
-    settle_unsent(shared, unsent).await;
-    complete_failures(shared, failed).await;
+
+    /// Triggers of one executor that this round did not send, and why.
+    fn not_sent(&mut self, address: &str, unsent: Vec<Pending>, why: Unsent) {
+        match why {
+            Unsent::Full => {
+                for mut p in unsent {
+                    p.last_error = Some(format!("executor {address} is at capacity"));
+                    p.next += 1;
+                    self.pending.push(p);
+                }
+            }
+            Unsent::Failed(reason, unreachable) => {
+                requeue(&mut self.pending, unsent, reason, unreachable)
+            }
+            Unsent::NoIds(reason) => {
+                for p in unsent {
+                    if p.shard_total == 1 {
+                        self.deferred.push(p.task);
+                    } else {
+                        // Other shards of the task may be out: fail this one alone.
+                        let reason = format!("no run id could be reserved: {reason}");
+                        self.failed.push(Failed::of(p, None, now_ms(), reason));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands on what became of the batch: sends to the recorder, full ones back to the
+    /// wheel, the rest settled or completed as failed.
+    async fn finish(self, shared: &Shared) {
+        let got_out = !self.sent.is_empty();
+        if got_out {
+            metrics::counter!("rota_dispatched_total").increment(self.sent.len() as u64);
+            for d in self.sent {
+                // The recorder is bounded; waiting here is back-pressure on the pool.
+                if shared.recorder.send(d).await.is_err() {
+                    break;
+                }
+            }
+        }
+        if !self.deferred.is_empty() {
+            metrics::counter!("rota_deferred_total").increment(self.deferred.len() as u64);
+            let hold = if got_out {
+                FULL_HOLD_MS
+            } else {
+                FULL_IDLE_HOLD_MS
+            };
+            shared.ring.defer(self.deferred, now_ms() + hold);
+        }
+        settle_unsent(shared, self.unsent).await;
+        complete_failures(shared, self.failed).await;
+    }
 }
 
 /// Fires a dispatch takes no run for.

@@ -42,6 +42,7 @@ pub mod scan;
 pub mod schedule;
 pub mod secrets;
 pub mod store;
+pub mod usecase;
 pub mod wheel;
 
 use std::future::Future;

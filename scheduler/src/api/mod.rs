@@ -43,7 +43,7 @@ pub mod plugin_host;
 pub mod plugins;
 pub mod runs;
 pub mod tasks;
-pub mod validate;
+pub use crate::usecase::validate;
 pub mod views;
 
 use axum::Router;
@@ -92,7 +92,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), auth::require_token))
         .merge(executor_protocol)
-        .merge(crate::console::router(state.clone()))
+        .merge(crate::console::router(state.node.clone()))
         .route("/healthz", get(healthz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -7,13 +7,12 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::AppState;
-use super::error::{ApiError, ApiResult};
+use super::error::ApiResult;
 use super::extract::{Json, PathParam, Query, RawBody};
 use super::openapi::{ErrorBody, WasmModule};
-use super::validate;
 use super::views::{PageView, PluginPage, PluginView};
 use crate::access::Principal;
-use crate::model::now_ms;
+use crate::usecase;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -48,31 +47,7 @@ pub async fn upload(
     Query(q): Query<UploadQuery>,
     RawBody(body): RawBody,
 ) -> ApiResult<(StatusCode, Json<PluginView>)> {
-    who.check_operator("uploading a plugin")?;
-    let name = q.name.ok_or_else(|| {
-        ApiError::BadRequest(
-            "query parameter `name` is required: POST /api/v1/plugins?name=…".into(),
-        )
-    })?;
-    validate::plugin("name", &name)?;
-    let node = state.node.clone();
-    // Compiling the module is CPU-heavy: keep it off the async workers.
-    let valid =
-        tokio::task::spawn_blocking(move || rota_executor::validate_plugin(node.engine(), &body))
-            .await
-            .map_err(|e| ApiError::Internal(anyhow::anyhow!("plugin validation panicked: {e}")))?
-            .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
-    let (plugin, created) = state
-        .node
-        .store()
-        .insert_plugin(&name, &valid.sha256, &valid.wasm, now_ms())
-        .await?;
-    if created {
-        tracing::info!(plugin = %name, version = plugin.version, sha256 = %plugin.sha256, "plugin uploaded");
-        let target = format!("{name} v{}", plugin.version);
-        state.node.audit(&who.name, "upload plugin", &target).await;
-        state.node.plugin_changed(&name);
-    }
+    let (plugin, created) = usecase::plugins::upload(&state.node, &who, q.name, body).await?;
     let status = if created {
         StatusCode::CREATED
     } else {

@@ -11,11 +11,11 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PageQuery, PathId, Query, query_param};
-use super::jobs::{job_filter, run_as};
 use super::openapi::{self, ErrorBody};
 use super::views::{PageView, RunPage, RunView};
 use crate::access::{Need, Principal};
 use crate::model::{RunFilter, RunStatus};
+use crate::usecase::jobs::{job_filter, run_as};
 
 /// Log lines per request by default, and at most.
 const DEFAULT_LOG_LINES: u32 = 1_000;

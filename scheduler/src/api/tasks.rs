@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, NameOrId, PageQuery, PathId, Query};
-use super::jobs::{cached_job_ref, find_job, job_filter, task_as};
+use super::jobs::cached_job_ref;
 use super::openapi::{ErrorBody, TaskStatusName};
 use super::validate::{self, invalid};
 use super::views::{PageView, TASK_STATUSES, TaskPage, TaskView, parse_rfc3339};
@@ -22,6 +22,7 @@ use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::model::{Millis, NewTask, TaskFilter, TaskKind, TaskState, TaskStatus, now_ms};
 use crate::schedule::FIRE_HORIZON_MS;
+use crate::usecase::jobs::{find_job, job_filter, task_as};
 
 /// Most tasks in one batch.
 pub const MAX_BATCH: usize = 10_000;
@@ -83,7 +84,9 @@ pub async fn create(
     )?;
     let job_id = job.job.id;
     let task = new_task(fields, job_id, now, state.node.config())?;
-    let (id, created) = *store_tasks(&state, std::slice::from_ref(&task), now)
+    let (id, created) = *state
+        .node
+        .store_tasks(std::slice::from_ref(&task), now)
         .await?
         .first()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
@@ -169,22 +172,14 @@ pub async fn create_batch(
         }
         tasks.push(task);
     }
-    let ids = store_tasks(&state, &tasks, now)
+    let ids = state
+        .node
+        .store_tasks(&tasks, now)
         .await?
         .into_iter()
         .map(|(id, _)| id)
         .collect();
     Ok((StatusCode::CREATED, Json(BatchCreated { ids })))
-}
-
-/// Stores tasks and hands the new ones to the node (those due within its window go
-/// straight into the wheel).
-pub(crate) async fn store_tasks(
-    state: &AppState,
-    tasks: &[NewTask],
-    now: Millis,
-) -> ApiResult<Vec<(i64, bool)>> {
-    Ok(state.node.store_tasks(tasks, now).await?)
 }
 
 /// Validates one task; error messages start with the field.

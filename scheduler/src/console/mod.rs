@@ -37,9 +37,9 @@ use axum::middleware::from_fn_with_state;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
-use crate::api::{ApiError, AppState};
 use crate::model::Millis;
 use crate::node::Node;
+use crate::usecase::Error;
 
 pub use auth::seed_admin;
 
@@ -147,12 +147,12 @@ pub fn open_routes() -> Vec<(Method, String)> {
 }
 
 /// The console's routes, merged into the node's router by [`crate::api::router`].
-pub fn router<S>(state: AppState) -> Router<S> {
-    let config = state.node.config();
+pub fn router<S>(node: Node) -> Router<S> {
+    let config = node.config();
     let secure = config.advertise_url.starts_with("https://");
     let max_plugin_bytes = config.max_plugin_bytes;
     let console = Console {
-        node: state.node,
+        node,
         throttle: Arc::default(),
         secure,
     };
@@ -210,11 +210,11 @@ fn static_asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-/// A page that could not be shown: the API's error, rendered as a page.
+/// A page that could not be shown: the use case's error, rendered as a page.
 #[derive(Debug)]
-pub struct PageError(pub ApiError);
+pub struct PageError(pub Error);
 
-impl<E: Into<ApiError>> From<E> for PageError {
+impl<E: Into<Error>> From<E> for PageError {
     fn from(e: E) -> Self {
         PageError(e.into())
     }
@@ -224,7 +224,7 @@ impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let status = self.0.status();
         let message = match self.0 {
-            ApiError::Internal(e) => {
+            Error::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "console: request failed");
                 "internal error; the cause is in the scheduler's log".to_owned()
             }
@@ -263,7 +263,7 @@ pub fn render(t: &impl askama::Template) -> PageResult {
 pub fn render_status(status: StatusCode, t: &impl askama::Template) -> PageResult {
     let html = t
         .render()
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("rendering a page: {e}")))?;
+        .map_err(|e| Error::Internal(anyhow::anyhow!("rendering a page: {e}")))?;
     Ok((status, PAGE_HEADERS, Html(html)).into_response())
 }
 

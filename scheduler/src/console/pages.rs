@@ -1,14 +1,16 @@
 //! The console's handlers and the askama templates they fill. Jobs are validated by the
-//! API's own [`build_spec`], so the console and the API accept exactly the same jobs; its
+//! use case's [`build_spec`], as in the API, so both accept exactly the same jobs; its
 //! `field: message` errors are shown next to the field they name.
 
 use std::collections::BTreeMap;
 
 use askama::Template;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form, Json};
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -16,15 +18,14 @@ use super::auth::{self, Session};
 use super::lang::Lang;
 use super::{Console, PREFIX, PageResult, When, render, render_status};
 use crate::access::Need;
-use crate::api::jobs::{JobFields, SpecErrors, build_spec, run_as, task_as};
-use crate::api::tasks::store_tasks;
-use crate::api::{ApiError, AppState};
 use crate::model::{
     Job, Millis, NewTask, Page, RunFilter, RunStatus, TaskFilter, TaskKind, TaskState, TaskStatus,
     now_ms,
 };
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
+use crate::usecase::jobs::{JobFields, SpecErrors, build_spec, run_as, task_as};
+use crate::usecase::{self, Error};
 
 /// Rows per table page.
 const PAGE: u32 = 50;
@@ -130,7 +131,7 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
     let same_origin = auth::same_origin(req.headers());
     let Form(form) = Form::<LoginForm>::from_request(req, &())
         .await
-        .map_err(|e| ApiError::BadRequest(e.body_text()))?;
+        .map_err(|e| Error::BadRequest(e.body_text()))?;
     let now = std::time::Instant::now();
     let refuse = |status, error: &str| {
         render_status(
@@ -163,11 +164,11 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
     let ok = match &user {
         Some(u) => auth::verify_password(form.password.clone(), u.password_hash.clone())
             .await
-            .map_err(ApiError::Internal)?,
+            .map_err(Error::Internal)?,
         None => {
             auth::verify_nobody(form.password.clone())
                 .await
-                .map_err(ApiError::Internal)?;
+                .map_err(Error::Internal)?;
             false
         }
     };
@@ -623,13 +624,13 @@ fn int(field: &str, text: &str, errors: &mut Errors) -> Option<i64> {
 
 /// Files an API error under the form field its message names (`field: …`), or under the
 /// form as a whole.
-fn file_error(errors: &mut Errors, e: ApiError) -> Result<(), ApiError> {
+fn file_error(errors: &mut Errors, e: Error) -> Result<(), Error> {
     let message = match e {
-        ApiError::Conflict(_) => {
+        Error::Conflict(_) => {
             errors.insert("name".into(), "a job with this name already exists".into());
             return Ok(());
         }
-        ApiError::Internal(_) | ApiError::Unavailable(_) => return Err(e),
+        Error::Internal(_) | Error::Unavailable(_) => return Err(e),
         other => other.to_string(),
     };
     match message.split_once(": ") {
@@ -769,11 +770,8 @@ pub async fn update_job(
 async fn save_job(console: Console, s: Session, base: Option<Job>, form: JobForm) -> PageResult {
     let mut errors = Errors::new();
     let fields = form.fields(&mut errors);
-    let state = AppState {
-        node: console.node.clone(),
-    };
     let built = match fields {
-        Some(f) => match build_spec(&state, &s.who, f, base.as_ref()).await {
+        Some(f) => match build_spec(&console.node, &s.who, f, base.as_ref()).await {
             Ok(b) => Some(b),
             Err(SpecErrors(all)) => {
                 for e in all {
@@ -803,7 +801,7 @@ async fn save_job(console: Console, s: Session, base: Option<Job>, form: JobForm
                 audit(&console, &s.user.name, action, &job.spec.name).await;
                 return Ok(Redirect::to(&format!("{PREFIX}/jobs/{}", job.id)).into_response());
             }
-            Err(e) => file_error(&mut errors, ApiError::from(e))?,
+            Err(e) => file_error(&mut errors, Error::from(e))?,
         }
     }
     let status = form_status(&errors);
@@ -828,7 +826,7 @@ pub async fn set_enabled(
     let compiled = spec
         .schedule
         .compile()
-        .map_err(|e| ApiError::Unprocessable(format!("schedule: {e}")))?;
+        .map_err(|e| Error::Unprocessable(format!("schedule: {e}")))?;
     console.node.update_job(&job, &spec, &compiled).await?;
     let action = if spec.enabled {
         "enable job"
@@ -855,11 +853,7 @@ pub async fn trigger_job(
     let params = if f.params.is_empty() {
         job.spec.params.clone()
     } else {
-        crate::api::validate::max_bytes(
-            "params",
-            &f.params,
-            console.node.config().max_payload_bytes,
-        )?;
+        usecase::validate::max_bytes("params", &f.params, console.node.config().max_payload_bytes)?;
         Some(f.params)
     };
     let now = now_ms();
@@ -886,16 +880,16 @@ struct DeletePage {
     job: JobRow,
 }
 
-/// Stores one task made in the console, through the API's path (so a node's wheel sees
-/// one due soon); its id.
-async fn store_task(console: &Console, task: NewTask, now: Millis) -> Result<i64, ApiError> {
-    let state = AppState {
-        node: console.node.clone(),
-    };
-    let ids = store_tasks(&state, std::slice::from_ref(&task), now).await?;
+/// Stores one task made in the console through the node, as the API does (so its wheel
+/// sees one due soon); its id.
+async fn store_task(console: &Console, task: NewTask, now: Millis) -> Result<i64, Error> {
+    let ids = console
+        .node
+        .store_tasks(std::slice::from_ref(&task), now)
+        .await?;
     ids.first()
         .map(|(id, _)| *id)
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("inserting a task returned no id")))
+        .ok_or_else(|| Error::Internal(anyhow::anyhow!("inserting a task returned no id")))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -917,23 +911,23 @@ pub async fn schedule_task(
     let job = job_for(&console, &s, id, Need::Change).await?;
     let config = console.node.config();
     let delay_s: i64 = f.delay_s.trim().parse().map_err(|_| {
-        ApiError::Unprocessable(format!(
+        Error::Unprocessable(format!(
             "delay: `{}` is not a whole number of seconds",
-            crate::api::validate::excerpt(&f.delay_s)
+            usecase::validate::excerpt(&f.delay_s)
         ))
     })?;
     let horizon_s = crate::schedule::FIRE_HORIZON_MS / 1000;
-    crate::api::validate::within("delay", delay_s, 0..=horizon_s)?;
+    usecase::validate::within("delay", delay_s, 0..=horizon_s)?;
     let key = match f.key.trim() {
         "" => None,
         k => {
-            crate::api::validate::name("key", k)?;
+            usecase::validate::name("key", k)?;
             Some(k.to_owned())
         }
     };
     let payload = (!f.payload.is_empty()).then_some(f.payload);
     if let Some(p) = &payload {
-        crate::api::validate::max_bytes("payload", p, config.max_payload_bytes)?;
+        usecase::validate::max_bytes("payload", p, config.max_payload_bytes)?;
     }
     let now = now_ms();
     let task = NewTask {
@@ -1049,16 +1043,16 @@ pub struct TasksQuery {
 }
 
 /// A `datetime-local` value (`2026-11-30T09:15`, seconds optional), read as UTC.
-fn utc_field(field: &str, text: Option<&str>) -> Result<Option<Millis>, ApiError> {
+fn utc_field(field: &str, text: Option<&str>) -> Result<Option<Millis>, Error> {
     let Some(text) = text else { return Ok(None) };
     ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"]
         .iter()
         .find_map(|f| chrono::NaiveDateTime::parse_from_str(text, f).ok())
         .map(|t| Some(t.and_utc().timestamp_millis()))
         .ok_or_else(|| {
-            ApiError::BadRequest(format!(
+            Error::BadRequest(format!(
                 "{field}: `{}` is not a date and time like 2026-11-30T09:15",
-                crate::api::validate::excerpt(text)
+                usecase::validate::excerpt(text)
             ))
         })
 }
@@ -1072,14 +1066,14 @@ pub async fn tasks(
         None => None,
         Some(j) => Some(
             j.parse::<i64>()
-                .map_err(|_| ApiError::BadRequest(format!("job: `{j}` is not a job id")))?,
+                .map_err(|_| Error::BadRequest(format!("job: `{j}` is not a job id")))?,
         ),
     };
     let status = empty_none(&q.status);
     let state = match status {
         None => None,
         Some(st) => Some(TaskState::Is(
-            st.parse::<TaskStatus>().map_err(ApiError::BadRequest)?,
+            st.parse::<TaskStatus>().map_err(Error::BadRequest)?,
         )),
     };
     let key = empty_none(&q.key).map(str::to_owned);
@@ -1238,13 +1232,13 @@ pub async fn runs(
         None => None,
         Some(j) => Some(
             j.parse::<i64>()
-                .map_err(|_| ApiError::BadRequest(format!("job: `{j}` is not a job id")))?,
+                .map_err(|_| Error::BadRequest(format!("job: `{j}` is not a job id")))?,
         ),
     };
     let status = empty_none(&q.status);
     let parsed = match status {
         None => None,
-        Some(st) => Some(st.parse::<RunStatus>().map_err(ApiError::BadRequest)?),
+        Some(st) => Some(st.parse::<RunStatus>().map_err(Error::BadRequest)?),
     };
     let page = console
         .node
@@ -1328,7 +1322,7 @@ pub async fn run_log(
     }
     match console.node.read_log(&run, from_line, LOG_LINES).await {
         Ok(page) => Json(page).into_response(),
-        Err(e) => ApiError::from(e).into_response(),
+        Err(e) => Error::from(e).into_response(),
     }
 }
 
@@ -1340,7 +1334,7 @@ pub async fn kill_run(
     let run = run_as(console.node.store(), &s.who, id, Need::Change).await?;
     if run.status.is_final() {
         return Err(
-            ApiError::Conflict(format!("run {id} is {}; it cannot be killed", run.status)).into(),
+            Error::Conflict(format!("run {id} is {}; it cannot be killed", run.status)).into(),
         );
     }
     let ack = console.node.kill_run(&run).await?;
@@ -1350,7 +1344,7 @@ pub async fn kill_run(
 }
 
 /// Job `id`, if the signed-in user may read (or change) it.
-async fn job_for(console: &Console, s: &Session, id: i64, need: Need) -> Result<Job, ApiError> {
+async fn job_for(console: &Console, s: &Session, id: i64, need: Need) -> Result<Job, Error> {
     let job = console.node.store().get_job(id).await?;
     s.who.check(&job.spec.app, need, &format!("job {id}"))?;
     Ok(job)
@@ -1436,30 +1430,35 @@ pub async fn delete_plugin(
 }
 
 /// `POST /console/plugins?name=N` with the module as the body (sent by the page's script
-/// with the CSRF header): the API's own upload, so the checks and the answers (JSON, errors
-/// in words) are the same.
+/// with the CSRF header): the upload use case, as in the API; errors are answered as the
+/// API's JSON (`{"error": …}`), which the script shows.
 pub async fn upload_plugin(
     State(console): State<Console>,
     Extension(s): Extension<Session>,
-    mut req: Request,
+    Query(q): Query<UploadName>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    #[derive(Deserialize)]
-    struct Name {
-        name: Option<String>,
-    }
-    let name = Query::<Name>::try_from_uri(req.uri())
-        .ok()
-        .and_then(|q| q.0.name)
-        .unwrap_or_default();
-    let state = AppState {
-        node: console.node.clone(),
+    let uploaded = match body {
+        Ok(wasm) => usecase::plugins::upload(&console.node, &s.who, q.name, wasm).await,
+        Err(e) => Err(e.into()),
     };
-    req.extensions_mut().insert(s.who.clone());
-    let res = axum::handler::Handler::call(crate::api::plugins::upload, req, state).await;
-    if res.status().is_success() {
-        audit(&console, &s.user.name, "upload plugin", &name).await;
+    match uploaded {
+        Ok((plugin, created)) => {
+            let status = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            let body = json!({"name": plugin.name, "version": plugin.version});
+            (status, Json(body)).into_response()
+        }
+        Err(e) => e.into_response(),
     }
-    res
+}
+
+#[derive(Deserialize)]
+pub struct UploadName {
+    name: Option<String>,
 }
 
 pub struct ExecutorRow {
@@ -1488,7 +1487,7 @@ pub async fn executors(
         .store()
         .list_executors(None, alive_after)
         .await
-        .map_err(ApiError::from)?;
+        .map_err(Error::from)?;
     render(&ExecutorsPage {
         chrome: Chrome::of(&s, "executors"),
         executors: executors
@@ -1605,11 +1604,11 @@ pub async fn change_password(
     let token = auth::cookie_token(req.headers()).unwrap_or_default();
     let Form(f) = Form::<PasswordForm>::from_request(req, &())
         .await
-        .map_err(|e| ApiError::BadRequest(e.body_text()))?;
+        .map_err(|e| Error::BadRequest(e.body_text()))?;
     let mut errors = Errors::new();
     let current_ok = auth::verify_password(f.current, s.user.password_hash.clone())
         .await
-        .map_err(ApiError::Internal)?;
+        .map_err(Error::Internal)?;
     if !current_ok {
         errors.insert(
             "current".into(),
@@ -1637,9 +1636,7 @@ pub async fn change_password(
         };
         return render_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
     }
-    let hash = auth::hash_password(f.new)
-        .await
-        .map_err(ApiError::Internal)?;
+    let hash = auth::hash_password(f.new).await.map_err(Error::Internal)?;
     console
         .node
         .store()

@@ -12,10 +12,9 @@ use super::auth::{self, Session};
 use super::pages::{Chrome, Errors, MIN_PASSWORD_CHARS, audit, form_status};
 use super::{ApiToken, Console, PREFIX, PageResult, User, When, render_status};
 use crate::access::{Apps, Role};
-use crate::api::ApiError;
-use crate::api::validate;
 use crate::model::now_ms;
 use crate::store;
+use crate::usecase::{Error, validate};
 
 // ----- users ---------------------------------------------------------------------------------
 
@@ -123,7 +122,7 @@ pub async fn create_user(
     };
     let hash = auth::hash_password(form.password.clone())
         .await
-        .map_err(ApiError::Internal)?;
+        .map_err(Error::Internal)?;
     let store = console.node.store();
     match store
         .insert_user(&name, &hash, role.as_str(), &apps.to_text(), now_ms())
@@ -134,7 +133,7 @@ pub async fn create_user(
             errors.insert("name".into(), format!("name: a user `{name}` exists"));
             return users_page(&console, &s, form, errors).await;
         }
-        Err(e) => return Err(ApiError::from(e).into()),
+        Err(e) => return Err(Error::from(e).into()),
     }
     audit(
         &console,
@@ -154,7 +153,7 @@ pub struct AccessForm {
 }
 
 /// The last admin cannot be demoted or deleted: nobody could manage users after.
-async fn keep_an_admin(console: &Console, user: &User) -> Result<(), ApiError> {
+async fn keep_an_admin(console: &Console, user: &User) -> Result<(), Error> {
     if user.principal().is_admin() {
         let admins = console
             .node
@@ -165,7 +164,7 @@ async fn keep_an_admin(console: &Console, user: &User) -> Result<(), ApiError> {
             .filter(|u| u.principal().is_admin())
             .count();
         if admins <= 1 {
-            return Err(ApiError::Conflict(format!(
+            return Err(Error::Conflict(format!(
                 "`{}` is the only admin; make another user admin first",
                 user.name
             )));
@@ -184,7 +183,7 @@ pub async fn set_access(
     let mut errors = Errors::new();
     let Some((role, apps)) = access_of(&form.role, &form.apps, &mut errors) else {
         let message = errors.into_values().collect::<Vec<_>>().join("; ");
-        return Err(ApiError::Unprocessable(message).into());
+        return Err(Error::Unprocessable(message).into());
     };
     let store = console.node.store();
     let user = store.get_user(id).await?;
@@ -208,7 +207,7 @@ pub async fn delete_user(
     let store = console.node.store();
     let user = store.get_user(id).await?;
     if user.id == s.user.id {
-        return Err(ApiError::Conflict("you cannot delete yourself".into()).into());
+        return Err(Error::Conflict("you cannot delete yourself".into()).into());
     }
     keep_an_admin(&console, &user).await?;
     store.delete_user(id).await?;
@@ -319,7 +318,7 @@ pub async fn revoke_token(
         .revoke_token(id, whose, now_ms())
         .await?;
     if !revoked {
-        return Err(ApiError::NotFound(format!("no live token {id} of yours")).into());
+        return Err(Error::NotFound(format!("no live token {id} of yours")).into());
     }
     audit(&console, &s.user.name, "revoke API token", &id.to_string()).await;
     Ok(Redirect::to(&format!("{PREFIX}/tokens")).into_response())

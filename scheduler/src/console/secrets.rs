@@ -11,9 +11,9 @@ use serde::Deserialize;
 use super::auth::Session;
 use super::pages::{Chrome, Errors, audit, form_status};
 use super::{Console, PREFIX, PageResult, When, render_status};
-use crate::api::ApiError;
 use crate::model::now_ms;
 use crate::secrets;
+use crate::usecase::Error;
 
 pub struct SecretRow {
     app: String,
@@ -140,7 +140,7 @@ pub async fn delete(
 ) -> PageResult {
     s.who.check_app(&app)?;
     if !console.node.store().delete_secret(&app, &name).await? {
-        return Err(ApiError::NotFound(format!("secret `{name}` of app `{app}` not found")).into());
+        return Err(Error::NotFound(format!("secret `{name}` of app `{app}` not found")).into());
     }
     audit(
         &console,

@@ -163,28 +163,6 @@ macro_rules! in_apps {
     }};
 }
 
-/// Reserves `$n` task ids for rows transaction `$tx` is about to insert and evaluates to the
-/// first. MySQL: from another connection, so the sequence row is never held for the
-/// transaction (API inserts allocate from it too). SQLite: inside the transaction, on its
-/// single connection.
-macro_rules! task_ids_in_tx {
-    ($store:expr, $tx:ident, $n:expr) => {
-        if $store.is_mysql() {
-            $store.allocate_ids("task", $n).await?
-        } else {
-            sqlx::query("UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'")
-                .bind($n)
-                .execute(&mut *$tx)
-                .await?;
-            let end: i64 =
-                sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
-                    .fetch_one(&mut *$tx)
-                    .await?;
-            end - $n
-        }
-    };
-}
-
 /// Runs `$body` with `$tx` bound to the concrete transaction of a [`Tx`] and `$db` naming
 /// its database type: [`on_pool!`] for steps that share one transaction.
 macro_rules! on_tx {

@@ -127,6 +127,16 @@ impl TryFrom<TaskRow> for Task {
     }
 }
 
+/// A recurring job the scan plans fires for.
+#[derive(FromRow)]
+pub(super) struct RecurringRow {
+    pub(super) id: i64,
+    pub(super) schedule: String,
+    pub(super) misfire: String,
+    pub(super) next_fire_at: Option<i64>,
+    pub(super) generation: i64,
+}
+
 #[derive(FromRow)]
 pub(super) struct DueRow {
     pub(super) id: i64,

@@ -241,84 +241,190 @@ impl Store {
         limit: u32,
         plan: &mut (dyn FnMut(&DueJob) -> JobFires + Send),
     ) -> Result<Claimed> {
-        let skip_locked = self.skip_locked();
-        let insert_ignore = self.insert_ignore();
-        let mut claimed = Claimed::default();
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
-            // Claim only under a live lease, holding it for the transaction: a take-over
-            // (which bumps the epoch) waits for this claim and then moves it too, or runs
-            // first and this claim is refused.
-            hold_lease!(self, tx, lease);
-            let jobs: Vec<(i64, String, String, Option<i64>, i64)> =
-                sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    "SELECT id, schedule, misfire, next_fire_at, generation FROM jobs \
-                 WHERE enabled = 1 AND next_fire_at <= ? ORDER BY next_fire_at LIMIT ?{skip_locked}"
-                )))
-                .bind(until)
-                .bind(i64::from(limit))
-                .fetch_all(&mut *tx)
-                .await?;
+        let mut tx = self.begin().await?;
+        // Claim only under a live lease, holding it for the transaction: a take-over (which
+        // bumps the epoch) waits for this claim and then moves it too, or runs first and
+        // this claim is refused.
+        self.hold_lease_in(&mut tx, lease).await?;
+        let cron_fires = self
+            .plan_recurring(&mut tx, now, until, limit, plan)
+            .await?;
+        // Jobs with `max_concurrency` are claimed one by one, never with the rest.
+        let limited = self.limited_jobs(&mut tx).await?;
+        let mut rows = self.due_unlimited(&mut tx, until, limit, &limited).await?;
+        for (job_id, max) in limited {
+            let room = (i64::from(limit) - rows.len() as i64).min(max);
+            if room <= 0 {
+                break;
+            }
+            rows.extend(self.due_limited(&mut tx, job_id, max, room, until).await?);
+        }
+        self.mark_claimed(&mut tx, lease, &rows).await?;
+        tx.commit().await?;
+        Ok(Claimed {
+            tasks: rows
+                .into_iter()
+                .map(DueTask::try_from)
+                .collect::<Result<_>>()?,
+            cron_fires,
+        })
+    }
 
-            let mut fires: Vec<(i64, i64, Millis)> = Vec::new();
-            let mut next: Vec<(i64, Option<Millis>)> = Vec::with_capacity(jobs.len());
-            for (id, schedule, misfire, next_fire_at, generation) in jobs {
-                let Some(next_fire_at) = next_fire_at else {
-                    continue;
-                };
-                let job = DueJob {
-                    id,
-                    schedule: parse_json(&schedule)?,
-                    misfire: parse(&misfire)?,
-                    next_fire_at,
-                };
-                let planned = plan(&job);
-                fires.extend(planned.fires.iter().map(|&t| (id, generation, t)));
-                next.push((id, planned.next_fire_at));
-            }
-            if !fires.is_empty() {
-                let n = fires.len() as i64;
-                let first = task_ids_in_tx!(self, tx, n);
-                for (chunk_no, chunk) in fires.chunks(CHUNK).enumerate() {
-                    let mut qb = QueryBuilder::<Db>::new(format!(
-                        "{insert_ignore} INTO tasks (id, job_id, kind, idem_key, status, due_at, attempt, \
-                         lost_count, priority, created_at, updated_at) "
-                    ));
-                    let base = first + (chunk_no * CHUNK) as i64;
-                    qb.push_values(
-                        chunk.iter().enumerate(),
-                        |mut b, (i, (job, generation, t))| {
-                            b.push_bind(base + i as i64)
-                                .push_bind(*job)
-                                .push_bind(TaskKind::Cron.as_str())
-                                .push_bind(cron_key(*generation, *t))
-                                .push_bind("pending")
-                                .push_bind(*t)
-                                .push_bind(1_i32)
-                                .push_bind(0_i32)
-                                .push_bind(0_i32)
-                                .push_bind(now)
-                                .push_bind(now);
-                        },
-                    );
-                    qb.build().execute(&mut *tx).await?;
-                }
-                claimed.cron_fires = fires.len();
-            }
-            for chunk in next.chunks(CHUNK) {
+    /// Fails with [`Error::Fenced`] unless `lease` is this node's live one, and holds it
+    /// (a shared lock on MySQL) until the transaction ends.
+    async fn hold_lease_in(&self, tx: &mut Tx, lease: NodeLease) -> Result<()> {
+        let share = if self.is_mysql() {
+            " LOCK IN SHARE MODE"
+        } else {
+            ""
+        };
+        let epoch: Option<i64> = on_tx!(tx, |tx, Db| {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT epoch FROM node_fences WHERE node_id = ?{share}"
+            )))
+            .bind(lease.node_id)
+            .fetch_optional(&mut **tx)
+            .await?
+        });
+        if epoch != Some(lease.epoch) {
+            return Err(Error::Fenced);
+        }
+        Ok(())
+    }
+
+    /// The recurring jobs due by `until`: their fire times become task rows (idempotent
+    /// keys, so a fire is one task whatever races) and their next fire times move on.
+    /// Returns how many fires were planned.
+    async fn plan_recurring(
+        &self,
+        tx: &mut Tx,
+        now: Millis,
+        until: Millis,
+        limit: u32,
+        plan: &mut (dyn FnMut(&DueJob) -> JobFires + Send),
+    ) -> Result<usize> {
+        let skip_locked = self.skip_locked();
+        let jobs: Vec<RecurringRow> = on_tx!(tx, |tx, Db| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id, schedule, misfire, next_fire_at, generation FROM jobs \
+                 WHERE enabled = 1 AND next_fire_at <= ? ORDER BY next_fire_at LIMIT ?{skip_locked}"
+            )))
+            .bind(until)
+            .bind(i64::from(limit))
+            .fetch_all(&mut **tx)
+            .await?
+        });
+        let mut fires: Vec<(i64, i64, Millis)> = Vec::new();
+        let mut next: Vec<(i64, Option<Millis>)> = Vec::with_capacity(jobs.len());
+        for row in jobs {
+            let Some(next_fire_at) = row.next_fire_at else {
+                continue;
+            };
+            let job = DueJob {
+                id: row.id,
+                schedule: parse_json(&row.schedule)?,
+                misfire: parse(&row.misfire)?,
+                next_fire_at,
+            };
+            let planned = plan(&job);
+            fires.extend(planned.fires.iter().map(|&t| (row.id, row.generation, t)));
+            next.push((row.id, planned.next_fire_at));
+        }
+        if !fires.is_empty() {
+            self.insert_fires(tx, &fires, now).await?;
+        }
+        for chunk in next.chunks(CHUNK) {
+            on_tx!(tx, |tx, Db| {
                 let mut qb = QueryBuilder::<Db>::new("UPDATE jobs SET next_fire_at = ");
                 push_case(&mut qb, chunk.iter().copied());
                 qb.push(" WHERE id IN ");
                 push_ids(&mut qb, chunk.iter().map(|(id, _)| *id));
-                qb.build().execute(&mut *tx).await?;
-            }
+                qb.build().execute(&mut **tx).await?;
+            });
+        }
+        Ok(fires.len())
+    }
 
-            // Jobs with `max_concurrency` are claimed one by one below, never here.
-            let limited: Vec<(i64, i64)> = sqlx::query_as(
+    /// Recurring fires (job, generation, time) as pending task rows; a fire already there
+    /// is left alone.
+    async fn insert_fires(
+        &self,
+        tx: &mut Tx,
+        fires: &[(i64, i64, Millis)],
+        now: Millis,
+    ) -> Result<()> {
+        let insert_ignore = self.insert_ignore();
+        let first = self.reserve_task_ids(tx, fires.len() as i64).await?;
+        for (chunk_no, chunk) in fires.chunks(CHUNK).enumerate() {
+            let base = first + (chunk_no * CHUNK) as i64;
+            on_tx!(tx, |tx, Db| {
+                let mut qb = QueryBuilder::<Db>::new(format!(
+                    "{insert_ignore} INTO tasks (id, job_id, kind, idem_key, status, due_at, attempt, \
+                     lost_count, priority, created_at, updated_at) "
+                ));
+                qb.push_values(
+                    chunk.iter().enumerate(),
+                    |mut b, (i, (job, generation, t))| {
+                        b.push_bind(base + i as i64)
+                            .push_bind(*job)
+                            .push_bind(TaskKind::Cron.as_str())
+                            .push_bind(cron_key(*generation, *t))
+                            .push_bind(TaskStatus::Pending.as_str())
+                            .push_bind(*t)
+                            .push_bind(1_i32)
+                            .push_bind(0_i32)
+                            .push_bind(0_i32)
+                            .push_bind(now)
+                            .push_bind(now);
+                    },
+                );
+                qb.build().execute(&mut **tx).await?;
+            });
+        }
+        Ok(())
+    }
+
+    /// Reserves `n` task ids for rows `tx` is about to insert; the first of them. MySQL:
+    /// from another connection, so the sequence row is never held for the transaction (API
+    /// inserts allocate from it too). SQLite: inside the transaction, on its one connection.
+    async fn reserve_task_ids(&self, tx: &mut Tx, n: i64) -> Result<i64> {
+        match tx {
+            Tx::MySql(_) => self.allocate_ids("task", n).await,
+            Tx::Sqlite(tx) => {
+                sqlx::query("UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'")
+                    .bind(n)
+                    .execute(&mut **tx)
+                    .await?;
+                let end: i64 =
+                    sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
+                        .fetch_one(&mut **tx)
+                        .await?;
+                Ok(end - n)
+            }
+        }
+    }
+
+    /// Jobs with `max_concurrency`: (id, the bound).
+    async fn limited_jobs(&self, tx: &mut Tx) -> Result<Vec<(i64, i64)>> {
+        Ok(on_tx!(tx, |tx, Db| {
+            sqlx::query_as(
                 "SELECT id, max_concurrency FROM jobs WHERE max_concurrency IS NOT NULL ORDER BY id",
             )
-            .fetch_all(&mut *tx)
-            .await?;
+            .fetch_all(&mut **tx)
+            .await?
+        }))
+    }
+
+    /// Up to `limit` pending tasks due by `until`, earliest first, of jobs not in `limited`.
+    async fn due_unlimited(
+        &self,
+        tx: &mut Tx,
+        until: Millis,
+        limit: u32,
+        limited: &[(i64, i64)],
+    ) -> Result<Vec<DueRow>> {
+        let skip_locked = self.skip_locked();
+        Ok(on_tx!(tx, |tx, Db| {
             let mut qb = QueryBuilder::<Db>::new(concat!(
                 due_select!(),
                 " WHERE status = 'pending' AND due_at <= "
@@ -331,55 +437,63 @@ impl Store {
             qb.push(" ORDER BY due_at LIMIT ")
                 .push_bind(i64::from(limit))
                 .push(skip_locked);
-            let mut rows: Vec<DueRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
-            // A limited job's tasks: at most `max_concurrency` claimed or running at once,
-            // across all nodes. Its row is locked while its tasks are counted and claimed, so
-            // two nodes' scans take turns (a node that finds it locked skips it this time).
-            let lock_job = if self.is_mysql() {
-                " FOR UPDATE SKIP LOCKED"
-            } else {
-                ""
-            };
-            for (job_id, max) in limited {
-                let room = (i64::from(limit) - rows.len() as i64).min(max);
-                if room <= 0 {
-                    break;
-                }
-                let locked: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT id FROM jobs WHERE id = ?{lock_job}"
-                )))
-                .bind(job_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if locked.is_none() {
-                    continue;
-                }
-                let busy: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM tasks WHERE job_id = ? AND status IN ('claimed', 'running')",
-                )
-                .bind(job_id)
-                .fetch_one(&mut *tx)
-                .await?;
-                let room = room.min(max - busy);
-                if room <= 0 {
-                    continue;
-                }
-                let more: Vec<DueRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    concat!(
-                        due_select!(),
-                        " WHERE job_id = ? AND status = 'pending' AND due_at <= ? \
-                         ORDER BY due_at LIMIT ?{}"
-                    ),
-                    skip_locked
-                )))
-                .bind(job_id)
-                .bind(until)
-                .bind(room)
-                .fetch_all(&mut *tx)
-                .await?;
-                rows.extend(more);
+            qb.build_query_as().fetch_all(&mut **tx).await?
+        }))
+    }
+
+    /// Up to `room` due tasks of a job with `max_concurrency` = `max`, leaving at most
+    /// `max` claimed or running at once across all nodes. The job's row is locked while its
+    /// tasks are counted and claimed, so two nodes' scans take turns (a node that finds it
+    /// locked skips it this time).
+    async fn due_limited(
+        &self,
+        tx: &mut Tx,
+        job_id: i64,
+        max: i64,
+        room: i64,
+        until: Millis,
+    ) -> Result<Vec<DueRow>> {
+        let skip_locked = self.skip_locked();
+        Ok(on_tx!(tx, |tx, Db| {
+            let locked: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM jobs WHERE id = ?{skip_locked}"
+            )))
+            .bind(job_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+            if locked.is_none() {
+                return Ok(Vec::new());
             }
-            for chunk in rows.chunks(CHUNK) {
+            let busy: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM tasks WHERE job_id = ? AND status IN ('claimed', 'running')",
+            )
+            .bind(job_id)
+            .fetch_one(&mut **tx)
+            .await?;
+            let room = room.min(max - busy);
+            if room <= 0 {
+                return Ok(Vec::new());
+            }
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                concat!(
+                    due_select!(),
+                    " WHERE job_id = ? AND status = 'pending' AND due_at <= ? \
+                     ORDER BY due_at LIMIT ?{}"
+                ),
+                skip_locked
+            )))
+            .bind(job_id)
+            .bind(until)
+            .bind(room)
+            .fetch_all(&mut **tx)
+            .await?
+        }))
+    }
+
+    /// Marks `rows` claimed by `lease`.
+    async fn mark_claimed(&self, tx: &mut Tx, lease: NodeLease, rows: &[DueRow]) -> Result<()> {
+        for chunk in rows.chunks(CHUNK) {
+            on_tx!(tx, |tx, Db| {
                 let mut qb =
                     QueryBuilder::<Db>::new("UPDATE tasks SET status = 'claimed', owner_node = ");
                 qb.push_bind(lease.node_id)
@@ -387,15 +501,10 @@ impl Store {
                     .push_bind(lease.epoch)
                     .push(" WHERE id IN ");
                 push_ids(&mut qb, chunk.iter().map(|r| r.id));
-                qb.build().execute(&mut *tx).await?;
-            }
-            tx.commit().await?;
-            claimed.tasks = rows
-                .into_iter()
-                .map(DueTask::try_from)
-                .collect::<Result<_>>()?;
-            Ok(claimed)
-        })
+                qb.build().execute(&mut **tx).await?;
+            });
+        }
+        Ok(())
     }
 
     /// Tasks still claimed by an earlier epoch of this node (it crashed or was killed after

@@ -1,15 +1,15 @@
-//! Value checks shared by the handlers. Each error message starts with the field it is
+//! Value checks shared by the use cases and the request parsers. Each error message starts with the field it is
 //! about (`name: …`), so a batch can prefix the item (`tasks[3].name: …`).
 
 use std::ops::RangeInclusive;
 
-use super::error::ApiError;
+use super::Error;
 
 /// Longest name (job, app, plugin) or task key, in characters.
 pub const MAX_NAME_CHARS: usize = 200;
 
 /// A name: 1 to 200 characters of any Unicode text but control characters.
-pub fn name(field: &str, value: &str) -> Result<(), ApiError> {
+pub fn name(field: &str, value: &str) -> Result<(), Error> {
     let chars = value.chars().count();
     if value.trim().is_empty() {
         return Err(invalid(field, "must not be empty"));
@@ -47,19 +47,19 @@ pub const MAX_APP_CHARS: usize = 64;
 /// An app name: an identifier of at most 64 characters ([`identifier`]). Apps name
 /// executor groups: they travel in an HTTP header (`x-rota-app`), in URLs and in key
 /// derivations, where anything wider invites confusion.
-pub fn app(field: &str, value: &str) -> Result<(), ApiError> {
+pub fn app(field: &str, value: &str) -> Result<(), Error> {
     identifier(field, value, MAX_APP_CHARS)
 }
 
 /// A plugin name: an identifier of at most 200 characters ([`identifier`]); it is part of
 /// URLs and of the console's forms.
-pub fn plugin(field: &str, value: &str) -> Result<(), ApiError> {
+pub fn plugin(field: &str, value: &str) -> Result<(), Error> {
     identifier(field, value, MAX_NAME_CHARS)
 }
 
 /// 1 to `max` ASCII letters, digits, `.`, `_` and `-`, starting with a letter or digit: no
 /// path separators, spaces, quotes or look-alike characters.
-fn identifier(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+fn identifier(field: &str, value: &str, max: usize) -> Result<(), Error> {
     let well_formed = value
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
@@ -81,7 +81,7 @@ fn identifier(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
 }
 
 /// An integer inside `range`.
-pub fn within<T>(field: &str, value: T, range: RangeInclusive<T>) -> Result<T, ApiError>
+pub fn within<T>(field: &str, value: T, range: RangeInclusive<T>) -> Result<T, Error>
 where
     T: PartialOrd + std::fmt::Display + Copy,
 {
@@ -100,9 +100,9 @@ where
 }
 
 /// A text that must fit in `max` bytes; larger is a 413.
-pub fn max_bytes(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+pub fn max_bytes(field: &str, value: &str, max: usize) -> Result<(), Error> {
     if value.len() > max {
-        return Err(ApiError::PayloadTooLarge(format!(
+        return Err(Error::PayloadTooLarge(format!(
             "{field}: is {} bytes, more than the {max} bytes this scheduler accepts",
             value.len()
         )));
@@ -122,8 +122,8 @@ pub fn excerpt(value: &str) -> String {
 }
 
 /// A 422 about `field`.
-pub fn invalid(field: &str, message: impl std::fmt::Display) -> ApiError {
-    ApiError::Unprocessable(format!("{field}: {message}"))
+pub fn invalid(field: &str, message: impl std::fmt::Display) -> Error {
+    Error::Unprocessable(format!("{field}: {message}"))
 }
 
 #[cfg(test)]
@@ -154,7 +154,7 @@ mod tests {
         );
         assert!(matches!(
             max_bytes("payload", "abc", 2),
-            Err(ApiError::PayloadTooLarge(_))
+            Err(Error::PayloadTooLarge(_))
         ));
         assert!(max_bytes("payload", "ab", 2).is_ok());
     }

@@ -1,0 +1,453 @@
+//! Jobs: the checks every way of making or changing one goes through (the REST API and
+//! the console accept exactly the same jobs), and finding one by id or name with the
+//! caller's permission.
+
+use std::collections::HashSet;
+use std::str::FromStr;
+
+use rota_proto::BlockStrategy;
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::validate::{self, invalid};
+use super::{Error, Result};
+use crate::access::{Need, Principal};
+use crate::api::extract::{NameOrId, nullable};
+use crate::api::openapi::BlockName;
+use crate::backoff::Backoff;
+use crate::model::{Job, JobSpec, Run, Task};
+use crate::node::Node;
+use crate::route::Route;
+use crate::schedule::{CompiledSchedule, Misfire, Schedule};
+use crate::store::{self, Store};
+
+const DEFAULT_TIMEOUT_MS: i64 = 300_000;
+const MAX_TIMEOUT_MS: i64 = 86_400_000;
+const DEFAULT_MAX_ATTEMPTS: i64 = 1;
+const MAX_ATTEMPTS: i64 = 100;
+const DEFAULT_MEMORY_MB: i64 = 64;
+const MAX_MEMORY_MB: i64 = 4096;
+const MAX_CONCURRENCY: i64 = 1_000_000;
+const MAX_CHILD_JOBS: usize = 100;
+const MAX_NO_EXECUTOR_TIMEOUT_MS: i64 = 7 * 86_400_000;
+
+/// A job's settings as sent to `POST` (name, app, plugin and schedule required) or `PATCH`
+/// (any subset, merged onto the stored job). Integers are read as `i64` so that an
+/// out-of-range value is a 422 naming its range rather than a serde overflow.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobFields {
+    /// Unique; any text up to 200 characters.
+    name: Option<String>,
+    /// The executor group that runs it.
+    app: Option<String>,
+    /// The plugin's name or id; runs use its latest version.
+    plugin: Option<NameOrId>,
+    schedule: Option<Schedule>,
+    /// The runs' stdin, `ROTA_PARAMS` and argv; `null` clears them.
+    #[serde(default, deserialize_with = "nullable")]
+    params: Option<Option<String>>,
+    /// `first` by default.
+    #[schema(value_type = Option<Route>)]
+    route: Option<String>,
+    /// `serial` by default.
+    #[schema(value_type = Option<BlockName>)]
+    block: Option<String>,
+    /// `do_nothing` by default.
+    #[schema(value_type = Option<Misfire>)]
+    misfire: Option<String>,
+    /// 300,000 (5 minutes) by default.
+    timeout_ms: Option<i64>,
+    /// 1 to 100; 1 by default.
+    max_attempts: Option<i64>,
+    /// Exponential from 1 s, factor 2, at most an hour, by default.
+    backoff: Option<Backoff>,
+    /// 64 by default, up to the executor's cap.
+    memory_mb: Option<i64>,
+    /// Runs of this job at once across executors; `null` for no limit.
+    #[serde(default, deserialize_with = "nullable")]
+    max_concurrency: Option<Option<i64>>,
+    /// Jobs (names or ids) triggered after each successful run.
+    child_jobs: Option<Vec<NameOrId>>,
+    /// Where the plugin may send HTTP requests (the `rota` import `http_request`): origins
+    /// such as `https://api.example.com` or URL prefixes such as
+    /// `https://api.example.com/v1/orders`; at most 32. Empty (the default): no network.
+    http_allow: Option<Vec<String>>,
+    /// `true` by default; a disabled job does not fire on its schedule.
+    enabled: Option<bool>,
+    /// How long a fire waits for a live executor of the app before it fails as an attempt
+    /// (1,000 to 604,800,000 ms); `null` for the default, 600,000 (10 minutes).
+    #[serde(default, deserialize_with = "nullable")]
+    no_executor_timeout_ms: Option<Option<i64>>,
+}
+
+/// A job named in a path: an integer is tried as an id first, then as a name (names are
+/// any text, digits included).
+pub async fn find_job(store: &Store, id_or_name: &str) -> Result<Job> {
+    if let Ok(id) = id_or_name.parse::<i64>() {
+        match store.get_job(id).await {
+            Err(store::Error::NotFound(_)) => {}
+            other => return Ok(other?),
+        }
+    }
+    match store.get_job_by_name(id_or_name).await {
+        Err(store::Error::NotFound(_)) => {
+            Err(Error::NotFound(format!("job `{id_or_name}` not found")))
+        }
+        other => Ok(other?),
+    }
+}
+
+/// Checks `who` against the job `job_id` of a task or run (`what` names it in a 404). A
+/// principal scoped to no app needs no lookup; the job of a deleted job's task is in no
+/// app a scoped user has.
+pub async fn check_job(
+    store: &Store,
+    who: &Principal,
+    job_id: i64,
+    need: Need,
+    what: &str,
+) -> Result<()> {
+    if who.app_filter().is_none() {
+        return who.check("", need, what);
+    }
+    match store.get_job(job_id).await {
+        Ok(job) => who.check(&job.spec.app, need, what),
+        Err(store::Error::NotFound(_)) => Err(Error::NotFound(format!("{what} not found"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Task `id`, if `who` may read (or change) it.
+pub async fn task_as(store: &Store, who: &Principal, id: i64, need: Need) -> Result<Task> {
+    let task = store.get_task(id).await?;
+    check_job(store, who, task.job_id, need, &format!("task {id}")).await?;
+    Ok(task)
+}
+
+/// Run `id`, if `who` may read (or change) it.
+pub async fn run_as(store: &Store, who: &Principal, id: i64, need: Need) -> Result<Run> {
+    let run = store.get_run(id).await?;
+    check_job(store, who, run.job_id, need, &format!("run {id}")).await?;
+    Ok(run)
+}
+
+/// The `job` filter of a list: an id is used as it is (so the tasks and runs of a deleted
+/// job stay listable), a name must name an existing job.
+pub async fn job_filter(store: &Store, job: Option<&str>) -> Result<Option<i64>> {
+    match job.filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(job) => match job.parse::<i64>() {
+            Ok(id) => Ok(Some(id)),
+            Err(_) => Ok(Some(find_job(store, job).await?.id)),
+        },
+    }
+}
+
+/// A job referenced from a body (`job`, `child_jobs`): one that does not exist is a 422
+/// about `field`.
+pub async fn job_ref(store: &Store, field: &str, r: &NameOrId) -> Result<Job> {
+    let found = match r {
+        NameOrId::Id(id) => store.get_job(*id).await,
+        NameOrId::Name(name) => store.get_job_by_name(name).await,
+    };
+    match found {
+        Err(store::Error::NotFound(_)) => Err(invalid(field, format!("job {r} does not exist"))),
+        other => Ok(other?),
+    }
+}
+
+/// Every field's problem with a job, in field order; converted to one [`Error`] (the
+/// first one's status, every message) for the API, shown field by field in the console.
+#[derive(Debug)]
+pub struct SpecErrors(pub Vec<Error>);
+
+impl From<SpecErrors> for Error {
+    fn from(SpecErrors(errors): SpecErrors) -> Error {
+        let message = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        match errors.into_iter().next() {
+            Some(first) => first.with_message(message),
+            None => Error::Internal(anyhow::anyhow!("a job was refused without a reason")),
+        }
+    }
+}
+
+/// Collects field errors: `take` keeps a value or files its error.
+struct Collect(Vec<Error>);
+
+impl Collect {
+    fn take<T>(&mut self, r: Result<T>) -> Option<T> {
+        r.map_err(|e| self.0.push(e)).ok()
+    }
+
+    fn check(&mut self, r: Result<impl Sized>) {
+        self.take(r);
+    }
+}
+
+/// Validates the fields (merged onto `base` for an update) into a job spec and its
+/// compiled schedule, checking every field, so a form can show every problem at once.
+pub async fn build_spec(
+    node: &Node,
+    who: &Principal,
+    f: JobFields,
+    base: Option<&Job>,
+) -> Result<(JobSpec, CompiledSchedule), SpecErrors> {
+    let store = node.store();
+    let config = node.config();
+    let required = |field: &str| {
+        Error::BadRequest(format!(
+            "missing field `{field}`: a new job needs `name`, `app`, `plugin` and `schedule`"
+        ))
+    };
+    let old = base.map(|j| &j.spec);
+    let mut bad = Collect(Vec::new());
+
+    let name = bad.take(
+        f.name
+            .or_else(|| old.map(|s| s.name.clone()))
+            .ok_or_else(|| required("name")),
+    );
+    if let Some(name) = &name {
+        bad.check(validate::name("name", name));
+    }
+    let app = bad.take(
+        f.app
+            .or_else(|| old.map(|s| s.app.clone()))
+            .ok_or_else(|| required("app")),
+    );
+    if let Some(app) = &app {
+        bad.check(validate::app("app", app));
+    }
+
+    let plugin = match (f.plugin, old) {
+        (Some(r), _) => bad.take(plugin_ref(store, &r).await),
+        (None, Some(old)) => Some(old.plugin.clone()),
+        (None, None) => bad.take(Err(required("plugin"))),
+    };
+
+    let schedule = bad.take(
+        f.schedule
+            .or_else(|| old.map(|s| s.schedule.clone()))
+            .ok_or_else(|| required("schedule")),
+    );
+    let compiled = match &schedule {
+        Some(s) => bad.take(s.compile().map_err(|e| invalid("schedule", e))),
+        None => None,
+    };
+
+    let params = match f.params {
+        Some(p) => p,
+        None => old.and_then(|s| s.params.clone()),
+    };
+    if let Some(p) = &params {
+        bad.check(validate::max_bytes("params", p, config.max_payload_bytes));
+    }
+
+    let route = match f.route {
+        Some(r) => bad.take(Route::from_str(&r).map_err(|e| invalid("route", e))),
+        None => Some(old.map(|s| s.route).unwrap_or_default()),
+    };
+    let block = match f.block {
+        Some(b) => bad.take(BlockStrategy::from_str(&b).map_err(|e| invalid("block", e))),
+        None => Some(old.map(|s| s.block).unwrap_or_default()),
+    };
+    let misfire = match f.misfire {
+        Some(m) => bad.take(Misfire::from_str(&m).map_err(|e| invalid("misfire", e))),
+        None => Some(old.map(|s| s.misfire).unwrap_or_default()),
+    };
+
+    let timeout_ms = f
+        .timeout_ms
+        .or(old.map(|s| s.timeout_ms))
+        .unwrap_or(DEFAULT_TIMEOUT_MS);
+    bad.check(validate::within(
+        "timeout_ms",
+        timeout_ms,
+        1..=MAX_TIMEOUT_MS,
+    ));
+    let max_attempts = f
+        .max_attempts
+        .or(old.map(|s| i64::from(s.max_attempts)))
+        .unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    bad.check(validate::within(
+        "max_attempts",
+        max_attempts,
+        1..=MAX_ATTEMPTS,
+    ));
+    let memory_mb = f
+        .memory_mb
+        .or(old.map(|s| i64::from(s.memory_mb)))
+        .unwrap_or(DEFAULT_MEMORY_MB);
+    bad.check(validate::within("memory_mb", memory_mb, 1..=MAX_MEMORY_MB));
+    let max_concurrency = match f.max_concurrency {
+        Some(m) => m,
+        None => old.and_then(|s| s.max_concurrency).map(i64::from),
+    };
+    if let Some(m) = max_concurrency {
+        bad.check(validate::within("max_concurrency", m, 1..=MAX_CONCURRENCY));
+    }
+    let no_executor_timeout_ms = match f.no_executor_timeout_ms {
+        Some(t) => t,
+        None => old.and_then(|s| s.no_executor_timeout_ms),
+    };
+    if let Some(t) = no_executor_timeout_ms {
+        bad.check(validate::within(
+            "no_executor_timeout_ms",
+            t,
+            1_000..=MAX_NO_EXECUTOR_TIMEOUT_MS,
+        ));
+    }
+
+    let backoff = f
+        .backoff
+        .or_else(|| old.map(|s| s.backoff.clone()))
+        .unwrap_or_default();
+    bad.check(backoff.validate().map_err(|e| invalid("backoff", e)));
+
+    let http_allow = f
+        .http_allow
+        .or_else(|| old.map(|s| s.http_allow.clone()))
+        .unwrap_or_default();
+    bad.check(
+        rota_proto::allow::AllowList::parse(&http_allow).map_err(|e| invalid("http_allow", e)),
+    );
+
+    let child_jobs = match f.child_jobs {
+        Some(refs) => bad.take(child_jobs(store, who, &refs, base.map(|j| j.id)).await),
+        None => Some(old.map(|s| s.child_jobs.clone()).unwrap_or_default()),
+    };
+
+    let (
+        Some(name),
+        Some(app),
+        Some(plugin),
+        Some(schedule),
+        Some(compiled),
+        Some(route),
+        Some(block),
+        Some(misfire),
+        Some(child_jobs),
+        true,
+    ) = (
+        name,
+        app,
+        plugin,
+        schedule,
+        compiled,
+        route,
+        block,
+        misfire,
+        child_jobs,
+        bad.0.is_empty(),
+    )
+    else {
+        return Err(SpecErrors(bad.0));
+    };
+    let spec = JobSpec {
+        name,
+        app,
+        plugin,
+        schedule,
+        params,
+        route,
+        block,
+        misfire,
+        timeout_ms,
+        max_attempts: max_attempts as i32,
+        backoff,
+        memory_mb: memory_mb as i32,
+        max_concurrency: max_concurrency.map(|m| m as i32),
+        child_jobs,
+        http_allow,
+        enabled: f.enabled.or(old.map(|s| s.enabled)).unwrap_or(true),
+        no_executor_timeout_ms,
+    };
+    Ok((spec, compiled))
+}
+
+/// The name of the plugin `r` refers to; it must have been uploaded.
+async fn plugin_ref(store: &Store, r: &NameOrId) -> Result<String> {
+    let found = match r {
+        NameOrId::Id(id) => store.get_plugin(*id).await,
+        NameOrId::Name(name) => store.latest_plugin(name).await,
+    };
+    match found {
+        Ok(plugin) => Ok(plugin.name),
+        Err(store::Error::NotFound(_)) => Err(invalid(
+            "plugin",
+            format!("plugin {r} does not exist; upload it first with POST /api/v1/plugins?name=…"),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Resolves child job references to ids, in order, without repeats; a job cannot be its
+/// own child. A child fires with its parent's success, so naming one is triggering it:
+/// `who` must be allowed to change it (else a user of one app could run another app's
+/// jobs, XXL-JOB's CVE-2024-42681).
+async fn child_jobs(
+    store: &Store,
+    who: &Principal,
+    refs: &[NameOrId],
+    this_job: Option<i64>,
+) -> Result<Vec<i64>> {
+    if refs.len() > MAX_CHILD_JOBS {
+        return Err(invalid(
+            "child_jobs",
+            format!("at most {MAX_CHILD_JOBS} child jobs (got {})", refs.len()),
+        ));
+    }
+    let mut ids = Vec::with_capacity(refs.len());
+    let mut seen = HashSet::new();
+    for (i, r) in refs.iter().enumerate() {
+        let field = format!("child_jobs[{i}]");
+        let child = job_ref(store, &field, r).await?;
+        who.check(
+            &child.spec.app,
+            Need::Change,
+            &format!("{field}: job `{r}`"),
+        )?;
+        if Some(child.id) == this_job {
+            return Err(invalid(&field, "a job cannot be its own child"));
+        }
+        if seen.insert(child.id) {
+            ids.push(child.id);
+        }
+    }
+    if let Some(this_job) = this_job {
+        reject_cycle(store, &ids, this_job).await?;
+    }
+    Ok(ids)
+}
+
+/// A chain of child jobs that leads back to `this_job` would run forever: follow the
+/// children of `children` and refuse one that does.
+async fn reject_cycle(store: &Store, children: &[i64], this_job: i64) -> Result<()> {
+    let mut stack = children.to_vec();
+    let mut visited = HashSet::new();
+    while let Some(id) = stack.pop() {
+        if !visited.insert(id) {
+            continue;
+        }
+        let job = match store.get_job(id).await {
+            Err(store::Error::NotFound(_)) => continue,
+            other => other?,
+        };
+        if job.spec.child_jobs.contains(&this_job) {
+            return Err(invalid(
+                "child_jobs",
+                format!(
+                    "job {id} (`{}`) already runs job {this_job} after it: child jobs must not form a cycle",
+                    job.spec.name
+                ),
+            ));
+        }
+        stack.extend(job.spec.child_jobs);
+    }
+    Ok(())
+}
