@@ -23,10 +23,14 @@
 
 pub mod auth;
 pub mod charts;
+pub mod jobs;
 pub mod lang;
 pub mod pages;
 pub mod people;
+pub mod plugins;
+pub mod runs;
 pub mod secrets;
+pub mod tasks;
 
 use std::sync::Arc;
 
@@ -61,7 +65,11 @@ pub const PREFIX: &str = "/console";
 /// test that walks them without a session read.
 fn protected(max_plugin_bytes: usize) -> Vec<(Method, &'static str, MethodRouter<Console>)> {
     use Method as M;
+    use jobs::*;
     use pages::*;
+    use plugins::*;
+    use runs::*;
+    use tasks::*;
     vec![
         (M::GET, "", get(dashboard)),
         (M::GET, "/jobs", get(jobs)),

@@ -1,0 +1,636 @@
+//! The jobs' pages: the list, the form (create, change, with a preview of the next fire
+//! times), enabling, triggering, scheduling one task and deleting. Jobs are validated by
+//! the use case's [`build_spec`], as in the API, so both accept exactly the same jobs; its
+//! `field: message` errors are shown next to the field they name.
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Redirect};
+use axum::{Extension, Form};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::Session;
+use super::pages::*;
+use super::{Console, PREFIX, PageResult, When, render, render_status};
+use crate::access::Need;
+use crate::model::{Job, Millis, NewTask, TaskKind, now_ms};
+use crate::route::Route;
+use crate::schedule::{Misfire, Schedule};
+use crate::usecase::jobs::{JobFields, SpecErrors, build_spec};
+use crate::usecase::{self, Error};
+
+pub struct JobRow {
+    id: i64,
+    name: String,
+    app: String,
+    plugin: String,
+    schedule: String,
+    enabled: bool,
+    next_fire: Option<When>,
+}
+
+pub(super) fn schedule_text(s: &Schedule) -> String {
+    match s {
+        Schedule::Cron { expr, time_zone } => match time_zone {
+            Some(tz) => format!("cron {expr} ({tz})"),
+            None => format!("cron {expr}"),
+        },
+        Schedule::FixedRate { every_ms } => format!("every {every_ms} ms"),
+        Schedule::None => "none".to_owned(),
+    }
+}
+
+impl From<&Job> for JobRow {
+    fn from(j: &Job) -> Self {
+        JobRow {
+            id: j.id,
+            name: j.spec.name.clone(),
+            app: j.spec.app.clone(),
+            plugin: j.spec.plugin.clone(),
+            schedule: schedule_text(&j.spec.schedule),
+            enabled: j.spec.enabled,
+            next_fire: When::opt(j.next_fire_at),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "jobs.html")]
+struct JobsPage {
+    chrome: Chrome,
+    q: String,
+    jobs: Vec<JobRow>,
+    next: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct JobsQuery {
+    q: Option<String>,
+    before: Option<i64>,
+}
+
+pub async fn jobs(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Query(query): Query<JobsQuery>,
+) -> PageResult {
+    let q = empty_none(&query.q);
+    let page = console
+        .node
+        .store()
+        .list_jobs(None, s.who.app_filter(), q, query.before, PAGE)
+        .await?;
+    let q = q.unwrap_or_default().to_owned();
+    let next = page.next.map(|n| {
+        let mut url = format!("{PREFIX}/jobs?before={n}");
+        if !q.is_empty() {
+            url.push_str(&format!("&q={}", encode(&q)));
+        }
+        url
+    });
+    render(&JobsPage {
+        chrome: Chrome::of(&s, "jobs"),
+        q,
+        jobs: page.items.iter().map(JobRow::from).collect(),
+        next,
+    })
+}
+
+/// The job form as the browser sends it: every field text, checked by [`build_spec`].
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct JobForm {
+    name: String,
+    app: String,
+    plugin: String,
+    schedule_kind: String,
+    cron_expr: String,
+    time_zone: String,
+    every_ms: String,
+    params: String,
+    route: String,
+    block: String,
+    misfire: String,
+    timeout_ms: String,
+    max_attempts: String,
+    memory_mb: String,
+    max_concurrency: String,
+    /// One origin or URL prefix per line.
+    http_allow: String,
+    enabled: Option<String>,
+    /// Set by the "Preview" button: show the next fire times, save nothing.
+    preview: Option<String>,
+}
+
+impl JobForm {
+    fn of(job: &Job) -> JobForm {
+        let spec = &job.spec;
+        let (kind, expr, tz, every) = match &spec.schedule {
+            Schedule::Cron { expr, time_zone } => (
+                "cron",
+                expr.clone(),
+                time_zone.clone().unwrap_or_default(),
+                String::new(),
+            ),
+            Schedule::FixedRate { every_ms } => (
+                "fixed_rate",
+                String::new(),
+                String::new(),
+                every_ms.to_string(),
+            ),
+            Schedule::None => ("none", String::new(), String::new(), String::new()),
+        };
+        JobForm {
+            name: spec.name.clone(),
+            app: spec.app.clone(),
+            plugin: spec.plugin.clone(),
+            schedule_kind: kind.to_owned(),
+            cron_expr: expr,
+            time_zone: tz,
+            every_ms: every,
+            params: spec.params.clone().unwrap_or_default(),
+            route: spec.route.to_string(),
+            block: block_name(spec.block).to_owned(),
+            misfire: spec.misfire.as_str().to_owned(),
+            timeout_ms: spec.timeout_ms.to_string(),
+            max_attempts: spec.max_attempts.to_string(),
+            memory_mb: spec.memory_mb.to_string(),
+            max_concurrency: spec
+                .max_concurrency
+                .map(|m| m.to_string())
+                .unwrap_or_default(),
+            http_allow: spec.http_allow.join("\n"),
+            enabled: spec.enabled.then(|| "on".to_owned()),
+            preview: None,
+        }
+    }
+
+    fn blank() -> JobForm {
+        JobForm {
+            schedule_kind: "cron".into(),
+            cron_expr: "0 */5 * * * ?".into(),
+            route: Route::default().to_string(),
+            block: "serial".into(),
+            misfire: Misfire::default().as_str().into(),
+            timeout_ms: "300000".into(),
+            max_attempts: "1".into(),
+            memory_mb: "64".into(),
+            enabled: Some("on".into()),
+            ..JobForm::default()
+        }
+    }
+
+    /// The schedule the form describes, or the error to show under it.
+    fn schedule(&self, errors: &mut Errors) -> Option<Value> {
+        match self.schedule_kind.as_str() {
+            "cron" => {
+                let mut v = json!({"kind": "cron", "expr": self.cron_expr.trim()});
+                if !self.time_zone.trim().is_empty() {
+                    v["time_zone"] = json!(self.time_zone.trim());
+                }
+                Some(v)
+            }
+            "fixed_rate" => int("every_ms", &self.every_ms, errors)
+                .map(|n| json!({"kind": "fixed_rate", "every_ms": n}))
+                .or_else(|| {
+                    errors
+                        .entry("every_ms".into())
+                        .or_insert_with(|| "required for a fixed rate".into());
+                    None
+                }),
+            "none" => Some(json!({"kind": "none"})),
+            other => {
+                errors.insert("schedule".into(), format!("unknown kind `{other}`"));
+                None
+            }
+        }
+    }
+
+    /// The form as the API's [`JobFields`]; text that is not a number is an error here.
+    fn fields(&self, errors: &mut Errors) -> Option<JobFields> {
+        let mut m = serde_json::Map::new();
+        m.insert("name".into(), json!(self.name));
+        m.insert("app".into(), json!(self.app.trim()));
+        m.insert("plugin".into(), json!(self.plugin.trim()));
+        // A schedule with errors (filed already) stands in as `none`, so the other fields
+        // are still checked.
+        let schedule = self
+            .schedule(errors)
+            .unwrap_or_else(|| json!({"kind": "none"}));
+        m.insert("schedule".into(), schedule);
+        let params = (!self.params.is_empty()).then_some(self.params.as_str());
+        m.insert("params".into(), json!(params));
+        m.insert("route".into(), json!(self.route));
+        m.insert("block".into(), json!(self.block));
+        m.insert("misfire".into(), json!(self.misfire));
+        for (field, text) in [
+            ("timeout_ms", &self.timeout_ms),
+            ("max_attempts", &self.max_attempts),
+            ("memory_mb", &self.memory_mb),
+        ] {
+            if let Some(n) = int(field, text, errors) {
+                m.insert(field.into(), json!(n));
+            }
+        }
+        m.insert(
+            "max_concurrency".into(),
+            json!(int("max_concurrency", &self.max_concurrency, errors)),
+        );
+        let allow: Vec<&str> = self
+            .http_allow
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        m.insert("http_allow".into(), json!(allow));
+        m.insert("enabled".into(), json!(self.enabled.is_some()));
+        // Fields with errors are left out; the rest are still checked by `build_spec`.
+        match serde_json::from_value(Value::Object(m)) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                errors.insert(String::new(), e.to_string());
+                None
+            }
+        }
+    }
+}
+
+/// An optional whole number from a text field (blank: none).
+pub(super) fn int(field: &str, text: &str, errors: &mut Errors) -> Option<i64> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    match text.parse() {
+        Ok(n) => Some(n),
+        Err(_) => {
+            errors.insert(field.into(), format!("`{text}` is not a whole number"));
+            None
+        }
+    }
+}
+
+/// Files an API error under the form field its message names (`field: …`), or under the
+/// form as a whole.
+pub(super) fn file_error(errors: &mut Errors, e: Error) -> Result<(), Error> {
+    let message = match e {
+        Error::Conflict(_) => {
+            errors.insert("name".into(), "a job with this name already exists".into());
+            return Ok(());
+        }
+        Error::Internal(_) | Error::Unavailable(_) => return Err(e),
+        other => other.to_string(),
+    };
+    match message.split_once(": ") {
+        // The first problem of a field is the one shown next to it.
+        Some((field, rest)) if JOB_FIELDS.contains(&field) => {
+            errors
+                .entry(field.to_owned())
+                .or_insert_with(|| rest.to_owned());
+        }
+        _ => {
+            errors.entry(String::new()).or_insert(message);
+        }
+    }
+    Ok(())
+}
+
+pub(super) const JOB_FIELDS: &[&str] = &[
+    "name",
+    "app",
+    "plugin",
+    "schedule",
+    "every_ms",
+    "params",
+    "route",
+    "block",
+    "misfire",
+    "timeout_ms",
+    "max_attempts",
+    "memory_mb",
+    "max_concurrency",
+    "http_allow",
+];
+
+pub(super) fn block_name(b: rota_proto::BlockStrategy) -> &'static str {
+    use rota_proto::BlockStrategy as B;
+    match b {
+        B::Serial => "serial",
+        B::DiscardLater => "discard_later",
+        B::CoverEarly => "cover_early",
+    }
+}
+
+#[derive(Template)]
+#[template(path = "job_form.html")]
+struct JobFormPage {
+    chrome: Chrome,
+    /// `None` for a new job.
+    job: Option<JobRow>,
+    form: JobForm,
+    errors: Errors,
+    schedule_kinds: Vec<Opt>,
+    routes: Vec<Opt>,
+    blocks: Vec<Opt>,
+    misfires: Vec<Opt>,
+    plugins: Vec<String>,
+    preview: Vec<When>,
+}
+
+impl JobFormPage {
+    async fn new(
+        console: &Console,
+        s: &Session,
+        job: Option<&Job>,
+        form: JobForm,
+        errors: Errors,
+    ) -> PageResult<JobFormPage> {
+        let plugins = console.node.store().list_plugins().await?;
+        let mut names: Vec<String> = plugins.into_iter().map(|p| p.name).collect();
+        names.dedup();
+        let preview = if errors.contains_key("schedule") {
+            Vec::new()
+        } else {
+            preview_of(&form)
+        };
+        Ok(JobFormPage {
+            chrome: Chrome::of(s, "jobs"),
+            job: job.map(JobRow::from),
+            schedule_kinds: options(["cron", "fixed_rate", "none"], &form.schedule_kind),
+            routes: options(Route::ALL, &form.route),
+            blocks: options(["serial", "discard_later", "cover_early"], &form.block),
+            misfires: options(Misfire::ALL.map(Misfire::as_str), &form.misfire),
+            form,
+            errors,
+            plugins: names,
+            preview,
+        })
+    }
+}
+
+/// The next five fire times of the form's schedule (none when it does not compile).
+pub(super) fn preview_of(form: &JobForm) -> Vec<When> {
+    let mut ignored = Errors::new();
+    form.schedule(&mut ignored)
+        .and_then(|v| serde_json::from_value::<Schedule>(v).ok())
+        .and_then(|s| s.compile().ok())
+        .map(|c| c.preview(now_ms(), 5).into_iter().map(When::of).collect())
+        .unwrap_or_default()
+}
+
+pub async fn new_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+) -> PageResult {
+    let page = JobFormPage::new(&console, &s, None, JobForm::blank(), Errors::new()).await?;
+    render(&page)
+}
+
+pub async fn job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    let job = job_for(&console, &s, id, Need::Read).await?;
+    let page = JobFormPage::new(&console, &s, Some(&job), JobForm::of(&job), Errors::new()).await?;
+    render(&page)
+}
+
+pub async fn create_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Form(form): Form<JobForm>,
+) -> PageResult {
+    save_job(console, s, None, form).await
+}
+
+pub async fn update_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    Form(form): Form<JobForm>,
+) -> PageResult {
+    let job = job_for(&console, &s, id, Need::Change).await?;
+    save_job(console, s, Some(job), form).await
+}
+
+/// Validates and saves the form, or shows it again with its errors (a 422).
+pub(super) async fn save_job(
+    console: Console,
+    s: Session,
+    base: Option<Job>,
+    form: JobForm,
+) -> PageResult {
+    let mut errors = Errors::new();
+    let fields = form.fields(&mut errors);
+    let built = match fields {
+        Some(f) => match build_spec(&console.node, &s.who, f, base.as_ref()).await {
+            Ok(b) => Some(b),
+            Err(SpecErrors(all)) => {
+                for e in all {
+                    file_error(&mut errors, e)?;
+                }
+                None
+            }
+        },
+        None => None,
+    };
+    let preview = form.preview.is_some();
+    // Saved only when no field has a problem (a field that did not parse was left out of
+    // the check above and would otherwise fall back to its default).
+    if let (Some((spec, compiled)), false, true) = (built, preview, errors.is_empty()) {
+        s.who.check_app(&spec.app)?;
+        let saved = match &base {
+            None => console.node.create_job(&spec, &compiled).await,
+            Some(job) => console.node.update_job(job, &spec, &compiled).await,
+        };
+        match saved {
+            Ok(job) => {
+                let action = if base.is_some() {
+                    "update job"
+                } else {
+                    "create job"
+                };
+                audit(&console, &s.user.name, action, &job.spec.name).await;
+                return Ok(Redirect::to(&format!("{PREFIX}/jobs/{}", job.id)).into_response());
+            }
+            Err(e) => file_error(&mut errors, Error::from(e))?,
+        }
+    }
+    let status = form_status(&errors);
+    let page = JobFormPage::new(&console, &s, base.as_ref(), form, errors).await?;
+    render_status(status, &page)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EnabledForm {
+    enabled: String,
+}
+
+pub async fn set_enabled(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    Form(f): Form<EnabledForm>,
+) -> PageResult {
+    let job = job_for(&console, &s, id, Need::Change).await?;
+    let mut spec = job.spec.clone();
+    spec.enabled = f.enabled == "true";
+    let compiled = spec
+        .schedule
+        .compile()
+        .map_err(|e| Error::Unprocessable(format!("schedule: {e}")))?;
+    console.node.update_job(&job, &spec, &compiled).await?;
+    let action = if spec.enabled {
+        "enable job"
+    } else {
+        "disable job"
+    };
+    audit(&console, &s.user.name, action, &spec.name).await;
+    Ok(Redirect::to(&format!("{PREFIX}/jobs/{id}")).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TriggerForm {
+    params: String,
+}
+
+pub async fn trigger_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    Form(f): Form<TriggerForm>,
+) -> PageResult {
+    let job = job_for(&console, &s, id, Need::Change).await?;
+    let params = if f.params.is_empty() {
+        job.spec.params.clone()
+    } else {
+        usecase::validate::max_bytes("params", &f.params, console.node.config().max_payload_bytes)?;
+        Some(f.params)
+    };
+    let now = now_ms();
+    let task = NewTask {
+        job_id: job.id,
+        kind: TaskKind::Manual,
+        key: None,
+        payload: None,
+        params,
+        due_at: now,
+        max_attempts: None,
+        backoff: None,
+        priority: 0,
+    };
+    let task_id = store_task(&console, task, now).await?;
+    audit(&console, &s.user.name, "trigger job", &job.spec.name).await;
+    Ok(Redirect::to(&format!("{PREFIX}/tasks/{task_id}")).into_response())
+}
+
+#[derive(Template)]
+#[template(path = "job_delete.html")]
+struct DeletePage {
+    chrome: Chrome,
+    job: JobRow,
+}
+
+/// Stores one task made in the console through the node, as the API does (so its wheel
+/// sees one due soon); its id.
+pub(super) async fn store_task(
+    console: &Console,
+    task: NewTask,
+    now: Millis,
+) -> Result<i64, Error> {
+    let ids = console
+        .node
+        .store_tasks(std::slice::from_ref(&task), now)
+        .await?;
+    ids.first()
+        .map(|(id, _)| *id)
+        .ok_or_else(|| Error::Internal(anyhow::anyhow!("inserting a task returned no id")))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ScheduleForm {
+    delay_s: String,
+    key: String,
+    payload: String,
+}
+
+/// A delayed task of the job, from the job page: due in `delay_s` seconds, with an
+/// optional idempotency key and payload (a key already used shows its task).
+pub async fn schedule_task(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    Form(f): Form<ScheduleForm>,
+) -> PageResult {
+    let job = job_for(&console, &s, id, Need::Change).await?;
+    let config = console.node.config();
+    let delay_s: i64 = f.delay_s.trim().parse().map_err(|_| {
+        Error::Unprocessable(format!(
+            "delay: `{}` is not a whole number of seconds",
+            usecase::validate::excerpt(&f.delay_s)
+        ))
+    })?;
+    let horizon_s = crate::schedule::FIRE_HORIZON_MS / 1000;
+    usecase::validate::within("delay", delay_s, 0..=horizon_s)?;
+    let key = match f.key.trim() {
+        "" => None,
+        k => {
+            usecase::validate::name("key", k)?;
+            Some(k.to_owned())
+        }
+    };
+    let payload = (!f.payload.is_empty()).then_some(f.payload);
+    if let Some(p) = &payload {
+        usecase::validate::max_bytes("payload", p, config.max_payload_bytes)?;
+    }
+    let now = now_ms();
+    let task = NewTask {
+        job_id: job.id,
+        kind: TaskKind::Delayed,
+        key,
+        payload,
+        params: None,
+        due_at: now + delay_s * 1000,
+        max_attempts: None,
+        backoff: None,
+        priority: 0,
+    };
+    let task_id = store_task(&console, task, now).await?;
+    audit(
+        &console,
+        &s.user.name,
+        "schedule task",
+        &format!("{} in {delay_s} s", job.spec.name),
+    )
+    .await;
+    Ok(Redirect::to(&format!("{PREFIX}/tasks/{task_id}")).into_response())
+}
+
+pub async fn confirm_delete(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    let job = job_for(&console, &s, id, Need::Change).await?;
+    render(&DeletePage {
+        chrome: Chrome::of(&s, "jobs"),
+        job: JobRow::from(&job),
+    })
+}
+
+pub async fn delete_job(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    let job = job_for(&console, &s, id, Need::Change).await?;
+    // Confirmed by the user: pending tasks go with the job.
+    console.node.delete_job(id, true).await?;
+    console.node.job_changed(id).await;
+    audit(&console, &s.user.name, "delete job", &job.spec.name).await;
+    Ok(Redirect::to(&format!("{PREFIX}/jobs")).into_response())
+}
