@@ -3,6 +3,7 @@
 //! caller's permission.
 
 use std::collections::HashSet;
+use std::ops::RangeInclusive;
 use std::str::FromStr;
 
 use rota_proto::BlockStrategy;
@@ -187,6 +188,86 @@ impl Collect {
     fn check(&mut self, r: Result<impl Sized>) {
         self.take(r);
     }
+
+    /// A field a new job must have: as sent, else the changed job's.
+    fn required<T>(&mut self, field: &str, sent: Option<T>, old: Option<T>) -> Option<T> {
+        self.take(sent.or(old).ok_or_else(|| {
+            Error::BadRequest(format!(
+                "missing field `{field}`: a new job needs `name`, `app`, `plugin` and `schedule`"
+            ))
+        }))
+    }
+
+    /// A name-like field (the job's name, its app), checked by `valid`.
+    fn named(
+        &mut self,
+        field: &str,
+        sent: Option<String>,
+        old: Option<String>,
+        valid: fn(&str, &str) -> Result<()>,
+    ) -> Option<String> {
+        let value = self.required(field, sent, old)?;
+        self.take(valid(field, &value).map(|()| value))
+    }
+
+    /// A setting named by a word (`route`, `block`, `misfire`): as sent, else the changed
+    /// job's, else the default.
+    fn word<T>(&mut self, field: &str, sent: Option<String>, old: Option<T>) -> Option<T>
+    where
+        T: FromStr + Default,
+        T::Err: std::fmt::Display,
+    {
+        match sent {
+            Some(text) => self.take(T::from_str(&text).map_err(|e| invalid(field, e))),
+            None => Some(old.unwrap_or_default()),
+        }
+    }
+
+    /// A number within `range`: as sent, else the changed job's, else `default`.
+    fn number(
+        &mut self,
+        field: &str,
+        sent: Option<i64>,
+        old: Option<i64>,
+        default: i64,
+        range: RangeInclusive<i64>,
+    ) -> i64 {
+        let value = sent.or(old).unwrap_or(default);
+        self.check(validate::within(field, value, range));
+        value
+    }
+
+    /// A number within `range` that may be `null` (no limit, or the default): as sent
+    /// (`null` included), else the changed job's.
+    fn optional_number(
+        &mut self,
+        field: &str,
+        sent: Option<Option<i64>>,
+        old: Option<i64>,
+        range: RangeInclusive<i64>,
+    ) -> Option<i64> {
+        let value = sent.unwrap_or(old);
+        if let Some(v) = value {
+            self.check(validate::within(field, v, range));
+        }
+        value
+    }
+    /// The retry backoff: as sent, else the changed job's, else the default.
+    fn backoff(&mut self, sent: Option<Backoff>, old: Option<Backoff>) -> Backoff {
+        let backoff = sent.or(old).unwrap_or_default();
+        self.check(backoff.validate().map_err(|e| invalid("backoff", e)));
+        backoff
+    }
+
+    /// Where the plugin may send HTTP requests: as sent, else the changed job's, else
+    /// nowhere.
+    fn http_allow(&mut self, sent: Option<Vec<String>>, old: Option<Vec<String>>) -> Vec<String> {
+        let allow = sent.or(old).unwrap_or_default();
+        self.check(
+            rota_proto::allow::AllowList::parse(&allow).map_err(|e| invalid("http_allow", e)),
+        );
+        allow
+    }
 }
 
 /// Validates the fields (merged onto `base` for an update) into a job spec and its
@@ -198,125 +279,67 @@ pub async fn build_spec(
     base: Option<&Job>,
 ) -> Result<(JobSpec, CompiledSchedule), SpecErrors> {
     let store = node.store();
-    let config = node.config();
-    let required = |field: &str| {
-        Error::BadRequest(format!(
-            "missing field `{field}`: a new job needs `name`, `app`, `plugin` and `schedule`"
-        ))
-    };
     let old = base.map(|j| &j.spec);
     let mut bad = Collect(Vec::new());
 
-    let name = bad.take(
-        f.name
-            .or_else(|| old.map(|s| s.name.clone()))
-            .ok_or_else(|| required("name")),
-    );
-    if let Some(name) = &name {
-        bad.check(validate::name("name", name));
-    }
-    let app = bad.take(
-        f.app
-            .or_else(|| old.map(|s| s.app.clone()))
-            .ok_or_else(|| required("app")),
-    );
-    if let Some(app) = &app {
-        bad.check(validate::app("app", app));
-    }
-
-    let plugin = match (f.plugin, old) {
-        (Some(r), _) => bad.take(plugin_ref(store, &r).await),
-        (None, Some(old)) => Some(old.plugin.clone()),
-        (None, None) => bad.take(Err(required("plugin"))),
+    let name = bad.named("name", f.name, old.map(|s| s.name.clone()), validate::name);
+    let app = bad.named("app", f.app, old.map(|s| s.app.clone()), validate::app);
+    let plugin = match f.plugin {
+        Some(r) => bad.take(plugin_ref(store, &r).await),
+        None => bad.required("plugin", None, old.map(|s| s.plugin.clone())),
     };
-
-    let schedule = bad.take(
-        f.schedule
-            .or_else(|| old.map(|s| s.schedule.clone()))
-            .ok_or_else(|| required("schedule")),
-    );
+    let schedule = bad.required("schedule", f.schedule, old.map(|s| s.schedule.clone()));
     let compiled = match &schedule {
         Some(s) => bad.take(s.compile().map_err(|e| invalid("schedule", e))),
         None => None,
     };
-
-    let params = match f.params {
-        Some(p) => p,
-        None => old.and_then(|s| s.params.clone()),
-    };
+    let params = f
+        .params
+        .unwrap_or_else(|| old.and_then(|s| s.params.clone()));
     if let Some(p) = &params {
-        bad.check(validate::max_bytes("params", p, config.max_payload_bytes));
+        let max = node.config().max_payload_bytes;
+        bad.check(validate::max_bytes("params", p, max));
     }
+    let route = bad.word("route", f.route, old.map(|s| s.route));
+    let block = bad.word::<BlockStrategy>("block", f.block, old.map(|s| s.block));
+    let misfire = bad.word("misfire", f.misfire, old.map(|s| s.misfire));
 
-    let route = match f.route {
-        Some(r) => bad.take(Route::from_str(&r).map_err(|e| invalid("route", e))),
-        None => Some(old.map(|s| s.route).unwrap_or_default()),
-    };
-    let block = match f.block {
-        Some(b) => bad.take(BlockStrategy::from_str(&b).map_err(|e| invalid("block", e))),
-        None => Some(old.map(|s| s.block).unwrap_or_default()),
-    };
-    let misfire = match f.misfire {
-        Some(m) => bad.take(Misfire::from_str(&m).map_err(|e| invalid("misfire", e))),
-        None => Some(old.map(|s| s.misfire).unwrap_or_default()),
-    };
-
-    let timeout_ms = f
-        .timeout_ms
-        .or(old.map(|s| s.timeout_ms))
-        .unwrap_or(DEFAULT_TIMEOUT_MS);
-    bad.check(validate::within(
+    let timeout_ms = bad.number(
         "timeout_ms",
-        timeout_ms,
+        f.timeout_ms,
+        old.map(|s| s.timeout_ms),
+        DEFAULT_TIMEOUT_MS,
         1..=MAX_TIMEOUT_MS,
-    ));
-    let max_attempts = f
-        .max_attempts
-        .or(old.map(|s| i64::from(s.max_attempts)))
-        .unwrap_or(DEFAULT_MAX_ATTEMPTS);
-    bad.check(validate::within(
+    );
+    let max_attempts = bad.number(
         "max_attempts",
-        max_attempts,
+        f.max_attempts,
+        old.map(|s| i64::from(s.max_attempts)),
+        DEFAULT_MAX_ATTEMPTS,
         1..=MAX_ATTEMPTS,
-    ));
-    let memory_mb = f
-        .memory_mb
-        .or(old.map(|s| i64::from(s.memory_mb)))
-        .unwrap_or(DEFAULT_MEMORY_MB);
-    bad.check(validate::within("memory_mb", memory_mb, 1..=MAX_MEMORY_MB));
-    let max_concurrency = match f.max_concurrency {
-        Some(m) => m,
-        None => old.and_then(|s| s.max_concurrency).map(i64::from),
-    };
-    if let Some(m) = max_concurrency {
-        bad.check(validate::within("max_concurrency", m, 1..=MAX_CONCURRENCY));
-    }
-    let no_executor_timeout_ms = match f.no_executor_timeout_ms {
-        Some(t) => t,
-        None => old.and_then(|s| s.no_executor_timeout_ms),
-    };
-    if let Some(t) = no_executor_timeout_ms {
-        bad.check(validate::within(
-            "no_executor_timeout_ms",
-            t,
-            1_000..=MAX_NO_EXECUTOR_TIMEOUT_MS,
-        ));
-    }
-
-    let backoff = f
-        .backoff
-        .or_else(|| old.map(|s| s.backoff.clone()))
-        .unwrap_or_default();
-    bad.check(backoff.validate().map_err(|e| invalid("backoff", e)));
-
-    let http_allow = f
-        .http_allow
-        .or_else(|| old.map(|s| s.http_allow.clone()))
-        .unwrap_or_default();
-    bad.check(
-        rota_proto::allow::AllowList::parse(&http_allow).map_err(|e| invalid("http_allow", e)),
+    );
+    let memory_mb = bad.number(
+        "memory_mb",
+        f.memory_mb,
+        old.map(|s| i64::from(s.memory_mb)),
+        DEFAULT_MEMORY_MB,
+        1..=MAX_MEMORY_MB,
+    );
+    let max_concurrency = bad.optional_number(
+        "max_concurrency",
+        f.max_concurrency,
+        old.and_then(|s| s.max_concurrency).map(i64::from),
+        1..=MAX_CONCURRENCY,
+    );
+    let no_executor_timeout_ms = bad.optional_number(
+        "no_executor_timeout_ms",
+        f.no_executor_timeout_ms,
+        old.and_then(|s| s.no_executor_timeout_ms),
+        1_000..=MAX_NO_EXECUTOR_TIMEOUT_MS,
     );
 
+    let backoff = bad.backoff(f.backoff, old.map(|s| s.backoff.clone()));
+    let http_allow = bad.http_allow(f.http_allow, old.map(|s| s.http_allow.clone()));
     let child_jobs = match f.child_jobs {
         Some(refs) => bad.take(child_jobs(store, who, &refs, base.map(|j| j.id)).await),
         None => Some(old.map(|s| s.child_jobs.clone()).unwrap_or_default()),
