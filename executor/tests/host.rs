@@ -311,3 +311,52 @@ async fn secrets_are_read_by_name_and_runs_without_access_are_denied() {
         ]
     );
 }
+
+/// A run that times out while its `http_request` waits for an answer takes the request
+/// down with it: the connection closes when the run ends, not when the client's own 30 s
+/// timeout would have fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_runs_request_ends_with_it() {
+    use tokio::io::AsyncReadExt;
+
+    // A server that reads the request and never answers; it reports when the peer closes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 4096];
+        while conn.read(&mut buf).await.map(|n| n > 0).unwrap_or(false) {}
+        let _ = closed_tx.send(());
+    });
+
+    let rt = runtime();
+    let services = local(&[]);
+    let open = access(std::slice::from_ref(&base), &services);
+    let url = format!("{base}/never");
+    let ended = tokio::task::spawn_blocking(move || {
+        let (wasm, sha256) = common::compiled(&common::http_plugin("GET", &url, ""));
+        let plugin = rt.compile(&sha256, &wasm).unwrap();
+        let env = PluginEnv::default();
+        let invocation = Invocation {
+            plugin_name: "host",
+            input: b"",
+            params: None,
+            env: &env,
+            timeout: Duration::from_millis(300),
+            memory_mb: 0,
+            host: Some(&open),
+        };
+        let log = RunLog::memory(1 << 20);
+        let outcome = rt.run(&plugin, &invocation, &log, &CancellationToken::new());
+        outcome.status
+    })
+    .await
+    .unwrap();
+    assert_eq!(ended, RunStatus::Timeout);
+    // Well inside the client's 30 s request timeout: the request went with the run.
+    tokio::time::timeout(Duration::from_secs(10), closed_rx)
+        .await
+        .expect("the request was still open 10 s after its run timed out")
+        .expect("the server saw the connection end");
+}

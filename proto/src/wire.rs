@@ -53,6 +53,13 @@ pub const PATH_IDLE_BEAT: &str = "/idle-beat";
 /// Scheduler → executor: `POST` a [`RunsKnownRequest`] → [`RunsKnownAck`].
 pub const PATH_RUNS_KNOWN: &str = "/runs/known";
 
+/// Scheduler node → scheduler node: `POST` a [`PeerCancel`] → [`PeerCancelAck`]. A task
+/// claimed by a node is cancelled there, where it sits in the wheel (`docs/cluster.md`).
+pub const PATH_PEER_CANCEL: &str = "/api/node/v1/cancel";
+/// Scheduler node → scheduler node: `POST` a [`PeerJobChanged`] → `{}`. The receiver
+/// forgets its copy of the job and scans at once.
+pub const PATH_PEER_JOB_CHANGED: &str = "/api/node/v1/job-changed";
+
 /// Where an executor downloads the plugin module with this SHA-256 (lower-case hex).
 pub fn plugin_path(sha256: &str) -> String {
     format!("{PATH_PLUGIN_PREFIX}{sha256}")
@@ -503,6 +510,26 @@ impl std::fmt::Debug for SecretReply {
             .field("value", &self.value.as_ref().map(|_| "<redacted>"))
             .finish()
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Scheduler node → scheduler node (signed with the shared secret)
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerCancel {
+    pub task_id: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerCancelAck {
+    /// This call cancelled it (`false`: it was cancelled already).
+    pub cancelled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerJobChanged {
+    pub job_id: i64,
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::api::ApiError;
+use crate::usecase::{Error, validate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
@@ -41,7 +41,7 @@ impl Role {
             "admin" => Ok(Role::Admin),
             other => Err(format!(
                 "role `{}` is not one of admin, operator, viewer",
-                crate::api::validate::excerpt(other)
+                validate::excerpt(other)
             )),
         }
     }
@@ -83,7 +83,7 @@ impl Apps {
         if let Some(long) = names.iter().find(|n| n.chars().count() > 200) {
             return Err(format!(
                 "apps: `{}` is longer than 200 characters",
-                crate::api::validate::excerpt(long)
+                validate::excerpt(long)
             ));
         }
         names.sort();
@@ -181,12 +181,12 @@ impl Principal {
     /// May this principal read (or change) something of `app`? Out of its apps is a
     /// not-found naming `what`, as for something that does not exist, so a scoped user
     /// cannot learn what other apps hold; in them without the role to change, a 403.
-    pub fn check(&self, app: &str, need: Need, what: &str) -> Result<(), ApiError> {
+    pub fn check(&self, app: &str, need: Need, what: &str) -> Result<(), Error> {
         if !self.sees(app) {
-            return Err(ApiError::NotFound(format!("{what} not found")));
+            return Err(Error::NotFound(format!("{what} not found")));
         }
         if need == Need::Change && !self.may_change(app) {
-            return Err(ApiError::Forbidden(format!(
+            return Err(Error::Forbidden(format!(
                 "`{}` is a {}: changing {what} needs the operator or admin role",
                 self.name, self.role
             )));
@@ -195,11 +195,11 @@ impl Principal {
     }
 
     /// Creating or moving something into `app`.
-    pub fn check_app(&self, app: &str) -> Result<(), ApiError> {
+    pub fn check_app(&self, app: &str) -> Result<(), Error> {
         if self.may_change(app) {
             return Ok(());
         }
-        Err(ApiError::Forbidden(if self.sees(app) {
+        Err(Error::Forbidden(if self.sees(app) {
             format!(
                 "`{}` is a {}: changing app `{app}` needs the operator or admin role",
                 self.name, self.role
@@ -210,22 +210,22 @@ impl Principal {
     }
 
     /// Uploading a plugin: an operator of any app, or an admin.
-    pub fn check_operator(&self, action: &str) -> Result<(), ApiError> {
+    pub fn check_operator(&self, action: &str) -> Result<(), Error> {
         if self.role >= Role::Operator {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(format!(
+            Err(Error::Forbidden(format!(
                 "`{}` is a viewer: {action} needs the operator or admin role",
                 self.name
             )))
         }
     }
 
-    pub fn check_admin(&self, action: &str) -> Result<(), ApiError> {
+    pub fn check_admin(&self, action: &str) -> Result<(), Error> {
         if self.is_admin() {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(format!(
+            Err(Error::Forbidden(format!(
                 "`{}` is a {}: {action} needs the admin role",
                 self.name, self.role
             )))
@@ -252,17 +252,17 @@ mod tests {
         );
         assert!(matches!(
             operator.check("billing", Need::Change, "job `x`"),
-            Err(ApiError::NotFound(m)) if m == "job `x` not found"
+            Err(Error::NotFound(m)) if m == "job `x` not found"
         ));
         assert!(viewer.check("shop", Need::Read, "job `x`").is_ok());
         assert!(matches!(
             viewer.check("shop", Need::Change, "job `x`"),
-            Err(ApiError::Forbidden(m)) if m.contains("viewer")
+            Err(Error::Forbidden(m)) if m.contains("viewer")
         ));
         assert!(operator.check_app("shop").is_ok());
         assert!(matches!(
             operator.check_app("hr"),
-            Err(ApiError::Forbidden(m)) if m.contains("no access to app `hr`")
+            Err(Error::Forbidden(m)) if m.contains("no access to app `hr`")
         ));
         assert!(operator.check_admin("deleting a plugin").is_err());
         assert!(Principal::root().check_admin("anything").is_ok());

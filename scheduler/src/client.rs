@@ -232,9 +232,9 @@ impl ExecutorClient {
     pub async fn node_cancel(
         &self,
         address: &str,
-        req: &crate::api::peers::PeerCancel,
-    ) -> Result<crate::api::peers::PeerCancelAck, ClientError> {
-        self.post(To::Peer, address, crate::api::peers::PATH_PEER_CANCEL, req)
+        req: &rota_proto::wire::PeerCancel,
+    ) -> Result<rota_proto::wire::PeerCancelAck, ClientError> {
+        self.post(To::Peer, address, rota_proto::wire::PATH_PEER_CANCEL, req)
             .await
     }
 
@@ -242,12 +242,12 @@ impl ExecutorClient {
     pub async fn node_job_changed(
         &self,
         address: &str,
-        req: &crate::api::peers::PeerJobChanged,
+        req: &rota_proto::wire::PeerJobChanged,
     ) -> Result<serde_json::Value, ClientError> {
         self.post(
             To::Peer,
             address,
-            crate::api::peers::PATH_PEER_JOB_CHANGED,
+            rota_proto::wire::PATH_PEER_JOB_CHANGED,
             req,
         )
         .await

@@ -48,6 +48,15 @@ pub struct OpenError {
 }
 
 impl SecretBox {
+    /// The node's box: the configured key (`ROTA_SECRETS_KEY`), else one derived from the
+    /// master secret.
+    pub fn of(config: &crate::config::Config) -> SecretBox {
+        match config.secrets_key {
+            Some(key) => SecretBox::new(key),
+            None => SecretBox::derived_from(&config.executor_secret),
+        }
+    }
+
     pub fn new(key: [u8; 32]) -> Self {
         SecretBox {
             cipher: ChaCha20Poly1305::new(&key.into()),

@@ -114,10 +114,14 @@ fn signed_routes() -> Vec<(Method, String, MethodRouter<AppState>)> {
         (M::POST, PATH_CALLBACK.into(), post(executors::callback)),
         (M::POST, PATH_KV.into(), post(plugin_host::kv)),
         (M::POST, PATH_SECRET.into(), post(plugin_host::secret)),
-        (M::POST, peers::PATH_PEER_CANCEL.into(), post(peers::cancel)),
         (
             M::POST,
-            peers::PATH_PEER_JOB_CHANGED.into(),
+            rota_proto::wire::PATH_PEER_CANCEL.into(),
+            post(peers::cancel),
+        ),
+        (
+            M::POST,
+            rota_proto::wire::PATH_PEER_JOB_CHANGED.into(),
             post(peers::job_changed),
         ),
         (

@@ -11,26 +11,12 @@
 
 use axum::Extension;
 use axum::extract::State;
-use serde::{Deserialize, Serialize};
+use rota_proto::wire::{PeerCancel, PeerCancelAck, PeerJobChanged};
 
 use super::AppState;
 use super::auth::Signer;
 use super::error::ApiResult;
 use super::extract::Json;
-
-pub const PATH_PEER_CANCEL: &str = "/api/node/v1/cancel";
-pub const PATH_PEER_JOB_CHANGED: &str = "/api/node/v1/job-changed";
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct PeerCancel {
-    pub task_id: i64,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct PeerCancelAck {
-    /// This call cancelled it (`false`: it was cancelled already).
-    pub cancelled: bool,
-}
 
 /// Cancels a task on this node: a running or finished one is the same 409 as for a user.
 pub async fn cancel(
@@ -41,11 +27,6 @@ pub async fn cancel(
     signer.check_peer()?;
     let (_, cancelled) = state.node.cancel_here(req.task_id).await?;
     Ok(axum::Json(PeerCancelAck { cancelled }))
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct PeerJobChanged {
-    pub job_id: i64,
 }
 
 /// A job changed on another node: drop this node's copy of it.

@@ -23,7 +23,7 @@ use super::openapi::ErrorBody;
 use super::views::rfc3339;
 use crate::access::{Need, Principal};
 use crate::model::now_ms;
-use crate::secrets::{self, SecretBox};
+use crate::secrets;
 use crate::store::{self, SecretMeta};
 
 // ----- for runs: the executor protocol -----------------------------------------------------
@@ -294,12 +294,4 @@ pub async fn delete(
     let target = format!("{app}/{name}");
     state.node.audit(&who.name, "delete secret", &target).await;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// The node's key for sealing secrets (see [`crate::secrets`]).
-pub fn secrets_box(config: &crate::config::Config) -> SecretBox {
-    match config.secrets_key {
-        Some(key) => SecretBox::new(key),
-        None => SecretBox::derived_from(&config.executor_secret),
-    }
 }

@@ -25,244 +25,16 @@ use crate::ring::{CancelState, Ring};
 use crate::route::Router;
 use crate::store::{self, NodeRef, Store};
 
-/// What a job needs at dispatch time: the job and the newest version of its plugin.
-#[derive(Debug)]
-pub struct JobEntry {
-    pub job: Job,
-    pub plugin: Option<Plugin>,
-}
+mod caches;
+mod lease;
 
-/// A cache entry: when it was read, and the job (`None`: it does not exist).
-type CachedJob = (Instant, Option<Arc<JobEntry>>);
-
-/// Jobs by id, re-read at most every few seconds (other nodes may change them) and at once
-/// when this node changes one. A stale entry is served while it is re-read in the background,
-/// so the fire path waits for the database only for a job it has never seen.
-pub(crate) struct JobCache {
-    map: Arc<Mutex<HashMap<i64, CachedJob>>>,
-    refreshing: Arc<Mutex<std::collections::HashSet<i64>>>,
-    /// Job ids by name, with when they were read (a name is re-read after `ttl`).
-    names: Mutex<HashMap<String, (Instant, i64)>>,
-    ttl: Duration,
-}
-
-impl JobCache {
-    fn new(ttl: Duration) -> Self {
-        JobCache {
-            map: Arc::new(Mutex::new(HashMap::new())),
-            refreshing: Arc::new(Mutex::new(std::collections::HashSet::new())),
-            names: Mutex::new(HashMap::new()),
-            ttl,
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, CachedJob>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) async fn get(&self, store: &Store, id: i64) -> store::Result<Option<Arc<JobEntry>>> {
-        let cached = self.lock().get(&id).cloned();
-        match cached {
-            Some((at, entry)) if at.elapsed() < self.ttl => Ok(entry),
-            Some((_, entry)) => {
-                self.refresh_in_background(store, id);
-                Ok(entry)
-            }
-            None => {
-                let entry = load_job(store, id).await?;
-                self.lock().insert(id, (Instant::now(), entry.clone()));
-                Ok(entry)
-            }
-        }
-    }
-
-    fn refresh_in_background(&self, store: &Store, id: i64) {
-        if !self
-            .refreshing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id)
-        {
-            return;
-        }
-        let (store, map, refreshing) = (store.clone(), self.map.clone(), self.refreshing.clone());
-        tokio::spawn(async move {
-            match load_job(&store, id).await {
-                Ok(entry) => {
-                    map.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(id, (Instant::now(), entry));
-                }
-                Err(e) => {
-                    tracing::warn!(job.id = id, error = %e, "re-reading a job failed; keeping the cached one")
-                }
-            }
-            refreshing
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
-        });
-    }
-
-    /// The id of the job called `name`; `None` if there is none.
-    pub(crate) async fn id_named(&self, store: &Store, name: &str) -> store::Result<Option<i64>> {
-        let names = || self.names.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&(at, id)) = names().get(name)
-            && at.elapsed() < self.ttl
-        {
-            return Ok(Some(id));
-        }
-        match store.get_job_by_name(name).await {
-            Ok(job) => {
-                let mut names = names();
-                if names.len() >= 10_000 {
-                    names.clear();
-                }
-                names.insert(name.to_owned(), (Instant::now(), job.id));
-                Ok(Some(job.id))
-            }
-            Err(store::Error::NotFound(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    pub(crate) fn invalidate(&self, id: i64) {
-        self.lock().remove(&id);
-        // A rename moves a name to another job: forget them all (rare, and cheap).
-        self.names.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    }
-
-    pub(crate) fn clear(&self) {
-        self.lock().clear();
-        self.names.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    }
-}
-
-/// A job and the newest version of its plugin; `None` if the job does not exist.
-async fn load_job(store: &Store, id: i64) -> store::Result<Option<Arc<JobEntry>>> {
-    let job = match store.get_job(id).await {
-        Ok(job) => job,
-        Err(store::Error::NotFound(_)) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let plugin = match store.latest_plugin(&job.spec.plugin).await {
-        Ok(p) => Some(p),
-        Err(store::Error::NotFound(_)) => None,
-        Err(e) => return Err(e),
-    };
-    Ok(Some(Arc::new(JobEntry { job, plugin })))
-}
-
-/// Live executors by app, sorted by address; refreshed from the database every second (the
-/// registry lives there, so every node sees every executor).
-pub(crate) struct ExecutorCache {
-    by_app: Mutex<Arc<HashMap<String, Vec<Executor>>>>,
-}
-
-impl ExecutorCache {
-    pub(crate) fn of_app(&self, app: &str) -> Vec<Executor> {
-        let map = self
-            .by_app
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        map.get(app).cloned().unwrap_or_default()
-    }
-
-    /// The apps that have a live executor.
-    pub(crate) fn apps(&self) -> Vec<String> {
-        let map = self
-            .by_app
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        map.keys().cloned().collect()
-    }
-
-    pub(crate) async fn refresh(&self, store: &Store, alive_after: Millis) -> store::Result<()> {
-        let mut map: HashMap<String, Vec<Executor>> = HashMap::new();
-        for e in store.list_executors(None, alive_after).await? {
-            map.entry(e.app.clone()).or_default().push(e);
-        }
-        *self.by_app.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(map);
-        Ok(())
-    }
-}
-
-/// A block of run ids reserved from the database, handed out without a statement each.
-pub(crate) struct RunIds {
-    state: Arc<Mutex<IdBlocks>>,
-    refill: tokio::sync::Mutex<()>,
-}
-
-/// The block being handed out and the next one, fetched in the background before the first
-/// runs out, so the fire path does not wait for the database.
-#[derive(Default)]
-struct IdBlocks {
-    next: i64,
-    end: i64,
-    spare: Option<(i64, i64)>,
-    fetching: bool,
-}
-
-const RUN_ID_BLOCK: i64 = 10_000;
+pub use caches::JobEntry;
+pub(crate) use caches::{ExecutorCache, JobCache, RunIds};
+pub(crate) use lease::{Lease, rejoin};
+use lease::{fenced_loop, spawn_heartbeat};
 
 /// How long a node waits for another to acknowledge a job change.
 const PEER_NOTICE_TIMEOUT: Duration = Duration::from_secs(1);
-
-impl RunIds {
-    pub(crate) fn new() -> Self {
-        RunIds {
-            state: Arc::new(Mutex::new(IdBlocks::default())),
-            refill: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    pub(crate) async fn take(&self, store: &Store, n: usize) -> store::Result<Vec<i64>> {
-        let n = n as i64;
-        loop {
-            {
-                let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                if g.end - g.next < n
-                    && let Some((first, end)) = g.spare.take()
-                    && end - first >= n
-                {
-                    (g.next, g.end) = (first, end);
-                }
-                if g.end - g.next >= n {
-                    let first = g.next;
-                    g.next += n;
-                    if g.spare.is_none() && !g.fetching {
-                        g.fetching = true;
-                        let (store, state) = (store.clone(), self.state.clone());
-                        tokio::spawn(async move {
-                            let spare = store.allocate_ids("run", RUN_ID_BLOCK).await;
-                            let mut g = state.lock().unwrap_or_else(|e| e.into_inner());
-                            g.fetching = false;
-                            match spare {
-                                Ok(first) => g.spare = Some((first, first + RUN_ID_BLOCK)),
-                                Err(e) => {
-                                    tracing::warn!(error = %e, "reserving the next run id block failed")
-                                }
-                            }
-                        });
-                    }
-                    return Ok((first..first + n).collect());
-                }
-            }
-            // Nothing left (start-up, or a batch larger than a block): fetch now.
-            let _refill = self.refill.lock().await;
-            let size = RUN_ID_BLOCK.max(n);
-            let first = store.allocate_ids("run", size).await?;
-            let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            if g.end - g.next < n {
-                (g.next, g.end) = (first, first + size);
-            } else {
-                g.spare = Some((first, first + size));
-            }
-        }
-    }
-}
 
 pub(crate) struct Shared {
     pub store: Store,
@@ -294,32 +66,6 @@ pub(crate) struct Shared {
     /// dead-after time, so it stops before any other node could take its claims over.
     pub lease_valid_until: std::sync::atomic::AtomicI64,
     pub shutdown: watch::Receiver<bool>,
-}
-
-/// This node's identity and current epoch; the epoch changes when a fenced node rejoins.
-pub(crate) struct Lease {
-    node_id: i64,
-    epoch: std::sync::atomic::AtomicI64,
-}
-
-impl Lease {
-    fn new(lease: NodeLease) -> Lease {
-        Lease {
-            node_id: lease.node_id,
-            epoch: std::sync::atomic::AtomicI64::new(lease.epoch),
-        }
-    }
-
-    pub(crate) fn get(&self) -> NodeLease {
-        NodeLease {
-            node_id: self.node_id,
-            epoch: self.epoch.load(Ordering::SeqCst),
-        }
-    }
-
-    fn renew(&self, lease: NodeLease) {
-        self.epoch.store(lease.epoch, Ordering::SeqCst);
-    }
 }
 
 /// Errors of node operations that reach an executor.
@@ -392,7 +138,7 @@ impl Node {
                 now + config.node_dead_after_ms / 2,
             ),
             shutdown: shutdown.clone(),
-            secrets: crate::api::plugin_host::secrets_box(&config),
+            secrets: crate::secrets::SecretBox::of(&config),
             replay: rota_proto::ReplayGuard::new(rota_proto::MAX_SKEW_MS),
             store,
             config,
@@ -553,7 +299,7 @@ impl Node {
                 return;
             }
         };
-        let notice = &crate::api::peers::PeerJobChanged { job_id };
+        let notice = &rota_proto::wire::PeerJobChanged { job_id };
         let client = &self.shared.client;
         let calls = peers
             .iter()
@@ -731,7 +477,7 @@ impl Node {
         match self
             .shared
             .client
-            .node_cancel(&address, &crate::api::peers::PeerCancel { task_id: id })
+            .node_cancel(&address, &rota_proto::wire::PeerCancel { task_id: id })
             .await
         {
             Ok(ack) => Ok((self.shared.store.get_task(id).await?, ack.cancelled)),
@@ -988,139 +734,5 @@ async fn wait_for_name(store: &Store, name: &str, stale_ms: i64) -> anyhow::Resu
             );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// This node was fenced. If another node took its claims over (its row is marked taken
-/// over), it drops its wheel (those claims are the taker's now), starts a new epoch and goes
-/// on. If another process runs under its name, it stops scheduling for good. Returns
-/// whether the node goes on.
-pub(crate) async fn rejoin(shared: &Shared) -> bool {
-    let _one_at_a_time = shared.rejoining.lock().await;
-    // The other path may have rejoined meanwhile: then the lease holds again.
-    let now = now_ms();
-    if let Ok(true) = shared.store.heartbeat_node(shared.lease.get(), now).await {
-        shared
-            .lease_valid_until
-            .fetch_max(now + shared.config.node_dead_after_ms / 2, Ordering::SeqCst);
-        return true;
-    }
-    shared.lease_valid_until.store(0, Ordering::SeqCst);
-    let name = &shared.config.node_name;
-    let taken_over = match shared.store.node_heartbeat_at(name).await {
-        Ok(at) => at == Some(0),
-        Err(e) => {
-            tracing::warn!(error = %e, "fenced, and cannot read this node's row; trying again");
-            return true;
-        }
-    };
-    if !taken_over {
-        tracing::error!(
-            node = %name,
-            "this node was fenced: another process runs under its name; it stops scheduling"
-        );
-        drop(shared.ring.stop());
-        return false;
-    }
-    // What this node held is the taker's now. The wheel is emptied; copies still with the
-    // pools carry the old epoch, and are dropped when they come round (`drop_stale`).
-    let dropped = shared.ring.clear();
-    let now = now_ms();
-    match shared
-        .store
-        .start_node(name, &shared.config.advertise_url, now)
-        .await
-    {
-        Ok(lease) => {
-            shared.lease.renew(lease);
-            shared
-                .lease_valid_until
-                .store(now + shared.config.node_dead_after_ms / 2, Ordering::SeqCst);
-            tracing::warn!(
-                node = %name,
-                epoch = lease.epoch,
-                dropped,
-                "this node was fenced (another node took its claims over while it was unresponsive); it rejoined with a new epoch"
-            );
-            // A take-over moves every claim in one transaction, so none of the old epoch
-            // should be left; any that is (a write that raced the fencing) is in no wheel
-            // now, and is recovered like a restart's.
-            if let Err(e) = crate::scan::recover(shared).await {
-                tracing::warn!(error = %format!("{e:#}"), "recovering this node's earlier claims after rejoining failed; a restart recovers them");
-            }
-            true
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "fenced, and rejoining failed; trying again");
-            true
-        }
-    }
-}
-
-/// Keeps this node's row fresh, and with it the lease to fire (`docs/cluster.md`), from a
-/// thread of its own with a small runtime and (on MySQL) a connection of its own: a node
-/// whose main runtime is saturated by a burst is busy, not dead, and must not look dead.
-/// When the heartbeat finds the node taken over it wakes `fenced`; the rejoin runs on the
-/// main runtime.
-fn spawn_heartbeat(shared: Arc<Shared>, fenced: Arc<Notify>) -> std::io::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name("rota-heartbeat".into())
-        .spawn(move || runtime.block_on(heartbeat_loop(shared, fenced)))?;
-    Ok(())
-}
-
-async fn heartbeat_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
-    let mut shutdown = shared.shutdown.clone();
-    let dead_after = shared.config.node_dead_after_ms.max(600);
-    let period = Duration::from_millis(u64::try_from(dead_after / 6).unwrap_or(500));
-    let beat = loop {
-        match shared.store.beat().await {
-            Ok(beat) => break beat,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot open the heartbeat's connection; retrying")
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(period) => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
-    };
-    let mut tick = tokio::time::interval(period);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
-        if shared.ring.is_stopped() {
-            return;
-        }
-        // The lease counts from before the write: the database saw it no earlier.
-        let sent = now_ms();
-        match beat.heartbeat_node(shared.lease.get(), sent).await {
-            Ok(true) => {
-                shared
-                    .lease_valid_until
-                    .fetch_max(sent + dead_after / 2, Ordering::SeqCst);
-            }
-            Ok(false) => fenced.notify_one(),
-            Err(e) => tracing::warn!(error = %e, "node heartbeat failed"),
-        }
-    }
-}
-
-/// Rejoins when the heartbeat found this node taken over.
-async fn fenced_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
-    let mut shutdown = shared.shutdown.clone();
-    loop {
-        tokio::select! {
-            _ = fenced.notified() => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
-        if !rejoin(&shared).await {
-            return;
-        }
     }
 }

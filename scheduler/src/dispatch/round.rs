@@ -1,0 +1,597 @@
+//! One dispatch of a pool batch: plan each task's triggers, send them in rounds to their
+//! candidates (one request per executor a round), classify the answers.
+
+use super::*;
+
+/// One shard of a trigger: its index, the total, and the executors it may go to in order.
+pub(super) struct Shard {
+    pub(super) index: i32,
+    pub(super) total: i32,
+    pub(super) candidates: Vec<String>,
+}
+
+/// One trigger on its way: the task, its run, and where it may still go.
+pub(super) struct Pending {
+    pub(super) task: DueTask,
+    pub(super) job: Arc<JobEntry>,
+    /// Numbered when first sent, so triggers held back in the wheel use up no ids; kept
+    /// through failover, since an executor that answered `full` or was not reached did not
+    /// take it.
+    pub(super) run_id: Option<i64>,
+    pub(super) shard_index: i32,
+    pub(super) shard_total: i32,
+    pub(super) candidates: Vec<String>,
+    pub(super) next: usize,
+    pub(super) failover: bool,
+    pub(super) last_error: Option<String>,
+    pub(super) all_full: bool,
+    /// Executors that surely did not get it (no connection, or a 503)…
+    pub(super) unreachable: usize,
+    /// …out of this many live executors of the app: when it is all of them, the app has
+    /// no executor to run it for now, and it waits (SPEC §4, "No executor yet").
+    pub(super) live: usize,
+}
+
+/// A trigger that ends at the scheduler: its run is recorded `failed` with the reason.
+pub(super) struct Failed {
+    pub(super) task: DueTask,
+    /// `None` if it was never sent: numbered when recorded.
+    pub(super) run_id: Option<i64>,
+    pub(super) shard_index: i32,
+    pub(super) shard_total: i32,
+    pub(super) executor: Option<String>,
+    pub(super) at: Millis,
+    pub(super) reason: String,
+}
+
+impl Failed {
+    pub(super) fn of(p: Pending, executor: Option<&str>, at: Millis, reason: String) -> Self {
+        Failed {
+            task: p.task,
+            run_id: p.run_id,
+            shard_index: p.shard_index,
+            shard_total: p.shard_total,
+            executor: executor.map(str::to_owned),
+            at,
+            reason,
+        }
+    }
+}
+
+/// One request to an executor: its triggers, the answer, when it was sent (the runs'
+/// `dispatched_at`) and when the answer came.
+pub(super) struct Answered {
+    pub(super) group: Vec<Pending>,
+    pub(super) result: Result<TriggerBatchAck, ClientError>,
+    pub(super) sent_at: Millis,
+    pub(super) answered_at: Millis,
+}
+
+/// What became of one round's triggers for one executor.
+pub(super) struct Sent {
+    /// Each request sent.
+    pub(super) answered: Vec<Answered>,
+    /// Triggers not sent, and why.
+    pub(super) unsent: Vec<Pending>,
+    pub(super) why: Unsent,
+}
+
+pub(super) enum Unsent {
+    /// The executor has no room left (it said so, or it took all this round's time).
+    Full,
+    /// The previous request failed (surely undelivered: the flag); the rest would have too.
+    Failed(String, bool),
+    /// No run ids could be reserved (the database is unreachable).
+    NoIds(String),
+}
+
+/// Dispatches one tick's tasks of one pool: plan each task's triggers, send them in rounds
+/// (each round sends every remaining trigger to its next candidate, one request per
+/// executor), classify the answers, then hand on what became of each.
+#[tracing::instrument(skip_all, fields(tasks = batch.len()))]
+pub(super) async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
+    let mut dispatch = Dispatch::new(now_ms());
+    for task in batch {
+        dispatch.plan(shared, task).await;
+    }
+    while !dispatch.pending.is_empty() && dispatch.round(shared).await {}
+    dispatch.finish(shared).await;
+}
+
+/// One pool batch on its way out: the triggers still to send, and what became of the rest.
+pub(super) struct Dispatch {
+    /// When the batch left the pool.
+    pub(super) now: Millis,
+    /// Triggers for their next candidate.
+    pub(super) pending: Vec<Pending>,
+    /// Triggers an executor took: recorded.
+    pub(super) sent: Vec<Dispatched>,
+    /// Tasks every candidate was too full for: back to the wheel for a moment.
+    pub(super) deferred: Vec<DueTask>,
+    /// Triggers that end here as failed runs.
+    pub(super) failed: Vec<Failed>,
+    /// Fires that will not go out and need no run (see `settle_unsent`).
+    pub(super) unsent: Unsendable,
+}
+
+impl Dispatch {
+    fn new(now: Millis) -> Self {
+        Dispatch {
+            now,
+            pending: Vec::new(),
+            sent: Vec::new(),
+            deferred: Vec::new(),
+            failed: Vec::new(),
+            unsent: Unsendable::default(),
+        }
+    }
+
+    /// Resolves a task's job and executors and queues its triggers (one per shard) with
+    /// their candidates in route order.
+    async fn plan(&mut self, shared: &Shared, task: DueTask) {
+        let job = match shared.jobs.get(&shared.store, task.job_id).await {
+            Ok(Some(job)) => job,
+            Ok(None) => return self.unsent.orphans.push(task),
+            Err(e) => {
+                tracing::warn!(error = %e, "loading a job for dispatch failed; retrying shortly");
+                shared.ring.defer(vec![task], self.now + JOB_RETRY_MS);
+                return;
+            }
+        };
+        if task.kind == TaskKind::Cron && task.generation != job.job.generation {
+            // Planned under a schedule the job no longer has: its row is gone.
+            return self.unsent.void.push(task);
+        }
+        let spec = &job.job.spec;
+        if job.plugin.is_none() {
+            let reason = format!("plugin `{}` does not exist", spec.plugin);
+            return self.failed.push(Failed {
+                task,
+                run_id: None,
+                shard_index: 0,
+                shard_total: 1,
+                executor: None,
+                at: self.now,
+                reason,
+            });
+        }
+        let executors = shared.executors.of_app(&spec.app);
+        if executors.is_empty() {
+            return self.unsent.no_executor.push(task);
+        }
+        let live = executors.len();
+        let addresses: Vec<String> = executors.into_iter().map(|e| e.address).collect();
+        let shards = if spec.route == Route::ShardingBroadcast {
+            let total = addresses.len() as i32;
+            addresses
+                .iter()
+                .enumerate()
+                .map(|(i, address)| Shard {
+                    index: i as i32,
+                    total,
+                    candidates: vec![address.clone()],
+                })
+                .collect()
+        } else {
+            let order = shared.router.order(spec.route, task.job_id, &addresses);
+            let mut candidates: Vec<String> = order.iter().map(|&i| addresses[i].clone()).collect();
+            if spec.route == Route::Busyover {
+                candidates = idle_first(shared, &spec.app, task.job_id, candidates).await;
+            }
+            vec![Shard {
+                index: 0,
+                total: 1,
+                candidates,
+            }]
+        };
+        let failover = spec.route.allows_failover();
+        for shard in shards {
+            self.pending.push(Pending {
+                task: task.clone(),
+                job: job.clone(),
+                run_id: None,
+                shard_index: shard.index,
+                shard_total: shard.total,
+                candidates: shard.candidates,
+                next: 0,
+                failover,
+                last_error: None,
+                all_full: true,
+                unreachable: 0,
+                live,
+            });
+        }
+    }
+
+    /// Sends every pending trigger to its next candidate and sorts the answers; `false`
+    /// when no further round can help (nothing left, or the lease is gone).
+    async fn round(&mut self, shared: &Shared) -> bool {
+        // The lease is checked again right before sending, not only when the ring fired:
+        // a batch that waited in a pool past it (a starved or paused node) may belong to
+        // another node by now. Send nothing; the wheel holds it, and drops it if this node
+        // turns out to be fenced (docs/cluster.md).
+        let round_at = now_ms();
+        // The lease as this round saw it travels with the triggers: an executor refuses
+        // them past it (`expired`), so a stall between this check and the send (the
+        // process paused, the request slow to go out) cannot deliver them after another
+        // node took them over.
+        let lease_until = shared.lease_valid_until.load(Ordering::SeqCst);
+        // Read after the lease (a rejoin renews the epoch first, then the lease): under a
+        // lease of the new epoch, the old epoch's fires are always seen as stale here.
+        self.pending = drop_stale(shared, std::mem::take(&mut self.pending), |p| &p.task);
+        if self.pending.is_empty() {
+            return false;
+        }
+        // What the executor checks: the lease plus a quarter of dead-after, so a busy
+        // executor has time to admit what was sent near the lease's end, while every
+        // admission still precedes by a quarter of dead-after the earliest moment a taker
+        // could ask it (`docs/cluster.md`, argument 4).
+        let not_after = lease_until + shared.config.node_dead_after_ms / 4;
+        if round_at > lease_until {
+            hold_for_lease(shared, self.pending.drain(..), round_at);
+            return false;
+        }
+        let by_executor = self.by_executor(shared, round_at);
+        if by_executor.is_empty() {
+            return false;
+        }
+        let requests = by_executor
+            .into_iter()
+            .map(|((app, address), group)| async move {
+                let out = send_to(shared, &app, &address, group, not_after).await;
+                (app, address, out)
+            });
+        let mut expired: Vec<Pending> = Vec::new();
+        for (app, address, out) in join_all(requests).await {
+            for answered in out.answered {
+                self.classify(shared, &app, &address, answered, not_after, &mut expired)
+                    .await;
+            }
+            self.not_sent(&address, out.unsent, out.why);
+        }
+        if !expired.is_empty() {
+            tracing::warn!(
+                triggers = expired.len(),
+                "executors refused triggers sent after this node's lease had lapsed; holding them"
+            );
+            // The rest of this dispatch waits too: the lease is gone for all of it.
+            hold_for_lease(
+                shared,
+                expired.into_iter().chain(self.pending.drain(..)),
+                now_ms(),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// This round's requests: the pending triggers by (app, executor), oldest first within
+    /// each. Executors still marked full count as having said so again, without a request;
+    /// triggers out of candidates end here.
+    fn by_executor(
+        &mut self,
+        shared: &Shared,
+        round_at: Millis,
+    ) -> HashMap<(String, String), Vec<Pending>> {
+        let mut held = std::mem::take(&mut self.pending);
+        let mut ready = Vec::with_capacity(held.len());
+        while let Some(mut p) = held.pop() {
+            match p.candidates.get(p.next) {
+                Some(address) if shared.rooms.is_full(address, round_at) => {
+                    p.last_error = Some(format!("executor {address} is at capacity"));
+                    p.next += 1;
+                    held.push(p);
+                }
+                _ => ready.push(p),
+            }
+        }
+        // Oldest first within each executor's requests: the pops above reversed them.
+        ready.reverse();
+        // Keyed by app too: the app decides the key a request is signed with.
+        let mut by_executor: HashMap<(String, String), Vec<Pending>> = HashMap::new();
+        for p in ready {
+            match p.candidates.get(p.next).cloned() {
+                Some(address) => {
+                    let key = (p.job.job.spec.app.clone(), address);
+                    by_executor.entry(key).or_default().push(p);
+                }
+                None => self.exhausted(p),
+            }
+        }
+        by_executor
+    }
+
+    /// A trigger every candidate turned down: deferred if they were all full, waiting if
+    /// none could be reached, failed otherwise.
+    fn exhausted(&mut self, p: Pending) {
+        if p.all_full && p.last_error.is_some() && p.shard_total == 1 {
+            self.deferred.push(p.task);
+        } else if p.shard_total == 1 && p.unreachable >= p.live {
+            let limit = p.job.job.spec.no_executor_timeout_ms();
+            match unreachable_wait(p, self.now, limit) {
+                Wait::Again(task) => self.unsent.unreachable.push(task),
+                Wait::Over(f) => self.failed.push(f),
+            }
+        } else {
+            let reason = p
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "no executor could take it".into());
+            self.failed.push(Failed::of(p, None, self.now, reason));
+        }
+    }
+
+    /// What one request's answer means for each of its triggers.
+    async fn classify(
+        &mut self,
+        shared: &Shared,
+        app: &str,
+        address: &str,
+        answered: Answered,
+        not_after: Millis,
+        expired: &mut Vec<Pending>,
+    ) {
+        let Answered {
+            group,
+            result,
+            sent_at,
+            answered_at,
+        } = answered;
+        match result {
+            Ok(ack) if ack.acks.len() == group.len() => {
+                for (p, a) in group.into_iter().zip(ack.acks) {
+                    self.acked(p, a.outcome, address, sent_at, expired);
+                }
+            }
+            Ok(ack) => {
+                let reason = format!(
+                    "executor {address} answered {} acks for {} triggers",
+                    ack.acks.len(),
+                    group.len()
+                );
+                requeue(&mut self.pending, group, reason, false);
+            }
+            Err(e) if e.not_delivered() => {
+                tracing::warn!(error = %e, "dispatch failed");
+                requeue(&mut self.pending, group, e.to_string(), true);
+            }
+            Err(e) if answered_at > not_after => {
+                // No answer, and the lease ran out meanwhile (this node stalled, or the
+                // request took that long): past `not_after` the executor takes none of them
+                // any more, so what it has now is final. Ask it.
+                tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered past this node's lease; asking the executor what it took");
+                let (taken, not_taken) = resolve_unanswered(shared, app, address, group).await;
+                self.sent.extend(taken);
+                expired.extend(not_taken);
+            }
+            Err(e) => {
+                // Connected, but no answer: the executor may have the triggers. Sending
+                // them elsewhere could run an attempt twice, so they count as dispatched to
+                // it; if they never arrived, its next heartbeat (which lists the runs it
+                // has) marks them lost and they are retried.
+                tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered; treating it as delivered");
+                self.sent
+                    .extend(group.iter().filter_map(|p| dispatched(p, address, sent_at)));
+            }
+        }
+    }
+
+    /// One trigger's answer from the executor it was sent to.
+    fn acked(
+        &mut self,
+        mut p: Pending,
+        outcome: TriggerOutcome,
+        address: &str,
+        sent_at: Millis,
+        expired: &mut Vec<Pending>,
+    ) {
+        match outcome {
+            TriggerOutcome::Accepted | TriggerOutcome::Duplicate => {
+                self.sent.extend(dispatched(&p, address, sent_at));
+            }
+            TriggerOutcome::Full => {
+                p.last_error = Some(format!("executor {address} is at capacity"));
+                p.next += 1;
+                self.pending.push(p);
+            }
+            TriggerOutcome::Busy => {
+                p.all_full = false;
+                p.last_error = Some(format!(
+                    "executor {address} is still running this job (block strategy discard_later)"
+                ));
+                p.next = if p.job.job.spec.route == Route::Busyover {
+                    p.next + 1
+                } else {
+                    usize::MAX
+                };
+                self.pending.push(p);
+            }
+            TriggerOutcome::Expired => expired.push(p),
+            TriggerOutcome::Rejected { reason } => {
+                self.failed
+                    .push(Failed::of(p, Some(address), sent_at, reason));
+            }
+        }
+    }
+
+    /// Triggers of one executor that this round did not send, and why.
+    fn not_sent(&mut self, address: &str, unsent: Vec<Pending>, why: Unsent) {
+        match why {
+            Unsent::Full => {
+                for mut p in unsent {
+                    p.last_error = Some(format!("executor {address} is at capacity"));
+                    p.next += 1;
+                    self.pending.push(p);
+                }
+            }
+            Unsent::Failed(reason, unreachable) => {
+                requeue(&mut self.pending, unsent, reason, unreachable)
+            }
+            Unsent::NoIds(reason) => {
+                for p in unsent {
+                    if p.shard_total == 1 {
+                        self.deferred.push(p.task);
+                    } else {
+                        // Other shards of the task may be out: fail this one alone.
+                        let reason = format!("no run id could be reserved: {reason}");
+                        self.failed.push(Failed::of(p, None, now_ms(), reason));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands on what became of the batch: sends to the recorder, full ones back to the
+    /// wheel, the rest settled or completed as failed.
+    async fn finish(self, shared: &Shared) {
+        let got_out = !self.sent.is_empty();
+        if got_out {
+            metrics::counter!("rota_dispatched_total").increment(self.sent.len() as u64);
+            for d in self.sent {
+                // The recorder is bounded; waiting here is back-pressure on the pool.
+                if shared.recorder.send(d).await.is_err() {
+                    break;
+                }
+            }
+        }
+        if !self.deferred.is_empty() {
+            metrics::counter!("rota_deferred_total").increment(self.deferred.len() as u64);
+            let hold = if got_out {
+                FULL_HOLD_MS
+            } else {
+                FULL_IDLE_HOLD_MS
+            };
+            shared.ring.defer(self.deferred, now_ms() + hold);
+        }
+        settle_unsent(shared, self.unsent).await;
+        complete_failures(shared, self.failed).await;
+    }
+}
+
+/// Drops fires held under an epoch of this node's lease that has ended: the node was taken
+/// over since, and they are the taker's (`docs/cluster.md`).
+pub(super) fn drop_stale<T>(
+    shared: &Shared,
+    items: Vec<T>,
+    task: impl Fn(&T) -> &DueTask,
+) -> Vec<T> {
+    let epoch = shared.lease.get().epoch;
+    let before = items.len();
+    let kept: Vec<T> = items
+        .into_iter()
+        .filter(|i| task(i).epoch == epoch)
+        .collect();
+    if kept.len() < before {
+        let dropped = before - kept.len();
+        metrics::counter!("rota_fires_dropped_stale_total").increment(dropped as u64);
+        tracing::info!(dropped, "dropped fires of a lease epoch this node lost");
+    }
+    kept
+}
+
+/// Gives fires back to the wheel, unsent, while this node's lease is unconfirmed: they go
+/// out when a heartbeat renews it, or are dropped with the wheel if the node was fenced.
+pub(super) fn hold_for_lease(shared: &Shared, pending: impl Iterator<Item = Pending>, now: Millis) {
+    let mut held: HashMap<i64, DueTask> = HashMap::new();
+    for p in pending {
+        held.entry(p.task.task_id).or_insert(p.task);
+    }
+    metrics::counter!("rota_fires_held_total").increment(held.len() as u64);
+    shared
+        .ring
+        .defer(held.into_values().collect(), now + LEASE_RETRY_MS);
+}
+
+/// Busyover (XXL-JOB's semantics): ask the executors in order whether they run this job now
+/// (`/idle-beat`) and put the first idle one first; executors that do not answer go last.
+pub(super) async fn idle_first(
+    shared: &Shared,
+    app: &str,
+    job_id: i64,
+    candidates: Vec<String>,
+) -> Vec<String> {
+    let mut busy = Vec::new();
+    let mut silent = Vec::new();
+    for (i, address) in candidates.iter().enumerate() {
+        match shared.client.idle_beat(app, address, job_id).await {
+            Ok(ack) if ack.idle => {
+                let mut ordered = vec![address.clone()];
+                ordered.extend(busy);
+                ordered.extend(candidates[i + 1..].iter().cloned());
+                ordered.extend(silent);
+                return ordered;
+            }
+            Ok(_) => busy.push(address.clone()),
+            Err(_) => silent.push(address.clone()),
+        }
+    }
+    busy.extend(silent);
+    busy
+}
+
+/// Triggers whose request surely did not arrive go to their next candidate if the strategy
+/// allows it; the others fail with the reason.
+pub(super) fn requeue(
+    pending: &mut Vec<Pending>,
+    group: Vec<Pending>,
+    reason: String,
+    unreachable: bool,
+) {
+    for mut p in group {
+        p.all_full = false;
+        p.unreachable += usize::from(unreachable);
+        p.last_error = Some(reason.clone());
+        p.next = if p.failover { p.next + 1 } else { usize::MAX };
+        pending.push(p);
+    }
+}
+
+/// The trigger of a numbered pending run (`None` before it has a run id).
+pub(super) fn to_trigger(p: &Pending, sent_at: Millis) -> Option<Trigger> {
+    let run_id = p.run_id?;
+    let spec = &p.job.job.spec;
+    let params = p.task.params.clone().or_else(|| spec.params.clone());
+    let exclusive = !matches!(p.task.kind, TaskKind::Delayed);
+    let input = match p.task.kind {
+        TaskKind::Delayed => p.task.payload.clone().unwrap_or_default(),
+        _ => params.clone().unwrap_or_default(),
+    };
+    let plugin = p.job.plugin.as_ref();
+    Some(Trigger {
+        run_id,
+        job_id: p.job.job.id,
+        job_name: spec.name.clone(),
+        task_id: p.task.task_id,
+        attempt: p.task.attempt,
+        scheduled_at: p.task.due_at,
+        dispatched_at: Some(sent_at),
+        plugin: PluginRef {
+            name: plugin.map(|p| p.name.clone()).unwrap_or_default(),
+            sha256: plugin.map(|p| p.sha256.clone()).unwrap_or_default(),
+        },
+        input,
+        params,
+        shard_index: p.shard_index,
+        shard_total: p.shard_total,
+        timeout_ms: spec.timeout_ms,
+        memory_mb: u32::try_from(spec.memory_mb).unwrap_or(64),
+        block: spec.block,
+        exclusive,
+        http_allow: spec.http_allow.clone(),
+    })
+}
+
+/// The record of a sent trigger (`None` for one never numbered, hence never sent).
+pub(super) fn dispatched(p: &Pending, address: &str, at: Millis) -> Option<Dispatched> {
+    Some(Dispatched {
+        run_id: p.run_id?,
+        job_id: p.task.job_id,
+        task_id: p.task.task_id,
+        attempt: p.task.attempt,
+        shard_index: p.shard_index,
+        shard_total: p.shard_total,
+        executor: address.to_owned(),
+        scheduled_at: p.task.due_at,
+        dispatched_at: at,
+    })
+}

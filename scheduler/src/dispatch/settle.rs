@@ -1,0 +1,171 @@
+//! Fires that end at the scheduler: those that will not go out (an orphan, a voided
+//! recurring fire, no executor yet) and the triggers that failed, recorded as failed runs.
+
+use super::*;
+
+/// Fires a dispatch takes no run for.
+#[derive(Default)]
+pub(super) struct Unsendable {
+    /// Of jobs that no longer exist.
+    pub(super) orphans: Vec<DueTask>,
+    /// Recurring fires planned under a job generation that has since changed (their rows
+    /// were deleted by the change).
+    pub(super) void: Vec<DueTask>,
+    /// Of apps without a live executor: they wait in the database.
+    pub(super) no_executor: Vec<DueTask>,
+    /// Whose app's every executor is registered but unreachable: they wait in the wheel.
+    pub(super) unreachable: Vec<DueTask>,
+}
+
+/// How long a fire that reached none of its app's executors waits before it is tried
+/// again (an executor that died stays registered until its heartbeat is 90 s old).
+pub(super) const UNREACHABLE_HOLD_MS: i64 = 1_000;
+
+/// What becomes of a fire that reached none of its app's executors.
+pub(super) enum Wait {
+    /// It waits in the wheel and is tried again.
+    Again(DueTask),
+    /// It waited long enough: a failed attempt.
+    Over(Failed),
+}
+
+/// A fire that reached none of its app's executors waits (not an attempt) until it has
+/// waited `limit_ms`; then it fails as an attempt.
+pub(super) fn unreachable_wait(p: Pending, now: Millis, limit_ms: i64) -> Wait {
+    let since = p.task.waiting_since.unwrap_or(now);
+    if now - since >= limit_ms {
+        let reason = format!(
+            "no executor of app `{}` could be reached for {} s (last: {})",
+            p.job.job.spec.app,
+            (now - since) / 1000,
+            p.last_error.as_deref().unwrap_or("no answer")
+        );
+        return Wait::Over(Failed::of(p, None, now, reason));
+    }
+    Wait::Again(DueTask {
+        waiting_since: Some(since),
+        ..p.task
+    })
+}
+
+/// Settles the fires that go out without a run: waiting ones to the database (or back to
+/// the wheel when it cannot be written), void and orphaned ones out of the ring.
+pub(super) async fn settle_unsent(shared: &Shared, u: Unsendable) {
+    let now = now_ms();
+    if !u.orphans.is_empty() {
+        let ids: Vec<i64> = u.orphans.iter().map(|t| t.task_id).collect();
+        match shared.store.cancel_orphans(&ids, now).await {
+            Ok(()) => shared
+                .ring
+                .fired(u.orphans.iter().map(|t| (t.task_id, t.attempt))),
+            Err(e) => {
+                tracing::warn!(error = %e, "cancelling tasks of deleted jobs failed; retrying shortly");
+                shared.ring.defer(u.orphans, now + JOB_RETRY_MS);
+            }
+        }
+    }
+    if !u.void.is_empty() {
+        metrics::counter!("rota_fires_void_total").increment(u.void.len() as u64);
+        shared
+            .ring
+            .fired(u.void.iter().map(|t| (t.task_id, t.attempt)));
+    }
+    if !u.no_executor.is_empty() {
+        metrics::counter!("rota_fires_waiting_total").increment(u.no_executor.len() as u64);
+        let parked: Vec<(i64, Millis)> = u
+            .no_executor
+            .iter()
+            .map(|t| (t.task_id, t.waiting_since.unwrap_or(now)))
+            .collect();
+        match shared.store.park_waiting(shared.lease.get(), &parked).await {
+            Ok(()) => {
+                tracing::info!(
+                    tasks = parked.len(),
+                    "fires found no live executor of their app; they wait for one"
+                );
+                shared
+                    .ring
+                    .fired(u.no_executor.iter().map(|t| (t.task_id, t.attempt)));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "parking fires without an executor failed; holding them");
+                shared.ring.defer(u.no_executor, now + UNREACHABLE_HOLD_MS);
+            }
+        }
+    }
+    if !u.unreachable.is_empty() {
+        metrics::counter!("rota_fires_waiting_total").increment(u.unreachable.len() as u64);
+        shared.ring.defer(u.unreachable, now + UNREACHABLE_HOLD_MS);
+    }
+}
+
+/// Records the runs that ended at the scheduler, numbering those never sent. Waits for
+/// the database (retrying) rather than forget a failure; at shutdown the claims stay in
+/// the database and the next start recovers them.
+pub(super) async fn complete_failures(shared: &Shared, failed: Vec<Failed>) {
+    if failed.is_empty() {
+        return;
+    }
+    metrics::counter!("rota_dispatch_failures_total").increment(failed.len() as u64);
+    let attempts: Vec<(i64, i32)> = failed
+        .iter()
+        .map(|f| (f.task.task_id, f.task.attempt))
+        .collect();
+    let unnumbered = failed.iter().filter(|f| f.run_id.is_none()).count();
+    let mut delay = Duration::from_millis(50);
+    let mut ids = loop {
+        match shared.run_ids.take(&shared.store, unnumbered).await {
+            Ok(ids) => break ids.into_iter(),
+            Err(e) => {
+                tracing::warn!(error = %e, "reserving run ids for failed dispatches failed; retrying");
+                if *shared.shutdown.borrow() {
+                    shared.ring.fired(attempts);
+                    return;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    };
+    let updates: Vec<RunUpdate> = failed
+        .into_iter()
+        .filter_map(|f| {
+            let run_id = f.run_id.or_else(|| ids.next())?;
+            Some(failure(&f, run_id))
+        })
+        .collect();
+    loop {
+        match crate::complete::apply(shared, &updates).await {
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "recording failed dispatches failed; retrying");
+                if *shared.shutdown.borrow() {
+                    break;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    shared.ring.fired(attempts);
+}
+
+/// A run that ended at the scheduler: it never reached a plugin.
+pub(super) fn failure(f: &Failed, run_id: i64) -> RunUpdate {
+    RunUpdate {
+        run_id,
+        job_id: f.task.job_id,
+        task_id: f.task.task_id,
+        attempt: f.task.attempt,
+        shard_index: f.shard_index,
+        shard_total: f.shard_total,
+        executor: f.executor.clone(),
+        scheduled_at: f.task.due_at,
+        dispatched_at: None,
+        started_at: None,
+        finished_at: Some(f.at),
+        status: RunStatus::Failed,
+        exit_code: None,
+        message: Some(f.reason.clone()),
+    }
+}

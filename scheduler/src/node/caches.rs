@@ -1,0 +1,241 @@
+//! What the node keeps in memory for the fire path: jobs with their plugins (re-read in
+//! the background when stale), the live executors by app, and run ids reserved a block ahead.
+
+use super::*;
+
+/// What a job needs at dispatch time: the job and the newest version of its plugin.
+#[derive(Debug)]
+pub struct JobEntry {
+    pub job: Job,
+    pub plugin: Option<Plugin>,
+}
+
+/// A cache entry: when it was read, and the job (`None`: it does not exist).
+type CachedJob = (Instant, Option<Arc<JobEntry>>);
+
+/// Jobs by id, re-read at most every few seconds (other nodes may change them) and at once
+/// when this node changes one. A stale entry is served while it is re-read in the background,
+/// so the fire path waits for the database only for a job it has never seen.
+pub(crate) struct JobCache {
+    map: Arc<Mutex<HashMap<i64, CachedJob>>>,
+    refreshing: Arc<Mutex<std::collections::HashSet<i64>>>,
+    /// Job ids by name, with when they were read (a name is re-read after `ttl`).
+    names: Mutex<HashMap<String, (Instant, i64)>>,
+    ttl: Duration,
+}
+
+impl JobCache {
+    pub(super) fn new(ttl: Duration) -> Self {
+        JobCache {
+            map: Arc::new(Mutex::new(HashMap::new())),
+            refreshing: Arc::new(Mutex::new(std::collections::HashSet::new())),
+            names: Mutex::new(HashMap::new()),
+            ttl,
+        }
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, CachedJob>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) async fn get(&self, store: &Store, id: i64) -> store::Result<Option<Arc<JobEntry>>> {
+        let cached = self.lock().get(&id).cloned();
+        match cached {
+            Some((at, entry)) if at.elapsed() < self.ttl => Ok(entry),
+            Some((_, entry)) => {
+                self.refresh_in_background(store, id);
+                Ok(entry)
+            }
+            None => {
+                let entry = load_job(store, id).await?;
+                self.lock().insert(id, (Instant::now(), entry.clone()));
+                Ok(entry)
+            }
+        }
+    }
+
+    pub(super) fn refresh_in_background(&self, store: &Store, id: i64) {
+        if !self
+            .refreshing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id)
+        {
+            return;
+        }
+        let (store, map, refreshing) = (store.clone(), self.map.clone(), self.refreshing.clone());
+        tokio::spawn(async move {
+            match load_job(&store, id).await {
+                Ok(entry) => {
+                    map.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id, (Instant::now(), entry));
+                }
+                Err(e) => {
+                    tracing::warn!(job.id = id, error = %e, "re-reading a job failed; keeping the cached one")
+                }
+            }
+            refreshing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+        });
+    }
+
+    /// The id of the job called `name`; `None` if there is none.
+    pub(crate) async fn id_named(&self, store: &Store, name: &str) -> store::Result<Option<i64>> {
+        let names = || self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(at, id)) = names().get(name)
+            && at.elapsed() < self.ttl
+        {
+            return Ok(Some(id));
+        }
+        match store.get_job_by_name(name).await {
+            Ok(job) => {
+                let mut names = names();
+                if names.len() >= 10_000 {
+                    names.clear();
+                }
+                names.insert(name.to_owned(), (Instant::now(), job.id));
+                Ok(Some(job.id))
+            }
+            Err(store::Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn invalidate(&self, id: i64) {
+        self.lock().remove(&id);
+        // A rename moves a name to another job: forget them all (rare, and cheap).
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    pub(crate) fn clear(&self) {
+        self.lock().clear();
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// A job and the newest version of its plugin; `None` if the job does not exist.
+pub(super) async fn load_job(store: &Store, id: i64) -> store::Result<Option<Arc<JobEntry>>> {
+    let job = match store.get_job(id).await {
+        Ok(job) => job,
+        Err(store::Error::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let plugin = match store.latest_plugin(&job.spec.plugin).await {
+        Ok(p) => Some(p),
+        Err(store::Error::NotFound(_)) => None,
+        Err(e) => return Err(e),
+    };
+    Ok(Some(Arc::new(JobEntry { job, plugin })))
+}
+
+/// Live executors by app, sorted by address; refreshed from the database every second (the
+/// registry lives there, so every node sees every executor).
+pub(crate) struct ExecutorCache {
+    pub(super) by_app: Mutex<Arc<HashMap<String, Vec<Executor>>>>,
+}
+
+impl ExecutorCache {
+    pub(crate) fn of_app(&self, app: &str) -> Vec<Executor> {
+        let map = self
+            .by_app
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        map.get(app).cloned().unwrap_or_default()
+    }
+
+    /// The apps that have a live executor.
+    pub(crate) fn apps(&self) -> Vec<String> {
+        let map = self
+            .by_app
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        map.keys().cloned().collect()
+    }
+
+    pub(crate) async fn refresh(&self, store: &Store, alive_after: Millis) -> store::Result<()> {
+        let mut map: HashMap<String, Vec<Executor>> = HashMap::new();
+        for e in store.list_executors(None, alive_after).await? {
+            map.entry(e.app.clone()).or_default().push(e);
+        }
+        *self.by_app.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(map);
+        Ok(())
+    }
+}
+
+/// A block of run ids reserved from the database, handed out without a statement each.
+pub(crate) struct RunIds {
+    state: Arc<Mutex<IdBlocks>>,
+    refill: tokio::sync::Mutex<()>,
+}
+
+/// The block being handed out and the next one, fetched in the background before the first
+/// runs out, so the fire path does not wait for the database.
+#[derive(Default)]
+pub(super) struct IdBlocks {
+    next: i64,
+    end: i64,
+    spare: Option<(i64, i64)>,
+    fetching: bool,
+}
+
+pub(super) const RUN_ID_BLOCK: i64 = 10_000;
+
+
+impl RunIds {
+    pub(crate) fn new() -> Self {
+        RunIds {
+            state: Arc::new(Mutex::new(IdBlocks::default())),
+            refill: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub(crate) async fn take(&self, store: &Store, n: usize) -> store::Result<Vec<i64>> {
+        let n = n as i64;
+        loop {
+            {
+                let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                if g.end - g.next < n
+                    && let Some((first, end)) = g.spare.take()
+                    && end - first >= n
+                {
+                    (g.next, g.end) = (first, end);
+                }
+                if g.end - g.next >= n {
+                    let first = g.next;
+                    g.next += n;
+                    if g.spare.is_none() && !g.fetching {
+                        g.fetching = true;
+                        let (store, state) = (store.clone(), self.state.clone());
+                        tokio::spawn(async move {
+                            let spare = store.allocate_ids("run", RUN_ID_BLOCK).await;
+                            let mut g = state.lock().unwrap_or_else(|e| e.into_inner());
+                            g.fetching = false;
+                            match spare {
+                                Ok(first) => g.spare = Some((first, first + RUN_ID_BLOCK)),
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "reserving the next run id block failed")
+                                }
+                            }
+                        });
+                    }
+                    return Ok((first..first + n).collect());
+                }
+            }
+            // Nothing left (start-up, or a batch larger than a block): fetch now.
+            let _refill = self.refill.lock().await;
+            let size = RUN_ID_BLOCK.max(n);
+            let first = store.allocate_ids("run", size).await?;
+            let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if g.end - g.next < n {
+                (g.next, g.end) = (first, first + size);
+            } else {
+                g.spare = Some((first, first + size));
+            }
+        }
+    }
+}
