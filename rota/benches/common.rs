@@ -83,12 +83,25 @@ impl Db {
         found != 0
     }
 
-    pub async fn run_starts(&self, job_id: i64) -> (i64, i64, i64, i64) {
+    pub async fn run_starts(&self, job_id: i64, since: i64) -> (i64, i64, i64, i64) {
         const SQL: &str = "SELECT MIN(started_at), MAX(started_at), COUNT(*), \
-             COUNT(CASE WHEN started_at < scheduled_at THEN 1 END) FROM runs WHERE job_id = ?";
+             COUNT(CASE WHEN started_at < scheduled_at THEN 1 END) FROM runs \
+             WHERE job_id = ? AND scheduled_at >= ?";
         let row: (Option<i64>, Option<i64>, i64, i64) = match self {
-            Db::My(p) => sqlx::query_as(SQL).bind(job_id).fetch_one(p).await,
-            Db::Lite(p) => sqlx::query_as(SQL).bind(job_id).fetch_one(p).await,
+            Db::My(p) => {
+                sqlx::query_as(SQL)
+                    .bind(job_id)
+                    .bind(since)
+                    .fetch_one(p)
+                    .await
+            }
+            Db::Lite(p) => {
+                sqlx::query_as(SQL)
+                    .bind(job_id)
+                    .bind(since)
+                    .fetch_one(p)
+                    .await
+            }
         }
         .expect("reading the runs");
         (row.0.unwrap_or(0), row.1.unwrap_or(0), row.2, row.3)

@@ -454,7 +454,7 @@ async fn fire() {
             )
         }
         Executor::Real { .. } => {
-            let (first, last, runs, early) = db.run_starts(bed.job_id).await;
+            let (first, last, runs, early) = db.run_starts(bed.job_id, due).await;
             (first * 1000, last * 1000, runs, early, "run start")
         }
     };

@@ -477,7 +477,8 @@ async fn burst(bed: &Bed) {
     bed.drain(n, Duration::from_secs(300)).await;
     let done = now_ms();
     let (cpu1, s1) = (bed.cpu(), bed.db.status().await);
-    let (first, last, runs, early) = bed.db.run_starts(bed.job_id).await;
+    // The burst's runs only (not the warm-up run made when the bed started).
+    let (first, last, runs, early) = bed.db.run_starts(bed.job_id, due).await;
     let (exec, sched, database) = cpu1.per_task(&cpu0, n);
     let (all, kinds) = statements(&diff(&s1, &s0), n);
     println!(
