@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::SchedulerClient;
-use crate::logs::{DEFAULT_LOG_CAP_BYTES, DEFAULT_LOG_RETENTION, LogStore};
+use crate::logs::{LogLimits, LogStore};
 use crate::registry::Registry;
 use crate::report::{Spool, Unacked, run_reporter};
 use crate::runtime::host::{HostAccess, Services};
@@ -94,8 +94,8 @@ pub struct ExecutorConfig {
     pub queue: usize,
     /// Largest linear memory a job may ask for, MiB (a job's default is 64).
     pub memory_cap_mb: u32,
-    pub log_cap_bytes: u64,
-    pub log_retention: Duration,
+    /// Run logs: the per-run cap, retention by age and the bound on their total size.
+    pub logs: LogLimits,
     /// Until a scheduler's registration ack says otherwise.
     pub heartbeat_interval: Duration,
     /// HTTPS for the schedulers' calls, and whom this node's clients trust.
@@ -122,8 +122,7 @@ impl ExecutorConfig {
             capacity: DEFAULT_CAPACITY,
             queue: DEFAULT_QUEUE,
             memory_cap_mb: DEFAULT_MEMORY_CAP_MB,
-            log_cap_bytes: DEFAULT_LOG_CAP_BYTES,
-            log_retention: DEFAULT_LOG_RETENTION,
+            logs: LogLimits::default(),
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             tls: rota_net::Tls::default(),
             drain_grace: DEFAULT_DRAIN_GRACE,
@@ -193,12 +192,8 @@ pub async fn run_with_runtime(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     config.check()?;
-    let logs = LogStore::open(
-        config.data_dir.join("logs"),
-        config.log_cap_bytes,
-        config.log_retention,
-    )
-    .with_context(|| format!("opening the log directory in {}", config.data_dir.display()))?;
+    let logs = LogStore::open_with(config.data_dir.join("logs"), config.logs)
+        .with_context(|| format!("opening the log directory in {}", config.data_dir.display()))?;
     let unacked = Unacked::default();
     let spool = Spool::open(config.data_dir.join("spool"), unacked.clone())
         .with_context(|| format!("opening the report spool in {}", config.data_dir.display()))?;

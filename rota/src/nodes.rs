@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use rota_executor::local::{LocalRun, run_local};
+use rota_executor::logs::LogLimits;
 use rota_executor::node::ExecutorConfig;
 use rota_executor::runtime::host::{HostAccess, LocalServices, Services};
 use rota_executor::runtime::{RunStatus, Runtime, RuntimeConfig};
@@ -32,6 +33,8 @@ pub struct StandaloneArgs {
     /// Concurrent runs of the embedded executor.
     #[arg(long, env = "ROTA_CAPACITY", default_value_t = 64)]
     capacity: usize,
+    #[command(flatten)]
+    logs: LogArgs,
 }
 
 #[derive(Args)]
@@ -59,11 +62,35 @@ pub struct ExecutorArgs {
     /// Concurrent runs.
     #[arg(long, env = "ROTA_CAPACITY", default_value_t = 64)]
     capacity: usize,
+    #[command(flatten)]
+    logs: LogArgs,
     /// Largest linear memory a job may ask for, MiB.
     #[arg(long, env = "ROTA_MEMORY_CAP_MB", default_value_t = 1024)]
     memory_cap_mb: u32,
     #[command(flatten)]
     tls: crate::cli::TlsArgs,
+}
+
+/// Where run logs stop growing: old segments are deleted whole, by age and by total size.
+#[derive(Args)]
+pub struct LogArgs {
+    /// Run logs older than this are deleted, days.
+    #[arg(long, env = "ROTA_LOG_RETENTION_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u64).range(1..=3650))]
+    log_retention_days: u64,
+    /// Bound on the run logs' total size on disk, MiB; the oldest go first (a log still
+    /// being written is kept).
+    #[arg(long, env = "ROTA_LOG_MAX_MIB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(16..=16 * 1024 * 1024))]
+    log_max_mib: u64,
+}
+
+impl LogArgs {
+    fn limits(&self) -> LogLimits {
+        LogLimits {
+            retention: std::time::Duration::from_secs(self.log_retention_days * 86_400),
+            max_total_bytes: self.log_max_mib << 20,
+            ..LogLimits::default()
+        }
+    }
 }
 
 #[derive(Args)]
@@ -160,6 +187,7 @@ pub async fn standalone(
         dir.join("executor"),
     );
     executor.capacity = args.capacity;
+    executor.logs = args.logs.limits();
 
     say(format!(
         "Rota standalone: console and API on {scheduler_url}, data in {}",
@@ -243,6 +271,7 @@ pub async fn executor(
         args.data_dir,
     );
     config.capacity = args.capacity;
+    config.logs = args.logs.limits();
     config.memory_cap_mb = args.memory_cap_mb;
     config.tls = tls;
     tracing::info!(listen = %args.listen, "rota executor listening");

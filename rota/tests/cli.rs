@@ -390,6 +390,16 @@ async fn bad_flags_are_cli_errors_naming_the_flag() {
             "--status",
             "sleeping",
         ),
+        (
+            &["standalone", "--log-max-mib", "3"],
+            "--log-max-mib",
+            "3 is not in 16..",
+        ),
+        (
+            &["standalone", "--log-retention-days", "0"],
+            "--log-retention-days",
+            "0 is not in 1..",
+        ),
         (&["task", "cancel"], "--key", "required"),
         (&["task", "cancel", "--key", "k"], "--job", "required"),
         (
