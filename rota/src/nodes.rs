@@ -213,6 +213,11 @@ pub async fn standalone(
     }
     say(format!("  embedded executor: app `{}`", args.app));
 
+    // One wasmtime engine for the process: the embedded executor's also validates uploads.
+    let runtime =
+        Runtime::new(executor.runtime_config()).context("starting the WebAssembly runtime")?;
+    config.engine = Some(runtime.engine().clone());
+
     // The executor drains first (its last reports and its goodbye need the scheduler),
     // then the scheduler stops.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -227,9 +232,14 @@ pub async fn standalone(
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             // Registration retries until the scheduler answers, so starting both at once is fine.
-            rota_executor::node::run(executor, executor_listener, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
+            rota_executor::node::run_with_runtime(
+                executor,
+                runtime,
+                executor_listener,
+                async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                },
+            )
             .await
         })
     };

@@ -72,6 +72,9 @@ pub struct Config {
     /// HTTPS for the API and console (`--tls-cert`/`--tls-key`), and whom this node's
     /// clients trust when they call executors and other nodes (`--tls-ca`).
     pub tls: rota_net::Tls,
+    /// The wasmtime engine uploads are validated with: `rota standalone` passes its
+    /// embedded executor's, so the process has one engine; `None` makes one.
+    pub engine: Option<wasmtime::Engine>,
 }
 
 impl Config {
@@ -104,6 +107,7 @@ impl Config {
             admin_password: None,
             secrets_key: None,
             tls: rota_net::Tls::default(),
+            engine: None,
         }
     }
 
@@ -147,6 +151,7 @@ impl std::fmt::Debug for Config {
             .field("admin_password", &hidden(self.admin_password.is_some()))
             .field("secrets_key", &hidden(self.secrets_key.is_some()))
             .field("tls", &self.tls)
+            .field("engine", &self.engine.as_ref().map(|_| "shared"))
             .finish()
     }
 }

@@ -185,7 +185,6 @@ pub(super) struct IdBlocks {
 
 pub(super) const RUN_ID_BLOCK: i64 = 10_000;
 
-
 impl RunIds {
     pub(crate) fn new() -> Self {
         RunIds {

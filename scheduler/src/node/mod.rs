@@ -129,7 +129,10 @@ impl Node {
             recorder,
             scan_wake: Notify::new(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
-            engine: validation_engine()?,
+            engine: match &config.engine {
+                Some(engine) => engine.clone(),
+                None => validation_engine()?,
+            },
             metrics: crate::metrics::handle(),
             lateness: crate::lateness::RecentLateness::default(),
             rooms: crate::dispatch::Rooms::default(),
