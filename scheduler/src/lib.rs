@@ -27,6 +27,7 @@ pub mod access;
 pub mod api;
 pub mod backoff;
 pub mod client;
+pub mod clock;
 pub mod complete;
 pub mod config;
 pub mod console;

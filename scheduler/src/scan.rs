@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rota_proto::{RunsKnownRequest, TaskAttempt};
 
 use crate::model::*;
-use crate::node::Shared;
+use crate::node::{FireLease, Shared};
 use crate::schedule::{CompiledSchedule, plan_fires};
 use crate::store::{DueJob, JobFires};
 
@@ -59,22 +59,41 @@ pub(crate) async fn scan_loop(shared: Arc<Shared>) {
     }
 }
 
+/// What one scan claims: tasks and fire times due by `until`, at most `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub until: Millis,
+    pub limit: u32,
+}
+
+/// The window of a scan at `now` with `in_wheel` tasks already in the wheel: the next
+/// `window_ms`, at most `scan_batch` and never more than the wheel has room for; `None`
+/// when the wheel is full (the scan waits for it to drain).
+pub(crate) fn window(
+    now: Millis,
+    config: &crate::config::Config,
+    in_wheel: usize,
+) -> Option<Window> {
+    let room = config.wheel_capacity.saturating_sub(in_wheel);
+    if room == 0 {
+        return None;
+    }
+    Some(Window {
+        until: now + config.window_ms,
+        limit: (config.scan_batch as usize).min(room) as u32,
+    })
+}
+
 /// One scan. Returns true if it claimed a full batch (more may be due).
 #[tracing::instrument(skip_all, fields(claimed))]
 async fn scan_once(
     shared: &Shared,
     compiled: &mut HashMap<i64, (String, Option<CompiledSchedule>)>,
 ) -> crate::store::Result<bool> {
-    let room = shared
-        .config
-        .wheel_capacity
-        .saturating_sub(shared.ring.len());
-    if room == 0 {
+    let now = shared.clock.now_ms();
+    let Some(Window { until, limit }) = window(now, &shared.config, shared.ring.len()) else {
         return Ok(false);
-    }
-    let limit = (shared.config.scan_batch as usize).min(room) as u32;
-    let now = now_ms();
-    let until = now + shared.config.window_ms;
+    };
     let threshold = shared.config.misfire_threshold_ms;
     let mut misfired = 0u64;
     let mut plan = |job: &DueJob| -> JobFires {
@@ -160,15 +179,12 @@ pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
             return;
         }
         // Only a node whose own lease holds may take others' work.
-        let now = now_ms();
-        if now
-            > shared
-                .lease_valid_until
-                .load(std::sync::atomic::Ordering::SeqCst)
-        {
+        let now = shared.clock.now_ms();
+        let Some(dead_before) =
+            dead_before(now, &shared.fire_lease, shared.config.node_dead_after_ms)
+        else {
             continue;
-        }
-        let dead_before = now - shared.config.node_dead_after_ms;
+        };
         let started = Instant::now();
         let fenced = match shared
             .store
@@ -221,6 +237,13 @@ pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
     }
 }
 
+/// The heartbeat time before which another node counts as dead, seen at `now` (its row's
+/// `heartbeat_at` is older); `None` while this node's own lease does not hold: only a node
+/// that may fire may take others' work.
+pub(crate) fn dead_before(now: Millis, own: &FireLease, dead_after_ms: Millis) -> Option<Millis> {
+    own.holds_at(now).then(|| now - dead_after_ms)
+}
+
 fn is_fenced(e: &anyhow::Error) -> bool {
     matches!(
         e.downcast_ref::<crate::store::Error>(),
@@ -246,7 +269,7 @@ async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result
         }
     }
     let mut known: Vec<Dispatched> = Vec::new();
-    let now = now_ms();
+    let now = shared.clock.now_ms();
     for (app, tasks) in by_app {
         let req = RunsKnownRequest {
             runs: tasks
@@ -312,4 +335,79 @@ async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::config::Config;
+
+    /// The take-over argument of `docs/cluster.md` on a paused clock: a node stops firing
+    /// half a dead-after after its last heartbeat, and another takes its claims only a whole
+    /// dead-after after it, so at no moment do both fire them.
+    #[tokio::test(start_paused = true)]
+    async fn no_node_takes_over_claims_while_their_holder_may_still_fire_them() {
+        const DEAD_AFTER: Millis = 3_000;
+        let clock = Clock::tokio_from(2_000_000);
+        let stalled = FireLease::new(clock.now_ms(), DEAD_AFTER);
+        let last_beat = clock.now_ms();
+        let taker = FireLease::new(clock.now_ms(), DEAD_AFTER);
+        let mut taken_at = None;
+        for _ in 0..(2 * DEAD_AFTER / 50) {
+            tokio::time::advance(Duration::from_millis(50)).await;
+            let now = clock.now_ms();
+            taker.confirmed(now); // the taker keeps heartbeating; the stalled node does not
+            let dead = dead_before(now, &taker, DEAD_AFTER).is_some_and(|cut| last_beat < cut);
+            assert!(
+                !(dead && stalled.holds_at(now)),
+                "at {now} the stalled node may fire what was taken over"
+            );
+            if dead && taken_at.is_none() {
+                taken_at = Some(now);
+            }
+        }
+        assert_eq!(
+            taken_at,
+            Some(last_beat + DEAD_AFTER + 50),
+            "taken over on the first check past dead-after"
+        );
+
+        // A taker whose own lease lapsed (it is stalled too) takes nothing over.
+        taker.lapse();
+        assert_eq!(dead_before(clock.now_ms(), &taker, DEAD_AFTER), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_scan_reaches_one_window_past_its_own_now_within_the_wheels_room() {
+        let mut config = Config::for_tests("sqlite::memory:");
+        config.window_ms = 5_000;
+        config.scan_batch = 20_000;
+        config.wheel_capacity = 50_000;
+        let clock = Clock::tokio_from(1_000_000);
+
+        let first = window(clock.now_ms(), &config, 0).unwrap();
+        assert_eq!(
+            first,
+            Window {
+                until: 1_005_000,
+                limit: 20_000
+            }
+        );
+        // A second later (the scan interval) the window has moved on by a second: what
+        // falls due in between is claimed by one of the two scans, never skipped.
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        let next = window(clock.now_ms(), &config, 0).unwrap();
+        assert_eq!(next.until, first.until + 1_000);
+
+        // The wheel's room bounds a claim, and a full wheel claims nothing.
+        assert_eq!(
+            window(clock.now_ms(), &config, 45_000).unwrap().limit,
+            5_000
+        );
+        assert_eq!(window(clock.now_ms(), &config, 50_000), None);
+        assert_eq!(window(clock.now_ms(), &config, 60_000), None);
+    }
 }

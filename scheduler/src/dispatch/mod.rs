@@ -199,7 +199,7 @@ impl Pools {
 
     /// Called on the ring thread with one tick's due tasks (highest priority first).
     pub(crate) fn fire(&self, shared: &Shared, batch: Vec<DueTask>) {
-        let now = now_ms();
+        let now = shared.clock.now_ms();
         let batch = drop_stale(shared, batch, |t| t);
         if batch.is_empty() {
             return;
@@ -207,7 +207,7 @@ impl Pools {
         // Fire only under a confirmed lease: a node that could not heartbeat (a stall, a
         // lost database) holds its wheel until it can, or until it learns it was fenced,
         // so a take-over never races a late fire (docs/cluster.md).
-        if now > shared.lease_valid_until.load(Ordering::SeqCst) {
+        if !shared.fire_lease.holds_at(now) {
             metrics::counter!("rota_fires_held_total").increment(batch.len() as u64);
             shared.ring.defer(batch, now + LEASE_RETRY_MS);
             return;
@@ -262,7 +262,7 @@ async fn pool_loop(
         };
         if *shutdown.borrow() {
             // Stopping: hand it back rather than start a dispatch nobody would record.
-            shared.ring.defer(batch, now_ms());
+            shared.ring.defer(batch, shared.clock.now_ms());
             break;
         }
         // Counted before the task starts, so the recorder never sees a gap at shutdown.
@@ -278,7 +278,7 @@ async fn pool_loop(
     // Whatever is still queued goes back to the wheel, to be handed back as claims.
     rx.close();
     while let Some(batch) = rx.recv().await {
-        shared.ring.defer(batch, now_ms());
+        shared.ring.defer(batch, shared.clock.now_ms());
     }
     // Wait for in-flight dispatches.
     let _ = permits.acquire_many(size.max(1) as u32).await;
@@ -287,6 +287,44 @@ async fn pool_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
+
+    /// A dispatch round's view of an executor that said it was full: no request for half a
+    /// hold, then a small probe, then requests sized to what it says.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_executor_is_left_alone_for_a_moment_then_probed() {
+        let clock = Clock::tokio_from(5_000_000);
+        let rooms = Rooms::default();
+        let e = "http://127.0.0.1:9999";
+        assert_eq!(
+            rooms.first_request(e),
+            MAX_PER_REQUEST,
+            "never heard of: a full request"
+        );
+
+        rooms.note(e, 0, clock.now_ms());
+        assert!(rooms.is_full(e, clock.now_ms()));
+        tokio::time::advance(Duration::from_millis((FULL_HOLD_MS / 2 - 1) as u64)).await;
+        assert!(rooms.is_full(e, clock.now_ms()), "still within half a hold");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(
+            !rooms.is_full(e, clock.now_ms()),
+            "tried again after half a hold"
+        );
+        assert_eq!(
+            rooms.first_request(e),
+            PROBE,
+            "with a probe, not a full request"
+        );
+
+        rooms.note(e, 300, clock.now_ms());
+        assert!(!rooms.is_full(e, clock.now_ms()));
+        assert_eq!(
+            rooms.first_request(e),
+            300,
+            "sized to the room it said it has"
+        );
+    }
 
     #[test]
     fn a_job_with_more_than_the_allowed_slow_dispatches_moves_to_the_slow_pool() {

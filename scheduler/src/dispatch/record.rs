@@ -49,7 +49,7 @@ pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Disp
             // recorded (the taker recorded what had arrived).
             match shared
                 .store
-                .record_dispatches(shared.lease.get(), &buf, now_ms())
+                .record_dispatches(shared.lease.get(), &buf, shared.clock.now_ms())
                 .await
             {
                 Ok(elsewhere) => {

@@ -90,7 +90,7 @@ pub(super) enum Unsent {
 /// executor), classify the answers, then hand on what became of each.
 #[tracing::instrument(skip_all, fields(tasks = batch.len()))]
 pub(super) async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
-    let mut dispatch = Dispatch::new(now_ms());
+    let mut dispatch = Dispatch::new(shared.clock.now_ms());
     for task in batch {
         dispatch.plan(shared, task).await;
     }
@@ -210,12 +210,12 @@ impl Dispatch {
         // a batch that waited in a pool past it (a starved or paused node) may belong to
         // another node by now. Send nothing; the wheel holds it, and drops it if this node
         // turns out to be fenced (docs/cluster.md).
-        let round_at = now_ms();
+        let round_at = shared.clock.now_ms();
         // The lease as this round saw it travels with the triggers: an executor refuses
         // them past it (`expired`), so a stall between this check and the send (the
         // process paused, the request slow to go out) cannot deliver them after another
         // node took them over.
-        let lease_until = shared.lease_valid_until.load(Ordering::SeqCst);
+        let lease_until = shared.fire_lease.until();
         // Read after the lease (a rejoin renews the epoch first, then the lease): under a
         // lease of the new epoch, the old epoch's fires are always seen as stale here.
         self.pending = drop_stale(shared, std::mem::take(&mut self.pending), |p| &p.task);
@@ -258,7 +258,7 @@ impl Dispatch {
             hold_for_lease(
                 shared,
                 expired.into_iter().chain(self.pending.drain(..)),
-                now_ms(),
+                shared.clock.now_ms(),
             );
             return false;
         }
@@ -461,7 +461,9 @@ impl Dispatch {
             } else {
                 FULL_IDLE_HOLD_MS
             };
-            shared.ring.defer(self.deferred, now_ms() + hold);
+            shared
+                .ring
+                .defer(self.deferred, shared.clock.now_ms() + hold);
         }
         settle_unsent(shared, self.unsent).await;
         complete_failures(shared, self.failed).await;

@@ -42,7 +42,7 @@ pub(super) async fn send_to(
                 }
             }
         }
-        let sent_at = now_ms();
+        let sent_at = shared.clock.now_ms();
         let batch = TriggerBatch {
             triggers: group
                 .iter()
@@ -57,7 +57,7 @@ pub(super) async fn send_to(
         shared
             .slow
             .record(group.iter().map(|p| p.task.job_id), elapsed);
-        let answered_at = now_ms();
+        let answered_at = shared.clock.now_ms();
         let stop = match &result {
             Ok(ack) => {
                 let full = ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full);
@@ -114,7 +114,7 @@ pub(super) async fn resolve_unanswered(
             })
             .collect(),
     };
-    let now = now_ms();
+    let now = shared.clock.now_ms();
     let known = match shared.client.runs_known(app, address, &req).await {
         Ok(ack) => ack.known,
         Err(e) => {

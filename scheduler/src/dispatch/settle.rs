@@ -51,7 +51,7 @@ pub(super) fn unreachable_wait(p: Pending, now: Millis, limit_ms: i64) -> Wait {
 /// Settles the fires that go out without a run: waiting ones to the database (or back to
 /// the wheel when it cannot be written), void and orphaned ones out of the ring.
 pub(super) async fn settle_unsent(shared: &Shared, u: Unsendable) {
-    let now = now_ms();
+    let now = shared.clock.now_ms();
     if !u.orphans.is_empty() {
         let ids: Vec<i64> = u.orphans.iter().map(|t| t.task_id).collect();
         match shared.store.cancel_orphans(&ids, now).await {

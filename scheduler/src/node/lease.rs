@@ -1,6 +1,8 @@
 //! This node's lease to fire: its epoch, the heartbeat that keeps it (on a thread and a
 //! connection of its own), and the rejoin after a take-over fenced it (`docs/cluster.md`).
 
+use std::sync::atomic::AtomicI64;
+
 use super::*;
 
 /// This node's identity and current epoch; the epoch changes when a fenced node rejoins.
@@ -29,6 +31,51 @@ impl Lease {
     }
 }
 
+/// Until when this node may fire, epoch ms: its last confirmed heartbeat plus half the
+/// dead-after time, so it stops before any other node could take its claims over
+/// (`docs/cluster.md`). The ring, the dispatch rounds and the take-over check it with the
+/// time they read.
+pub(crate) struct FireLease {
+    until: AtomicI64,
+    half_dead_after: Millis,
+}
+
+impl FireLease {
+    /// A lease confirmed at `now` (the node just registered).
+    pub(crate) fn new(now: Millis, dead_after_ms: Millis) -> Self {
+        FireLease {
+            until: AtomicI64::new(now + dead_after_ms / 2),
+            half_dead_after: dead_after_ms / 2,
+        }
+    }
+
+    /// A heartbeat sent at `sent` was written: the lease runs from then (the database
+    /// saw it no earlier). A late confirmation of an older beat never shortens it.
+    pub(crate) fn confirmed(&self, sent: Millis) {
+        self.until
+            .fetch_max(sent + self.half_dead_after, Ordering::SeqCst);
+    }
+
+    /// A new epoch after a rejoin: the lease runs from `now`, whatever it was.
+    pub(crate) fn restart(&self, now: Millis) {
+        self.until
+            .store(now + self.half_dead_after, Ordering::SeqCst);
+    }
+
+    /// Fenced: no more firing until a rejoin.
+    pub(crate) fn lapse(&self) {
+        self.until.store(0, Ordering::SeqCst);
+    }
+
+    pub(crate) fn until(&self) -> Millis {
+        self.until.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn holds_at(&self, now: Millis) -> bool {
+        now <= self.until()
+    }
+}
+
 /// This node was fenced. If another node took its claims over (its row is marked taken
 /// over), it drops its wheel (those claims are the taker's now), starts a new epoch and goes
 /// on. If another process runs under its name, it stops scheduling for good. Returns
@@ -36,14 +83,12 @@ impl Lease {
 pub(crate) async fn rejoin(shared: &Shared) -> bool {
     let _one_at_a_time = shared.rejoining.lock().await;
     // The other path may have rejoined meanwhile: then the lease holds again.
-    let now = now_ms();
+    let now = shared.clock.now_ms();
     if let Ok(true) = shared.store.heartbeat_node(shared.lease.get(), now).await {
-        shared
-            .lease_valid_until
-            .fetch_max(now + shared.config.node_dead_after_ms / 2, Ordering::SeqCst);
+        shared.fire_lease.confirmed(now);
         return true;
     }
-    shared.lease_valid_until.store(0, Ordering::SeqCst);
+    shared.fire_lease.lapse();
     let name = &shared.config.node_name;
     let taken_over = match shared.store.node_heartbeat_at(name).await {
         Ok(at) => at == Some(0),
@@ -63,7 +108,7 @@ pub(crate) async fn rejoin(shared: &Shared) -> bool {
     // What this node held is the taker's now. The wheel is emptied; copies still with the
     // pools carry the old epoch, and are dropped when they come round (`drop_stale`).
     let dropped = shared.ring.clear();
-    let now = now_ms();
+    let now = shared.clock.now_ms();
     match shared
         .store
         .start_node(name, &shared.config.advertise_url, now)
@@ -71,9 +116,7 @@ pub(crate) async fn rejoin(shared: &Shared) -> bool {
     {
         Ok(lease) => {
             shared.lease.renew(lease);
-            shared
-                .lease_valid_until
-                .store(now + shared.config.node_dead_after_ms / 2, Ordering::SeqCst);
+            shared.fire_lease.restart(now);
             tracing::warn!(
                 node = %name,
                 epoch = lease.epoch,
@@ -136,12 +179,10 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
             return;
         }
         // The lease counts from before the write: the database saw it no earlier.
-        let sent = now_ms();
+        let sent = shared.clock.now_ms();
         match beat.heartbeat_node(shared.lease.get(), sent).await {
             Ok(true) => {
-                shared
-                    .lease_valid_until
-                    .fetch_max(sent + dead_after / 2, Ordering::SeqCst);
+                shared.fire_lease.confirmed(sent);
             }
             Ok(false) => fenced.notify_one(),
             Err(e) => tracing::warn!(error = %e, "node heartbeat failed"),
@@ -160,5 +201,55 @@ pub(super) async fn fenced_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
         if !rejoin(&shared).await {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::Clock;
+
+    const DEAD_AFTER: Millis = 3_000;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_to_fire_lapses_half_the_dead_after_time_after_the_last_beat() {
+        let clock = Clock::tokio_from(10_000_000);
+        let lease = FireLease::new(clock.now_ms(), DEAD_AFTER);
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        assert!(lease.holds_at(clock.now_ms()), "exactly half of dead-after");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!lease.holds_at(clock.now_ms()), "no beat confirmed since");
+
+        // A beat sent now and confirmed later counts from when it was sent.
+        let sent = clock.now_ms();
+        tokio::time::advance(Duration::from_millis(400)).await;
+        lease.confirmed(sent);
+        assert_eq!(lease.until(), sent + DEAD_AFTER / 2);
+        // …and an older beat confirmed after it does not shorten the lease.
+        lease.confirmed(sent - 1_000);
+        assert_eq!(lease.until(), sent + DEAD_AFTER / 2);
+        tokio::time::advance(Duration::from_millis(1_100)).await;
+        assert!(lease.holds_at(clock.now_ms()));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!lease.holds_at(clock.now_ms()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fenced_node_fires_nothing_until_it_rejoins() {
+        let clock = Clock::tokio_from(10_000_000);
+        let lease = FireLease::new(clock.now_ms(), DEAD_AFTER);
+        lease.lapse();
+        assert!(
+            !lease.holds_at(clock.now_ms()),
+            "at once, whatever was left"
+        );
+        // A beat of the old epoch confirmed late cannot revive a lapsed lease past the
+        // time it was sent plus half of dead-after; a rejoin starts a fresh one.
+        tokio::time::advance(Duration::from_millis(2_000)).await;
+        lease.restart(clock.now_ms());
+        assert!(lease.holds_at(clock.now_ms() + DEAD_AFTER / 2));
+        assert!(!lease.holds_at(clock.now_ms() + DEAD_AFTER / 2 + 1));
     }
 }

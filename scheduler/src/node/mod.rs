@@ -30,7 +30,7 @@ mod lease;
 
 pub use caches::JobEntry;
 pub(crate) use caches::{ExecutorCache, JobCache, RunIds};
-pub(crate) use lease::{Lease, rejoin};
+pub(crate) use lease::{FireLease, Lease, rejoin};
 use lease::{fenced_loop, spawn_heartbeat};
 
 /// How long a node waits for another to acknowledge a job change.
@@ -62,9 +62,10 @@ pub(crate) struct Shared {
     pub rooms: crate::dispatch::Rooms,
     /// Held while a fenced node rejoins (the heartbeat and the scan may both notice).
     pub rejoining: tokio::sync::Mutex<()>,
-    /// This node may fire until then (ms): its last successful heartbeat plus half the
-    /// dead-after time, so it stops before any other node could take its claims over.
-    pub lease_valid_until: std::sync::atomic::AtomicI64,
+    /// Until when this node may fire (see [`FireLease`]).
+    pub fire_lease: FireLease,
+    /// The time the stages read.
+    pub clock: crate::clock::Clock,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -137,9 +138,8 @@ impl Node {
             lateness: crate::lateness::RecentLateness::default(),
             rooms: crate::dispatch::Rooms::default(),
             rejoining: tokio::sync::Mutex::new(()),
-            lease_valid_until: std::sync::atomic::AtomicI64::new(
-                now + config.node_dead_after_ms / 2,
-            ),
+            fire_lease: FireLease::new(now, config.node_dead_after_ms),
+            clock: crate::clock::Clock::Wall,
             shutdown: shutdown.clone(),
             secrets: crate::secrets::SecretBox::of(&config),
             replay: rota_proto::ReplayGuard::new(rota_proto::MAX_SKEW_MS),
