@@ -7,14 +7,16 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::error::{ApiError, ApiResult};
+use super::error::ApiResult;
 use super::extract::{Json, NameOrId, OptionalJson, PageQuery, PathParam, Query, query_flag};
 use super::openapi::ErrorBody;
-use super::validate::{self, invalid};
+use super::validate::invalid;
 use super::views::{JobPage, JobView, PageView};
 use crate::access::{Need, Principal};
-use crate::model::{NewTask, TaskKind, now_ms};
-use crate::usecase::jobs::{JobFields, build_spec, find_job};
+use crate::usecase::{
+    self,
+    jobs::{JobFields, build_spec, find_job},
+};
 
 /// The path parameter of `/api/v1/jobs/{id}`.
 const JOB_ID: &str = "The job's id, or its name";
@@ -185,35 +187,7 @@ pub async fn trigger(
     OptionalJson(body): OptionalJson<TriggerBody>,
 ) -> ApiResult<(StatusCode, Json<Triggered>)> {
     let body = body.unwrap_or_default();
-    if let Some(params) = &body.params {
-        validate::max_bytes("params", params, state.node.config().max_payload_bytes)?;
-    }
-    let store = state.node.store();
-    let job = find_job(store, &id).await?;
-    who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
-    let now = now_ms();
-    let task = NewTask {
-        job_id: job.id,
-        kind: TaskKind::Manual,
-        key: None,
-        payload: None,
-        params: body.params.or(job.spec.params),
-        due_at: now,
-        max_attempts: None,
-        backoff: None,
-        priority: 0,
-    };
-    let (task_id, _) = *state
-        .node
-        .store_tasks(std::slice::from_ref(&task), now)
-        .await?
-        .first()
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
-    tracing::info!(job.id = job.id, task.id = task_id, "job triggered");
-    state
-        .node
-        .audit(&who.name, "trigger job", &job.spec.name)
-        .await;
+    let task_id = usecase::jobs::trigger(&state.node, &who, &id, body.params).await?;
     Ok((StatusCode::CREATED, Json(Triggered { task_id })))
 }
 

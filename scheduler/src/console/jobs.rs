@@ -503,27 +503,8 @@ pub async fn trigger_job(
     Path(id): Path<i64>,
     Form(f): Form<TriggerForm>,
 ) -> PageResult {
-    let job = job_for(&console, &s, id, Need::Change).await?;
-    let params = if f.params.is_empty() {
-        job.spec.params.clone()
-    } else {
-        usecase::validate::max_bytes("params", &f.params, console.node.config().max_payload_bytes)?;
-        Some(f.params)
-    };
-    let now = now_ms();
-    let task = NewTask {
-        job_id: job.id,
-        kind: TaskKind::Manual,
-        key: None,
-        payload: None,
-        params,
-        due_at: now,
-        max_attempts: None,
-        backoff: None,
-        priority: 0,
-    };
-    let task_id = store_task(&console, task, now).await?;
-    audit(&console, &s.user.name, "trigger job", &job.spec.name).await;
+    let params = (!f.params.is_empty()).then_some(f.params);
+    let task_id = usecase::jobs::trigger(&console.node, &s.who, &id.to_string(), params).await?;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{task_id}")).into_response())
 }
 

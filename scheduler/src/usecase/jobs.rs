@@ -16,7 +16,7 @@ use crate::access::{Need, Principal};
 use crate::api::extract::{NameOrId, nullable};
 use crate::api::openapi::BlockName;
 use crate::backoff::Backoff;
-use crate::model::{Job, JobSpec, Run, Task};
+use crate::model::{Job, JobSpec, NewTask, Run, Task, TaskKind, now_ms};
 use crate::node::Node;
 use crate::route::Route;
 use crate::schedule::{CompiledSchedule, Misfire, Schedule};
@@ -473,4 +473,41 @@ async fn reject_cycle(store: &Store, children: &[i64], this_job: i64) -> Result<
         stack.extend(job.spec.child_jobs);
     }
     Ok(())
+}
+
+/// Fires the job named `job` (an id or a name, as [`find_job`] reads it) once now, outside
+/// its schedule (a manual task), with `params` in place of the job's when given; the new
+/// task's id. Needs the right to change the job; errors name it as the caller did.
+pub async fn trigger(
+    node: &Node,
+    who: &Principal,
+    job: &str,
+    params: Option<String>,
+) -> Result<i64> {
+    if let Some(params) = &params {
+        validate::max_bytes("params", params, node.config().max_payload_bytes)?;
+    }
+    let named = job;
+    let job = find_job(node.store(), named).await?;
+    who.check(&job.spec.app, Need::Change, &format!("job `{named}`"))?;
+    let now = now_ms();
+    let task = NewTask {
+        job_id: job.id,
+        kind: TaskKind::Manual,
+        key: None,
+        payload: None,
+        params: params.or_else(|| job.spec.params.clone()),
+        due_at: now,
+        max_attempts: None,
+        backoff: None,
+        priority: 0,
+    };
+    let (task_id, _) = *node
+        .store_tasks(std::slice::from_ref(&task), now)
+        .await?
+        .first()
+        .ok_or_else(|| Error::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
+    tracing::info!(job.id = job.id, task.id = task_id, "job triggered");
+    node.audit(&who.name, "trigger job", &job.spec.name).await;
+    Ok(task_id)
 }
