@@ -1,14 +1,13 @@
 //! Extractors that answer every way a request can be malformed with an [`ApiError`] (the
 //! JSON error shape, a message naming the problem) instead of axum's plain-text rejections.
 
-use std::fmt;
 use std::str::FromStr;
 
 use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
-use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
 
@@ -228,62 +227,7 @@ impl PageParams {
     }
 }
 
-/// A reference to a job or plugin in a body: a JSON number is an id, a string a name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum NameOrId {
-    Id(i64),
-    Name(String),
-}
-
-impl fmt::Display for NameOrId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Id(id) => write!(f, "{id}"),
-            Self::Name(name) => write!(f, "`{name}`"),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for NameOrId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = NameOrId;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a name (string) or an id (integer)")
-            }
-
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<NameOrId, E> {
-                Ok(NameOrId::Id(v))
-            }
-
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<NameOrId, E> {
-                i64::try_from(v)
-                    .map(NameOrId::Id)
-                    .map_err(|_| E::custom(format!("id {v} is out of range")))
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<NameOrId, E> {
-                Ok(NameOrId::Name(v.to_owned()))
-            }
-
-            fn visit_string<E: de::Error>(self, v: String) -> Result<NameOrId, E> {
-                Ok(NameOrId::Name(v))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// For `PATCH` bodies: tells "absent" (`None`) from "null" (`Some(None)`).
-pub fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
-}
+pub use crate::usecase::fields::{NameOrId, nullable};
 
 #[cfg(test)]
 mod tests {

@@ -8,9 +8,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::ApiResult;
-use super::extract::{Json, NameOrId, OptionalJson, PageQuery, PathParam, Query, query_flag};
+use super::extract::{Json, OptionalJson, PageQuery, PathParam, Query, query_flag};
 use super::openapi::ErrorBody;
-use super::validate::invalid;
 use super::views::{JobPage, JobView, PageView};
 use crate::access::{Need, Principal};
 use crate::usecase::{
@@ -232,18 +231,4 @@ pub async fn list(
         )
         .await?;
     Ok(Json(PageView::of(jobs, JobView::from)))
-}
-
-/// A job referenced from a task (`job`) as the node's job cache has it: one that does not
-/// exist is a 422 about `field`.
-pub(super) async fn cached_job_ref(
-    state: &AppState,
-    field: &str,
-    r: &NameOrId,
-) -> ApiResult<std::sync::Arc<crate::node::JobEntry>> {
-    let found = match r {
-        NameOrId::Id(id) => state.node.cached_job(*id).await?,
-        NameOrId::Name(name) => state.node.cached_job_named(name).await?,
-    };
-    found.ok_or_else(|| invalid(field, format!("job {r} does not exist")))
 }

@@ -1,9 +1,6 @@
 //! `/api/v1/tasks`: the delay queue — creating tasks one at a time or in batches, reading,
 //! listing and cancelling them.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-
 use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -12,46 +9,15 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Json, NameOrId, PageQuery, PathId, Query};
-use super::jobs::cached_job_ref;
+use super::extract::{Json, PageQuery, PathId, Query};
 use super::openapi::{ErrorBody, TaskStatusName};
-use super::validate::{self, invalid};
+use super::validate::{self};
 use super::views::{PageView, TASK_STATUSES, TaskPage, TaskView, parse_rfc3339};
 use crate::access::{Need, Principal};
-use crate::backoff::Backoff;
-use crate::config::Config;
-use crate::model::{Millis, NewTask, TaskFilter, TaskKind, TaskState, TaskStatus, now_ms};
-use crate::schedule::FIRE_HORIZON_MS;
+use crate::model::{Millis, TaskFilter, TaskState, TaskStatus};
+use crate::usecase;
 use crate::usecase::jobs::{find_job, job_filter, task_as};
-
-/// Most tasks in one batch.
-pub const MAX_BATCH: usize = 10_000;
-const MAX_ATTEMPTS: i64 = 100;
-const MAX_PRIORITY: i64 = 1000;
-
-/// One task to create. Integers are read as `i64` so an out-of-range value is a 422 naming
-/// its range rather than a serde overflow.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TaskFields {
-    /// The job's name or id.
-    job: NameOrId,
-    /// The run's input (UTF-8).
-    payload: Option<String>,
-    /// Due this many milliseconds from now; not with `run_at`.
-    delay_ms: Option<i64>,
-    /// Due at this time (in the past: now); not with `delay_ms`.
-    #[schema(format = DateTime)]
-    run_at: Option<String>,
-    /// Deduplicates: a second task of the job with this key is the first one.
-    key: Option<String>,
-    /// 1 to 100; the job's by default.
-    max_attempts: Option<i64>,
-    /// The job's by default.
-    backoff: Option<Backoff>,
-    /// −1000 to 1000, higher first; 0 by default.
-    priority: Option<i64>,
-}
+use crate::usecase::tasks::TaskFields;
 
 /// `POST /api/v1/tasks`: 201 with the new task, or 200 with the existing one when a task
 /// of the job already has this `key`.
@@ -73,24 +39,7 @@ pub async fn create(
     Extension(who): Extension<Principal>,
     Json(fields): Json<TaskFields>,
 ) -> ApiResult<(StatusCode, Json<TaskView>)> {
-    // Delays count from the moment the request is accepted.
-    let now = now_ms();
-    let store = state.node.store();
-    let job = cached_job_ref(&state, "job", &fields.job).await?;
-    who.check(
-        &job.job.spec.app,
-        Need::Change,
-        &format!("job {}", fields.job),
-    )?;
-    let job_id = job.job.id;
-    let task = new_task(fields, job_id, now, state.node.config())?;
-    let (id, created) = *state
-        .node
-        .store_tasks(std::slice::from_ref(&task), now)
-        .await?
-        .first()
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
-    let task = store.get_task(id).await?;
+    let (task, created) = usecase::tasks::create(&state.node, &who, fields).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -131,123 +80,8 @@ pub async fn create_batch(
     Extension(who): Extension<Principal>,
     Json(body): Json<BatchBody>,
 ) -> ApiResult<(StatusCode, Json<BatchCreated>)> {
-    let now = now_ms();
-    if body.tasks.len() > MAX_BATCH {
-        return Err(ApiError::PayloadTooLarge(format!(
-            "tasks: a batch holds at most {MAX_BATCH} tasks (got {}); split it",
-            body.tasks.len()
-        )));
-    }
-    let config = state.node.config();
-    let mut jobs: HashMap<NameOrId, i64> = HashMap::new();
-    let mut keys: HashMap<(i64, String), usize> = HashMap::new();
-    let mut tasks = Vec::with_capacity(body.tasks.len());
-    for (i, fields) in body.tasks.into_iter().enumerate() {
-        let prefix = format!("tasks[{i}].");
-        let job_id = match jobs.entry(fields.job.clone()) {
-            Entry::Occupied(e) => *e.get(),
-            Entry::Vacant(e) => {
-                let job = cached_job_ref(&state, "job", &fields.job)
-                    .await
-                    .map_err(|e| e.prefixed(&prefix))?;
-                who.check(
-                    &job.job.spec.app,
-                    Need::Change,
-                    &format!("job {}", fields.job),
-                )
-                .map_err(|e| e.prefixed(&prefix))?;
-                *e.insert(job.job.id)
-            }
-        };
-        let task = new_task(fields, job_id, now, config).map_err(|e| e.prefixed(&prefix))?;
-        if let Some(key) = &task.key
-            && let Some(first) = keys.insert((job_id, key.clone()), i)
-        {
-            return Err(invalid(
-                &format!("tasks[{i}].key"),
-                format!(
-                    "`{key}` is already used by tasks[{first}] of the same job; keys must be unique in a batch"
-                ),
-            ));
-        }
-        tasks.push(task);
-    }
-    let ids = state
-        .node
-        .store_tasks(&tasks, now)
-        .await?
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
+    let ids = usecase::tasks::create_batch(&state.node, &who, body.tasks).await?;
     Ok((StatusCode::CREATED, Json(BatchCreated { ids })))
-}
-
-/// Validates one task; error messages start with the field.
-fn new_task(f: TaskFields, job_id: i64, now: Millis, config: &Config) -> ApiResult<NewTask> {
-    let due_at = match (f.delay_ms, f.run_at) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                "delay_ms",
-                "give either `delay_ms` or `run_at`, not both",
-            ));
-        }
-        (Some(delay), None) => {
-            if delay < 0 {
-                return Err(invalid(
-                    "delay_ms",
-                    format!("must not be negative (got {delay})"),
-                ));
-            }
-            not_too_far("delay_ms", now.saturating_add(delay), now)?
-        }
-        (None, Some(at)) => {
-            let at = parse_rfc3339(&at).ok_or_else(|| {
-                invalid(
-                    "run_at",
-                    format!("`{at}` is not an RFC 3339 time such as `2026-11-30T03:29:00.123Z`"),
-                )
-            })?;
-            // In the past: due at once.
-            not_too_far("run_at", at.max(now), now)?
-        }
-        (None, None) => now,
-    };
-    if let Some(payload) = &f.payload {
-        validate::max_bytes("payload", payload, config.max_payload_bytes)?;
-    }
-    if let Some(key) = &f.key {
-        validate::name("key", key)?;
-    }
-    let max_attempts = f
-        .max_attempts
-        .map(|n| validate::within("max_attempts", n, 1..=MAX_ATTEMPTS).map(|n| n as i32))
-        .transpose()?;
-    let priority = validate::within(
-        "priority",
-        f.priority.unwrap_or(0),
-        -MAX_PRIORITY..=MAX_PRIORITY,
-    )? as i32;
-    if let Some(backoff) = &f.backoff {
-        backoff.validate().map_err(|e| invalid("backoff", e))?;
-    }
-    Ok(NewTask {
-        job_id,
-        kind: TaskKind::Delayed,
-        key: f.key,
-        payload: f.payload,
-        params: None,
-        due_at,
-        max_attempts,
-        backoff: f.backoff,
-        priority,
-    })
-}
-
-fn not_too_far(field: &str, due_at: Millis, now: Millis) -> ApiResult<Millis> {
-    if due_at - now > FIRE_HORIZON_MS {
-        return Err(invalid(field, "is more than 10 years ahead"));
-    }
-    Ok(due_at)
 }
 
 /// The path parameter of `/api/v1/tasks/{id}`.

@@ -26,12 +26,7 @@ pub fn rfc3339_opt(ms: Option<Millis>) -> Option<String> {
     ms.map(rfc3339)
 }
 
-/// Parses an RFC 3339 time into epoch milliseconds.
-pub fn parse_rfc3339(s: &str) -> Option<Millis> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.timestamp_millis())
-}
+pub use crate::usecase::tasks::parse_rfc3339;
 
 /// A list page: `next` is the cursor (an id, as a string) to pass back as `after`. Its
 /// schema is written in [`super::openapi`].

@@ -14,10 +14,12 @@ use super::auth::Session;
 use super::pages::*;
 use super::{Console, PREFIX, PageResult, When, render, render_status};
 use crate::access::Need;
-use crate::model::{Job, Millis, NewTask, TaskKind, now_ms};
+use crate::model::{Job, now_ms};
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
+use crate::usecase::fields::NameOrId;
 use crate::usecase::jobs::{JobFields, SpecErrors, build_spec};
+use crate::usecase::tasks::TaskFields;
 use crate::usecase::{self, Error};
 
 pub struct JobRow {
@@ -515,22 +517,6 @@ struct DeletePage {
     job: JobRow,
 }
 
-/// Stores one task made in the console through the node, as the API does (so its wheel
-/// sees one due soon); its id.
-pub(super) async fn store_task(
-    console: &Console,
-    task: NewTask,
-    now: Millis,
-) -> Result<i64, Error> {
-    let ids = console
-        .node
-        .store_tasks(std::slice::from_ref(&task), now)
-        .await?;
-    ids.first()
-        .map(|(id, _)| *id)
-        .ok_or_else(|| Error::Internal(anyhow::anyhow!("inserting a task returned no id")))
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ScheduleForm {
@@ -548,7 +534,6 @@ pub async fn schedule_task(
     Form(f): Form<ScheduleForm>,
 ) -> PageResult {
     let job = job_for(&console, &s, id, Need::Change).await?;
-    let config = console.node.config();
     let delay_s: i64 = f.delay_s.trim().parse().map_err(|_| {
         Error::Unprocessable(format!(
             "delay: `{}` is not a whole number of seconds",
@@ -557,30 +542,14 @@ pub async fn schedule_task(
     })?;
     let horizon_s = crate::schedule::FIRE_HORIZON_MS / 1000;
     usecase::validate::within("delay", delay_s, 0..=horizon_s)?;
-    let key = match f.key.trim() {
-        "" => None,
-        k => {
-            usecase::validate::name("key", k)?;
-            Some(k.to_owned())
-        }
+    let fields = TaskFields {
+        payload: (!f.payload.is_empty()).then_some(f.payload),
+        delay_ms: Some(delay_s * 1000),
+        key: Some(f.key.trim().to_owned()).filter(|k| !k.is_empty()),
+        ..TaskFields::for_job(NameOrId::Id(job.id))
     };
-    let payload = (!f.payload.is_empty()).then_some(f.payload);
-    if let Some(p) = &payload {
-        usecase::validate::max_bytes("payload", p, config.max_payload_bytes)?;
-    }
-    let now = now_ms();
-    let task = NewTask {
-        job_id: job.id,
-        kind: TaskKind::Delayed,
-        key,
-        payload,
-        params: None,
-        due_at: now + delay_s * 1000,
-        max_attempts: None,
-        backoff: None,
-        priority: 0,
-    };
-    let task_id = store_task(&console, task, now).await?;
+    let (task, _) = usecase::tasks::create(&console.node, &s.who, fields).await?;
+    let task_id = task.id;
     audit(
         &console,
         &s.user.name,

@@ -10,10 +10,10 @@ use rota_proto::BlockStrategy;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::fields::{NameOrId, nullable};
 use super::validate::{self, invalid};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
-use crate::api::extract::{NameOrId, nullable};
 use crate::api::openapi::BlockName;
 use crate::backoff::Backoff;
 use crate::model::{Job, JobSpec, NewTask, Run, Task, TaskKind, now_ms};
@@ -510,4 +510,18 @@ pub async fn trigger(
     tracing::info!(job.id = job.id, task.id = task_id, "job triggered");
     node.audit(&who.name, "trigger job", &job.spec.name).await;
     Ok(task_id)
+}
+
+/// A job referenced from a task (`job`) as the node's job cache has it: one that does not
+/// exist is a 422 about `field`.
+pub async fn cached_job(
+    node: &Node,
+    field: &str,
+    r: &NameOrId,
+) -> Result<std::sync::Arc<crate::node::JobEntry>> {
+    let found = match r {
+        NameOrId::Id(id) => node.cached_job(*id).await?,
+        NameOrId::Name(name) => node.cached_job_named(name).await?,
+    };
+    found.ok_or_else(|| invalid(field, format!("job {r} does not exist")))
 }

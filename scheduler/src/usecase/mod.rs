@@ -5,8 +5,10 @@
 //! the API (`api::error`), a message beside the form field in the console.
 
 pub mod error;
+pub mod fields;
 pub mod jobs;
 pub mod plugins;
+pub mod tasks;
 pub mod validate;
 
 pub use error::{Error, Result};

@@ -1,0 +1,209 @@
+//! Tasks: creating them (one, or a batch all or nothing) with the checks every way of
+//! making one goes through — the REST API and the console's "schedule a task" form.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::fields::NameOrId;
+use super::jobs::cached_job;
+use super::validate::{self, invalid};
+use super::{Error, Result};
+use crate::access::{Need, Principal};
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::model::{Millis, NewTask, Task, TaskKind, now_ms};
+use crate::node::Node;
+use crate::schedule::FIRE_HORIZON_MS;
+
+/// Most tasks in one batch.
+pub const MAX_BATCH: usize = 10_000;
+const MAX_ATTEMPTS: i64 = 100;
+const MAX_PRIORITY: i64 = 1000;
+
+/// One task to create. Integers are read as `i64` so an out-of-range value is a 422 naming
+/// its range rather than a serde overflow.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskFields {
+    /// The job's name or id.
+    pub job: NameOrId,
+    /// The run's input (UTF-8).
+    pub payload: Option<String>,
+    /// Due this many milliseconds from now; not with `run_at`.
+    pub delay_ms: Option<i64>,
+    /// Due at this time (in the past: now); not with `delay_ms`.
+    #[schema(format = DateTime)]
+    pub run_at: Option<String>,
+    /// Deduplicates: a second task of the job with this key is the first one.
+    pub key: Option<String>,
+    /// 1 to 100; the job's by default.
+    pub max_attempts: Option<i64>,
+    /// The job's by default.
+    pub backoff: Option<Backoff>,
+    /// −1000 to 1000, higher first; 0 by default.
+    pub priority: Option<i64>,
+}
+
+impl TaskFields {
+    /// A task of `job` due now, with every other field its default.
+    pub fn for_job(job: NameOrId) -> Self {
+        TaskFields {
+            job,
+            payload: None,
+            delay_ms: None,
+            run_at: None,
+            key: None,
+            max_attempts: None,
+            backoff: None,
+            priority: None,
+        }
+    }
+}
+
+/// Creates one task of a job `who` may change; the task, and whether it is new (`false`:
+/// a task of the job already had this `key`, and it is that one).
+pub async fn create(node: &Node, who: &Principal, fields: TaskFields) -> Result<(Task, bool)> {
+    // Delays count from the moment the request is accepted.
+    let now = now_ms();
+    let job_id = job_to_change(node, who, &fields.job).await?;
+    let task = new_task(fields, job_id, now, node.config())?;
+    let (id, created) = *node
+        .store_tasks(std::slice::from_ref(&task), now)
+        .await?
+        .first()
+        .ok_or_else(|| Error::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
+    Ok((node.store().get_task(id).await?, created))
+}
+
+/// Creates a batch of tasks, all or nothing: an invalid item fails the whole batch with its
+/// index in the message; an existing key yields the existing task's id. The ids, in order.
+pub async fn create_batch(
+    node: &Node,
+    who: &Principal,
+    items: Vec<TaskFields>,
+) -> Result<Vec<i64>> {
+    let now = now_ms();
+    if items.len() > MAX_BATCH {
+        return Err(Error::PayloadTooLarge(format!(
+            "tasks: a batch holds at most {MAX_BATCH} tasks (got {}); split it",
+            items.len()
+        )));
+    }
+    let mut jobs: HashMap<NameOrId, i64> = HashMap::new();
+    let mut keys: HashMap<(i64, String), usize> = HashMap::new();
+    let mut tasks = Vec::with_capacity(items.len());
+    for (i, fields) in items.into_iter().enumerate() {
+        let prefix = format!("tasks[{i}].");
+        let job_id = match jobs.entry(fields.job.clone()) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => *e.insert(
+                job_to_change(node, who, &fields.job)
+                    .await
+                    .map_err(|e| e.prefixed(&prefix))?,
+            ),
+        };
+        let task = new_task(fields, job_id, now, node.config()).map_err(|e| e.prefixed(&prefix))?;
+        if let Some(key) = &task.key
+            && let Some(first) = keys.insert((job_id, key.clone()), i)
+        {
+            return Err(invalid(
+                &format!("tasks[{i}].key"),
+                format!(
+                    "`{key}` is already used by tasks[{first}] of the same job; keys must be unique in a batch"
+                ),
+            ));
+        }
+        tasks.push(task);
+    }
+    Ok(node
+        .store_tasks(&tasks, now)
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect())
+}
+
+/// The id of the job `r` names (from the node's cache), if `who` may change it.
+async fn job_to_change(node: &Node, who: &Principal, r: &NameOrId) -> Result<i64> {
+    let job = cached_job(node, "job", r).await?;
+    who.check(&job.job.spec.app, Need::Change, &format!("job {r}"))?;
+    Ok(job.job.id)
+}
+
+/// Validates one task; error messages start with the field.
+pub fn new_task(f: TaskFields, job_id: i64, now: Millis, config: &Config) -> Result<NewTask> {
+    let due_at = match (f.delay_ms, f.run_at) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "delay_ms",
+                "give either `delay_ms` or `run_at`, not both",
+            ));
+        }
+        (Some(delay), None) => {
+            if delay < 0 {
+                return Err(invalid(
+                    "delay_ms",
+                    format!("must not be negative (got {delay})"),
+                ));
+            }
+            not_too_far("delay_ms", now.saturating_add(delay), now)?
+        }
+        (None, Some(at)) => {
+            let at = parse_rfc3339(&at).ok_or_else(|| {
+                invalid(
+                    "run_at",
+                    format!("`{at}` is not an RFC 3339 time such as `2026-11-30T03:29:00.123Z`"),
+                )
+            })?;
+            // In the past: due at once.
+            not_too_far("run_at", at.max(now), now)?
+        }
+        (None, None) => now,
+    };
+    if let Some(payload) = &f.payload {
+        validate::max_bytes("payload", payload, config.max_payload_bytes)?;
+    }
+    if let Some(key) = &f.key {
+        validate::name("key", key)?;
+    }
+    let max_attempts = f
+        .max_attempts
+        .map(|n| validate::within("max_attempts", n, 1..=MAX_ATTEMPTS).map(|n| n as i32))
+        .transpose()?;
+    let priority = validate::within(
+        "priority",
+        f.priority.unwrap_or(0),
+        -MAX_PRIORITY..=MAX_PRIORITY,
+    )? as i32;
+    if let Some(backoff) = &f.backoff {
+        backoff.validate().map_err(|e| invalid("backoff", e))?;
+    }
+    Ok(NewTask {
+        job_id,
+        kind: TaskKind::Delayed,
+        key: f.key,
+        payload: f.payload,
+        params: None,
+        due_at,
+        max_attempts,
+        backoff: f.backoff,
+        priority,
+    })
+}
+
+fn not_too_far(field: &str, due_at: Millis, now: Millis) -> Result<Millis> {
+    if due_at - now > FIRE_HORIZON_MS {
+        return Err(invalid(field, "is more than 10 years ahead"));
+    }
+    Ok(due_at)
+}
+
+/// Parses an RFC 3339 time into epoch milliseconds.
+pub fn parse_rfc3339(s: &str) -> Option<Millis> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
