@@ -36,7 +36,7 @@ use std::{
 };
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use rota_scheduler::wheel::{DEFAULT_SLOTS, Wheel};
+use rota_scheduler::pipeline::wheel::{DEFAULT_SLOTS, Wheel};
 use tokio_util::time::DelayQueue;
 
 const DEFAULT_TIMERS: usize = 1_000_000;

@@ -28,23 +28,19 @@ pub mod api;
 pub mod backoff;
 pub mod client;
 pub mod clock;
-pub mod complete;
 pub mod config;
 pub mod console;
-pub mod dispatch;
 pub mod lateness;
 pub mod metrics;
 pub mod model;
 pub mod node;
+pub mod pipeline;
 pub mod retention;
-pub mod ring;
 pub mod route;
-pub mod scan;
 pub mod schedule;
 pub mod secrets;
 pub mod store;
 pub mod usecase;
-pub mod wheel;
 
 use std::future::Future;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::now_ms;
-use crate::node::Shared;
+use crate::pipeline::Shared;
 
 /// Tasks per delete batch.
 const BATCH: u32 = 1_000;

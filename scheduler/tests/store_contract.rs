@@ -152,7 +152,7 @@ fn report(t: &DueTask, run_id: i64, status: RunStatus) -> RunUpdate {
 
 /// The retry policy used by these tests: fixed 1 s, with the task's attempt budget.
 fn policy(a: &AttemptEnded) -> TaskNext {
-    rota_scheduler::complete::decide(a, NOW, &mut rand::rng())
+    rota_scheduler::pipeline::complete::decide(a, NOW, &mut rand::rng())
 }
 
 async fn lease(store: &Store) -> NodeLease {

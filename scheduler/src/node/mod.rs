@@ -1,14 +1,13 @@
-//! A running scheduler node: the shared state of the pipeline and the loops that drive it.
+//! A running scheduler node: its lifecycle and what the API and console ask of it.
 //!
-//! [`Node::start`] registers the node (a new epoch), recovers what an earlier incarnation had
-//! claimed, and starts the loops: the scan ([`crate::scan`]), the ring thread
-//! ([`crate::ring`]), the fast and slow pools with the dispatch recorder
-//! ([`crate::dispatch`]) and the liveness loop (executors that stop heartbeating lose their
-//! runs, [`crate::complete`]). One shutdown signal stops them all; [`Node::stopped`] waits until
-//! they drained.
+//! [`Node::start`] registers the node (a new epoch), builds the pipeline's shared state
+//! ([`crate::pipeline::Shared`]), recovers what an earlier incarnation had claimed, and starts
+//! the loops: the scan, the ring thread, the fast and slow pools with the dispatch recorder,
+//! the liveness loop and the heartbeat (all in [`crate::pipeline`]). One shutdown signal
+//! stops them all; [`Node::stopped`] waits until they drained. The pipeline never imports
+//! this module: data flows from here down.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,55 +18,19 @@ use tokio::task::JoinSet;
 
 use crate::client::{ClientError, ExecutorClient};
 use crate::config::Config;
-use crate::dispatch::{self, Pools, SlowTracker};
 use crate::model::*;
-use crate::ring::{CancelState, Ring};
+use crate::pipeline::dispatch::{self, Pools, SlowTracker};
+use crate::pipeline::ring::{CancelState, Ring};
+use crate::pipeline::{
+    ExecutorCache, FireLease, JobCache, Lease, RunIds, Shared, fenced_loop, spawn_heartbeat,
+};
 use crate::route::Router;
 use crate::store::{self, NodeRef, Store};
 
-mod caches;
-mod lease;
-
-pub use caches::JobEntry;
-pub(crate) use caches::{ExecutorCache, JobCache, RunIds};
-pub(crate) use lease::{FireLease, Lease, rejoin};
-use lease::{fenced_loop, spawn_heartbeat};
+pub use crate::pipeline::JobEntry;
 
 /// How long a node waits for another to acknowledge a job change.
 const PEER_NOTICE_TIMEOUT: Duration = Duration::from_secs(1);
-
-pub(crate) struct Shared {
-    pub store: Store,
-    pub config: Config,
-    pub lease: Lease,
-    pub ring: Ring,
-    pub jobs: JobCache,
-    pub executors: ExecutorCache,
-    pub router: Router,
-    pub client: ExecutorClient,
-    pub run_ids: RunIds,
-    pub slow: SlowTracker,
-    pub recorder: mpsc::Sender<Dispatched>,
-    /// Seals and opens plugin secrets.
-    pub secrets: crate::secrets::SecretBox,
-    /// Nonces of the signed requests this node accepted (executors' and peers').
-    pub replay: rota_proto::ReplayGuard,
-    pub scan_wake: Notify,
-    /// Dispatches in progress (the recorder waits for them at shutdown).
-    pub in_flight: std::sync::atomic::AtomicUsize,
-    pub engine: wasmtime::Engine,
-    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
-    pub lateness: crate::lateness::RecentLateness,
-    /// The room each executor said it had left, for sizing trigger requests.
-    pub rooms: crate::dispatch::Rooms,
-    /// Held while a fenced node rejoins (the heartbeat and the scan may both notice).
-    pub rejoining: tokio::sync::Mutex<()>,
-    /// Until when this node may fire (see [`FireLease`]).
-    pub fire_lease: FireLease,
-    /// The time the stages read.
-    pub clock: crate::clock::Clock,
-    pub shutdown: watch::Receiver<bool>,
-}
 
 /// Errors of node operations that reach an executor.
 #[derive(Debug, thiserror::Error)]
@@ -136,7 +99,7 @@ impl Node {
             },
             metrics: crate::metrics::handle(),
             lateness: crate::lateness::RecentLateness::default(),
-            rooms: crate::dispatch::Rooms::default(),
+            rooms: crate::pipeline::dispatch::Rooms::default(),
             rejoining: tokio::sync::Mutex::new(()),
             fire_lease: FireLease::new(now, config.node_dead_after_ms),
             clock: crate::clock::Clock::Wall,
@@ -149,7 +112,7 @@ impl Node {
         });
         if shared.config.executors_die_with_node {
             // Everything registered before this start ran inside the previous process.
-            crate::complete::reap_dead_executors(&shared, now, now)
+            crate::pipeline::complete::reap_dead_executors(&shared, now, now)
                 .await
                 .context("releasing the runs of the previous embedded executor")?;
         }
@@ -174,19 +137,19 @@ impl Node {
                 .context("starting the ring thread")?
         };
         tasks.spawn(dispatch::record_loop(shared.clone(), recorder_rx));
-        tasks.spawn(crate::complete::liveness_loop(shared.clone()));
+        tasks.spawn(crate::pipeline::complete::liveness_loop(shared.clone()));
         let fenced = Arc::new(Notify::new());
         spawn_heartbeat(shared.clone(), fenced.clone()).context("starting the heartbeat thread")?;
         tasks.spawn(fenced_loop(shared.clone(), fenced));
-        tasks.spawn(crate::scan::take_over_loop(shared.clone()));
+        tasks.spawn(crate::pipeline::scan::take_over_loop(shared.clone()));
         tasks.spawn(crate::retention::retention_loop(shared.clone()));
         {
             let shared = shared.clone();
             tasks.spawn(async move {
-                if let Err(e) = crate::scan::recover(&shared).await {
+                if let Err(e) = crate::pipeline::scan::recover(&shared).await {
                     tracing::error!(error = %format!("{e:#}"), "recovering claims of an earlier run failed");
                 }
-                crate::scan::scan_loop(shared).await;
+                crate::pipeline::scan::scan_loop(shared).await;
             });
         }
         Ok(Node {
@@ -548,7 +511,7 @@ impl Node {
         let now = now_ms();
         self.upsert_executor(reg, now, signed_at).await?;
         // A (re)started executor lists the runs it still has; the others it was given are lost.
-        crate::complete::reconcile_executor(
+        crate::pipeline::complete::reconcile_executor(
             &self.shared,
             &reg.app,
             &reg.address,
@@ -590,7 +553,7 @@ impl Node {
         // before it built this one (heartbeats go one at a time), so it must be listed.
         // Anything dispatched later may legitimately be missing.
         if let Some(previous) = previous {
-            crate::complete::reconcile_executor(
+            crate::pipeline::complete::reconcile_executor(
                 &self.shared,
                 &reg.app,
                 &reg.address,
@@ -654,7 +617,7 @@ impl Node {
     /// Applies executor reports; returns how many run rows were written.
     pub async fn apply_reports(&self, reports: &[RunReport]) -> anyhow::Result<usize> {
         let updates: Vec<RunUpdate> = reports.iter().map(RunUpdate::from_report).collect();
-        let applied = crate::complete::apply(&self.shared, &updates).await?;
+        let applied = crate::pipeline::complete::apply(&self.shared, &updates).await?;
         Ok(applied.written)
     }
 

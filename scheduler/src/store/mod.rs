@@ -294,7 +294,7 @@ pub struct Store {
 }
 
 /// The node heartbeat's own way to the database, made on the thread that beats
-/// (`node.rs`). The heartbeat is the node's lease: were it to queue for a pooled connection
+/// (`pipeline/lease.rs`). The heartbeat is the node's lease: were it to queue for a pooled connection
 /// behind a burst of work (every connection busy applying reports), a busy node would look
 /// dead and be taken over. On MySQL it is a connection of its own; SQLite's single
 /// connection is shared (its writes are short, and its driver works from any runtime).

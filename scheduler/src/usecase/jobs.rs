@@ -518,7 +518,7 @@ pub async fn cached_job(
     node: &Node,
     field: &str,
     r: &NameOrId,
-) -> Result<std::sync::Arc<crate::node::JobEntry>> {
+) -> Result<std::sync::Arc<crate::pipeline::JobEntry>> {
     let found = match r {
         NameOrId::Id(id) => node.cached_job(*id).await?,
         NameOrId::Name(name) => node.cached_job_named(name).await?,

@@ -12,7 +12,7 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    pub(super) fn new(lease: NodeLease) -> Lease {
+    pub(crate) fn new(lease: NodeLease) -> Lease {
         Lease {
             node_id: lease.node_id,
             epoch: std::sync::atomic::AtomicI64::new(lease.epoch),
@@ -26,7 +26,7 @@ impl Lease {
         }
     }
 
-    pub(super) fn renew(&self, lease: NodeLease) {
+    pub(crate) fn renew(&self, lease: NodeLease) {
         self.epoch.store(lease.epoch, Ordering::SeqCst);
     }
 }
@@ -126,7 +126,7 @@ pub(crate) async fn rejoin(shared: &Shared) -> bool {
             // A take-over moves every claim in one transaction, so none of the old epoch
             // should be left; any that is (a write that raced the fencing) is in no wheel
             // now, and is recovered like a restart's.
-            if let Err(e) = crate::scan::recover(shared).await {
+            if let Err(e) = super::scan::recover(shared).await {
                 tracing::warn!(error = %format!("{e:#}"), "recovering this node's earlier claims after rejoining failed; a restart recovers them");
             }
             true
@@ -143,7 +143,7 @@ pub(crate) async fn rejoin(shared: &Shared) -> bool {
 /// whose main runtime is saturated by a burst is busy, not dead, and must not look dead.
 /// When the heartbeat finds the node taken over it wakes `fenced`; the rejoin runs on the
 /// main runtime.
-pub(super) fn spawn_heartbeat(shared: Arc<Shared>, fenced: Arc<Notify>) -> std::io::Result<()> {
+pub(crate) fn spawn_heartbeat(shared: Arc<Shared>, fenced: Arc<Notify>) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -153,7 +153,7 @@ pub(super) fn spawn_heartbeat(shared: Arc<Shared>, fenced: Arc<Notify>) -> std::
     Ok(())
 }
 
-pub(super) async fn heartbeat_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
+pub(crate) async fn heartbeat_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
     let mut shutdown = shared.shutdown.clone();
     let dead_after = shared.config.node_dead_after_ms.max(600);
     let period = Duration::from_millis(u64::try_from(dead_after / 6).unwrap_or(500));
@@ -191,7 +191,7 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
 }
 
 /// Rejoins when the heartbeat found this node taken over.
-pub(super) async fn fenced_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
+pub(crate) async fn fenced_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
     let mut shutdown = shared.shutdown.clone();
     loop {
         tokio::select! {

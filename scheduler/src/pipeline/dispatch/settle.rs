@@ -135,7 +135,7 @@ pub(super) async fn complete_failures(shared: &Shared, failed: Vec<Failed>) {
         })
         .collect();
     loop {
-        match crate::complete::apply(shared, &updates).await {
+        match crate::pipeline::complete::apply(shared, &updates).await {
             Ok(_) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "recording failed dispatches failed; retrying");

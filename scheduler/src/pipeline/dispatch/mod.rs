@@ -26,9 +26,9 @@ use rota_proto::{
 };
 use tokio::sync::{Semaphore, mpsc};
 
+use super::{JobEntry, Shared};
 use crate::client::ClientError;
 use crate::model::*;
-use crate::node::{JobEntry, Shared};
 use crate::route::Route;
 
 mod record;

@@ -11,8 +11,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::wheel::Wheel;
 use crate::model::{DueTask, Millis};
-use crate::wheel::Wheel;
 
 /// Slots of the wheel: a power of two above the 5 s window in milliseconds.
 const SLOTS: usize = 8192;

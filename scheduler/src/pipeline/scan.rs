@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use rota_proto::{RunsKnownRequest, TaskAttempt};
 
+use super::{FireLease, Shared};
 use crate::model::*;
-use crate::node::{FireLease, Shared};
 use crate::schedule::{CompiledSchedule, plan_fires};
 use crate::store::{DueJob, JobFires};
 
@@ -34,7 +34,7 @@ pub(crate) async fn scan_loop(shared: Arc<Shared>) {
         let full = match scan_once(&shared, &mut compiled).await {
             Ok(full) => full,
             Err(crate::store::Error::Fenced) => {
-                if !crate::node::rejoin(&shared).await {
+                if !super::rejoin(&shared).await {
                     return;
                 }
                 false
@@ -230,7 +230,7 @@ pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
             // Taken over itself: whatever it held, taken-over claims included, is the
             // taker's now.
             unfired.clear();
-            if !crate::node::rejoin(&shared).await {
+            if !super::rejoin(&shared).await {
                 return;
             }
         }

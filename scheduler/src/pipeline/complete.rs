@@ -16,8 +16,8 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use super::Shared;
 use crate::model::*;
-use crate::node::Shared;
 use crate::store::Applied;
 
 /// Losses (executor died mid-run) a task survives before it is declared dead: a plugin that

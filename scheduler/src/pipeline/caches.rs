@@ -25,7 +25,7 @@ pub(crate) struct JobCache {
 }
 
 impl JobCache {
-    pub(super) fn new(ttl: Duration) -> Self {
+    pub(crate) fn new(ttl: Duration) -> Self {
         JobCache {
             map: Arc::new(Mutex::new(HashMap::new())),
             refreshing: Arc::new(Mutex::new(std::collections::HashSet::new())),
@@ -34,7 +34,7 @@ impl JobCache {
         }
     }
 
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, CachedJob>> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, CachedJob>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -54,7 +54,7 @@ impl JobCache {
         }
     }
 
-    pub(super) fn refresh_in_background(&self, store: &Store, id: i64) {
+    pub(crate) fn refresh_in_background(&self, store: &Store, id: i64) {
         if !self
             .refreshing
             .lock()
@@ -117,7 +117,7 @@ impl JobCache {
 }
 
 /// A job and the newest version of its plugin; `None` if the job does not exist.
-pub(super) async fn load_job(store: &Store, id: i64) -> store::Result<Option<Arc<JobEntry>>> {
+pub(crate) async fn load_job(store: &Store, id: i64) -> store::Result<Option<Arc<JobEntry>>> {
     let job = match store.get_job(id).await {
         Ok(job) => job,
         Err(store::Error::NotFound(_)) => return Ok(None),
@@ -134,7 +134,7 @@ pub(super) async fn load_job(store: &Store, id: i64) -> store::Result<Option<Arc
 /// Live executors by app, sorted by address; refreshed from the database every second (the
 /// registry lives there, so every node sees every executor).
 pub(crate) struct ExecutorCache {
-    pub(super) by_app: Mutex<Arc<HashMap<String, Vec<Executor>>>>,
+    pub(crate) by_app: Mutex<Arc<HashMap<String, Vec<Executor>>>>,
 }
 
 impl ExecutorCache {
@@ -176,14 +176,14 @@ pub(crate) struct RunIds {
 /// The block being handed out and the next one, fetched in the background before the first
 /// runs out, so the fire path does not wait for the database.
 #[derive(Default)]
-pub(super) struct IdBlocks {
+pub(crate) struct IdBlocks {
     next: i64,
     end: i64,
     spare: Option<(i64, i64)>,
     fetching: bool,
 }
 
-pub(super) const RUN_ID_BLOCK: i64 = 10_000;
+pub(crate) const RUN_ID_BLOCK: i64 = 10_000;
 
 impl RunIds {
     pub(crate) fn new() -> Self {
