@@ -25,6 +25,7 @@ use crate::access::{Need, Principal};
 use crate::model::now_ms;
 use crate::secrets;
 use crate::store::{self, SecretMeta};
+use crate::usecase;
 
 // ----- for runs: the executor protocol -----------------------------------------------------
 
@@ -244,23 +245,7 @@ pub async fn set(
     SecretPath { app, name }: SecretPath,
     Json(body): Json<SecretValue>,
 ) -> ApiResult<Json<SecretView>> {
-    who.check_app(&app)?;
-    if body.value.len() > secrets::VALUE_MAX {
-        return Err(ApiError::PayloadTooLarge(format!(
-            "a secret may be at most {} bytes, not {}",
-            secrets::VALUE_MAX,
-            body.value.len()
-        )));
-    }
-    let sealed = state
-        .node
-        .secrets()
-        .seal(&app, &name, body.value.as_bytes());
-    let store = state.node.store();
-    store.set_secret(&app, &name, &sealed, now_ms()).await?;
-    let target = format!("{app}/{name}");
-    state.node.audit(&who.name, "set secret", &target).await;
-    tracing::info!(app = %app, secret = %name, by = %who.name, "secret set");
+    usecase::secrets::set(&state.node, &who, &app, &name, body.value.as_bytes()).await?;
     Ok(Json(view(&state, &app, &name).await?))
 }
 
@@ -284,14 +269,6 @@ pub async fn delete(
     Extension(who): Extension<Principal>,
     SecretPath { app, name }: SecretPath,
 ) -> ApiResult<StatusCode> {
-    who.check_app(&app)?;
-    let store = state.node.store();
-    if !store.delete_secret(&app, &name).await? {
-        return Err(ApiError::NotFound(format!(
-            "secret `{name}` of app `{app}` not found"
-        )));
-    }
-    let target = format!("{app}/{name}");
-    state.node.audit(&who.name, "delete secret", &target).await;
+    usecase::secrets::delete(&state.node, &who, &app, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

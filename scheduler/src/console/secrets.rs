@@ -9,11 +9,10 @@ use axum::{Extension, Form};
 use serde::Deserialize;
 
 use super::auth::Session;
-use super::pages::{Chrome, Errors, audit, form_status};
+use super::pages::{Chrome, Errors, form_status};
 use super::{Console, PREFIX, PageResult, When, render_status};
-use crate::model::now_ms;
 use crate::secrets;
-use crate::usecase::Error;
+use crate::usecase::{self};
 
 pub struct SecretRow {
     app: String,
@@ -114,22 +113,7 @@ pub async fn set(
     if !errors.is_empty() {
         return page(&console, &s, SecretForm { app, name, ..form }, errors).await;
     }
-    let sealed = console
-        .node
-        .secrets()
-        .seal(&app, &name, form.value.as_bytes());
-    console
-        .node
-        .store()
-        .set_secret(&app, &name, &sealed, now_ms())
-        .await?;
-    audit(
-        &console,
-        &s.user.name,
-        "set secret",
-        &format!("{app}/{name}"),
-    )
-    .await;
+    usecase::secrets::set(&console.node, &s.who, &app, &name, form.value.as_bytes()).await?;
     Ok(Redirect::to(&format!("{PREFIX}/secrets")).into_response())
 }
 
@@ -138,16 +122,6 @@ pub async fn delete(
     Extension(s): Extension<Session>,
     Path((app, name)): Path<(String, String)>,
 ) -> PageResult {
-    s.who.check_app(&app)?;
-    if !console.node.store().delete_secret(&app, &name).await? {
-        return Err(Error::NotFound(format!("secret `{name}` of app `{app}` not found")).into());
-    }
-    audit(
-        &console,
-        &s.user.name,
-        "delete secret",
-        &format!("{app}/{name}"),
-    )
-    .await;
+    usecase::secrets::delete(&console.node, &s.who, &app, &name).await?;
     Ok(Redirect::to(&format!("{PREFIX}/secrets")).into_response())
 }

@@ -1,0 +1,43 @@
+//! An app's secrets: set (sealed before it is stored) and deleted by operators of the app;
+//! values are never read back through here (only a run of the app opens them).
+
+use super::{Error, Result};
+use crate::access::Principal;
+use crate::model::now_ms;
+use crate::node::Node;
+use crate::secrets;
+
+/// Sets `app`'s secret `name` to `value` (creating or replacing it).
+pub async fn set(node: &Node, who: &Principal, app: &str, name: &str, value: &[u8]) -> Result<()> {
+    who.check_app(app)?;
+    secrets::check_name(name)
+        .map_err(|e| Error::Unprocessable(format!("secret name `{name}` {e}")))?;
+    if value.len() > secrets::VALUE_MAX {
+        return Err(Error::PayloadTooLarge(format!(
+            "a secret may be at most {} bytes, not {}",
+            secrets::VALUE_MAX,
+            value.len()
+        )));
+    }
+    let sealed = node.secrets().seal(app, name, value);
+    node.store()
+        .set_secret(app, name, &sealed, now_ms())
+        .await?;
+    node.audit(&who.name, "set secret", &format!("{app}/{name}"))
+        .await;
+    tracing::info!(app = %app, secret = %name, by = %who.name, "secret set");
+    Ok(())
+}
+
+/// Deletes `app`'s secret `name`.
+pub async fn delete(node: &Node, who: &Principal, app: &str, name: &str) -> Result<()> {
+    who.check_app(app)?;
+    if !node.store().delete_secret(app, name).await? {
+        return Err(Error::NotFound(format!(
+            "secret `{name}` of app `{app}` not found"
+        )));
+    }
+    node.audit(&who.name, "delete secret", &format!("{app}/{name}"))
+        .await;
+    Ok(())
+}
