@@ -33,6 +33,9 @@ pub enum Error {
     Conflict(String),
     #[error("unsupported database url `{0}`: use mysql://… or sqlite:…")]
     UnsupportedUrl(String),
+    /// A server Rota cannot be correct on (see [`server_support`]).
+    #[error("{0}")]
+    UnsupportedServer(String),
     #[error("database error: {0}")]
     Database(sqlx::Error),
     #[error("database migration failed: {0}")]
@@ -322,6 +325,50 @@ async fn heartbeat_on(pool: &Pool, lease: NodeLease, now: Millis) -> Result<bool
 }
 
 /// MySQL pool options with the session settings every connection needs.
+/// Whether Rota is correct on the MySQL-protocol server that reports `version`
+/// (`SELECT VERSION()`). Claims rest on `SELECT … FOR UPDATE SKIP LOCKED`: MySQL has it
+/// from 8.0.1, MariaDB from 10.6. TiDB does not support `SKIP LOCKED` and (v8.5) drops
+/// `FOR UPDATE` when given it, so two nodes could claim one task: refused whatever its
+/// version. A server whose version does not parse is let through (a fork that reports
+/// something else); `docs/cluster.md` says what was tested.
+pub fn server_support(version: &str) -> std::result::Result<(), String> {
+    let numbers = |v: &str| -> Option<(u32, u32, u32)> {
+        let mut parts = v
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|p| !p.is_empty())
+            .map(|p| p.parse::<u32>().ok());
+        Some((
+            parts.next()??,
+            parts.next()??,
+            parts.next().flatten().unwrap_or(0),
+        ))
+    };
+    let lower = version.to_ascii_lowercase();
+    if lower.contains("tidb") {
+        return Err(format!(
+            "the database server is TiDB ({version}): TiDB does not support SELECT … FOR UPDATE \
+             SKIP LOCKED and drops FOR UPDATE when given it, so two scheduler nodes could claim \
+             one task; use MySQL 8.0.1+ or MariaDB 10.6+ (docs/cluster.md, \"Beyond one database\")"
+        ));
+    }
+    let (name, needed) = if lower.contains("mariadb") {
+        // MariaDB may report `5.5.5-10.11.6-MariaDB…` over the protocol; VERSION() does not,
+        // but skip such a prefix if it is there.
+        let v = version.strip_prefix("5.5.5-").unwrap_or(version);
+        ("MariaDB", (numbers(v), (10, 6, 0)))
+    } else {
+        ("MySQL", (numbers(version), (8, 0, 1)))
+    };
+    match needed {
+        (Some(have), need) if have < need => Err(format!(
+            "the database server is {name} {version}: Rota needs {name} {}.{}.{}+ \
+             (SELECT … FOR UPDATE SKIP LOCKED)",
+            need.0, need.1, need.2
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn mysql_pool(max_connections: u32) -> MySqlPoolOptions {
     MySqlPoolOptions::new()
         .max_connections(max_connections)
@@ -367,6 +414,10 @@ impl Store {
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_with(opts.clone())
                 .await?;
+            let version: String = sqlx::query_scalar("SELECT VERSION()")
+                .fetch_one(&pool)
+                .await?;
+            server_support(&version).map_err(Error::UnsupportedServer)?;
             // Cluster coordination (take-overs, adopting claims) on connections of its own:
             // a take-over must not queue for a connection behind a burst of reports.
             control = Some(Pool::MySql(
@@ -579,4 +630,41 @@ where
     let next = if more { rows.last().map(&id) } else { None };
     let items = rows.into_iter().map(T::try_from).collect::<Result<_>>()?;
     Ok(Page { items, next })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_support;
+
+    #[test]
+    fn servers_without_working_skip_locked_are_refused_naming_why() {
+        for ok in [
+            "8.0.1",
+            "8.0.36",
+            "8.4.3-0ubuntu0.24.04.1",
+            "9.1.0",
+            "10.6.0-MariaDB",
+            "10.11.6-MariaDB-0+deb12u1",
+            "11.4.2-MariaDB-log",
+            "5.5.5-10.11.6-MariaDB",
+            "8.0.30-Vitess",
+            "something else entirely",
+        ] {
+            assert_eq!(server_support(ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            ("8.0.0", "MySQL 8.0.1+"),
+            ("5.7.44-log", "MySQL 8.0.1+"),
+            ("10.5.23-MariaDB", "MariaDB 10.6.0+"),
+            ("10.3.39-MariaDB-0+deb10u2", "MariaDB 10.6.0+"),
+            ("8.0.11-TiDB-v8.5.0", "TiDB does not support"),
+            (
+                "5.7.25-TiDB-v7.1.0",
+                "two scheduler nodes could claim one task",
+            ),
+        ] {
+            let err = server_support(bad).unwrap_err();
+            assert!(err.contains(says) && err.contains(bad), "{bad}: {err}");
+        }
+    }
 }
