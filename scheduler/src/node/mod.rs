@@ -58,6 +58,8 @@ pub struct Node {
     pub(crate) shared: Arc<Shared>,
     tasks: Arc<tokio::sync::Mutex<Option<JoinSet<()>>>>,
     ring_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The heartbeat's own thread: it ends with the shutdown signal and is joined.
+    heartbeat_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl Node {
@@ -139,7 +141,8 @@ impl Node {
         tasks.spawn(dispatch::record_loop(shared.clone(), recorder_rx));
         tasks.spawn(crate::pipeline::complete::liveness_loop(shared.clone()));
         let fenced = Arc::new(Notify::new());
-        spawn_heartbeat(shared.clone(), fenced.clone()).context("starting the heartbeat thread")?;
+        let heartbeat_thread = spawn_heartbeat(shared.clone(), fenced.clone())
+            .context("starting the heartbeat thread")?;
         tasks.spawn(fenced_loop(shared.clone(), fenced));
         tasks.spawn(crate::pipeline::scan::take_over_loop(shared.clone()));
         tasks.spawn(crate::retention::retention_loop(shared.clone()));
@@ -156,6 +159,7 @@ impl Node {
             shared,
             tasks: Arc::new(tokio::sync::Mutex::new(Some(tasks))),
             ring_thread: Arc::new(Mutex::new(Some(ring_thread))),
+            heartbeat_thread: Arc::new(Mutex::new(Some(heartbeat_thread))),
         })
     }
 
@@ -175,6 +179,14 @@ impl Node {
         let tasks = self.tasks.lock().await.take();
         if let Some(mut tasks) = tasks {
             while tasks.join_next().await.is_some() {}
+        }
+        let heartbeat_thread = self
+            .heartbeat_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = heartbeat_thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         // What the pools had not started went back into the (stopped) wheel.
         left.extend(self.shared.ring.stop());

@@ -143,14 +143,16 @@ pub(crate) async fn rejoin(shared: &Shared) -> bool {
 /// whose main runtime is saturated by a burst is busy, not dead, and must not look dead.
 /// When the heartbeat finds the node taken over it wakes `fenced`; the rejoin runs on the
 /// main runtime.
-pub(crate) fn spawn_heartbeat(shared: Arc<Shared>, fenced: Arc<Notify>) -> std::io::Result<()> {
+pub(crate) fn spawn_heartbeat(
+    shared: Arc<Shared>,
+    fenced: Arc<Notify>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     std::thread::Builder::new()
         .name("rota-heartbeat".into())
-        .spawn(move || runtime.block_on(heartbeat_loop(shared, fenced)))?;
-    Ok(())
+        .spawn(move || runtime.block_on(heartbeat_loop(shared, fenced)))
 }
 
 pub(crate) async fn heartbeat_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {

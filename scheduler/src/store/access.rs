@@ -162,7 +162,7 @@ impl Store {
             .bind(id)
             .fetch_optional(pool)
             .await?
-            .ok_or_else(|| Error::NotFound(format!("user {id} does not exist")))
+            .ok_or_else(|| Error::NotFound(format!("user {id}")))
         })
     }
 
@@ -176,7 +176,7 @@ impl Store {
                 .execute(pool)
                 .await?;
             if done.rows_affected() == 0 {
-                return Err(Error::NotFound(format!("user {id} does not exist")));
+                return Err(Error::NotFound(format!("user {id}")));
             }
             Ok(())
         })
