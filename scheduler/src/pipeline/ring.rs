@@ -27,10 +27,11 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 
 #[derive(Clone)]
 pub struct Ring {
-    shared: Arc<Shared>,
+    inner: Arc<RingInner>,
 }
 
-struct Shared {
+/// The wheel behind its lock, and the condition variable the ring thread sleeps on.
+struct RingInner {
     state: Mutex<State>,
     wake: Condvar,
 }
@@ -76,7 +77,7 @@ pub enum CancelState {
 impl Ring {
     pub fn new(now: Millis) -> Self {
         Ring {
-            shared: Arc::new(Shared {
+            inner: Arc::new(RingInner {
                 state: Mutex::new(State {
                     wheel: Wheel::new(now, SLOTS),
                     index: HashMap::new(),
@@ -93,7 +94,7 @@ impl Ring {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere must not stop the ring: the state stays consistent per operation.
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Puts claimed tasks in the wheel (a task already here or firing is not added twice).
@@ -134,7 +135,7 @@ impl Ring {
         }
         drop(st);
         if n > 0 {
-            self.shared.wake.notify_one();
+            self.inner.wake.notify_one();
         }
         n
     }
@@ -188,7 +189,7 @@ impl Ring {
             st.index.insert(t.task_id, (rank(&t), t.due_at));
             st.wheel.insert(t.due_at, t);
             drop(st);
-            self.shared.wake.notify_one();
+            self.inner.wake.notify_one();
         }
     }
 
@@ -220,7 +221,7 @@ impl Ring {
             st.wheel.insert(t.due_at, t);
         }
         drop(st);
-        self.shared.wake.notify_one();
+        self.inner.wake.notify_one();
     }
 
     /// Empties the wheel without stopping the ring (its claims were taken over by another
@@ -245,7 +246,7 @@ impl Ring {
         let parked: Vec<DueTask> = st.parked.drain().map(|(_, t)| t).collect();
         out.extend(parked.into_iter().map(|t| (t.due_at, t)));
         drop(st);
-        self.shared.wake.notify_all();
+        self.inner.wake.notify_all();
         out.into_iter().map(|(_, t)| t).collect()
     }
 
@@ -295,7 +296,7 @@ impl Ring {
                     None => MAX_SLEEP,
                 };
                 if !wait.is_zero() {
-                    drop(self.shared.wake.wait_timeout(st, wait));
+                    drop(self.inner.wake.wait_timeout(st, wait));
                 }
                 continue;
             }
