@@ -15,7 +15,7 @@ use super::openapi::{self, ErrorBody};
 use super::views::{PageView, RunPage, RunView};
 use crate::access::{Need, Principal};
 use crate::model::{RunFilter, RunStatus};
-use crate::usecase::jobs::{job_filter, run_as};
+use crate::usecase::{self, jobs::run_as};
 
 /// Log lines per request by default, and at most.
 const DEFAULT_LOG_LINES: u32 = 1_000;
@@ -53,11 +53,8 @@ pub async fn list(
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<RunPage>> {
     let page = page.parse()?;
-    let job_id = job_filter(state.node.store(), q.job.as_deref()).await?;
     let statuses: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
     let filter = RunFilter {
-        job_id,
-        apps: who.app_filter().map(<[String]>::to_vec),
         task_id: query_param("task", q.task.as_deref(), "a task id")?,
         status: query_param(
             "status",
@@ -66,8 +63,9 @@ pub async fn list(
         )?,
         before_id: page.before_id,
         limit: page.limit,
+        ..RunFilter::default()
     };
-    let runs = state.node.store().list_runs(&filter).await?;
+    let runs = usecase::runs::list(&state.node, &who, q.job.as_deref(), filter).await?;
     Ok(Json(PageView::of(runs, RunView::from)))
 }
 

@@ -16,7 +16,7 @@ use super::views::{PageView, TASK_STATUSES, TaskPage, TaskView, parse_rfc3339};
 use crate::access::{Need, Principal};
 use crate::model::{Millis, TaskFilter, TaskState, TaskStatus};
 use crate::usecase;
-use crate::usecase::jobs::{find_job, job_filter, task_as};
+use crate::usecase::jobs::{find_job, task_as};
 use crate::usecase::tasks::TaskFields;
 
 /// `POST /api/v1/tasks`: 201 with the new task, or 200 with the existing one when a task
@@ -212,19 +212,16 @@ pub async fn list(
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<TaskPage>> {
     let page = page.parse()?;
-    let store = state.node.store();
-    let job_id = job_filter(store, q.job.as_deref()).await?;
     let filter = TaskFilter {
-        job_id,
-        apps: who.app_filter().map(<[String]>::to_vec),
         state: task_state(q.status.as_deref().filter(|s| !s.is_empty()))?,
         key: q.key.filter(|k| !k.is_empty()),
         due_from: due_param("due_after", q.due_after.as_deref())?,
         due_to: due_param("due_before", q.due_before.as_deref())?,
         before_id: page.before_id,
         limit: page.limit,
+        ..TaskFilter::default()
     };
-    let tasks = store.list_tasks(&filter).await?;
+    let tasks = usecase::tasks::list(&state.node, &who, q.job.as_deref(), filter).await?;
     Ok(Json(PageView::of(tasks, TaskView::from)))
 }
 

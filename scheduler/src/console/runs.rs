@@ -12,6 +12,7 @@ use super::pages::*;
 use super::{Console, PREFIX, PageResult, When, render};
 use crate::access::Need;
 use crate::model::{RunFilter, RunStatus};
+use crate::usecase;
 use crate::usecase::Error;
 use crate::usecase::jobs::run_as;
 
@@ -73,30 +74,18 @@ pub async fn runs(
     Extension(s): Extension<Session>,
     Query(q): Query<RunsQuery>,
 ) -> PageResult {
-    let job_id = match empty_none(&q.job) {
-        None => None,
-        Some(j) => Some(
-            j.parse::<i64>()
-                .map_err(|_| Error::BadRequest(format!("job: `{j}` is not a job id")))?,
-        ),
-    };
     let status = empty_none(&q.status);
     let parsed = match status {
         None => None,
         Some(st) => Some(st.parse::<RunStatus>().map_err(Error::BadRequest)?),
     };
-    let page = console
-        .node
-        .store()
-        .list_runs(&RunFilter {
-            job_id,
-            apps: s.who.app_filter().map(<[String]>::to_vec),
-            status: parsed,
-            before_id: q.before,
-            limit: PAGE,
-            ..RunFilter::default()
-        })
-        .await?;
+    let filter = RunFilter {
+        status: parsed,
+        before_id: q.before,
+        limit: PAGE,
+        ..RunFilter::default()
+    };
+    let page = usecase::runs::list(&console.node, &s.who, empty_none(&q.job), filter).await?;
     let next = next_url(
         "runs",
         &page,

@@ -98,13 +98,6 @@ pub async fn tasks(
     Extension(s): Extension<Session>,
     Query(q): Query<TasksQuery>,
 ) -> PageResult {
-    let job_id = match empty_none(&q.job) {
-        None => None,
-        Some(j) => Some(
-            j.parse::<i64>()
-                .map_err(|_| Error::BadRequest(format!("job: `{j}` is not a job id")))?,
-        ),
-    };
     let status = empty_none(&q.status);
     let state = match status {
         None => None,
@@ -117,14 +110,13 @@ pub async fn tasks(
     let filter = TaskFilter {
         due_from: utc_field("due from", due_from)?,
         due_to: utc_field("due before", due_to)?,
-        job_id,
-        apps: s.who.app_filter().map(<[String]>::to_vec),
         state,
         key: key.clone(),
         before_id: q.before,
         limit: PAGE,
+        ..TaskFilter::default()
     };
-    let page = console.node.store().list_tasks(&filter).await?;
+    let page = usecase::tasks::list(&console.node, &s.who, empty_none(&q.job), filter).await?;
     let next = next_url(
         "tasks",
         &page,

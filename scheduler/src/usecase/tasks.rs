@@ -8,13 +8,13 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::fields::NameOrId;
-use super::jobs::cached_job;
+use super::jobs::{cached_job, job_filter};
 use super::validate::{self, invalid};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::model::{Millis, NewTask, Task, TaskKind, now_ms};
+use crate::model::{Millis, NewTask, Page, Task, TaskFilter, TaskKind, now_ms};
 use crate::node::Node;
 use crate::schedule::FIRE_HORIZON_MS;
 
@@ -206,4 +206,21 @@ pub fn parse_rfc3339(s: &str) -> Option<Millis> {
     chrono::DateTime::parse_from_rfc3339(s)
         .ok()
         .map(|t| t.timestamp_millis())
+}
+
+/// The tasks of `filter` that `who` may see, newest first. `job` is a job's id or name (an
+/// id is used as it is, so the tasks of a deleted job stay listable); the filter's own
+/// `job_id` and `apps` are set here.
+pub async fn list(
+    node: &Node,
+    who: &Principal,
+    job: Option<&str>,
+    filter: TaskFilter,
+) -> Result<Page<Task>> {
+    let filter = TaskFilter {
+        job_id: job_filter(node.store(), job).await?,
+        apps: who.app_filter().map(<[String]>::to_vec),
+        ..filter
+    };
+    Ok(node.store().list_tasks(&filter).await?)
 }
