@@ -247,8 +247,7 @@ mod tests {
             !lease.holds_at(clock.now_ms()),
             "at once, whatever was left"
         );
-        // A beat of the old epoch confirmed late cannot revive a lapsed lease past the
-        // time it was sent plus half of dead-after; a rejoin starts a fresh one.
+        // A rejoin (a new epoch) starts a fresh lease from its own time.
         tokio::time::advance(Duration::from_millis(2_000)).await;
         lease.restart(clock.now_ms());
         assert!(lease.holds_at(clock.now_ms() + DEAD_AFTER / 2));

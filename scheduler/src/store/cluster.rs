@@ -79,7 +79,7 @@ impl Store {
             let mut tx = pool.begin().await?;
             // Only a node that is itself still live takes others over: a fenced one would
             // move their claims to an epoch nobody holds any more.
-            hold_lease!(self, tx, lease);
+            hold_lease!(self, &mut *tx, lease);
             // `heartbeat_at` 0 marks a node already taken over (until it starts again).
             let dead: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT id, name FROM nodes WHERE id <> ? AND heartbeat_at > 0 \

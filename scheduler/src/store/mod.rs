@@ -105,7 +105,7 @@ macro_rules! on_pool {
 /// own. (The lock is not on the `nodes` row, which the heartbeat updates: the heartbeat
 /// must never wait behind the node's own work.)
 macro_rules! hold_lease {
-    ($store:expr, $tx:ident, $lease:expr) => {{
+    ($store:expr, $conn:expr, $lease:expr) => {{
         let share = if $store.is_mysql() {
             " LOCK IN SHARE MODE"
         } else {
@@ -115,7 +115,7 @@ macro_rules! hold_lease {
             "SELECT epoch FROM node_fences WHERE node_id = ?{share}"
         )))
         .bind($lease.node_id)
-        .fetch_optional(&mut *$tx)
+        .fetch_optional($conn)
         .await?;
         if epoch != Some($lease.epoch) {
             return Err(Error::Fenced);

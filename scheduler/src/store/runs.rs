@@ -548,7 +548,7 @@ impl Store {
                     // no take-over of this node can move the claims read as its own above.
                     // (Locking the task rows instead would take them before the runs, the
                     // opposite order of applying reports, and deadlock with it.)
-                    hold_lease!(self, tx, lease);
+                    hold_lease!(self, &mut *tx, lease);
                     leased = true;
                 }
                 let mut qb = QueryBuilder::<Db>::new(

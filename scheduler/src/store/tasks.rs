@@ -81,7 +81,7 @@ impl Store {
             let owner = match claim {
                 Some((lease, _)) if fresh.iter().any(|(_, _, c)| *c) => {
                     // Claimed by a live lease only, held until commit, like the scan's.
-                    hold_lease!(self, tx, lease);
+                    hold_lease!(self, &mut *tx, lease);
                     Some(lease)
                 }
                 _ => None,
@@ -273,22 +273,7 @@ impl Store {
     /// Fails with [`Error::Fenced`] unless `lease` is this node's live one, and holds it
     /// (a shared lock on MySQL) until the transaction ends.
     async fn hold_lease_in(&self, tx: &mut Tx, lease: NodeLease) -> Result<()> {
-        let share = if self.is_mysql() {
-            " LOCK IN SHARE MODE"
-        } else {
-            ""
-        };
-        let epoch: Option<i64> = on_tx!(tx, |tx, Db| {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT epoch FROM node_fences WHERE node_id = ?{share}"
-            )))
-            .bind(lease.node_id)
-            .fetch_optional(&mut **tx)
-            .await?
-        });
-        if epoch != Some(lease.epoch) {
-            return Err(Error::Fenced);
-        }
+        on_tx!(tx, |tx, Db| hold_lease!(self, &mut **tx, lease));
         Ok(())
     }
 
@@ -529,7 +514,7 @@ impl Store {
     pub async fn adopt_claims(&self, lease: NodeLease, task_ids: &[i64]) -> Result<()> {
         on_pool!(control self, |pool, Db| {
             let mut tx = pool.begin().await?;
-            hold_lease!(self, tx, lease);
+            hold_lease!(self, &mut *tx, lease);
             for chunk in task_ids.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET owner_node = ");
                 qb.push_bind(lease.node_id)
@@ -627,7 +612,7 @@ impl Store {
         let skip_locked = self.skip_locked();
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin().await?;
-            hold_lease!(self, tx, lease);
+            hold_lease!(self, &mut *tx, lease);
             let expired: Vec<Expired> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT t.id, a.name AS app, t.updated_at AS since FROM tasks t \
                  JOIN jobs j ON j.id = t.job_id JOIN apps a ON a.id = j.app_id \
