@@ -17,7 +17,7 @@
 //! - [`complete`]: run reports, the retry policy, executor liveness and lost runs.
 //! - [`lateness`]: recent fire lateness in memory, for the dashboard.
 //! - [`retention`]: deletes finished tasks and runs past the retention period.
-//! - [`node`]: a running node — shared state, start-up, shutdown.
+//! - [`node`]: a running node — wires each stage's handle, start-up, shutdown.
 //! - [`api`]: the REST API, the executor protocol endpoints, `/healthz`, `/metrics`.
 //! - [`metrics`]: the Prometheus recorder.
 //! - [`access`]: roles, app scopes and the principal behind a request.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::now_ms;
-use crate::pipeline::Shared;
+use crate::pipeline::Cluster;
 
 /// Tasks per delete batch.
 const BATCH: u32 = 1_000;
@@ -18,17 +18,19 @@ const PAUSE: Duration = Duration::from_millis(100);
 /// How often a purge round starts.
 const EVERY: Duration = Duration::from_secs(60);
 
-pub(crate) async fn retention_loop(shared: Arc<Shared>) {
-    let mut shutdown = shared.shutdown.clone();
+/// Purges rounds until shutdown; it reads only the cluster handle (store, retention
+/// period, shutdown).
+pub(crate) async fn retention_loop(cluster: Arc<Cluster>) {
+    let mut shutdown = cluster.shutdown.clone();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(EVERY) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        let before = now_ms() - shared.config.retention_ms;
+        let before = now_ms() - cluster.config.retention_ms;
         let mut purged = 0usize;
         loop {
-            match shared.store.purge_finished(before, BATCH).await {
+            match cluster.store.purge_finished(before, BATCH).await {
                 Ok(0) => break,
                 Ok(n) => purged += n,
                 Err(e) => {

@@ -1,13 +1,23 @@
 //! A running scheduler node: its lifecycle and what the API and console ask of it.
 //!
-//! [`Node::start`] registers the node (a new epoch), builds the pipeline's shared state
-//! ([`crate::pipeline::Shared`]), recovers what an earlier incarnation had claimed, and starts
-//! the loops: the scan, the ring thread, the fast and slow pools with the dispatch recorder,
-//! the liveness loop and the heartbeat (all in [`crate::pipeline`]). One shutdown signal
-//! stops them all; [`Node::stopped`] waits until they drained. The pipeline never imports
-//! this module: data flows from here down.
+//! [`Node::start`] registers the node (a new epoch) and wires the pipeline once: the
+//! [`Cluster`] handle every stage reads (store, config, clock, lease, shutdown), the parts
+//! several stages share (the wheel, the job and executor caches, the router, the client,
+//! run ids, the scan's wake-up), and one narrow handle per stage built from them — [`Scan`],
+//! [`Dispatcher`], [`Completion`]; retention takes the cluster alone. It recovers what an
+//! earlier incarnation had claimed and starts the loops: the scan with its take-over check
+//! and rejoin, the ring thread, the fast and slow pools with the dispatch recorder, the
+//! liveness loop, retention and the heartbeat (all in [`crate::pipeline`]).
+//!
+//! The node keeps what its API and console calls reach — the cluster, the wheel, the caches,
+//! the router, the client, the scan's wake-up and completion (for executor reports) — and
+//! what only it uses: the secret box, the replay guard, the wasm engine, the metrics handle
+//! and the lateness dispatch records. One shutdown signal stops every loop;
+//! [`Node::stopped`] waits until they drained. The pipeline never imports this module:
+//! data flows from here down.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,13 +28,17 @@ use tokio::task::JoinSet;
 
 use crate::client::{ClientError, ExecutorClient};
 use crate::config::Config;
+use crate::lateness::RecentLateness;
 use crate::model::*;
-use crate::pipeline::dispatch::{self, Pools, SlowTracker};
+use crate::pipeline::complete::{self, Completion};
+use crate::pipeline::dispatch::{self, Dispatcher, Pools, Rooms, SlowTracker};
 use crate::pipeline::ring::{CancelState, Ring};
+use crate::pipeline::scan::{self, Scan};
 use crate::pipeline::{
-    ExecutorCache, FireLease, JobCache, Lease, RunIds, Shared, fenced_loop, spawn_heartbeat,
+    Cluster, ExecutorCache, FireLease, JobCache, Lease, RunIds, spawn_heartbeat,
 };
 use crate::route::Router;
+use crate::secrets::SecretBox;
 use crate::store::{self, NodeRef, Store};
 
 pub use crate::pipeline::JobEntry;
@@ -52,10 +66,32 @@ pub enum NodeError {
     },
 }
 
-/// A handle on the running node; cheap to clone.
+/// A handle on the running node; cheap to clone (every field is a handle or an `Arc`).
 #[derive(Clone)]
 pub struct Node {
-    pub(crate) shared: Arc<Shared>,
+    /// Store, config, clock, lease and shutdown: what every stage reads as well.
+    cluster: Arc<Cluster>,
+    /// The wheel: tasks created here go in, cancels take them out.
+    ring: Ring,
+    jobs: Arc<JobCache>,
+    executors: Arc<ExecutorCache>,
+    /// Forgets a deleted job's routing state.
+    router: Arc<Router>,
+    /// Calls to executors (kill, logs) and to other nodes (cancels, job changes).
+    client: ExecutorClient,
+    /// Wakes the scan: a job changed, tasks due soon, an executor registered.
+    scan_wake: Arc<Notify>,
+    /// Applies executor reports, reconciles the runs executors list.
+    completion: Arc<Completion>,
+    /// Seals and opens plugin secrets.
+    secrets: Arc<SecretBox>,
+    /// Nonces of the signed requests this node accepted (executors' and peers').
+    replay: Arc<rota_proto::ReplayGuard>,
+    /// Validates plugin uploads.
+    engine: wasmtime::Engine,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// Recent fire lateness: dispatch writes it at each fire, the dashboard reads it.
+    lateness: Arc<RecentLateness>,
     tasks: Arc<tokio::sync::Mutex<Option<JoinSet<()>>>>,
     ring_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// The heartbeat's own thread: it ends with the shutdown signal and is joined.
@@ -77,97 +113,172 @@ impl Node {
             .await
             .context("registering this scheduler node")?;
         tracing::info!(node = %config.node_name, node.id = lease.node_id, epoch = lease.epoch, "scheduler node starting");
+        let node = Node::wire(config, store, shutdown, lease, now)?;
         let (recorder, recorder_rx) = mpsc::channel(65_536);
-        let shared = Arc::new(Shared {
-            client: ExecutorClient::new(
-                config.executor_secret.clone(),
-                Duration::from_millis(config.dispatch_timeout_ms),
-                &config.tls,
-            ),
-            slow: SlowTracker::new(config.slow_dispatch_ms, config.slow_dispatch_count),
-            ring: Ring::new(now),
-            jobs: JobCache::new(Duration::from_secs(5)),
-            executors: ExecutorCache {
-                by_app: Mutex::new(Arc::new(HashMap::new())),
-            },
-            router: Router::default(),
-            run_ids: RunIds::new(),
-            recorder,
-            scan_wake: Notify::new(),
-            in_flight: std::sync::atomic::AtomicUsize::new(0),
-            engine: match &config.engine {
-                Some(engine) => engine.clone(),
-                None => validation_engine()?,
-            },
-            metrics: crate::metrics::handle(),
-            lateness: crate::lateness::RecentLateness::default(),
-            rooms: crate::pipeline::dispatch::Rooms::default(),
-            rejoining: tokio::sync::Mutex::new(()),
-            fire_lease: FireLease::new(now, config.node_dead_after_ms),
-            clock: crate::clock::Clock::Wall,
-            shutdown: shutdown.clone(),
-            secrets: crate::secrets::SecretBox::of(&config),
-            replay: rota_proto::ReplayGuard::new(rota_proto::MAX_SKEW_MS),
-            store,
-            config,
-            lease: Lease::new(lease),
-        });
-        if shared.config.executors_die_with_node {
+        let scan = node.scan_handle(recorder.clone());
+        let dispatcher = node.dispatcher_handle(recorder);
+        let config = &node.cluster.config;
+        if config.executors_die_with_node {
             // Everything registered before this start ran inside the previous process.
-            crate::pipeline::complete::reap_dead_executors(&shared, now, now)
+            complete::reap_dead_executors(&node.completion, now, now)
                 .await
                 .context("releasing the runs of the previous embedded executor")?;
         }
-        shared
-            .executors
-            .refresh(&shared.store, now - shared.config.executor_dead_after_ms)
+        node.executors
+            .refresh(&node.cluster.store, now - config.executor_dead_after_ms)
             .await
             .context("loading the executor registry")?;
-        crate::console::seed_admin(&shared.store, shared.config.admin_password.as_deref())
+        crate::console::seed_admin(&node.cluster.store, config.admin_password.as_deref())
             .await
             .context("seeding the console's admin user")?;
+        node.start_loops(scan, dispatcher, recorder_rx).await?;
+        Ok(node)
+    }
 
+    /// The cluster handle, the parts the stages share and what only the node uses, built
+    /// once; the loops are not started yet.
+    fn wire(
+        config: Config,
+        store: Store,
+        shutdown: watch::Receiver<bool>,
+        lease: NodeLease,
+        now: Millis,
+    ) -> anyhow::Result<Node> {
+        let client = ExecutorClient::new(
+            config.executor_secret.clone(),
+            Duration::from_millis(config.dispatch_timeout_ms),
+            &config.tls,
+        );
+        let engine = match &config.engine {
+            Some(engine) => engine.clone(),
+            None => validation_engine()?,
+        };
+        let metrics = crate::metrics::handle();
+        let secrets = Arc::new(SecretBox::of(&config));
+        let cluster = Arc::new(Cluster {
+            fire_lease: FireLease::new(now, config.node_dead_after_ms),
+            clock: crate::clock::Clock::Wall,
+            shutdown,
+            lease: Lease::new(lease),
+            store,
+            config,
+        });
+        let executors = Arc::new(ExecutorCache {
+            by_app: Mutex::new(Arc::new(HashMap::new())),
+        });
+        let scan_wake = Arc::new(Notify::new());
+        let completion = Arc::new(Completion {
+            cluster: cluster.clone(),
+            executors: executors.clone(),
+            run_ids: Arc::new(RunIds::new()),
+            scan_wake: scan_wake.clone(),
+        });
+        Ok(Node {
+            cluster,
+            ring: Ring::new(now),
+            jobs: Arc::new(JobCache::new(Duration::from_secs(5))),
+            executors,
+            router: Arc::new(Router::default()),
+            client,
+            scan_wake,
+            completion,
+            secrets,
+            replay: Arc::new(rota_proto::ReplayGuard::new(rota_proto::MAX_SKEW_MS)),
+            engine,
+            metrics,
+            lateness: Arc::new(RecentLateness::default()),
+            tasks: Arc::new(tokio::sync::Mutex::new(None)),
+            ring_thread: Arc::new(Mutex::new(None)),
+            heartbeat_thread: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// The scan's handle: it claims into the wheel and recovers claims through the caches,
+    /// the client and the recorder.
+    fn scan_handle(&self, recorder: mpsc::Sender<Dispatched>) -> Arc<Scan> {
+        Arc::new(Scan {
+            cluster: self.cluster.clone(),
+            ring: self.ring.clone(),
+            jobs: self.jobs.clone(),
+            executors: self.executors.clone(),
+            client: self.client.clone(),
+            recorder,
+            wake: self.scan_wake.clone(),
+            rejoining: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The dispatcher's handle, with its own slow tracker, executor rooms and in-flight
+    /// count.
+    fn dispatcher_handle(&self, recorder: mpsc::Sender<Dispatched>) -> Arc<Dispatcher> {
+        let config = &self.cluster.config;
+        Arc::new(Dispatcher {
+            cluster: self.cluster.clone(),
+            ring: self.ring.clone(),
+            jobs: self.jobs.clone(),
+            executors: self.executors.clone(),
+            router: self.router.clone(),
+            client: self.client.clone(),
+            run_ids: self.completion.run_ids.clone(),
+            completion: self.completion.clone(),
+            recorder,
+            lateness: self.lateness.clone(),
+            slow: SlowTracker::new(config.slow_dispatch_ms, config.slow_dispatch_count),
+            rooms: Rooms::default(),
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    /// Starts every loop, each with its stage's handle: the pools and the ring thread that
+    /// feeds them, the recorder, liveness, the heartbeat thread (which only signals when it
+    /// finds this node fenced) and the scan's rejoin on that signal, the take-over check,
+    /// retention, and the scan after recovering an earlier incarnation's claims.
+    async fn start_loops(
+        &self,
+        scan: Arc<Scan>,
+        dispatcher: Arc<Dispatcher>,
+        recorder_rx: mpsc::Receiver<Dispatched>,
+    ) -> anyhow::Result<()> {
         let mut tasks = JoinSet::new();
-        let pools = Pools::start(&shared, &mut tasks);
+        let pools = Pools::start(&dispatcher, &mut tasks);
         let ring_thread = {
-            let shared = shared.clone();
-            let pools = pools.clone();
-            shared
-                .ring
+            let dispatcher = dispatcher.clone();
+            self.ring
                 .clone()
-                .spawn(move |batch| pools.fire(&shared, batch))
+                .spawn(move |batch| pools.fire(&dispatcher, batch))
                 .context("starting the ring thread")?
         };
-        tasks.spawn(dispatch::record_loop(shared.clone(), recorder_rx));
-        tasks.spawn(crate::pipeline::complete::liveness_loop(shared.clone()));
+        tasks.spawn(dispatch::record_loop(dispatcher, recorder_rx));
+        tasks.spawn(complete::liveness_loop(self.completion.clone()));
         let fenced = Arc::new(Notify::new());
-        let heartbeat_thread = spawn_heartbeat(shared.clone(), fenced.clone())
-            .context("starting the heartbeat thread")?;
-        tasks.spawn(fenced_loop(shared.clone(), fenced));
-        tasks.spawn(crate::pipeline::scan::take_over_loop(shared.clone()));
-        tasks.spawn(crate::retention::retention_loop(shared.clone()));
-        {
-            let shared = shared.clone();
-            tasks.spawn(async move {
-                if let Err(e) = crate::pipeline::scan::recover(&shared).await {
-                    tracing::error!(error = %format!("{e:#}"), "recovering claims of an earlier run failed");
-                }
-                crate::pipeline::scan::scan_loop(shared).await;
-            });
-        }
-        Ok(Node {
-            shared,
-            tasks: Arc::new(tokio::sync::Mutex::new(Some(tasks))),
-            ring_thread: Arc::new(Mutex::new(Some(ring_thread))),
-            heartbeat_thread: Arc::new(Mutex::new(Some(heartbeat_thread))),
+        let ring = self.ring.clone();
+        let heartbeat_thread = spawn_heartbeat(self.cluster.clone(), fenced.clone(), move || {
+            ring.is_stopped()
         })
+        .context("starting the heartbeat thread")?;
+        tasks.spawn(scan::rejoin_loop(scan.clone(), fenced));
+        tasks.spawn(scan::take_over_loop(scan.clone()));
+        tasks.spawn(crate::retention::retention_loop(self.cluster.clone()));
+        tasks.spawn(async move {
+            if let Err(e) = scan::recover(&scan).await {
+                tracing::error!(error = %format!("{e:#}"), "recovering claims of an earlier run failed");
+            }
+            scan::scan_loop(scan).await;
+        });
+        *self.tasks.lock().await = Some(tasks);
+        *self.ring_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(ring_thread);
+        *self
+            .heartbeat_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(heartbeat_thread);
+        Ok(())
     }
 
     /// Waits until every loop has stopped (after the shutdown signal) and hands unfired
     /// claims back to the database.
     pub async fn stopped(&self) {
         // Stop firing first, so nothing new reaches the pools while they drain.
-        let mut left = self.shared.ring.stop();
+        let mut left = self.ring.stop();
         let ring_thread = self
             .ring_thread
             .lock()
@@ -189,13 +300,13 @@ impl Node {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         // What the pools had not started went back into the (stopped) wheel.
-        left.extend(self.shared.ring.stop());
+        left.extend(self.ring.stop());
         if !left.is_empty() {
             let ids: Vec<i64> = left.iter().map(|t| t.task_id).collect();
             match self
-                .shared
+                .cluster
                 .store
-                .release_claims(self.shared.lease.get(), &ids)
+                .release_claims(self.cluster.lease.get(), &ids)
                 .await
             {
                 Ok(()) => tracing::info!(tasks = ids.len(), "handed unfired claims back"),
@@ -209,15 +320,15 @@ impl Node {
 
     /// The key sealing plugin secrets.
     pub fn secrets(&self) -> &crate::secrets::SecretBox {
-        &self.shared.secrets
+        &self.secrets
     }
 
     pub fn store(&self) -> &Store {
-        &self.shared.store
+        &self.cluster.store
     }
 
     pub fn config(&self) -> &Config {
-        &self.shared.config
+        &self.cluster.config
     }
 
     /// Notes in the audit log that `user` did `action` to `target`. A failure to note it is
@@ -226,7 +337,7 @@ impl Node {
         // The column holds 400 characters.
         let target: String = target.chars().take(400).collect();
         if let Err(e) = self
-            .shared
+            .cluster
             .store
             .record_audit(user, action, &target, now_ms())
             .await
@@ -237,26 +348,26 @@ impl Node {
 
     /// The nonces of signed requests this node accepted.
     pub fn replay_guard(&self) -> &rota_proto::ReplayGuard {
-        &self.shared.replay
+        &self.replay
     }
 
     /// This node's recent fire lateness (the dashboard's).
     pub fn lateness(&self) -> &crate::lateness::RecentLateness {
-        &self.shared.lateness
+        &self.lateness
     }
 
     pub fn lease(&self) -> NodeLease {
-        self.shared.lease.get()
+        self.cluster.lease.get()
     }
 
     /// The engine plugin uploads are validated with.
     pub fn engine(&self) -> &wasmtime::Engine {
-        &self.shared.engine
+        &self.engine
     }
 
     /// Tasks in this node's wheel.
     pub fn wheel_len(&self) -> usize {
-        self.shared.ring.len()
+        self.ring.len()
     }
 
     /// A job was created, changed or deleted here (and committed). Every node forgets its
@@ -268,9 +379,9 @@ impl Node {
     /// the job within the job cache's lifetime (5 s).
     pub async fn job_changed(&self, job_id: i64) {
         self.forget_job(job_id);
-        let me = self.shared.lease.get().node_id;
-        let alive_after = now_ms() - self.shared.config.node_dead_after_ms;
-        let peers = match self.shared.store.live_nodes(alive_after).await {
+        let me = self.cluster.lease.get().node_id;
+        let alive_after = now_ms() - self.cluster.config.node_dead_after_ms;
+        let peers = match self.cluster.store.live_nodes(alive_after).await {
             Ok(nodes) => nodes,
             Err(e) => {
                 tracing::warn!(error = %e, job.id = job_id, "listing the other nodes to tell them of a job change failed");
@@ -278,7 +389,7 @@ impl Node {
             }
         };
         let notice = &rota_proto::wire::PeerJobChanged { job_id };
-        let client = &self.shared.client;
+        let client = &self.client;
         let calls = peers
             .iter()
             .filter(|peer| peer.id != me)
@@ -305,7 +416,7 @@ impl Node {
     ) -> Result<Job, store::Error> {
         let now = now_ms();
         let next = first_fire(spec, schedule, now);
-        let job = self.shared.store.insert_job(spec, next, now).await?;
+        let job = self.cluster.store.insert_job(spec, next, now).await?;
         self.job_changed(job.id).await;
         Ok(job)
     }
@@ -327,7 +438,7 @@ impl Node {
             job.next_fire_at
         };
         let job = self
-            .shared
+            .cluster
             .store
             .update_job(job.id, spec, next, replan, now)
             .await?;
@@ -337,13 +448,13 @@ impl Node {
 
     /// Drops this node's cached copy of a job and scans now.
     pub fn forget_job(&self, job_id: i64) {
-        self.shared.jobs.invalidate(job_id);
-        self.shared.scan_wake.notify_one();
+        self.jobs.invalidate(job_id);
+        self.scan_wake.notify_one();
     }
 
     /// A plugin got a new version: jobs bound to it must see it.
     pub fn plugin_changed(&self, _name: &str) {
-        self.shared.jobs.clear();
+        self.jobs.clear();
     }
 
     /// Stores new tasks (all or nothing; an existing key yields its task, `false`). Those
@@ -355,12 +466,12 @@ impl Node {
         tasks: &[NewTask],
         now: Millis,
     ) -> Result<Vec<(i64, bool)>, store::Error> {
-        let store = &self.shared.store;
-        let until = now + self.shared.config.window_ms;
+        let store = &self.cluster.store;
+        let until = now + self.cluster.config.window_ms;
         let mut limited: HashMap<i64, bool> = HashMap::new();
         for t in tasks {
             if let std::collections::hash_map::Entry::Vacant(e) = limited.entry(t.job_id) {
-                let job = self.shared.jobs.get(store, t.job_id).await?;
+                let job = self.jobs.get(store, t.job_id).await?;
                 e.insert(job.is_none_or(|j| j.job.spec.max_concurrency.is_some()));
             }
         }
@@ -368,7 +479,7 @@ impl Node {
             .iter()
             .map(|t| t.due_at <= until && !limited[&t.job_id])
             .collect();
-        let lease = self.shared.lease.get();
+        let lease = self.cluster.lease.get();
         let (ids, claimed) = match store
             .insert_tasks_claiming(tasks, Some((lease, &claimable)), now)
             .await
@@ -402,9 +513,9 @@ impl Node {
                 soon = true;
             }
         }
-        self.shared.ring.insert(due);
+        self.ring.insert(due);
         if soon {
-            self.shared.scan_wake.notify_one();
+            self.scan_wake.notify_one();
         }
         Ok(ids)
     }
@@ -412,7 +523,7 @@ impl Node {
     /// A job by id, as the job cache has it (re-read at most every few seconds): what task
     /// creation needs of it, without a read per request. `None` if there is none.
     pub async fn cached_job(&self, id: i64) -> Result<Option<Arc<JobEntry>>, store::Error> {
-        self.shared.jobs.get(&self.shared.store, id).await
+        self.jobs.get(&self.cluster.store, id).await
     }
 
     /// [`Node::cached_job`] by the job's name.
@@ -420,7 +531,7 @@ impl Node {
         &self,
         name: &str,
     ) -> Result<Option<Arc<JobEntry>>, store::Error> {
-        match self.shared.jobs.id_named(&self.shared.store, name).await? {
+        match self.jobs.id_named(&self.cluster.store, name).await? {
             Some(id) => self.cached_job(id).await,
             None => Ok(None),
         }
@@ -429,36 +540,35 @@ impl Node {
     /// Deletes a job (see [`Store::delete_job`]); the pending tasks it cancels leave the wheel.
     pub async fn delete_job(&self, job_id: i64, force: bool) -> Result<Vec<i64>, store::Error> {
         let cancelled = self
-            .shared
+            .cluster
             .store
             .delete_job(job_id, force, now_ms())
             .await?;
         for &id in &cancelled {
-            if self.shared.ring.begin_cancel(id) != CancelState::Firing {
-                self.shared.ring.finish_cancel(id, true);
+            if self.ring.begin_cancel(id) != CancelState::Firing {
+                self.ring.finish_cancel(id, true);
             }
         }
-        self.shared.jobs.invalidate(job_id);
-        self.shared.router.forget_job(job_id);
+        self.jobs.invalidate(job_id);
+        self.router.forget_job(job_id);
         Ok(cancelled)
     }
 
     /// Cancels a task that has not started, even if it sits in a wheel: this node's, or
     /// (forwarded) that of the node that claimed it.
     pub async fn cancel_task(&self, id: i64) -> Result<(Task, bool), NodeError> {
-        let owner = self.shared.store.task_owner(id).await?;
+        let owner = self.cluster.store.task_owner(id).await?;
         let Some(NodeRef { address, .. }) =
-            owner.filter(|node| node.id != self.shared.lease.get().node_id)
+            owner.filter(|node| node.id != self.cluster.lease.get().node_id)
         else {
             return Ok(self.cancel_here(id).await?);
         };
         match self
-            .shared
             .client
             .node_cancel(&address, &rota_proto::wire::PeerCancel { task_id: id })
             .await
         {
-            Ok(ack) => Ok((self.shared.store.get_task(id).await?, ack.cancelled)),
+            Ok(ack) => Ok((self.cluster.store.get_task(id).await?, ack.cancelled)),
             // The owner's own answer (a 409 for a task being dispatched, a 404) stands.
             Err(ClientError::Refused { status, body, .. }) if (400..500).contains(&status) => {
                 let message = serde_json::from_str::<rota_proto::ErrorBody>(&body)
@@ -481,7 +591,7 @@ impl Node {
 
     /// Cancels a task here, taking it out of this node's wheel if it is there.
     pub async fn cancel_here(&self, id: i64) -> Result<(Task, bool), store::Error> {
-        match self.shared.ring.begin_cancel(id) {
+        match self.ring.begin_cancel(id) {
             CancelState::Firing => {
                 return Err(store::Error::Conflict(format!(
                     "task {id} is being dispatched; only a pending task can be cancelled"
@@ -489,8 +599,8 @@ impl Node {
             }
             CancelState::Held | CancelState::Absent => {}
         }
-        let result = self.shared.store.cancel_task(id, now_ms()).await;
-        self.shared.ring.finish_cancel(id, result.is_ok());
+        let result = self.cluster.store.cancel_task(id, now_ms()).await;
+        self.ring.finish_cancel(id, result.is_ok());
         result
     }
 
@@ -499,7 +609,7 @@ impl Node {
     /// replayed to another node within the signature window: it must not report a stale
     /// list of runs, nor remove a live executor.
     async fn is_newest(&self, app: &str, address: &str, signed_at: Millis) -> anyhow::Result<bool> {
-        let newest = self.shared.store.executor_clock(app, address).await?;
+        let newest = self.cluster.store.executor_clock(app, address).await?;
         let fresh = newest.is_none_or(|newest| signed_at > newest);
         if !fresh {
             tracing::warn!(
@@ -523,8 +633,8 @@ impl Node {
         let now = now_ms();
         self.upsert_executor(reg, now, signed_at).await?;
         // A (re)started executor lists the runs it still has; the others it was given are lost.
-        crate::pipeline::complete::reconcile_executor(
-            &self.shared,
+        complete::reconcile_executor(
+            &self.completion,
             &reg.app,
             &reg.address,
             &reg.active_runs,
@@ -535,13 +645,13 @@ impl Node {
         self.refresh_executors().await?;
         // Fires that found no executor of this app go out now.
         let woken = self
-            .shared
+            .cluster
             .store
             .wake_waiting(std::slice::from_ref(&reg.app))
             .await?;
         if woken > 0 {
             tracing::info!(app = %reg.app, tasks = woken, "an executor registered; fires that waited for one go out");
-            self.shared.scan_wake.notify_one();
+            self.scan_wake.notify_one();
         }
         Ok(())
     }
@@ -556,7 +666,7 @@ impl Node {
         }
         let now = now_ms();
         let previous = self
-            .shared
+            .cluster
             .store
             .executor_heartbeat_at(&reg.app, &reg.address)
             .await?;
@@ -565,8 +675,8 @@ impl Node {
         // before it built this one (heartbeats go one at a time), so it must be listed.
         // Anything dispatched later may legitimately be missing.
         if let Some(previous) = previous {
-            crate::pipeline::complete::reconcile_executor(
-                &self.shared,
+            complete::reconcile_executor(
+                &self.completion,
                 &reg.app,
                 &reg.address,
                 &reg.active_runs,
@@ -585,7 +695,7 @@ impl Node {
         d: &Deregistration,
         signed_at: Millis,
     ) -> anyhow::Result<()> {
-        self.shared
+        self.cluster
             .store
             .remove_executor(&d.app, &d.address, Some(signed_at))
             .await?;
@@ -600,7 +710,7 @@ impl Node {
         signed_at: Millis,
     ) -> anyhow::Result<()> {
         let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
-        self.shared
+        self.cluster
             .store
             .upsert_executor(
                 &reg.app,
@@ -610,7 +720,7 @@ impl Node {
                 now,
             )
             .await?;
-        self.shared
+        self.cluster
             .store
             .advance_executor_clock(&reg.app, &reg.address, signed_at)
             .await?;
@@ -618,10 +728,9 @@ impl Node {
     }
 
     async fn refresh_executors(&self) -> anyhow::Result<()> {
-        let alive_after = now_ms() - self.shared.config.executor_dead_after_ms;
-        self.shared
-            .executors
-            .refresh(&self.shared.store, alive_after)
+        let alive_after = now_ms() - self.cluster.config.executor_dead_after_ms;
+        self.executors
+            .refresh(&self.cluster.store, alive_after)
             .await?;
         Ok(())
     }
@@ -629,13 +738,13 @@ impl Node {
     /// Applies executor reports; returns how many run rows were written.
     pub async fn apply_reports(&self, reports: &[RunReport]) -> anyhow::Result<usize> {
         let updates: Vec<RunUpdate> = reports.iter().map(RunUpdate::from_report).collect();
-        let applied = crate::pipeline::complete::apply(&self.shared, &updates).await?;
+        let applied = complete::apply(&self.completion, &updates).await?;
         Ok(applied.written)
     }
 
     pub async fn kill_run(&self, run: &Run) -> Result<KillAck, NodeError> {
         let (app, address) = self.executor_of(run).await?;
-        Ok(self.shared.client.kill(&app, address, run.id).await?)
+        Ok(self.client.kill(&app, address, run.id).await?)
     }
 
     /// The app and address of the executor a run went to: the app its address is registered
@@ -645,9 +754,15 @@ impl Node {
             .executor
             .as_deref()
             .ok_or(NodeError::NoExecutor(run.id))?;
-        let app = match self.shared.store.apps_at_address(address).await?.as_slice() {
+        let app = match self
+            .cluster
+            .store
+            .apps_at_address(address)
+            .await?
+            .as_slice()
+        {
             [app] => app.clone(),
-            _ => self.shared.store.get_job(run.job_id).await?.spec.app,
+            _ => self.cluster.store.get_job(run.job_id).await?.spec.app,
         };
         Ok((app, address))
     }
@@ -664,12 +779,12 @@ impl Node {
             from_line,
             max_lines,
         };
-        Ok(self.shared.client.log(&app, address, &req).await?)
+        Ok(self.client.log(&app, address, &req).await?)
     }
 
     pub fn render_metrics(&self) -> String {
-        metrics::gauge!("rota_wheel_tasks").set(self.shared.ring.len() as f64);
-        self.shared.metrics.render()
+        metrics::gauge!("rota_wheel_tasks").set(self.ring.len() as f64);
+        self.metrics.render()
     }
 }
 

@@ -15,10 +15,24 @@ use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use tokio::sync::Notify;
 
-use super::Shared;
+use super::{Cluster, ExecutorCache, RunIds};
 use crate::model::*;
 use crate::store::Applied;
+
+/// What completion reads and may call: it writes through the cluster's store, numbers the
+/// runs that fail at the scheduler, refreshes the executor registry, and wakes the scan when
+/// something it decided falls due soon.
+pub(crate) struct Completion {
+    pub cluster: Arc<Cluster>,
+    /// Live executors by app, refreshed by the liveness loop.
+    pub executors: Arc<ExecutorCache>,
+    /// Run ids for fires that waited too long for an executor.
+    pub run_ids: Arc<RunIds>,
+    /// Wakes the scan: a retry or child due inside the window, a freed concurrency slot.
+    pub scan_wake: Arc<Notify>,
+}
 
 /// Losses (executor died mid-run) a task survives before it is declared dead: a plugin that
 /// crashes its executor every time must not loop forever.
@@ -57,10 +71,14 @@ pub fn decide(a: &AttemptEnded, now: Millis, rng: &mut impl rand::Rng) -> TaskNe
 
 /// Applies run updates and reacts: metrics, and a scan wake-up when a retry or a child is
 /// due inside the window (so it fires on time rather than at the next scan).
-pub(crate) async fn apply(shared: &Shared, updates: &[RunUpdate]) -> anyhow::Result<Applied> {
+pub(crate) async fn apply(
+    completion: &Completion,
+    updates: &[RunUpdate],
+) -> anyhow::Result<Applied> {
     let now = now_ms();
     let mut rng = StdRng::from_os_rng();
-    let applied = shared
+    let applied = completion
+        .cluster
         .store
         .apply_run_updates(updates, now, &mut |a| decide(a, now, &mut rng))
         .await?;
@@ -78,7 +96,7 @@ pub(crate) async fn apply(shared: &Shared, updates: &[RunUpdate]) -> anyhow::Res
                 .increment(1);
         }
     }
-    let soon = now + shared.config.window_ms;
+    let soon = now + completion.cluster.config.window_ms;
     let wake = applied.children > 0
         || applied.freed_limited
         || applied
@@ -86,7 +104,7 @@ pub(crate) async fn apply(shared: &Shared, updates: &[RunUpdate]) -> anyhow::Res
             .iter()
             .any(|(_, n)| matches!(n, TaskNext::Retry { due_at, .. } if *due_at <= soon));
     if wake {
-        shared.scan_wake.notify_one();
+        completion.scan_wake.notify_one();
     }
     Ok(applied)
 }
@@ -96,7 +114,7 @@ pub(crate) async fn apply(shared: &Shared, updates: &[RunUpdate]) -> anyhow::Res
 /// from `active` counts; on a heartbeat only those dispatched before `dispatched_before`
 /// (a trigger acknowledged after the heartbeat was built is not in its list yet).
 pub(crate) async fn reconcile_executor(
-    shared: &Shared,
+    completion: &Completion,
     app: &str,
     address: &str,
     active: &[i64],
@@ -104,7 +122,8 @@ pub(crate) async fn reconcile_executor(
     now: Millis,
 ) -> anyhow::Result<()> {
     let active: HashSet<i64> = active.iter().copied().collect();
-    let runs = shared
+    let runs = completion
+        .cluster
         .store
         .unfinished_runs_on(&[(app.to_owned(), address.to_owned())])
         .await?;
@@ -130,7 +149,7 @@ pub(crate) async fn reconcile_executor(
             runs = lost.len(),
             "runs lost by a restarted executor"
         );
-        apply(shared, &lost).await?;
+        apply(completion, &lost).await?;
     }
     Ok(())
 }
@@ -158,8 +177,9 @@ fn lost_update(r: &Run, now: Millis, message: String) -> RunUpdate {
 /// longer than the dead timeout lose their unfinished runs (marked `lost`, retried) and leave
 /// the registry. Runs are marked before the executor row is removed, so a crash in between
 /// repeats the marking instead of forgetting it.
-pub(crate) async fn liveness_loop(shared: Arc<Shared>) {
-    let mut shutdown = shared.shutdown.clone();
+pub(crate) async fn liveness_loop(completion: Arc<Completion>) {
+    let cluster = &completion.cluster;
+    let mut shutdown = cluster.shutdown.clone();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -168,14 +188,18 @@ pub(crate) async fn liveness_loop(shared: Arc<Shared>) {
             _ = shutdown.wait_for(|s| *s) => return,
         }
         let now = now_ms();
-        let alive_after = now - shared.config.executor_dead_after_ms;
-        if let Err(e) = shared.executors.refresh(&shared.store, alive_after).await {
+        let alive_after = now - cluster.config.executor_dead_after_ms;
+        if let Err(e) = completion
+            .executors
+            .refresh(&cluster.store, alive_after)
+            .await
+        {
             tracing::warn!(error = %e, "refreshing the executor registry failed");
         }
-        if let Err(e) = reap_dead_executors(&shared, alive_after, now).await {
+        if let Err(e) = reap_dead_executors(&completion, alive_after, now).await {
             tracing::warn!(error = %format!("{e:#}"), "reaping dead executors failed");
         }
-        if let Err(e) = settle_waiting(&shared, now).await {
+        if let Err(e) = settle_waiting(&completion, now).await {
             tracing::warn!(error = %format!("{e:#}"), "settling fires that wait for an executor failed");
         }
     }
@@ -185,18 +209,27 @@ pub(crate) async fn liveness_loop(shared: Arc<Shared>) {
 /// now go out (the registration that woke them may have been handled by another node, or
 /// raced the fire that parked them), and those that waited past their job's
 /// `no_executor_timeout_ms` fail as an attempt.
-pub(crate) async fn settle_waiting(shared: &Shared, now: Millis) -> anyhow::Result<()> {
-    if shared.store.wake_waiting(&shared.executors.apps()).await? > 0 {
-        shared.scan_wake.notify_one();
-    }
-    let expired = shared
+pub(crate) async fn settle_waiting(completion: &Completion, now: Millis) -> anyhow::Result<()> {
+    let cluster = &completion.cluster;
+    if cluster
         .store
-        .claim_expired_waiting(shared.lease.get(), now, 1_000)
+        .wake_waiting(&completion.executors.apps())
+        .await?
+        > 0
+    {
+        completion.scan_wake.notify_one();
+    }
+    let expired = cluster
+        .store
+        .claim_expired_waiting(cluster.lease.get(), now, 1_000)
         .await?;
     if expired.is_empty() {
         return Ok(());
     }
-    let ids = shared.run_ids.take(&shared.store, expired.len()).await?;
+    let ids = completion
+        .run_ids
+        .take(&cluster.store, expired.len())
+        .await?;
     let failures: Vec<RunUpdate> = expired
         .iter()
         .zip(ids)
@@ -224,16 +257,17 @@ pub(crate) async fn settle_waiting(shared: &Shared, now: Millis) -> anyhow::Resu
         tasks = failures.len(),
         "fires waited longer than their job's no_executor_timeout_ms for an executor; failing the attempt"
     );
-    apply(shared, &failures).await?;
+    apply(completion, &failures).await?;
     Ok(())
 }
 
 pub(crate) async fn reap_dead_executors(
-    shared: &Shared,
+    completion: &Completion,
     alive_after: Millis,
     now: Millis,
 ) -> anyhow::Result<()> {
-    let dead = shared.store.dead_executors(alive_after).await?;
+    let store = &completion.cluster.store;
+    let dead = store.dead_executors(alive_after).await?;
     if dead.is_empty() {
         return Ok(());
     }
@@ -241,7 +275,7 @@ pub(crate) async fn reap_dead_executors(
         .iter()
         .map(|e| (e.app.clone(), e.address.clone()))
         .collect();
-    let runs = shared.store.unfinished_runs_on(&executors).await?;
+    let runs = store.unfinished_runs_on(&executors).await?;
     if !runs.is_empty() {
         let lost: Vec<RunUpdate> = runs
             .iter()
@@ -255,14 +289,11 @@ pub(crate) async fn reap_dead_executors(
             executors = dead.len(),
             "marking runs of dead executors lost"
         );
-        apply(shared, &lost).await?;
+        apply(completion, &lost).await?;
     }
     for e in &dead {
         tracing::warn!(app = %e.app, executor = %e.address, "executor is dead; removing it");
-        shared
-            .store
-            .remove_executor(&e.app, &e.address, None)
-            .await?;
+        store.remove_executor(&e.app, &e.address, None).await?;
     }
     Ok(())
 }

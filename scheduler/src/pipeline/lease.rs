@@ -1,9 +1,27 @@
-//! This node's lease to fire: its epoch, the heartbeat that keeps it (on a thread and a
-//! connection of its own), and the rejoin after a take-over fenced it (`docs/cluster.md`).
+//! This node's standing in the cluster, below every stage: the [`Cluster`] handle they all
+//! read, the lease to fire with its epoch, and the heartbeat that keeps it (on a thread and
+//! a connection of its own; `docs/cluster.md`). The heartbeat only signals when it finds the
+//! node fenced; the rejoin belongs to the scan, which owns claims and their recovery.
 
 use std::sync::atomic::AtomicI64;
 
 use super::*;
+
+/// What every stage reads about this node's standing, built once by the node at start and
+/// held by each stage's handle: where the rows are, the settings, the time, the lease (epoch
+/// and until when it may fire) and the shutdown signal. Nothing here is a stage's own
+/// state, so the cluster layer calls no stage.
+pub(crate) struct Cluster {
+    pub store: Store,
+    pub config: Config,
+    /// The time the stages read.
+    pub clock: crate::clock::Clock,
+    /// This node's identity and current epoch.
+    pub lease: Lease,
+    /// Until when this node may fire (see [`FireLease`]).
+    pub fire_lease: FireLease,
+    pub shutdown: watch::Receiver<bool>,
+}
 
 /// This node's identity and current epoch; the epoch changes when a fenced node rejoins.
 pub(crate) struct Lease {
@@ -76,91 +94,31 @@ impl FireLease {
     }
 }
 
-/// This node was fenced. If another node took its claims over (its row is marked taken
-/// over), it drops its wheel (those claims are the taker's now), starts a new epoch and goes
-/// on. If another process runs under its name, it stops scheduling for good. Returns
-/// whether the node goes on.
-pub(crate) async fn rejoin(shared: &Shared) -> bool {
-    let _one_at_a_time = shared.rejoining.lock().await;
-    // The other path may have rejoined meanwhile: then the lease holds again.
-    let now = shared.clock.now_ms();
-    if let Ok(true) = shared.store.heartbeat_node(shared.lease.get(), now).await {
-        shared.fire_lease.confirmed(now);
-        return true;
-    }
-    shared.fire_lease.lapse();
-    let name = &shared.config.node_name;
-    let taken_over = match shared.store.node_heartbeat_at(name).await {
-        Ok(at) => at == Some(0),
-        Err(e) => {
-            tracing::warn!(error = %e, "fenced, and cannot read this node's row; trying again");
-            return true;
-        }
-    };
-    if !taken_over {
-        tracing::error!(
-            node = %name,
-            "this node was fenced: another process runs under its name; it stops scheduling"
-        );
-        drop(shared.ring.stop());
-        return false;
-    }
-    // What this node held is the taker's now. The wheel is emptied; copies still with the
-    // pools carry the old epoch, and are dropped when they come round (`drop_stale`).
-    let dropped = shared.ring.clear();
-    let now = shared.clock.now_ms();
-    match shared
-        .store
-        .start_node(name, &shared.config.advertise_url, now)
-        .await
-    {
-        Ok(lease) => {
-            shared.lease.renew(lease);
-            shared.fire_lease.restart(now);
-            tracing::warn!(
-                node = %name,
-                epoch = lease.epoch,
-                dropped,
-                "this node was fenced (another node took its claims over while it was unresponsive); it rejoined with a new epoch"
-            );
-            // A take-over moves every claim in one transaction, so none of the old epoch
-            // should be left; any that is (a write that raced the fencing) is in no wheel
-            // now, and is recovered like a restart's.
-            if let Err(e) = super::scan::recover(shared).await {
-                tracing::warn!(error = %format!("{e:#}"), "recovering this node's earlier claims after rejoining failed; a restart recovers them");
-            }
-            true
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "fenced, and rejoining failed; trying again");
-            true
-        }
-    }
-}
-
 /// Keeps this node's row fresh, and with it the lease to fire (`docs/cluster.md`), from a
 /// thread of its own with a small runtime and (on MySQL) a connection of its own: a node
 /// whose main runtime is saturated by a burst is busy, not dead, and must not look dead.
-/// When the heartbeat finds the node taken over it wakes `fenced`; the rejoin runs on the
-/// main runtime.
+/// When the heartbeat finds the node taken over it only wakes `fenced`: the rejoin is the
+/// scan's (`scan::rejoin_loop`), on the main runtime. It ends with the shutdown signal, or
+/// once `stopped` says the node stopped scheduling.
 pub(crate) fn spawn_heartbeat(
-    shared: Arc<Shared>,
+    cluster: Arc<Cluster>,
     fenced: Arc<Notify>,
+    stopped: impl Fn() -> bool + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     std::thread::Builder::new()
         .name("rota-heartbeat".into())
-        .spawn(move || runtime.block_on(heartbeat_loop(shared, fenced)))
+        .spawn(move || runtime.block_on(heartbeat_loop(cluster, fenced, stopped)))
 }
 
-pub(crate) async fn heartbeat_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
-    let mut shutdown = shared.shutdown.clone();
-    let dead_after = shared.config.node_dead_after_ms.max(600);
+async fn heartbeat_loop(cluster: Arc<Cluster>, fenced: Arc<Notify>, stopped: impl Fn() -> bool) {
+    let mut shutdown = cluster.shutdown.clone();
+    let dead_after = cluster.config.node_dead_after_ms.max(600);
     let period = Duration::from_millis(u64::try_from(dead_after / 6).unwrap_or(500));
     let beat = loop {
-        match shared.store.beat().await {
+        match cluster.store.beat().await {
             Ok(beat) => break beat,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot open the heartbeat's connection; retrying")
@@ -177,31 +135,17 @@ pub(crate) async fn heartbeat_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        if shared.ring.is_stopped() {
+        if stopped() {
             return;
         }
         // The lease counts from before the write: the database saw it no earlier.
-        let sent = shared.clock.now_ms();
-        match beat.heartbeat_node(shared.lease.get(), sent).await {
+        let sent = cluster.clock.now_ms();
+        match beat.heartbeat_node(cluster.lease.get(), sent).await {
             Ok(true) => {
-                shared.fire_lease.confirmed(sent);
+                cluster.fire_lease.confirmed(sent);
             }
             Ok(false) => fenced.notify_one(),
             Err(e) => tracing::warn!(error = %e, "node heartbeat failed"),
-        }
-    }
-}
-
-/// Rejoins when the heartbeat found this node taken over.
-pub(crate) async fn fenced_loop(shared: Arc<Shared>, fenced: Arc<Notify>) {
-    let mut shutdown = shared.shutdown.clone();
-    loop {
-        tokio::select! {
-            _ = fenced.notified() => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
-        if !rejoin(&shared).await {
-            return;
         }
     }
 }

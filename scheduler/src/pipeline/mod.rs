@@ -3,20 +3,33 @@
 //! ([`ring`]); each tick's due tasks go to the fast or slow pool and are dispatched to
 //! executors ([`dispatch`]), recorded after the send, and completed from the executors'
 //! reports ([`complete`]). Below the stages: what they keep in memory ([`caches`]) and the
-//! lease that lets this node fire, with its heartbeat and rejoin ([`lease`]). The stages
-//! share [`Shared`], built by the node (`crate::node`), which this folder never imports.
+//! node's standing in the cluster ([`lease`]: the [`Cluster`] handle, the lease to fire and
+//! the heartbeat, which calls no stage).
+//!
+//! Each stage owns a narrow handle of what it reads and may call, built and wired once by
+//! the node (`crate::node`), which this folder never imports:
+//!
+//! - [`scan::Scan`]: the cluster, the wheel, the job and executor caches, the client (for
+//!   recovery's `/runs/known`), the recorder and its wake-up; it also rejoins after a
+//!   take-over, since it owns claims and their recovery.
+//! - [`dispatch::Dispatcher`]: the cluster, the wheel, the caches, the router, the client, run
+//!   ids, completion (for failed dispatches), the recorder, lateness, and its own slow
+//!   tracker, executor rooms and in-flight count.
+//! - [`complete::Completion`]: the cluster, the executor cache, run ids and the scan's wake-up.
+//! - Retention (`crate::retention`) needs only the [`Cluster`].
+//!
+//! What several stages share (the wheel, the caches, the wake-up) is an `Arc` or a handle
+//! that is cheap to clone.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 
-use crate::client::ExecutorClient;
 use crate::config::Config;
 use crate::model::*;
-use crate::route::Router;
 use crate::store::{self, Store};
 
 mod caches;
@@ -29,40 +42,4 @@ pub mod wheel;
 
 pub use caches::JobEntry;
 pub(crate) use caches::{ExecutorCache, JobCache, RunIds};
-use dispatch::SlowTracker;
-pub(crate) use lease::{FireLease, Lease, fenced_loop, rejoin, spawn_heartbeat};
-use ring::Ring;
-
-/// What every stage reads and shares, built once by the node at start.
-pub(crate) struct Shared {
-    pub store: Store,
-    pub config: Config,
-    pub lease: Lease,
-    pub ring: Ring,
-    pub jobs: JobCache,
-    pub executors: ExecutorCache,
-    pub router: Router,
-    pub client: ExecutorClient,
-    pub run_ids: RunIds,
-    pub slow: SlowTracker,
-    pub recorder: mpsc::Sender<Dispatched>,
-    /// Seals and opens plugin secrets.
-    pub secrets: crate::secrets::SecretBox,
-    /// Nonces of the signed requests this node accepted (executors' and peers').
-    pub replay: rota_proto::ReplayGuard,
-    pub scan_wake: Notify,
-    /// Dispatches in progress (the recorder waits for them at shutdown).
-    pub in_flight: std::sync::atomic::AtomicUsize,
-    pub engine: wasmtime::Engine,
-    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
-    pub lateness: crate::lateness::RecentLateness,
-    /// The room each executor said it had left, for sizing trigger requests.
-    pub rooms: dispatch::Rooms,
-    /// Held while a fenced node rejoins (the heartbeat and the scan may both notice).
-    pub rejoining: tokio::sync::Mutex<()>,
-    /// Until when this node may fire (see [`FireLease`]).
-    pub fire_lease: FireLease,
-    /// The time the stages read.
-    pub clock: crate::clock::Clock,
-    pub shutdown: watch::Receiver<bool>,
-}
+pub(crate) use lease::{Cluster, FireLease, Lease, spawn_heartbeat};

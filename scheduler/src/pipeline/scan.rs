@@ -6,14 +6,21 @@
 //! (the take-over, `docs/cluster.md`). Claims never recorded as dispatched are checked
 //! with the executors (`/runs/known`) so that what reached one is not sent again, and the
 //! rest is fired now.
+//!
+//! And the rejoin after a take-over fenced this node ([`Scan::rejoin`]): the scan, the
+//! take-over check and the heartbeat (through [`rejoin_loop`]) may each notice it, and the
+//! rejoin drops the wheel's claims and recovers what is left of them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rota_proto::{RunsKnownRequest, TaskAttempt};
+use tokio::sync::{Notify, mpsc};
 
-use super::{FireLease, Shared};
+use super::ring::Ring;
+use super::{Cluster, ExecutorCache, FireLease, JobCache};
+use crate::client::ExecutorClient;
 use crate::model::*;
 use crate::schedule::{CompiledSchedule, plan_fires};
 use crate::store::{DueJob, JobFires};
@@ -22,19 +29,39 @@ use crate::store::{DueJob, JobFires};
 /// the rest come with the next scan).
 const MAX_FIRES_PER_JOB: usize = 10_000;
 
-pub(crate) async fn scan_loop(shared: Arc<Shared>) {
-    let mut shutdown = shared.shutdown.clone();
-    let interval = Duration::from_millis(shared.config.scan_interval_ms);
+/// What the scan reads and may call: it claims into the wheel, and for recovered claims
+/// asks the app's executors (by the cached job and executor registry) what they have and
+/// hands what they have to the dispatch recorder.
+pub(crate) struct Scan {
+    pub cluster: Arc<Cluster>,
+    /// The wheel claims go into.
+    pub ring: Ring,
+    pub jobs: Arc<JobCache>,
+    pub executors: Arc<ExecutorCache>,
+    /// For recovery's `/runs/known`.
+    pub client: ExecutorClient,
+    /// Recovered attempts an executor already has, recorded as dispatched.
+    pub recorder: mpsc::Sender<Dispatched>,
+    /// Wakes the scan before its interval (a job changed, a retry or child due soon).
+    pub wake: Arc<Notify>,
+    /// Held while a fenced node rejoins (the scan, the take-over check and the heartbeat
+    /// may all notice).
+    pub rejoining: tokio::sync::Mutex<()>,
+}
+
+pub(crate) async fn scan_loop(scan: Arc<Scan>) {
+    let mut shutdown = scan.cluster.shutdown.clone();
+    let interval = Duration::from_millis(scan.cluster.config.scan_interval_ms);
     let mut compiled: HashMap<i64, (String, Option<CompiledSchedule>)> = HashMap::new();
     loop {
-        if *shutdown.borrow() || shared.ring.is_stopped() {
+        if *shutdown.borrow() || scan.ring.is_stopped() {
             return;
         }
         let started = Instant::now();
-        let full = match scan_once(&shared, &mut compiled).await {
+        let full = match scan_once(&scan, &mut compiled).await {
             Ok(full) => full,
             Err(crate::store::Error::Fenced) => {
-                if !super::rejoin(&shared).await {
+                if !scan.rejoin().await {
                     return;
                 }
                 false
@@ -53,7 +80,7 @@ pub(crate) async fn scan_loop(shared: Arc<Shared>) {
         }
         tokio::select! {
             _ = tokio::time::sleep(interval.saturating_sub(started.elapsed())) => {}
-            _ = shared.scan_wake.notified() => {}
+            _ = scan.wake.notified() => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
     }
@@ -87,14 +114,15 @@ pub(crate) fn window(
 /// One scan. Returns true if it claimed a full batch (more may be due).
 #[tracing::instrument(skip_all, fields(claimed))]
 async fn scan_once(
-    shared: &Shared,
+    scan: &Scan,
     compiled: &mut HashMap<i64, (String, Option<CompiledSchedule>)>,
 ) -> crate::store::Result<bool> {
-    let now = shared.clock.now_ms();
-    let Some(Window { until, limit }) = window(now, &shared.config, shared.ring.len()) else {
+    let cluster = &scan.cluster;
+    let now = cluster.clock.now_ms();
+    let Some(Window { until, limit }) = window(now, &cluster.config, scan.ring.len()) else {
         return Ok(false);
     };
-    let threshold = shared.config.misfire_threshold_ms;
+    let threshold = cluster.config.misfire_threshold_ms;
     let mut misfired = 0u64;
     let mut plan = |job: &DueJob| -> JobFires {
         let key = serde_json::to_string(&job.schedule).unwrap_or_default();
@@ -130,8 +158,8 @@ async fn scan_once(
             next_fire_at: p.next_fire_at,
         }
     };
-    let lease = shared.lease.get();
-    let claimed = shared
+    let lease = cluster.lease.get();
+    let claimed = cluster
         .store
         .claim_due(lease, now, until, limit, &mut plan)
         .await?;
@@ -141,15 +169,17 @@ async fn scan_once(
     let n = claimed.tasks.len();
     tracing::Span::current().record("claimed", n);
     metrics::counter!("rota_claimed_total").increment(n as u64);
-    shared
-        .ring
-        .insert(DueTask::held_under(claimed.tasks, lease));
+    scan.ring.insert(DueTask::held_under(claimed.tasks, lease));
     Ok(n as u32 >= limit)
 }
 
 /// Recovers the claims of this node's earlier incarnations (it was killed after a scan).
-pub(crate) async fn recover(shared: &Shared) -> anyhow::Result<()> {
-    let claims = shared.store.claims_of(shared.lease.get()).await?;
+pub(crate) async fn recover(scan: &Scan) -> anyhow::Result<()> {
+    let claims = scan
+        .cluster
+        .store
+        .claims_of(scan.cluster.lease.get())
+        .await?;
     if claims.is_empty() {
         return Ok(());
     }
@@ -157,14 +187,15 @@ pub(crate) async fn recover(shared: &Shared) -> anyhow::Result<()> {
         tasks = claims.len(),
         "recovering claims of an earlier run of this node"
     );
-    recover_claims(shared, claims).await
+    recover_claims(scan, claims).await
 }
 
 /// Four times a second: takes over the claims of nodes that stopped heartbeating, and fires
 /// them (after asking the executors which they already have). The check is one indexed
 /// read of the `nodes` table; running it often keeps the take-over close to dead-after.
-pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
-    let mut shutdown = shared.shutdown.clone();
+pub(crate) async fn take_over_loop(scan: Arc<Scan>) {
+    let cluster = &scan.cluster;
+    let mut shutdown = cluster.shutdown.clone();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Claims taken over but not yet fired (the database failed under the recovery): they
@@ -175,20 +206,20 @@ pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        if shared.ring.is_stopped() {
+        if scan.ring.is_stopped() {
             return;
         }
         // Only a node whose own lease holds may take others' work.
-        let now = shared.clock.now_ms();
+        let now = cluster.clock.now_ms();
         let Some(dead_before) =
-            dead_before(now, &shared.fire_lease, shared.config.node_dead_after_ms)
+            dead_before(now, &cluster.fire_lease, cluster.config.node_dead_after_ms)
         else {
             continue;
         };
         let started = Instant::now();
-        let fenced = match shared
+        let fenced = match cluster
             .store
-            .take_over_dead(shared.lease.get(), dead_before)
+            .take_over_dead(cluster.lease.get(), dead_before)
             .await
         {
             Ok((nodes, claims)) => {
@@ -211,7 +242,7 @@ pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
             }
         };
         let fenced = fenced
-            || match recover_claims(&shared, unfired.clone()).await {
+            || match recover_claims(&scan, unfired.clone()).await {
                 Ok(()) => {
                     unfired.clear();
                     false
@@ -230,9 +261,88 @@ pub(crate) async fn take_over_loop(shared: Arc<Shared>) {
             // Taken over itself: whatever it held, taken-over claims included, is the
             // taker's now.
             unfired.clear();
-            if !super::rejoin(&shared).await {
+            if !scan.rejoin().await {
                 return;
             }
+        }
+    }
+}
+
+impl Scan {
+    /// This node was fenced. If another node took its claims over (its row is marked taken
+    /// over), it drops its wheel (those claims are the taker's now), starts a new epoch and
+    /// goes on. If another process runs under its name, it stops scheduling for good.
+    /// Returns whether the node goes on.
+    pub(crate) async fn rejoin(&self) -> bool {
+        let _one_at_a_time = self.rejoining.lock().await;
+        let cluster = &self.cluster;
+        // The other path may have rejoined meanwhile: then the lease holds again.
+        let now = cluster.clock.now_ms();
+        if let Ok(true) = cluster.store.heartbeat_node(cluster.lease.get(), now).await {
+            cluster.fire_lease.confirmed(now);
+            return true;
+        }
+        cluster.fire_lease.lapse();
+        let name = &cluster.config.node_name;
+        let taken_over = match cluster.store.node_heartbeat_at(name).await {
+            Ok(at) => at == Some(0),
+            Err(e) => {
+                tracing::warn!(error = %e, "fenced, and cannot read this node's row; trying again");
+                return true;
+            }
+        };
+        if !taken_over {
+            tracing::error!(
+                node = %name,
+                "this node was fenced: another process runs under its name; it stops scheduling"
+            );
+            drop(self.ring.stop());
+            return false;
+        }
+        // What this node held is the taker's now. The wheel is emptied; copies still with
+        // the pools carry the old epoch, and are dropped when they come round (`drop_stale`).
+        let dropped = self.ring.clear();
+        let now = cluster.clock.now_ms();
+        match cluster
+            .store
+            .start_node(name, &cluster.config.advertise_url, now)
+            .await
+        {
+            Ok(lease) => {
+                cluster.lease.renew(lease);
+                cluster.fire_lease.restart(now);
+                tracing::warn!(
+                    node = %name,
+                    epoch = lease.epoch,
+                    dropped,
+                    "this node was fenced (another node took its claims over while it was unresponsive); it rejoined with a new epoch"
+                );
+                // A take-over moves every claim in one transaction, so none of the old epoch
+                // should be left; any that is (a write that raced the fencing) is in no
+                // wheel now, and is recovered like a restart's.
+                if let Err(e) = recover(self).await {
+                    tracing::warn!(error = %format!("{e:#}"), "recovering this node's earlier claims after rejoining failed; a restart recovers them");
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "fenced, and rejoining failed; trying again");
+                true
+            }
+        }
+    }
+}
+
+/// Rejoins when the heartbeat found this node taken over (it wakes `fenced`).
+pub(crate) async fn rejoin_loop(scan: Arc<Scan>, fenced: Arc<Notify>) {
+    let mut shutdown = scan.cluster.shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = fenced.notified() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if !scan.rejoin().await {
+            return;
         }
     }
 }
@@ -254,14 +364,15 @@ fn is_fenced(e: &anyhow::Error) -> bool {
 /// Claims made by another process (an earlier incarnation, a dead node): attempts an
 /// executor already has are recorded as dispatched; the others are fired, each exactly
 /// once.
-async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result<()> {
+async fn recover_claims(scan: &Scan, claims: Vec<DueTask>) -> anyhow::Result<()> {
     if claims.is_empty() {
         return Ok(());
     }
+    let cluster = &scan.cluster;
     // Ask every live executor of each involved app which of these attempts it has.
     let mut by_app: HashMap<String, Vec<&DueTask>> = HashMap::new();
     for t in &claims {
-        if let Some(entry) = shared.jobs.get(&shared.store, t.job_id).await? {
+        if let Some(entry) = scan.jobs.get(&cluster.store, t.job_id).await? {
             by_app
                 .entry(entry.job.spec.app.clone())
                 .or_default()
@@ -269,7 +380,7 @@ async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result
         }
     }
     let mut known: Vec<Dispatched> = Vec::new();
-    let now = shared.clock.now_ms();
+    let now = cluster.clock.now_ms();
     for (app, tasks) in by_app {
         let req = RunsKnownRequest {
             runs: tasks
@@ -280,12 +391,8 @@ async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result
                 })
                 .collect(),
         };
-        for executor in shared.executors.of_app(&app) {
-            match shared
-                .client
-                .runs_known(&app, &executor.address, &req)
-                .await
-            {
+        for executor in scan.executors.of_app(&app) {
+            match scan.client.runs_known(&app, &executor.address, &req).await {
                 Ok(ack) => {
                     for k in ack.known {
                         let Some(t) = tasks
@@ -313,9 +420,9 @@ async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result
     }
     // All of them under this lease first (an earlier epoch's claims after a restart), so
     // that what the executors have is recorded as this lease's.
-    let lease = shared.lease.get();
+    let lease = cluster.lease.get();
     let all: Vec<i64> = claims.iter().map(|t| t.task_id).collect();
-    shared.store.adopt_claims(lease, &all).await?;
+    cluster.store.adopt_claims(lease, &all).await?;
     let known_ids: std::collections::HashSet<i64> = known.iter().map(|d| d.task_id).collect();
     let refire: Vec<DueTask> = claims
         .into_iter()
@@ -328,9 +435,9 @@ async fn recover_claims(shared: &Shared, claims: Vec<DueTask>) -> anyhow::Result
     );
     // Fire first: the overdue are late already. What the executors have is recorded by
     // the recorder, batched like any dispatch.
-    shared.ring.insert(DueTask::held_under(refire, lease));
+    scan.ring.insert(DueTask::held_under(refire, lease));
     for d in known {
-        if shared.recorder.send(d).await.is_err() {
+        if scan.recorder.send(d).await.is_err() {
             break;
         }
     }

@@ -26,10 +26,13 @@ use rota_proto::{
 };
 use tokio::sync::{Semaphore, mpsc};
 
-use super::{JobEntry, Shared};
-use crate::client::ClientError;
+use super::complete::Completion;
+use super::ring::Ring;
+use super::{Cluster, ExecutorCache, JobCache, JobEntry, RunIds};
+use crate::client::{ClientError, ExecutorClient};
+use crate::lateness::RecentLateness;
 use crate::model::*;
-use crate::route::Route;
+use crate::route::{Route, Router};
 
 mod record;
 mod round;
@@ -40,6 +43,32 @@ pub(crate) use record::record_loop;
 use round::*;
 use send::*;
 use settle::*;
+
+/// What the pools and a dispatch read and may call: due tasks come from the wheel (and
+/// go back to it when they must wait), jobs and executors from the caches, the order from
+/// the router; triggers go out through the client under run ids taken here, sent ones to
+/// the recorder, failed ones to completion. Owned by dispatch alone: the slow tracker that
+/// picks the pool, what each executor said about its room, and the dispatches in flight.
+pub(crate) struct Dispatcher {
+    pub cluster: Arc<Cluster>,
+    pub ring: Ring,
+    pub jobs: Arc<JobCache>,
+    pub executors: Arc<ExecutorCache>,
+    pub router: Arc<Router>,
+    pub client: ExecutorClient,
+    pub run_ids: Arc<RunIds>,
+    /// Records the runs that end at the scheduler (failed dispatches).
+    pub completion: Arc<Completion>,
+    /// What was sent, for [`record_loop`].
+    pub recorder: mpsc::Sender<Dispatched>,
+    /// Each fire's lateness, for the dashboard (the node reads it).
+    pub lateness: Arc<RecentLateness>,
+    pub slow: SlowTracker,
+    /// The room each executor said it had left, for sizing trigger requests.
+    pub rooms: Rooms,
+    /// Dispatches in progress (the recorder waits for them at shutdown).
+    pub in_flight: std::sync::atomic::AtomicUsize,
+}
 
 /// Triggers per request to one executor at most.
 const MAX_PER_REQUEST: usize = 1_000;
@@ -174,21 +203,24 @@ pub(crate) struct Pools {
 }
 
 impl Pools {
-    pub(crate) fn start(shared: &Arc<Shared>, tasks: &mut tokio::task::JoinSet<()>) -> Pools {
-        let capacity = shared.config.pool_queue.max(1);
+    pub(crate) fn start(
+        dispatcher: &Arc<Dispatcher>,
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) -> Pools {
+        let capacity = dispatcher.cluster.config.pool_queue.max(1);
         let (fast, fast_rx) = mpsc::channel(capacity);
         let (slow, slow_rx) = mpsc::channel(capacity);
         tasks.spawn(pool_loop(
-            shared.clone(),
+            dispatcher.clone(),
             Lane::Fast,
             fast_rx,
-            shared.config.fast_pool_size,
+            dispatcher.cluster.config.fast_pool_size,
         ));
         tasks.spawn(pool_loop(
-            shared.clone(),
+            dispatcher.clone(),
             Lane::Slow,
             slow_rx,
-            shared.config.slow_pool_size,
+            dispatcher.cluster.config.slow_pool_size,
         ));
         Pools {
             fast,
@@ -198,31 +230,31 @@ impl Pools {
     }
 
     /// Called on the ring thread with one tick's due tasks (highest priority first).
-    pub(crate) fn fire(&self, shared: &Shared, batch: Vec<DueTask>) {
-        let now = shared.clock.now_ms();
-        let batch = drop_stale(shared, batch, |t| t);
+    pub(crate) fn fire(&self, dispatcher: &Dispatcher, batch: Vec<DueTask>) {
+        let now = dispatcher.cluster.clock.now_ms();
+        let batch = drop_stale(dispatcher, batch, |t| t);
         if batch.is_empty() {
             return;
         }
         // Fire only under a confirmed lease: a node that could not heartbeat (a stall, a
         // lost database) holds its wheel until it can, or until it learns it was fenced,
         // so a take-over never races a late fire (docs/cluster.md).
-        if !shared.fire_lease.holds_at(now) {
+        if !dispatcher.cluster.fire_lease.holds_at(now) {
             metrics::counter!("rota_fires_held_total").increment(batch.len() as u64);
-            shared.ring.defer(batch, now + LEASE_RETRY_MS);
+            dispatcher.ring.defer(batch, now + LEASE_RETRY_MS);
             return;
         }
         for t in &batch {
             metrics::histogram!("rota_fire_lateness_seconds")
                 .record((now - t.due_at).max(0) as f64 / 1000.0);
         }
-        shared
+        dispatcher
             .lateness
             .record(now, batch.iter().map(|t| now - t.due_at));
         metrics::counter!("rota_fires_total").increment(batch.len() as u64);
         let (slow, fast): (Vec<DueTask>, Vec<DueTask>) = batch
             .into_iter()
-            .partition(|t| shared.slow.is_slow(t.job_id));
+            .partition(|t| dispatcher.slow.is_slow(t.job_id));
         for (lane, tasks) in [(Lane::Fast, fast), (Lane::Slow, slow)] {
             if tasks.is_empty() {
                 continue;
@@ -237,20 +269,20 @@ impl Pools {
             if let Err(e) = tx.blocking_send(tasks) {
                 // Only when the node is stopping: hand the claims back through the ring.
                 let tasks = e.0;
-                shared.ring.defer(tasks, now);
+                dispatcher.ring.defer(tasks, now);
             }
         }
     }
 }
 
 async fn pool_loop(
-    shared: Arc<Shared>,
+    dispatcher: Arc<Dispatcher>,
     lane: Lane,
     mut rx: mpsc::Receiver<Vec<DueTask>>,
     size: usize,
 ) {
     let permits = Arc::new(Semaphore::new(size.max(1)));
-    let mut shutdown = shared.shutdown.clone();
+    let mut shutdown = dispatcher.cluster.shutdown.clone();
     loop {
         let batch = tokio::select! {
             b = rx.recv() => b,
@@ -262,15 +294,17 @@ async fn pool_loop(
         };
         if *shutdown.borrow() {
             // Stopping: hand it back rather than start a dispatch nobody would record.
-            shared.ring.defer(batch, shared.clock.now_ms());
+            dispatcher
+                .ring
+                .defer(batch, dispatcher.cluster.clock.now_ms());
             break;
         }
         // Counted before the task starts, so the recorder never sees a gap at shutdown.
-        shared.in_flight.fetch_add(1, Ordering::SeqCst);
-        let shared = shared.clone();
+        dispatcher.in_flight.fetch_add(1, Ordering::SeqCst);
+        let dispatcher = dispatcher.clone();
         tokio::spawn(async move {
-            dispatch_tasks(&shared, batch).await;
-            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+            dispatch_tasks(&dispatcher, batch).await;
+            dispatcher.in_flight.fetch_sub(1, Ordering::SeqCst);
             drop(permit);
         });
         metrics::gauge!("rota_pool_queue_depth", "pool" => lane.as_str()).set(rx.len() as f64);
@@ -278,7 +312,9 @@ async fn pool_loop(
     // Whatever is still queued goes back to the wheel, to be handed back as claims.
     rx.close();
     while let Some(batch) = rx.recv().await {
-        shared.ring.defer(batch, shared.clock.now_ms());
+        dispatcher
+            .ring
+            .defer(batch, dispatcher.cluster.clock.now_ms());
     }
     // Wait for in-flight dispatches.
     let _ = permits.acquire_many(size.max(1) as u32).await;

@@ -4,9 +4,9 @@
 use super::*;
 
 /// Writes what was sent, in batches, after the fact; then the ring forgets those tasks.
-pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Dispatched>) {
+pub(crate) async fn record_loop(dispatcher: Arc<Dispatcher>, mut rx: mpsc::Receiver<Dispatched>) {
     let mut buf: Vec<Dispatched> = Vec::with_capacity(RECORD_BATCH);
-    let mut shutdown = shared.shutdown.clone();
+    let mut shutdown = dispatcher.cluster.shutdown.clone();
     loop {
         let got = if *shutdown.borrow() {
             // Stopping: drain what in-flight dispatches still send, then end.
@@ -17,7 +17,7 @@ pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Disp
             .await
             {
                 Ok(n) => n,
-                Err(_) if shared.in_flight.load(Ordering::SeqCst) == 0 => return,
+                Err(_) if dispatcher.in_flight.load(Ordering::SeqCst) == 0 => return,
                 Err(_) => continue,
             }
         } else {
@@ -47,9 +47,14 @@ pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Disp
         loop {
             // Under the lease held now: what was sent under an epoch this node lost is not
             // recorded (the taker recorded what had arrived).
-            match shared
+            match dispatcher
+                .cluster
                 .store
-                .record_dispatches(shared.lease.get(), &buf, shared.clock.now_ms())
+                .record_dispatches(
+                    dispatcher.cluster.lease.get(),
+                    &buf,
+                    dispatcher.cluster.clock.now_ms(),
+                )
                 .await
             {
                 Ok(elsewhere) => {
@@ -75,7 +80,7 @@ pub(crate) async fn record_loop(shared: Arc<Shared>, mut rx: mpsc::Receiver<Disp
                 }
             }
         }
-        shared
+        dispatcher
             .ring
             .fired(buf.iter().map(|d| (d.task_id, d.attempt)));
         buf.clear();

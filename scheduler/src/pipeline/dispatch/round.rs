@@ -89,13 +89,13 @@ pub(super) enum Unsent {
 /// (each round sends every remaining trigger to its next candidate, one request per
 /// executor), classify the answers, then hand on what became of each.
 #[tracing::instrument(skip_all, fields(tasks = batch.len()))]
-pub(super) async fn dispatch_tasks(shared: &Shared, batch: Vec<DueTask>) {
-    let mut dispatch = Dispatch::new(shared.clock.now_ms());
+pub(super) async fn dispatch_tasks(dispatcher: &Dispatcher, batch: Vec<DueTask>) {
+    let mut dispatch = Dispatch::new(dispatcher.cluster.clock.now_ms());
     for task in batch {
-        dispatch.plan(shared, task).await;
+        dispatch.plan(dispatcher, task).await;
     }
-    while !dispatch.pending.is_empty() && dispatch.round(shared).await {}
-    dispatch.finish(shared).await;
+    while !dispatch.pending.is_empty() && dispatch.round(dispatcher).await {}
+    dispatch.finish(dispatcher).await;
 }
 
 /// One pool batch on its way out: the triggers still to send, and what became of the rest.
@@ -128,13 +128,17 @@ impl Dispatch {
 
     /// Resolves a task's job and executors and queues its triggers (one per shard) with
     /// their candidates in route order.
-    async fn plan(&mut self, shared: &Shared, task: DueTask) {
-        let job = match shared.jobs.get(&shared.store, task.job_id).await {
+    async fn plan(&mut self, dispatcher: &Dispatcher, task: DueTask) {
+        let job = match dispatcher
+            .jobs
+            .get(&dispatcher.cluster.store, task.job_id)
+            .await
+        {
             Ok(Some(job)) => job,
             Ok(None) => return self.unsent.orphans.push(task),
             Err(e) => {
                 tracing::warn!(error = %e, "loading a job for dispatch failed; retrying shortly");
-                shared.ring.defer(vec![task], self.now + JOB_RETRY_MS);
+                dispatcher.ring.defer(vec![task], self.now + JOB_RETRY_MS);
                 return;
             }
         };
@@ -155,7 +159,7 @@ impl Dispatch {
                 reason,
             });
         }
-        let executors = shared.executors.of_app(&spec.app);
+        let executors = dispatcher.executors.of_app(&spec.app);
         if executors.is_empty() {
             return self.unsent.no_executor.push(task);
         }
@@ -173,10 +177,10 @@ impl Dispatch {
                 })
                 .collect()
         } else {
-            let order = shared.router.order(spec.route, task.job_id, &addresses);
+            let order = dispatcher.router.order(spec.route, task.job_id, &addresses);
             let mut candidates: Vec<String> = order.iter().map(|&i| addresses[i].clone()).collect();
             if spec.route == Route::Busyover {
-                candidates = idle_first(shared, &spec.app, task.job_id, candidates).await;
+                candidates = idle_first(dispatcher, &spec.app, task.job_id, candidates).await;
             }
             vec![Shard {
                 index: 0,
@@ -205,20 +209,20 @@ impl Dispatch {
 
     /// Sends every pending trigger to its next candidate and sorts the answers; `false`
     /// when no further round can help (nothing left, or the lease is gone).
-    async fn round(&mut self, shared: &Shared) -> bool {
+    async fn round(&mut self, dispatcher: &Dispatcher) -> bool {
         // The lease is checked again right before sending, not only when the ring fired:
         // a batch that waited in a pool past it (a starved or paused node) may belong to
         // another node by now. Send nothing; the wheel holds it, and drops it if this node
         // turns out to be fenced (docs/cluster.md).
-        let round_at = shared.clock.now_ms();
+        let round_at = dispatcher.cluster.clock.now_ms();
         // The lease as this round saw it travels with the triggers: an executor refuses
         // them past it (`expired`), so a stall between this check and the send (the
         // process paused, the request slow to go out) cannot deliver them after another
         // node took them over.
-        let lease_until = shared.fire_lease.until();
+        let lease_until = dispatcher.cluster.fire_lease.until();
         // Read after the lease (a rejoin renews the epoch first, then the lease): under a
         // lease of the new epoch, the old epoch's fires are always seen as stale here.
-        self.pending = drop_stale(shared, std::mem::take(&mut self.pending), |p| &p.task);
+        self.pending = drop_stale(dispatcher, std::mem::take(&mut self.pending), |p| &p.task);
         if self.pending.is_empty() {
             return false;
         }
@@ -226,26 +230,33 @@ impl Dispatch {
         // executor has time to admit what was sent near the lease's end, while every
         // admission still precedes by a quarter of dead-after the earliest moment a taker
         // could ask it (`docs/cluster.md`, argument 4).
-        let not_after = lease_until + shared.config.node_dead_after_ms / 4;
+        let not_after = lease_until + dispatcher.cluster.config.node_dead_after_ms / 4;
         if round_at > lease_until {
-            hold_for_lease(shared, self.pending.drain(..), round_at);
+            hold_for_lease(dispatcher, self.pending.drain(..), round_at);
             return false;
         }
-        let by_executor = self.by_executor(shared, round_at);
+        let by_executor = self.by_executor(dispatcher, round_at);
         if by_executor.is_empty() {
             return false;
         }
         let requests = by_executor
             .into_iter()
             .map(|((app, address), group)| async move {
-                let out = send_to(shared, &app, &address, group, not_after).await;
+                let out = send_to(dispatcher, &app, &address, group, not_after).await;
                 (app, address, out)
             });
         let mut expired: Vec<Pending> = Vec::new();
         for (app, address, out) in join_all(requests).await {
             for answered in out.answered {
-                self.classify(shared, &app, &address, answered, not_after, &mut expired)
-                    .await;
+                self.classify(
+                    dispatcher,
+                    &app,
+                    &address,
+                    answered,
+                    not_after,
+                    &mut expired,
+                )
+                .await;
             }
             self.not_sent(&address, out.unsent, out.why);
         }
@@ -256,9 +267,9 @@ impl Dispatch {
             );
             // The rest of this dispatch waits too: the lease is gone for all of it.
             hold_for_lease(
-                shared,
+                dispatcher,
                 expired.into_iter().chain(self.pending.drain(..)),
-                shared.clock.now_ms(),
+                dispatcher.cluster.clock.now_ms(),
             );
             return false;
         }
@@ -270,14 +281,14 @@ impl Dispatch {
     /// triggers out of candidates end here.
     fn by_executor(
         &mut self,
-        shared: &Shared,
+        dispatcher: &Dispatcher,
         round_at: Millis,
     ) -> HashMap<(String, String), Vec<Pending>> {
         let mut held = std::mem::take(&mut self.pending);
         let mut ready = Vec::with_capacity(held.len());
         while let Some(mut p) = held.pop() {
             match p.candidates.get(p.next) {
-                Some(address) if shared.rooms.is_full(address, round_at) => {
+                Some(address) if dispatcher.rooms.is_full(address, round_at) => {
                     p.last_error = Some(format!("executor {address} is at capacity"));
                     p.next += 1;
                     held.push(p);
@@ -324,7 +335,7 @@ impl Dispatch {
     /// What one request's answer means for each of its triggers.
     async fn classify(
         &mut self,
-        shared: &Shared,
+        dispatcher: &Dispatcher,
         app: &str,
         address: &str,
         answered: Answered,
@@ -360,7 +371,7 @@ impl Dispatch {
                 // request took that long): past `not_after` the executor takes none of them
                 // any more, so what it has now is final. Ask it.
                 tracing::warn!(error = %e, triggers = group.len(), "dispatch unanswered past this node's lease; asking the executor what it took");
-                let (taken, not_taken) = resolve_unanswered(shared, app, address, group).await;
+                let (taken, not_taken) = resolve_unanswered(dispatcher, app, address, group).await;
                 self.sent.extend(taken);
                 expired.extend(not_taken);
             }
@@ -443,13 +454,13 @@ impl Dispatch {
 
     /// Hands on what became of the batch: sends to the recorder, full ones back to the
     /// wheel, the rest settled or completed as failed.
-    async fn finish(self, shared: &Shared) {
+    async fn finish(self, dispatcher: &Dispatcher) {
         let got_out = !self.sent.is_empty();
         if got_out {
             metrics::counter!("rota_dispatched_total").increment(self.sent.len() as u64);
             for d in self.sent {
                 // The recorder is bounded; waiting here is back-pressure on the pool.
-                if shared.recorder.send(d).await.is_err() {
+                if dispatcher.recorder.send(d).await.is_err() {
                     break;
                 }
             }
@@ -461,23 +472,23 @@ impl Dispatch {
             } else {
                 FULL_IDLE_HOLD_MS
             };
-            shared
+            dispatcher
                 .ring
-                .defer(self.deferred, shared.clock.now_ms() + hold);
+                .defer(self.deferred, dispatcher.cluster.clock.now_ms() + hold);
         }
-        settle_unsent(shared, self.unsent).await;
-        complete_failures(shared, self.failed).await;
+        settle_unsent(dispatcher, self.unsent).await;
+        complete_failures(dispatcher, self.failed).await;
     }
 }
 
 /// Drops fires held under an epoch of this node's lease that has ended: the node was taken
 /// over since, and they are the taker's (`docs/cluster.md`).
 pub(super) fn drop_stale<T>(
-    shared: &Shared,
+    dispatcher: &Dispatcher,
     items: Vec<T>,
     task: impl Fn(&T) -> &DueTask,
 ) -> Vec<T> {
-    let epoch = shared.lease.get().epoch;
+    let epoch = dispatcher.cluster.lease.get().epoch;
     let before = items.len();
     let kept: Vec<T> = items
         .into_iter()
@@ -493,13 +504,17 @@ pub(super) fn drop_stale<T>(
 
 /// Gives fires back to the wheel, unsent, while this node's lease is unconfirmed: they go
 /// out when a heartbeat renews it, or are dropped with the wheel if the node was fenced.
-pub(super) fn hold_for_lease(shared: &Shared, pending: impl Iterator<Item = Pending>, now: Millis) {
+pub(super) fn hold_for_lease(
+    dispatcher: &Dispatcher,
+    pending: impl Iterator<Item = Pending>,
+    now: Millis,
+) {
     let mut held: HashMap<i64, DueTask> = HashMap::new();
     for p in pending {
         held.entry(p.task.task_id).or_insert(p.task);
     }
     metrics::counter!("rota_fires_held_total").increment(held.len() as u64);
-    shared
+    dispatcher
         .ring
         .defer(held.into_values().collect(), now + LEASE_RETRY_MS);
 }
@@ -507,7 +522,7 @@ pub(super) fn hold_for_lease(shared: &Shared, pending: impl Iterator<Item = Pend
 /// Busyover (XXL-JOB's semantics): ask the executors in order whether they run this job now
 /// (`/idle-beat`) and put the first idle one first; executors that do not answer go last.
 pub(super) async fn idle_first(
-    shared: &Shared,
+    dispatcher: &Dispatcher,
     app: &str,
     job_id: i64,
     candidates: Vec<String>,
@@ -515,7 +530,7 @@ pub(super) async fn idle_first(
     let mut busy = Vec::new();
     let mut silent = Vec::new();
     for (i, address) in candidates.iter().enumerate() {
-        match shared.client.idle_beat(app, address, job_id).await {
+        match dispatcher.client.idle_beat(app, address, job_id).await {
             Ok(ack) if ack.idle => {
                 let mut ordered = vec![address.clone()];
                 ordered.extend(busy);

@@ -10,7 +10,7 @@ use super::*;
 /// burst every round; what is not sent goes back to the caller, for the next candidate
 /// or the wheel. Run ids are taken per request, so triggers held back use up none.
 pub(super) async fn send_to(
-    shared: &Shared,
+    dispatcher: &Dispatcher,
     app: &str,
     address: &str,
     mut rest: Vec<Pending>,
@@ -18,7 +18,7 @@ pub(super) async fn send_to(
 ) -> Sent {
     let started = Instant::now();
     let mut answered = Vec::new();
-    let mut room = shared.rooms.first_request(address);
+    let mut room = dispatcher.rooms.first_request(address);
     let why = loop {
         if rest.is_empty() {
             break Unsent::Full;
@@ -27,7 +27,11 @@ pub(super) async fn send_to(
         let mut group = std::mem::replace(&mut rest, tail);
         let unnumbered = group.iter().filter(|p| p.run_id.is_none()).count();
         if unnumbered > 0 {
-            match shared.run_ids.take(&shared.store, unnumbered).await {
+            match dispatcher
+                .run_ids
+                .take(&dispatcher.cluster.store, unnumbered)
+                .await
+            {
                 Ok(ids) => {
                     let slots = group.iter_mut().filter(|p| p.run_id.is_none());
                     for (p, id) in slots.zip(ids) {
@@ -42,7 +46,7 @@ pub(super) async fn send_to(
                 }
             }
         }
-        let sent_at = shared.clock.now_ms();
+        let sent_at = dispatcher.cluster.clock.now_ms();
         let batch = TriggerBatch {
             triggers: group
                 .iter()
@@ -51,13 +55,13 @@ pub(super) async fn send_to(
             not_after: Some(not_after),
         };
         let sending = Instant::now();
-        let result = shared.client.trigger(app, address, &batch).await;
+        let result = dispatcher.client.trigger(app, address, &batch).await;
         let elapsed = sending.elapsed();
         metrics::histogram!("rota_dispatch_seconds").record(elapsed.as_secs_f64());
-        shared
+        dispatcher
             .slow
             .record(group.iter().map(|p| p.task.job_id), elapsed);
-        let answered_at = shared.clock.now_ms();
+        let answered_at = dispatcher.cluster.clock.now_ms();
         let stop = match &result {
             Ok(ack) => {
                 let full = ack.acks.iter().any(|a| a.outcome == TriggerOutcome::Full);
@@ -67,7 +71,7 @@ pub(super) async fn send_to(
                     None if full => 0,
                     None => MAX_PER_REQUEST,
                 };
-                shared.rooms.note(address, room, answered_at);
+                dispatcher.rooms.note(address, room, answered_at);
                 (room == 0 || full).then_some(Unsent::Full)
             }
             Err(e) => Some(Unsent::Failed(
@@ -100,7 +104,7 @@ pub(super) async fn send_to(
 /// (held like any fire without a lease). If it does not answer this either, all count as
 /// delivered, as for any unanswered send (its heartbeat sorts out the rest).
 pub(super) async fn resolve_unanswered(
-    shared: &Shared,
+    dispatcher: &Dispatcher,
     app: &str,
     address: &str,
     group: Vec<Pending>,
@@ -114,8 +118,8 @@ pub(super) async fn resolve_unanswered(
             })
             .collect(),
     };
-    let now = shared.clock.now_ms();
-    let known = match shared.client.runs_known(app, address, &req).await {
+    let now = dispatcher.cluster.clock.now_ms();
+    let known = match dispatcher.client.runs_known(app, address, &req).await {
         Ok(ack) => ack.known,
         Err(e) => {
             tracing::warn!(error = %e, "the executor did not answer which triggers it took; treating them as delivered");

@@ -50,23 +50,23 @@ pub(super) fn unreachable_wait(p: Pending, now: Millis, limit_ms: i64) -> Wait {
 
 /// Settles the fires that go out without a run: waiting ones to the database (or back to
 /// the wheel when it cannot be written), void and orphaned ones out of the ring.
-pub(super) async fn settle_unsent(shared: &Shared, u: Unsendable) {
-    let now = shared.clock.now_ms();
+pub(super) async fn settle_unsent(dispatcher: &Dispatcher, u: Unsendable) {
+    let now = dispatcher.cluster.clock.now_ms();
     if !u.orphans.is_empty() {
         let ids: Vec<i64> = u.orphans.iter().map(|t| t.task_id).collect();
-        match shared.store.cancel_orphans(&ids, now).await {
-            Ok(()) => shared
+        match dispatcher.cluster.store.cancel_orphans(&ids, now).await {
+            Ok(()) => dispatcher
                 .ring
                 .fired(u.orphans.iter().map(|t| (t.task_id, t.attempt))),
             Err(e) => {
                 tracing::warn!(error = %e, "cancelling tasks of deleted jobs failed; retrying shortly");
-                shared.ring.defer(u.orphans, now + JOB_RETRY_MS);
+                dispatcher.ring.defer(u.orphans, now + JOB_RETRY_MS);
             }
         }
     }
     if !u.void.is_empty() {
         metrics::counter!("rota_fires_void_total").increment(u.void.len() as u64);
-        shared
+        dispatcher
             .ring
             .fired(u.void.iter().map(|t| (t.task_id, t.attempt)));
     }
@@ -77,32 +77,41 @@ pub(super) async fn settle_unsent(shared: &Shared, u: Unsendable) {
             .iter()
             .map(|t| (t.task_id, t.waiting_since.unwrap_or(now)))
             .collect();
-        match shared.store.park_waiting(shared.lease.get(), &parked).await {
+        match dispatcher
+            .cluster
+            .store
+            .park_waiting(dispatcher.cluster.lease.get(), &parked)
+            .await
+        {
             Ok(()) => {
                 tracing::info!(
                     tasks = parked.len(),
                     "fires found no live executor of their app; they wait for one"
                 );
-                shared
+                dispatcher
                     .ring
                     .fired(u.no_executor.iter().map(|t| (t.task_id, t.attempt)));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "parking fires without an executor failed; holding them");
-                shared.ring.defer(u.no_executor, now + UNREACHABLE_HOLD_MS);
+                dispatcher
+                    .ring
+                    .defer(u.no_executor, now + UNREACHABLE_HOLD_MS);
             }
         }
     }
     if !u.unreachable.is_empty() {
         metrics::counter!("rota_fires_waiting_total").increment(u.unreachable.len() as u64);
-        shared.ring.defer(u.unreachable, now + UNREACHABLE_HOLD_MS);
+        dispatcher
+            .ring
+            .defer(u.unreachable, now + UNREACHABLE_HOLD_MS);
     }
 }
 
 /// Records the runs that ended at the scheduler, numbering those never sent. Waits for
 /// the database (retrying) rather than forget a failure; at shutdown the claims stay in
 /// the database and the next start recovers them.
-pub(super) async fn complete_failures(shared: &Shared, failed: Vec<Failed>) {
+pub(super) async fn complete_failures(dispatcher: &Dispatcher, failed: Vec<Failed>) {
     if failed.is_empty() {
         return;
     }
@@ -114,12 +123,16 @@ pub(super) async fn complete_failures(shared: &Shared, failed: Vec<Failed>) {
     let unnumbered = failed.iter().filter(|f| f.run_id.is_none()).count();
     let mut delay = Duration::from_millis(50);
     let mut ids = loop {
-        match shared.run_ids.take(&shared.store, unnumbered).await {
+        match dispatcher
+            .run_ids
+            .take(&dispatcher.cluster.store, unnumbered)
+            .await
+        {
             Ok(ids) => break ids.into_iter(),
             Err(e) => {
                 tracing::warn!(error = %e, "reserving run ids for failed dispatches failed; retrying");
-                if *shared.shutdown.borrow() {
-                    shared.ring.fired(attempts);
+                if *dispatcher.cluster.shutdown.borrow() {
+                    dispatcher.ring.fired(attempts);
                     return;
                 }
                 tokio::time::sleep(delay).await;
@@ -135,11 +148,11 @@ pub(super) async fn complete_failures(shared: &Shared, failed: Vec<Failed>) {
         })
         .collect();
     loop {
-        match crate::pipeline::complete::apply(shared, &updates).await {
+        match crate::pipeline::complete::apply(&dispatcher.completion, &updates).await {
             Ok(_) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "recording failed dispatches failed; retrying");
-                if *shared.shutdown.borrow() {
+                if *dispatcher.cluster.shutdown.borrow() {
                     break;
                 }
                 tokio::time::sleep(delay).await;
@@ -147,7 +160,7 @@ pub(super) async fn complete_failures(shared: &Shared, failed: Vec<Failed>) {
             }
         }
     }
-    shared.ring.fired(attempts);
+    dispatcher.ring.fired(attempts);
 }
 
 /// A run that ended at the scheduler: it never reached a plugin.
