@@ -59,6 +59,9 @@ pub const PATH_PEER_CANCEL: &str = "/api/node/v1/cancel";
 /// Scheduler node → scheduler node: `POST` a [`PeerJobChanged`] → `{}`. The receiver
 /// forgets its copy of the job and scans at once.
 pub const PATH_PEER_JOB_CHANGED: &str = "/api/node/v1/job-changed";
+/// Scheduler node → scheduler node: `POST` a [`PeerReady`] → `{}`. Tasks of these `pull`
+/// jobs became ready on the sender's wheel: the receiver wakes the pulls waiting for them.
+pub const PATH_PEER_READY: &str = "/api/node/v1/ready";
 
 /// Where an executor downloads the plugin module with this SHA-256 (lower-case hex).
 pub fn plugin_path(sha256: &str) -> String {
@@ -530,6 +533,11 @@ pub struct PeerCancelAck {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeerJobChanged {
     pub job_id: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerReady {
+    pub job_ids: Vec<i64>,
 }
 
 #[cfg(test)]

@@ -72,9 +72,9 @@ impl Db {
     /// ten times a second, taken from the system under test).
     pub async fn any_unfinished(&self, job_id: i64) -> bool {
         const MY: &str = "SELECT EXISTS(SELECT 1 FROM tasks FORCE INDEX (ix_tasks_due) \
-             WHERE status IN ('pending', 'claimed', 'waiting', 'running') AND job_id = ?)";
+             WHERE status IN ('pending', 'claimed', 'waiting', 'ready', 'running') AND job_id = ?)";
         const LITE: &str = "SELECT EXISTS(SELECT 1 FROM tasks INDEXED BY ix_tasks_due \
-             WHERE status IN ('pending', 'claimed', 'waiting', 'running') AND job_id = ?)";
+             WHERE status IN ('pending', 'claimed', 'waiting', 'ready', 'running') AND job_id = ?)";
         let found: i64 = match self {
             Db::My(p) => sqlx::query_scalar(MY).bind(job_id).fetch_one(p).await,
             Db::Lite(p) => sqlx::query_scalar(LITE).bind(job_id).fetch_one(p).await,

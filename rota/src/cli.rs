@@ -8,7 +8,7 @@ use rota_proto::Secret;
 use rota_scheduler::Config;
 use tokio::net::TcpListener;
 
-use crate::cmd::TaskArgs;
+use crate::cmd::{QueueArgs, TaskArgs};
 
 #[derive(Parser)]
 #[command(
@@ -25,8 +25,10 @@ pub struct Cli {
 enum Command {
     /// Run a scheduler node (scan, wheel, dispatch, REST API) against MySQL or SQLite.
     Server(ServerArgs),
-    /// Add, read, list and cancel delayed tasks on a running scheduler.
+    /// Add, read, list, cancel and re-drive delayed tasks on a running scheduler.
     Task(TaskArgs),
+    /// Consume a `pull` job's tasks: pull them with a lease, then ack, nack or extend.
+    Queue(QueueArgs),
     /// Run everything in one process: a scheduler node, the REST API and an embedded
     /// executor, on SQLite under --data-dir.
     Standalone(crate::nodes::StandaloneArgs),
@@ -191,6 +193,7 @@ impl Cli {
                 rota_scheduler::run(config, listener, shutdown_signal()).await
             }
             Command::Task(args) => args.run().await,
+            Command::Queue(args) => args.run().await,
             Command::Standalone(args) => crate::nodes::standalone(args, shutdown_signal()).await,
             Command::Executor(args) => crate::nodes::executor(args, shutdown_signal()).await,
             Command::AppKey(args) => {

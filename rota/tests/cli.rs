@@ -556,3 +556,95 @@ async fn executors_need_their_apps_key_and_app_key_prints_it() {
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("--app"), "{}", out.stderr);
 }
+
+/// The line `name  value` of a pulled task or a task, its value.
+fn field<'a>(stdout: &'a str, name: &str) -> &'a str {
+    stdout
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(name)
+                .filter(|rest| rest.starts_with(' '))
+                .map(str::trim)
+        })
+        .unwrap_or_else(|| panic!("no `{name}` in:\n{stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_job_is_consumed_and_its_dead_task_re_driven_from_the_command_line() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "orders", "app": "default", "schedule": {"kind": "none"},
+                    "delivery": {"kind": "pull"}, "max_attempts": 1}),
+        ),
+    )
+    .await;
+    let out = rota_ok(&server, &["queue", "pull", "orders"]).await;
+    assert!(out.contains("no task is due"), "{out}");
+
+    rota_ok(
+        &server,
+        &["task", "add", "--job", "orders", "--payload", "order 42"],
+    )
+    .await;
+    let out = rota_ok(
+        &server,
+        &[
+            "queue",
+            "pull",
+            "orders",
+            "--wait",
+            "10s",
+            "--consumer",
+            "shell",
+        ],
+    )
+    .await;
+    let task = field(&out, "task").to_owned();
+    let lease = field(&out, "lease").to_owned();
+    assert_eq!(field(&out, "payload"), "\"order 42\"");
+    assert_eq!(field(&out, "attempt"), "1");
+
+    let out = rota_ok(&server, &["queue", "extend", &task, &lease, "--for", "2m"]).await;
+    assert!(out.contains("the lease now ends at"), "{out}");
+    let out = rota_ok(
+        &server,
+        &[
+            "queue",
+            "nack",
+            &task,
+            &lease,
+            "--error",
+            "warehouse closed",
+        ],
+    )
+    .await;
+    assert!(out.starts_with(&format!("nacked task {task}")), "{out}");
+    assert_eq!(field(&out, "status"), "dead", "one attempt only");
+
+    // A stale lease is refused with the server's words.
+    let out = rota(&server, &["queue", "ack", &task, &lease]).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains("409") && out.stderr.contains("no longer held"),
+        "{out:?}"
+    );
+
+    let out = rota_ok(&server, &["task", "retry", &task]).await;
+    assert!(out.contains("is due again"), "{out}");
+    let out = rota_ok(&server, &["queue", "pull", "orders", "--wait", "10s"]).await;
+    assert_eq!(field(&out, "attempt"), "2");
+    let lease = field(&out, "lease").to_owned();
+    let out = rota_ok(&server, &["queue", "ack", &task, &lease]).await;
+    assert_eq!(field(&out, "status"), "succeeded");
+
+    let out = rota_ok(&server, &["task", "retry", "--job", "orders", "--dead"]).await;
+    assert!(out.contains("0 dead task(s)"), "nothing left dead: {out}");
+    let out = rota(&server, &["task", "retry", &task]).await;
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("only a dead task"), "{out:?}");
+}

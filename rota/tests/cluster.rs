@@ -17,42 +17,6 @@ use support::*;
 /// heartbeats on a small machine. One at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The database both nodes use, dropped at the end on MySQL.
-struct SharedDb {
-    url: String,
-    mysql: Option<rota_testkit::MysqlDb>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl SharedDb {
-    async fn new() -> SharedDb {
-        match rota_testkit::mysql_base_url() {
-            Some(base) => {
-                let db = rota_testkit::MysqlDb::create_on(&base, "rota_cl").await;
-                SharedDb {
-                    url: db.url.clone(),
-                    mysql: Some(db),
-                    _dir: None,
-                }
-            }
-            None => {
-                let (url, dir) = sqlite_url();
-                SharedDb {
-                    url,
-                    mysql: None,
-                    _dir: Some(dir),
-                }
-            }
-        }
-    }
-
-    async fn drop_db(self) {
-        if let Some(db) = self.mysql {
-            db.drop_db().await;
-        }
-    }
-}
-
 /// Two nodes on one database, an executor double registered with A, a job, and 60 tasks due
 /// 0.5–3.5 s from now that A claimed as it accepted them.
 struct Bed {

@@ -253,6 +253,16 @@ impl ExecutorClient {
         .await
     }
 
+    /// Tells the node at `address` that tasks of these pull jobs became ready.
+    pub async fn node_ready(
+        &self,
+        address: &str,
+        req: &rota_proto::wire::PeerReady,
+    ) -> Result<serde_json::Value, ClientError> {
+        self.post(To::Peer, address, rota_proto::wire::PATH_PEER_READY, req)
+            .await
+    }
+
     pub async fn runs_known(
         &self,
         app: &str,

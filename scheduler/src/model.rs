@@ -78,13 +78,15 @@ named_enum! {
 
 named_enum! {
     /// A task's state in the database. `Claimed` is internal (a node holds it in its wheel) and
-    /// shows as `pending` in the API, and so does `Waiting` (it came due when no executor of
-    /// its app was live, and waits for one); a `Pending` or `Waiting` task with `attempt > 1`
-    /// waits for a retry and shows as `failed`.
+    /// shows as `pending` in the API, and so do `Waiting` (it came due when no executor of
+    /// its app was live, and waits for one) and `Ready` (a `pull` job's task that came due
+    /// and waits for a consumer); such a task with `attempt > 1` waits for a retry and
+    /// shows as `failed`. A `Running` task of a pull job is leased to a consumer.
     pub enum TaskStatus {
         Pending => "pending",
         Claimed => "claimed",
         Waiting => "waiting",
+        Ready => "ready",
         Running => "running",
         Succeeded => "succeeded",
         Dead => "dead",
@@ -96,6 +98,86 @@ impl TaskStatus {
     /// True once the task will never run again.
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::Dead | Self::Cancelled)
+    }
+}
+
+/// Who receives a job's fires and tasks (SPEC §8).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", try_from = "DeliveryFields")]
+pub enum Delivery {
+    /// The job's plugin runs on an executor of its app.
+    #[default]
+    Wasm,
+    /// Consumers pull them (`POST /api/v1/jobs/{job}/pull`) and ack each; no plugin.
+    Pull,
+    /// Each is POSTed to `url`, which must be on the job's `http_allow` list; no plugin.
+    Http {
+        url: String,
+        /// How long one delivery may take (1 to 300,000 ms; the job's `timeout_ms` if not
+        /// given).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<i64>,
+        /// A secret of the job's app: each delivery is signed with it (`x-rota-signature`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signing_secret: Option<String>,
+    },
+}
+
+/// A delivery as sent: every field of every kind, so that one that does not belong to the
+/// kind is named in the error (serde's tagged enums let extra fields of unit variants by).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeliveryFields {
+    kind: String,
+    url: Option<String>,
+    timeout_ms: Option<i64>,
+    signing_secret: Option<String>,
+}
+
+impl TryFrom<DeliveryFields> for Delivery {
+    type Error = String;
+
+    fn try_from(f: DeliveryFields) -> Result<Self, String> {
+        let only_http = |kind: &str| {
+            let extra = [
+                ("url", f.url.is_some()),
+                ("timeout_ms", f.timeout_ms.is_some()),
+                ("signing_secret", f.signing_secret.is_some()),
+            ];
+            match extra.iter().find(|(_, given)| *given) {
+                Some((field, _)) => Err(format!(
+                    "delivery: `{field}` belongs to `http` delivery, not `{kind}`"
+                )),
+                None => Ok(()),
+            }
+        };
+        match f.kind.as_str() {
+            "wasm" => only_http("wasm").map(|()| Delivery::Wasm),
+            "pull" => only_http("pull").map(|()| Delivery::Pull),
+            "http" => Ok(Delivery::Http {
+                url: f.url.ok_or("delivery: `http` delivery needs a `url`")?,
+                timeout_ms: f.timeout_ms,
+                signing_secret: f.signing_secret,
+            }),
+            other => Err(format!(
+                "delivery: `{other}` is not a kind of delivery; expected one of: wasm, pull, http"
+            )),
+        }
+    }
+}
+
+impl Delivery {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Delivery::Wasm => "wasm",
+            Delivery::Pull => "pull",
+            Delivery::Http { .. } => "http",
+        }
+    }
+
+    /// Does this delivery run a plugin?
+    pub fn runs_plugin(&self) -> bool {
+        *self == Delivery::Wasm
     }
 }
 
@@ -185,6 +267,8 @@ pub struct JobSpec {
     /// How long a fire may wait for a live executor of the app before it is a failed
     /// attempt; `None`: [`DEFAULT_NO_EXECUTOR_TIMEOUT_MS`].
     pub no_executor_timeout_ms: Option<i64>,
+    /// Who receives its fires; a `pull` or `http` job has no plugin (`plugin` is empty).
+    pub delivery: Delivery,
 }
 
 /// How long a fire waits for an executor of its app by default (SPEC §4, "No executor yet").

@@ -741,6 +741,12 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
     t.upload_echo().await;
     let created = t.api(M::POST, "/api/v1/jobs", Some(json!({"name": "base", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}))).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let pulled = t.api(M::POST, "/api/v1/jobs", Some(json!({"name": "q", "app": "default", "schedule": {"kind": "none"}, "delivery": {"kind": "pull"}}))).await;
+    assert_eq!(pulled.status, StatusCode::CREATED, "{}", pulled.body);
+    let acks_over = format!(
+        r#"{{"acks": [{}]}}"#,
+        vec![r#"{"task": 1, "lease": "x"}"#; 1_001].join(",")
+    );
     let big_name = "n".repeat(10_000);
     let big_payload = "p".repeat(70 * 1024);
     let batch_over = format!(
@@ -1217,6 +1223,178 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             "name",
         ),
         bad(M::GET, "/api/v1/apps/..%2F..%2F/secrets", "", 422, "app"),
+        // --- delivery (SPEC §8) ---
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            leak(job(r#", "delivery": {"kind": "pigeon"}"#)),
+            400,
+            "pigeon",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            leak(job(r#", "delivery": {"kind": "pull", "url": "x"}"#)),
+            400,
+            "url",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            leak(job(r#", "delivery": {"kind": "pull"}"#)),
+            422,
+            "plugin",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs",
+            leak(job(
+                r#", "delivery": {"kind": "http", "url": "http://127.0.0.1:1/"}"#,
+            )),
+            422,
+            "http",
+        ),
+        bad(
+            M::PATCH,
+            "/api/v1/jobs/base?force=maybe",
+            "{}",
+            400,
+            "force",
+        ),
+        bad(M::POST, "/api/v1/jobs/q/pull", "{", 400, "JSON"),
+        bad(
+            M::POST,
+            "/api/v1/jobs/q/pull",
+            r#"{"bogus": 1}"#,
+            400,
+            "bogus",
+        ),
+        bad(M::POST, "/api/v1/jobs/q/pull", r#"{"max": 0}"#, 422, "max"),
+        bad(
+            M::POST,
+            "/api/v1/jobs/q/pull",
+            r#"{"max": 1001}"#,
+            422,
+            "max",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs/q/pull",
+            r#"{"lease_ms": 999}"#,
+            422,
+            "lease_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs/q/pull",
+            r#"{"wait_ms": 30001}"#,
+            422,
+            "wait_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/jobs/q/pull",
+            r#"{"consumer": " "}"#,
+            422,
+            "consumer",
+        ),
+        bad(M::POST, "/api/v1/jobs/base/pull", "{}", 409, "pull"),
+        bad(M::POST, "/api/v1/jobs/nope/pull", "{}", 404, "nope"),
+        bad(M::POST, "/api/v1/tasks/1/ack", "{}", 400, "lease"),
+        bad(
+            M::POST,
+            "/api/v1/tasks/1/ack",
+            r#"{"lease": 5}"#,
+            400,
+            "lease",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/abc/ack",
+            r#"{"lease": "x"}"#,
+            400,
+            "id",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/999999/ack",
+            r#"{"lease": "x"}"#,
+            404,
+            "task",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/1/nack",
+            r#"{"lease": "x", "delay_ms": -1}"#,
+            422,
+            "delay_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/1/extend",
+            r#"{"lease": "x", "lease_ms": 10}"#,
+            422,
+            "lease_ms",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/1/extend",
+            r#"{"lease": "x"}"#,
+            400,
+            "lease_ms",
+        ),
+        bad(M::POST, "/api/v1/jobs/q/ack", r#"{"acks": 5}"#, 400, "acks"),
+        bad(
+            M::POST,
+            "/api/v1/jobs/q/ack",
+            leak(acks_over),
+            413,
+            "at most",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/retry",
+            r#"{"job": "q", "status": "failed"}"#,
+            422,
+            "status",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/retry",
+            r#"{"job": "q", "status": "dead", "limit": 0}"#,
+            422,
+            "limit",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/tasks/retry",
+            r#"{"job": "nope", "status": "dead"}"#,
+            422,
+            "nope",
+        ),
+        bad(M::POST, "/api/v1/tasks/999999/retry", "", 404, "task"),
+        bad(M::PATCH, "/api/v1/tasks/1", "{}", 422, "run_at"),
+        bad(
+            M::PATCH,
+            "/api/v1/tasks/1",
+            r#"{"delay_ms": -5}"#,
+            422,
+            "delay_ms",
+        ),
+        bad(
+            M::PATCH,
+            "/api/v1/tasks/1",
+            r#"{"delay_ms": 0, "priority": 5000}"#,
+            422,
+            "priority",
+        ),
+        bad(
+            M::PATCH,
+            "/api/v1/tasks/999999",
+            r#"{"delay_ms": 0}"#,
+            404,
+            "task",
+        ),
         // --- anything else ---
         bad(M::GET, "/api/v1/../../etc/passwd", "", 404, "no route"),
         bad(
@@ -1324,7 +1502,11 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
         .iter()
         .map(|j| j["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["base"]);
+    assert_eq!(
+        names,
+        ["q", "base"],
+        "the two jobs made before the battery, newest first"
+    );
     let health = t
         .request(As::Nobody, M::GET, "/healthz", None, Vec::new())
         .await;

@@ -95,7 +95,47 @@ fn spec(name: &str) -> JobSpec {
         http_allow: vec![],
         enabled: true,
         no_executor_timeout_ms: None,
+        delivery: Delivery::Wasm,
     }
+}
+
+/// A job whose tasks consumers pull.
+fn pull_spec(name: &str) -> JobSpec {
+    JobSpec {
+        plugin: String::new(),
+        delivery: Delivery::Pull,
+        ..spec(name)
+    }
+}
+
+/// Tasks of `job` with these priorities, all due, claimed by `lease` and then ready, as
+/// dispatch leaves a pull job's fires. Their ids, in order.
+async fn ready_tasks(store: &Store, lease: NodeLease, job: i64, priorities: &[i32]) -> Vec<i64> {
+    let tasks: Vec<NewTask> = priorities
+        .iter()
+        .enumerate()
+        .map(|(i, &priority)| NewTask {
+            priority,
+            ..task(job, NOW - 10_000 + i as i64, None)
+        })
+        .collect();
+    let ids: Vec<i64> = store
+        .insert_tasks(&tasks, NOW)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let claimed = store
+        .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+        .await
+        .unwrap();
+    assert_eq!(claimed.tasks.len(), ids.len());
+    assert_eq!(
+        store.mark_ready(lease, &ids, NOW).await.unwrap(),
+        ids.len() as u64
+    );
+    ids
 }
 
 fn task(job_id: i64, due_at: Millis, key: Option<&str>) -> NewTask {
@@ -1793,3 +1833,225 @@ async fn stores_connecting_at_once_to_an_empty_database_all_come_up_mysql() {
     connect_at_once(&db.url).await;
     db.drop_db().await;
 }
+
+contract!(
+    pulls_lease_ready_tasks_once_by_priority_then_due,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let job = store
+            .insert_job(&pull_spec("orders"), None, NOW)
+            .await
+            .unwrap();
+        let ids = ready_tasks(&store, lease, job.id, &[0, 5, 0, 5]).await;
+        let first = store
+            .lease_ready(job.id, "a", &[100, 101], 30_000, NOW)
+            .await
+            .unwrap();
+        let got: Vec<i64> = first.iter().map(|l| l.task_id).collect();
+        assert_eq!(
+            got,
+            vec![ids[1], ids[3]],
+            "priority 5 first, earlier due first"
+        );
+        assert_eq!(first[0].run_id, 100);
+        assert_eq!(first[0].lease_expires_at, NOW + 30_000);
+        assert!(first[0].lease.starts_with("100."), "{}", first[0].lease);
+        let rest = store
+            .lease_ready(job.id, "b", &[102, 103, 104], 30_000, NOW)
+            .await
+            .unwrap();
+        let got: Vec<i64> = rest.iter().map(|l| l.task_id).collect();
+        assert_eq!(got, vec![ids[0], ids[2]]);
+        assert!(
+            store
+                .lease_ready(job.id, "c", &[105], 30_000, NOW)
+                .await
+                .unwrap()
+                .is_empty(),
+            "each ready task is leased once"
+        );
+        let task = store.get_task(ids[1]).await.unwrap();
+        assert_eq!(task.status, TaskStatus::Running);
+        let run = store.get_run(100).await.unwrap();
+        assert_eq!(run.executor.as_deref(), Some("pull:a"));
+        assert_eq!(run.status, RunStatus::Running);
+        assert_eq!((run.task_id, run.attempt), (ids[1], 1));
+    }
+);
+
+contract!(
+    a_lease_ends_once_by_its_ack_or_its_expiry,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let job = store
+            .insert_job(&pull_spec("orders"), None, NOW)
+            .await
+            .unwrap();
+        let ids = ready_tasks(&store, lease, job.id, &[0, 0]).await;
+        let leased = store
+            .lease_ready(job.id, "a", &[200, 201], 1_000, NOW)
+            .await
+            .unwrap();
+        let (acked, expiring) = (&leased[0], &leased[1]);
+
+        // An ack: the holder's token ends the attempt once.
+        let held = store.held_leases(&[acked.task_id]).await.unwrap();
+        assert!(held[0].is(&acked.lease));
+        assert!(!held[0].is(&expiring.lease), "another task's token");
+        let ack = held[0].ending(RunStatus::Succeeded, NOW + 10, None);
+        let applied = store
+            .apply_run_updates(std::slice::from_ref(&ack), NOW + 10, &mut policy)
+            .await
+            .unwrap();
+        assert_eq!(applied.tasks, vec![(acked.task_id, TaskNext::Succeeded)]);
+        let again = store
+            .apply_run_updates(&[ack], NOW + 20, &mut policy)
+            .await
+            .unwrap();
+        assert!(again.tasks.is_empty(), "a second ack ends nothing");
+        assert_eq!(
+            store.get_task(acked.task_id).await.unwrap().status,
+            TaskStatus::Succeeded
+        );
+
+        // An extension moves the end; a wrong token or a past end changes nothing.
+        assert!(
+            !store
+                .extend_lease(expiring.task_id, "200.0", NOW + 5_000, NOW)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .extend_lease(expiring.task_id, &expiring.lease, NOW + 2_000, NOW + 500)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .expire_leases(NOW + 1_500, 100)
+                .await
+                .unwrap()
+                .is_empty(),
+            "extended past 1.5 s"
+        );
+        // Expired: its token is taken, so the holder can neither ack nor extend it.
+        let expired = store.expire_leases(NOW + 2_000, 100).await.unwrap();
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].task_id, expiring.task_id);
+        let held = store.held_leases(&[expiring.task_id]).await.unwrap();
+        assert!(!held[0].is(&expiring.lease), "an expired lease is not held");
+        assert!(
+            !store
+                .extend_lease(expiring.task_id, &expiring.lease, NOW + 9_000, NOW + 2_001)
+                .await
+                .unwrap()
+        );
+        let lost = expired[0].ending(RunStatus::Lost, NOW + 2_001, Some("expired".into()));
+        let applied = store
+            .apply_run_updates(&[lost], NOW + 2_001, &mut policy)
+            .await
+            .unwrap();
+        assert!(matches!(
+            applied.tasks[..],
+            [(id, TaskNext::Retry { lost: true, .. })] if id == expiring.task_id
+        ));
+        let task = store.get_task(expiring.task_id).await.unwrap();
+        assert_eq!((task.status, task.attempt), (TaskStatus::Pending, 2));
+        assert!(
+            store
+                .expire_leases(NOW + 60_000, 100)
+                .await
+                .unwrap()
+                .is_empty(),
+            "a retried task holds no lease"
+        );
+        assert_eq!(store.get_run(201).await.unwrap().status, RunStatus::Lost);
+        let _ = ids;
+    }
+);
+
+contract!(
+    dead_tasks_are_re_driven_and_pending_ones_moved,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let mut one_attempt = pull_spec("orders");
+        one_attempt.max_attempts = 1;
+        let job = store.insert_job(&one_attempt, None, NOW).await.unwrap();
+        let ids = ready_tasks(&store, lease, job.id, &[0, 0]).await;
+        let leased = store
+            .lease_ready(job.id, "a", &[300, 301], 30_000, NOW)
+            .await
+            .unwrap();
+        let held = store.held_leases(&ids).await.unwrap();
+        let failed: Vec<RunUpdate> = held
+            .iter()
+            .map(|h| h.ending(RunStatus::Failed, NOW + 10, None))
+            .collect();
+        store
+            .apply_run_updates(&failed, NOW + 10, &mut policy)
+            .await
+            .unwrap();
+        assert_eq!(leased.len(), 2);
+        for id in &ids {
+            assert_eq!(store.get_task(*id).await.unwrap().status, TaskStatus::Dead);
+        }
+        let task = store
+            .redrive_task(ids[0], NOW + 20, NOW + 20)
+            .await
+            .unwrap();
+        assert_eq!(
+            (task.status, task.attempt, task.due_at),
+            (TaskStatus::Pending, 2, NOW + 20)
+        );
+        assert!(matches!(
+            store.redrive_task(ids[0], NOW + 20, NOW + 20).await,
+            Err(Error::Conflict(m)) if m.contains("only a dead task")
+        ));
+        assert_eq!(
+            store
+                .redrive_dead(job.id, 10, NOW + 30, NOW + 30)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            store
+                .redrive_dead(job.id, 10, NOW + 30, NOW + 30)
+                .await
+                .unwrap(),
+            0
+        );
+
+        // A pending task moves; a claimed one (in a wheel) does not.
+        assert!(
+            store
+                .reschedule_task(
+                    ids[0],
+                    NOW + 3_600_000,
+                    Some(9),
+                    Some(Some("new")),
+                    NOW + 40
+                )
+                .await
+                .unwrap()
+        );
+        let task = store.get_task(ids[0]).await.unwrap();
+        assert_eq!((task.due_at, task.priority), (NOW + 3_600_000, 9));
+        assert_eq!(task.payload.as_deref(), Some("new"));
+        store
+            .claim_due(lease, NOW + 40, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_task(ids[1]).await.unwrap().status,
+            TaskStatus::Claimed
+        );
+        assert!(
+            !store
+                .reschedule_task(ids[1], NOW + 60_000, None, None, NOW + 50)
+                .await
+                .unwrap()
+        );
+    }
+);

@@ -6,12 +6,15 @@
 //! - [`client`]: the connection flags (`--server`, `--token`, `--json`) and the HTTP client
 //!   that turns a non-2xx answer into `"<status>: <server's error>"`.
 //! - [`duration`]: `500ms`, `30s`, `30m`, `2h`, `1d` and the `--backoff` shorthand.
-//! - [`task`]: `rota task add | get | cancel | list`.
+//! - [`task`]: `rota task add | get | cancel | list | retry`.
+//! - [`queue`]: `rota queue pull | ack | nack | extend`, a consumer of a `pull` job.
 
 mod client;
 mod duration;
+mod queue;
 mod task;
 
+pub use queue::QueueArgs;
 pub use task::TaskArgs;
 
 /// Runs a client command to its end: on failure prints `error: …` (the whole chain on one

@@ -35,6 +35,26 @@ enum TaskCommand {
     Cancel(CancelArgs),
     /// List tasks, newest first, a page at a time.
     List(ListArgs),
+    /// Re-drive a dead task (a new attempt, due now), or `--job J --dead` all of a job's
+    /// dead tasks (up to `--limit`).
+    Retry(RetryArgs),
+}
+
+#[derive(Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["id", "job"])))]
+struct RetryArgs {
+    /// The dead task's id.
+    #[arg(conflicts_with = "job")]
+    id: Option<i64>,
+    /// Re-drive this job's dead tasks (name or id), oldest due first.
+    #[arg(long, requires = "dead")]
+    job: Option<String>,
+    /// With --job: the tasks to re-drive are the dead ones (the only kind there is).
+    #[arg(long)]
+    dead: bool,
+    /// With --job: at most this many (1–10,000; default 1,000).
+    #[arg(long, value_name = "N", requires = "job")]
+    limit: Option<u32>,
 }
 
 #[derive(Args)]
@@ -164,6 +184,38 @@ impl TaskArgs {
                 println!("cancelled task {}", answer.value["id"]);
                 print_task(&answer.value);
             }
+            TaskCommand::Retry(args) => {
+                let answer = match (args.id, args.job) {
+                    (Some(id), _) => {
+                        api.send(
+                            Method::POST,
+                            api.url(&["tasks", &id.to_string(), "retry"]),
+                            None,
+                        )
+                        .await?
+                    }
+                    (None, Some(job)) => {
+                        let mut body = json!({"job": job, "status": "dead"});
+                        if let Some(limit) = args.limit {
+                            body["limit"] = json!(limit);
+                        }
+                        api.send(Method::POST, api.url(&["tasks", "retry"]), Some(&body))
+                            .await?
+                    }
+                    // clap requires one of them.
+                    (None, None) => anyhow::bail!("give a task id, or --job and --dead"),
+                };
+                if json {
+                    return print_raw(&answer);
+                }
+                match args.id {
+                    Some(id) => {
+                        println!("task {id} is due again (a new attempt)");
+                        print_task(&answer.value);
+                    }
+                    None => println!("{} dead task(s) are due again", answer.value["retried"]),
+                }
+            }
             TaskCommand::List(args) => {
                 let mut url = api.url(&["tasks"]);
                 {
@@ -240,13 +292,13 @@ async fn read_payload(path: PathBuf) -> anyhow::Result<String> {
     .with_context(|| format!("--payload-file: reading {what} (the payload must be UTF-8 text)"))
 }
 
-fn print_raw(answer: &Answer) -> anyhow::Result<()> {
+pub(super) fn print_raw(answer: &Answer) -> anyhow::Result<()> {
     println!("{}", answer.body.trim_end());
     Ok(())
 }
 
 /// A field as text: strings unquoted, `null` and absent as `None`.
-fn text(v: &Value) -> Option<String> {
+pub(super) fn text(v: &Value) -> Option<String> {
     match v {
         Value::Null => None,
         Value::String(s) => Some(s.clone()),
@@ -255,7 +307,7 @@ fn text(v: &Value) -> Option<String> {
 }
 
 /// One task as `name  value` lines, in the API's words; absent fields are left out.
-fn print_task(task: &Value) {
+pub(super) fn print_task(task: &Value) {
     const FIELDS: [&str; 12] = [
         "id",
         "job",
@@ -281,7 +333,7 @@ fn print_task(task: &Value) {
 }
 
 /// A payload on one line: quoted and escaped, cut after 200 characters.
-fn shorten(payload: &str) -> String {
+pub(super) fn shorten(payload: &str) -> String {
     const MAX: usize = 200;
     let chars = payload.chars().count();
     if chars <= MAX {

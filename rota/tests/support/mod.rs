@@ -935,3 +935,40 @@ pub fn spawn_executor(
     };
     KillOnDrop(cmd.spawn().expect("starting rota executor"))
 }
+
+/// A database several nodes share: a fresh MariaDB/MySQL database of its own when
+/// `ROTA_TEST_MYSQL_URL` is set (dropped at the end), else one SQLite file.
+pub struct SharedDb {
+    pub url: String,
+    pub mysql: Option<rota_testkit::MysqlDb>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl SharedDb {
+    pub async fn new() -> SharedDb {
+        match rota_testkit::mysql_base_url() {
+            Some(base) => {
+                let db = rota_testkit::MysqlDb::create_on(&base, "rota_cl").await;
+                SharedDb {
+                    url: db.url.clone(),
+                    mysql: Some(db),
+                    _dir: None,
+                }
+            }
+            None => {
+                let (url, dir) = sqlite_url();
+                SharedDb {
+                    url,
+                    mysql: None,
+                    _dir: Some(dir),
+                }
+            }
+        }
+    }
+
+    pub async fn drop_db(self) {
+        if let Some(db) = self.mysql {
+            db.drop_db().await;
+        }
+    }
+}

@@ -77,13 +77,13 @@ pub async fn get(
     patch,
     path = "/api/v1/jobs/{id}",
     operation_id = "update_job",
-    params(("id" = String, Path, description = JOB_ID)),
+    params(("id" = String, Path, description = JOB_ID), UpdateQuery),
     request_body(content = JobFields, description = "The fields to change"),
     responses(
         (status = 200, description = "The changed job", body = JobView),
-        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 400, description = "Malformed JSON, or `force` is not `true` or `false`", body = ErrorBody),
         (status = 404, description = "No such job", body = ErrorBody),
-        (status = 409, description = "Another job has this name", body = ErrorBody),
+        (status = 409, description = "Another job has this name, or its delivery changes while tasks are on their way (without `force`)", body = ErrorBody),
         (status = 422, description = "An invalid value", body = ErrorBody),
     )
 )]
@@ -91,18 +91,27 @@ pub async fn update(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
     PathParam(id): PathParam,
+    Query(q): Query<UpdateQuery>,
     Json(fields): Json<JobFields>,
 ) -> ApiResult<Json<JobView>> {
+    let force = query_flag("force", q.force.as_deref())?;
     let job = find_job(state.node.store(), &id).await?;
     who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
     let (spec, schedule) = build_spec(&state.node, &who, fields, Some(&job)).await?;
     who.check_app(&spec.app)?;
-    let job = state.node.update_job(&job, &spec, &schedule).await?;
+    let job = state.node.update_job(&job, &spec, &schedule, force).await?;
     state
         .node
         .audit(&who.name, "update job", &job.spec.name)
         .await;
     Ok(Json(job.into()))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct UpdateQuery {
+    /// Change the delivery even while tasks are on their way to the old receivers.
+    force: Option<String>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

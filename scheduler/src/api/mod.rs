@@ -23,8 +23,8 @@
 //! - [`auth`]: the token and signature middlewares.
 //! - [`validate`]: value checks shared by the handlers.
 //! - [`views`]: the JSON answers (RFC 3339 times, the API's task statuses).
-//! - [`plugins`], [`jobs`], [`tasks`], [`runs`], [`executors`]: the handlers, each with
-//!   its `#[utoipa::path]`.
+//! - [`plugins`], [`jobs`], [`tasks`], [`queue`] (pull, ack, nack, extend, re-drive),
+//!   [`runs`], [`executors`]: the handlers, each with its `#[utoipa::path]`.
 //! - [`openapi`]: `GET /api/v1/openapi.json`, the document those annotations make, and the
 //!   schemas of the types the API shares with the rest of the crate.
 //!
@@ -41,6 +41,7 @@ pub mod openapi;
 pub mod peers;
 pub mod plugin_host;
 pub mod plugins;
+pub mod queue;
 pub mod runs;
 pub mod tasks;
 pub use crate::usecase::validate;
@@ -125,6 +126,11 @@ fn signed_routes() -> Vec<(Method, String, MethodRouter<AppState>)> {
             post(peers::job_changed),
         ),
         (
+            M::POST,
+            rota_proto::wire::PATH_PEER_READY.into(),
+            post(peers::ready),
+        ),
+        (
             M::GET,
             format!("{PATH_PLUGIN_PREFIX}{{sha256}}"),
             get(executors::plugin_module),
@@ -190,12 +196,20 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
         .route(M::PATCH, "/jobs/{id}", jobs::update)
         .route(M::DELETE, "/jobs/{id}", jobs::delete)
         .route(M::POST, "/jobs/{id}/trigger", jobs::trigger)
+        .route(M::POST, "/jobs/{id}/pull", queue::pull)
+        .route(M::POST, "/jobs/{id}/ack", queue::ack_batch)
         .route(M::GET, "/tasks", tasks::list)
         .route(M::POST, "/tasks", tasks::create)
         .route(M::DELETE, "/tasks", tasks::cancel_by_key)
         .route(M::POST, "/tasks/batch", tasks::create_batch)
         .route(M::GET, "/tasks/{id}", tasks::get)
         .route(M::DELETE, "/tasks/{id}", tasks::cancel)
+        .route(M::PATCH, "/tasks/{id}", tasks::reschedule)
+        .route(M::POST, "/tasks/retry", queue::retry_dead)
+        .route(M::POST, "/tasks/{id}/retry", queue::retry)
+        .route(M::POST, "/tasks/{id}/ack", queue::ack)
+        .route(M::POST, "/tasks/{id}/nack", queue::nack)
+        .route(M::POST, "/tasks/{id}/extend", queue::extend)
         .route(M::GET, "/runs", runs::list)
         .route(M::GET, "/runs/{id}", runs::get)
         .route(M::GET, "/runs/{id}/log", runs::log)

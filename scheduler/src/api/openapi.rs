@@ -21,7 +21,7 @@ use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::extract::{Json, NameOrId};
 use super::views::{PageView, TASK_STATUSES};
-use super::{audit, executors, jobs, plugin_host, plugins, runs, tasks};
+use super::{audit, executors, jobs, plugin_host, plugins, queue, runs, tasks};
 use crate::backoff::Backoff;
 use crate::model::{RunStatus, TaskKind};
 use crate::route::Route;
@@ -49,12 +49,20 @@ const API_TOKEN: &str = "api_token";
         jobs::update,
         jobs::delete,
         jobs::trigger,
+        queue::pull,
+        queue::ack_batch,
         tasks::create,
         tasks::create_batch,
         tasks::list,
         tasks::get,
         tasks::cancel,
         tasks::cancel_by_key,
+        tasks::reschedule,
+        queue::ack,
+        queue::nack,
+        queue::extend,
+        queue::retry,
+        queue::retry_dead,
         runs::list,
         runs::get,
         runs::log,

@@ -8,10 +8,13 @@
 //! `POST /api/node/v1/job-changed`: a job was changed on another node; this one forgets its
 //! cached copy (so fires planned under the job's old schedule are dropped at dispatch, not
 //! sent) and scans at once (so the new schedule is planned now).
+//!
+//! `POST /api/node/v1/ready`: tasks of pull jobs became ready on another node's wheel; the
+//! pulls waiting for them here wake (SPEC §8).
 
 use axum::Extension;
 use axum::extract::State;
-use rota_proto::wire::{PeerCancel, PeerCancelAck, PeerJobChanged};
+use rota_proto::wire::{PeerCancel, PeerCancelAck, PeerJobChanged, PeerReady};
 
 use super::AppState;
 use super::auth::Signer;
@@ -37,5 +40,16 @@ pub async fn job_changed(
 ) -> ApiResult<axum::Json<serde_json::Value>> {
     signer.check_peer()?;
     state.node.forget_job(req.job_id);
+    Ok(axum::Json(serde_json::json!({})))
+}
+
+/// Tasks of pull jobs became ready on another node: wake the pulls that wait for them here.
+pub async fn ready(
+    State(state): State<AppState>,
+    Extension(signer): Extension<Signer>,
+    Json(req): Json<PeerReady>,
+) -> ApiResult<axum::Json<serde_json::Value>> {
+    signer.check_peer()?;
+    state.node.ready_elsewhere(&req.job_ids);
     Ok(axum::Json(serde_json::json!({})))
 }

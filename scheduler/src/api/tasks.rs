@@ -17,7 +17,7 @@ use crate::access::{Need, Principal};
 use crate::model::{Millis, TaskFilter, TaskState, TaskStatus};
 use crate::usecase;
 use crate::usecase::jobs::{find_job, task_as};
-use crate::usecase::tasks::TaskFields;
+use crate::usecase::tasks::{Reschedule, TaskFields};
 
 /// `POST /api/v1/tasks`: 201 with the new task, or 200 with the existing one when a task
 /// of the job already has this `key`.
@@ -105,6 +105,33 @@ pub async fn get(
     PathId(id): PathId,
 ) -> ApiResult<Json<TaskView>> {
     let task = task_as(state.node.store(), &who, id, Need::Read).await?;
+    Ok(Json(task.into()))
+}
+
+/// `PATCH /api/v1/tasks/{id}`: moves a pending task to a new due time (`run_at` or
+/// `delay_ms`), optionally with a new priority or payload.
+#[utoipa::path(
+    patch,
+    path = "/api/v1/tasks/{id}",
+    operation_id = "reschedule_task",
+    params(("id" = i64, Path, description = TASK_ID)),
+    request_body = Reschedule,
+    responses(
+        (status = 200, description = "The task, pending at its new time", body = TaskView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 404, description = "No such task", body = ErrorBody),
+        (status = 409, description = "The task is not pending (or already in a wheel, about to fire)", body = ErrorBody),
+        (status = 413, description = "`payload` is too large", body = ErrorBody),
+        (status = 422, description = "An invalid value", body = ErrorBody),
+    )
+)]
+pub async fn reschedule(
+    State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
+    PathId(id): PathId,
+    Json(body): Json<Reschedule>,
+) -> ApiResult<Json<TaskView>> {
+    let task = usecase::tasks::reschedule(&state.node, &who, id, body).await?;
     Ok(Json(task.into()))
 }
 

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use super::openapi::{BlockName, TaskStatusName};
 use crate::backoff::Backoff;
 use crate::model::{
-    Executor, Job, Millis, Page, Plugin, Run, RunStatus, Task, TaskKind, TaskStatus,
+    Delivery, Executor, Job, Millis, Page, Plugin, Run, RunStatus, Task, TaskKind, TaskStatus,
 };
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
@@ -86,7 +86,8 @@ pub struct JobView {
     pub id: i64,
     pub name: String,
     pub app: String,
-    pub plugin: String,
+    /// `null` for a job whose delivery runs no plugin.
+    pub plugin: Option<String>,
     pub schedule: Schedule,
     pub params: Option<String>,
     #[schema(value_type = Route)]
@@ -106,6 +107,8 @@ pub struct JobView {
     pub enabled: bool,
     /// How long a fire waits for a live executor before it fails as an attempt.
     pub no_executor_timeout_ms: i64,
+    /// Who receives its fires (`wasm`: its plugin on an executor; `pull`: consumers).
+    pub delivery: Delivery,
     #[schema(format = DateTime)]
     pub next_fire_at: Option<String>,
     #[schema(format = DateTime)]
@@ -122,7 +125,7 @@ impl From<Job> for JobView {
             id: j.id,
             name: s.name,
             app: s.app,
-            plugin: s.plugin,
+            plugin: Some(s.plugin).filter(|p| !p.is_empty()),
             schedule: s.schedule,
             params: s.params,
             route: s.route.as_str(),
@@ -137,6 +140,7 @@ impl From<Job> for JobView {
             no_executor_timeout_ms,
             http_allow: s.http_allow,
             enabled: s.enabled,
+            delivery: s.delivery,
             next_fire_at: rfc3339_opt(j.next_fire_at),
             created_at: rfc3339(j.created_at),
             updated_at: rfc3339(j.updated_at),
@@ -154,7 +158,8 @@ pub fn task_status(status: TaskStatus, attempt: i32) -> (&'static str, i32) {
         TaskStatus::Pending if attempt > 1 => ("failed", attempt - 1),
         TaskStatus::Pending => ("pending", attempt - 1),
         TaskStatus::Waiting if attempt > 1 => ("failed", attempt - 1),
-        TaskStatus::Claimed | TaskStatus::Waiting => ("pending", attempt - 1),
+        TaskStatus::Ready if attempt > 1 => ("failed", attempt - 1),
+        TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready => ("pending", attempt - 1),
         other => (other.as_str(), attempt),
     }
 }

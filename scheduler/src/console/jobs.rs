@@ -445,7 +445,7 @@ pub(super) async fn save_job(
         s.who.check_app(&spec.app)?;
         let saved = match &base {
             None => console.node.create_job(&spec, &compiled).await,
-            Some(job) => console.node.update_job(job, &spec, &compiled).await,
+            Some(job) => console.node.update_job(job, &spec, &compiled, false).await,
         };
         match saved {
             Ok(job) => {
@@ -483,7 +483,10 @@ pub async fn set_enabled(
         .schedule
         .compile()
         .map_err(|e| Error::Unprocessable(format!("schedule: {e}")))?;
-    console.node.update_job(&job, &spec, &compiled).await?;
+    console
+        .node
+        .update_job(&job, &spec, &compiled, false)
+        .await?;
     let action = if spec.enabled {
         "enable job"
     } else {

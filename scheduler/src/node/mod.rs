@@ -32,6 +32,7 @@ use crate::lateness::RecentLateness;
 use crate::model::*;
 use crate::pipeline::complete::{self, Completion};
 use crate::pipeline::dispatch::{self, Dispatcher, Pools, Rooms, SlowTracker};
+use crate::pipeline::ready::ReadyBoard;
 use crate::pipeline::ring::{CancelState, Ring};
 use crate::pipeline::scan::{self, Scan};
 use crate::pipeline::{
@@ -42,6 +43,8 @@ use crate::secrets::SecretBox;
 use crate::store::{self, NodeRef, Store};
 
 pub use crate::pipeline::JobEntry;
+
+mod queue;
 
 /// How long a node waits for another to acknowledge a job change.
 const PEER_NOTICE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -92,6 +95,8 @@ pub struct Node {
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     /// Recent fire lateness: dispatch writes it at each fire, the dashboard reads it.
     lateness: Arc<RecentLateness>,
+    /// Pull jobs' ready tasks: dispatch announces them, long polls wait on it.
+    ready: Arc<ReadyBoard>,
     tasks: Arc<tokio::sync::Mutex<Option<JoinSet<()>>>>,
     ring_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// The heartbeat's own thread: it ends with the shutdown signal and is joined.
@@ -187,6 +192,7 @@ impl Node {
             engine,
             metrics,
             lateness: Arc::new(RecentLateness::default()),
+            ready: Arc::new(ReadyBoard::default()),
             tasks: Arc::new(tokio::sync::Mutex::new(None)),
             ring_thread: Arc::new(Mutex::new(None)),
             heartbeat_thread: Arc::new(Mutex::new(None)),
@@ -223,6 +229,7 @@ impl Node {
             completion: self.completion.clone(),
             recorder,
             lateness: self.lateness.clone(),
+            ready: self.ready.clone(),
             slow: SlowTracker::new(config.slow_dispatch_ms, config.slow_dispatch_count),
             rooms: Rooms::default(),
             in_flight: AtomicUsize::new(0),
@@ -259,6 +266,7 @@ impl Node {
         tasks.spawn(scan::rejoin_loop(scan.clone(), fenced));
         tasks.spawn(scan::take_over_loop(scan.clone()));
         tasks.spawn(crate::retention::retention_loop(self.cluster.clone()));
+        tasks.spawn(queue::announce_loop(self.clone()));
         tasks.spawn(async move {
             if let Err(e) = scan::recover(&scan).await {
                 tracing::error!(error = %format!("{e:#}"), "recovering claims of an earlier run failed");
@@ -424,13 +432,32 @@ impl Node {
     /// Replaces a job's settings (validated) and tells every node. A change of schedule or
     /// `enabled` re-plans it from now: the fires planned under the old one are void on
     /// every node before this returns ([`Node::job_changed`]).
+    ///
+    /// A change of delivery with tasks on their way to the old receivers (in a wheel,
+    /// ready for a consumer, or running) is a conflict unless `force`d; a job that stops
+    /// being pulled hands its ready tasks back to the scan.
     pub async fn update_job(
         &self,
         job: &Job,
         spec: &JobSpec,
         schedule: &crate::schedule::CompiledSchedule,
+        force: bool,
     ) -> Result<Job, store::Error> {
         let now = now_ms();
+        let (from, to) = (&job.spec.delivery, &spec.delivery);
+        if from.kind() != to.kind() && !force {
+            let busy = self.cluster.store.tasks_in_flight(job.id).await?;
+            if busy > 0 {
+                return Err(store::Error::Conflict(format!(
+                    "job `{}` has {busy} task(s) on their way to its `{}` receivers (in a wheel, \
+                     ready or running); changing its delivery to `{}` now could strand them: \
+                     wait for them, or change it with ?force=true",
+                    job.spec.name,
+                    from.kind(),
+                    to.kind()
+                )));
+            }
+        }
         let replan = job.spec.replans(spec);
         let next = if replan {
             first_fire(spec, schedule, now)
@@ -442,6 +469,9 @@ impl Node {
             .store
             .update_job(job.id, spec, next, replan, now)
             .await?;
+        if *from == Delivery::Pull && *to != Delivery::Pull {
+            self.cluster.store.unready(job.id, now).await?;
+        }
         self.job_changed(job.id).await;
         Ok(job)
     }
@@ -450,6 +480,8 @@ impl Node {
     pub fn forget_job(&self, job_id: i64) {
         self.jobs.invalidate(job_id);
         self.scan_wake.notify_one();
+        // A pull job enabled again: its waiting pulls look now.
+        self.ready.wake([job_id]);
     }
 
     /// A plugin got a new version: jobs bound to it must see it.

@@ -9,7 +9,7 @@
 //!
 //! [`Store::apply_run_updates`]: crate::store::Store::apply_run_updates
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,12 +75,31 @@ pub(crate) async fn apply(
     completion: &Completion,
     updates: &[RunUpdate],
 ) -> anyhow::Result<Applied> {
+    apply_with(completion, updates, &HashMap::new()).await
+}
+
+/// [`apply`], where a retry of a task in `retry_after` is due that long after now instead
+/// of after the backoff (a consumer's nack with `delay_ms`).
+pub(crate) async fn apply_with(
+    completion: &Completion,
+    updates: &[RunUpdate],
+    retry_after: &HashMap<i64, Millis>,
+) -> anyhow::Result<Applied> {
     let now = now_ms();
     let mut rng = StdRng::from_os_rng();
     let applied = completion
         .cluster
         .store
-        .apply_run_updates(updates, now, &mut |a| decide(a, now, &mut rng))
+        .apply_run_updates(updates, now, &mut |a| match (
+            decide(a, now, &mut rng),
+            retry_after.get(&a.task_id),
+        ) {
+            (TaskNext::Retry { lost, .. }, Some(delay)) => TaskNext::Retry {
+                due_at: now.saturating_add(*delay),
+                lost,
+            },
+            (next, _) => next,
+        })
         .await?;
     for u in updates {
         if let (
@@ -202,7 +221,35 @@ pub(crate) async fn liveness_loop(completion: Arc<Completion>) {
         if let Err(e) = settle_waiting(&completion, now).await {
             tracing::warn!(error = %format!("{e:#}"), "settling fires that wait for an executor failed");
         }
+        if let Err(e) = expire_leases(&completion, now).await {
+            tracing::warn!(error = %format!("{e:#}"), "ending expired pull leases failed");
+        }
     }
+}
+
+/// Pull leases that expired unacked (SPEC §8): each attempt is lost, and the task is
+/// retried per policy (at once, like a run lost with its executor) or `dead`. Any node
+/// may do it; the attempt ends once whichever does, and an ack racing it loses (409).
+pub(crate) async fn expire_leases(completion: &Completion, now: Millis) -> anyhow::Result<()> {
+    // Up to a thousand a second: a backlog of expired leases drains over a few ticks.
+    let expired = completion.cluster.store.expire_leases(now, 1_000).await?;
+    if expired.is_empty() {
+        return Ok(());
+    }
+    let lost: Vec<RunUpdate> = expired
+        .iter()
+        .map(|h| {
+            let holder = h.executor.as_deref().unwrap_or("pull:?");
+            h.ending(
+                RunStatus::Lost,
+                now,
+                Some(format!("the lease of `{holder}` expired before an ack")),
+            )
+        })
+        .collect();
+    metrics::counter!("rota_leases_expired_total").increment(lost.len() as u64);
+    apply(completion, &lost).await?;
+    Ok(())
 }
 
 /// Fires waiting for an executor (SPEC §4, "No executor yet"): those of apps that have one

@@ -17,6 +17,8 @@
 //!   tracker, executor rooms and in-flight count.
 //! - [`complete::Completion`]: the cluster, the executor cache, run ids and the scan's wake-up.
 //! - Retention (`crate::retention`) needs only the [`Cluster`].
+//! - [`ready::ReadyBoard`]: where dispatch announces a `pull` job's fires that became
+//!   ready, and where the node's long polls wait for them (SPEC §8).
 //!
 //! What several stages share (the wheel, the caches, the wake-up) is an `Arc` or a handle
 //! that is cheap to clone.
@@ -36,6 +38,7 @@ mod caches;
 pub mod complete;
 pub mod dispatch;
 mod lease;
+pub(crate) mod ready;
 pub mod ring;
 pub mod scan;
 pub mod wheel;

@@ -24,6 +24,10 @@ macro_rules! bind_spec {
             .bind(to_json(&$spec.http_allow))
             .bind($spec.enabled)
             .bind($spec.no_executor_timeout_ms)
+            .bind(match &$spec.delivery {
+                Delivery::Wasm => None,
+                other => Some(to_json(other)),
+            })
     };
 }
 
@@ -40,8 +44,8 @@ impl Store {
                 sqlx::query(
                     "INSERT INTO jobs (name, app_id, plugin, schedule, params, route, block_strategy, misfire, \
                      timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, child_jobs, http_allow, \
-                     enabled, no_executor_timeout_ms, next_fire_at, created_at, updated_at) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     enabled, no_executor_timeout_ms, delivery, next_fire_at, created_at, updated_at) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 ),
                 spec,
                 app_id
@@ -81,7 +85,7 @@ impl Store {
                     "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
                      block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
                      memory_mb = ?, max_concurrency = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
-                     no_executor_timeout_ms = ?, next_fire_at = ?, generation = generation + ?, updated_at = ? WHERE id = ?",
+                     no_executor_timeout_ms = ?, delivery = ?, next_fire_at = ?, generation = generation + ?, updated_at = ? WHERE id = ?",
                 ),
                 spec,
                 app_id
@@ -97,10 +101,10 @@ impl Store {
                 other => other,
             })?;
             if replan {
-                sqlx::query(
-                    "DELETE FROM tasks WHERE job_id = ? AND kind = 'cron' \
-                     AND status IN ('pending', 'claimed', 'waiting')",
-                )
+                sqlx::query(concat!(
+                    "DELETE FROM tasks WHERE job_id = ? AND kind = 'cron' AND status IN ",
+                    unstarted!()
+                ))
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
@@ -197,7 +201,7 @@ impl Store {
                 return Err(Error::NotFound(format!("job {id}")));
             }
             let active: Vec<(i64, String)> = sqlx::query_as(
-                "SELECT id, status FROM tasks WHERE job_id = ? AND status IN ('pending', 'claimed', 'waiting', 'running')",
+                "SELECT id, status FROM tasks WHERE job_id = ? AND status IN ('pending', 'claimed', 'waiting', 'ready', 'running')",
             )
             .bind(id)
             .fetch_all(&mut *tx)
@@ -217,7 +221,7 @@ impl Store {
                 let mut qb =
                     QueryBuilder::<Db>::new("UPDATE tasks SET status = 'cancelled', updated_at = ");
                 qb.push_bind(now)
-                    .push(" WHERE status IN ('pending', 'claimed', 'waiting') AND id IN ");
+                    .push(concat!(" WHERE status IN ", unstarted!(), " AND id IN "));
                 push_ids(&mut qb, chunk.iter().copied());
                 qb.build().execute(&mut *tx).await?;
             }

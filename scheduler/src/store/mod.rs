@@ -123,6 +123,14 @@ macro_rules! hold_lease {
     }};
 }
 
+/// The task statuses of an attempt that has not started, as an SQL list: pending, claimed
+/// into a wheel, waiting for an executor, ready for a consumer ([`TaskStatus`]).
+macro_rules! unstarted {
+    () => {
+        "('pending', 'claimed', 'waiting', 'ready')"
+    };
+}
+
 /// The start of a query for [`DueRow`]s: what the wheel needs of a task.
 macro_rules! due_select {
     () => {
@@ -208,12 +216,14 @@ mod executors;
 mod jobs;
 mod migrate;
 mod plugins;
+mod queue;
 mod rows;
 mod runs;
 mod secrets;
 mod tasks;
 
 use migrate::is_retryable;
+pub use queue::{HeldLease, Leased};
 use rows::*;
 pub use rows::{
     ApiToken, Applied, AuditEntry, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef, PluginUser,

@@ -15,7 +15,7 @@ pub struct ReportOwners {
 pub(super) const JOB_COLUMNS: &str = "j.id, j.name, a.name AS app, j.plugin, j.schedule, j.params, j.route, \
      j.block_strategy, j.misfire, j.timeout_ms, j.max_attempts, j.backoff, j.memory_mb, \
      j.max_concurrency, j.child_jobs, j.http_allow, j.enabled, j.no_executor_timeout_ms, \
-     j.next_fire_at, j.generation, j.created_at, j.updated_at";
+     j.delivery, j.next_fire_at, j.generation, j.created_at, j.updated_at";
 
 #[derive(FromRow)]
 pub(super) struct JobRow {
@@ -37,6 +37,7 @@ pub(super) struct JobRow {
     pub(super) http_allow: Option<String>,
     pub(super) enabled: bool,
     pub(super) no_executor_timeout_ms: Option<i64>,
+    pub(super) delivery: Option<String>,
     pub(super) next_fire_at: Option<i64>,
     pub(super) generation: i64,
     pub(super) created_at: i64,
@@ -69,6 +70,10 @@ impl TryFrom<JobRow> for Job {
                 },
                 enabled: r.enabled,
                 no_executor_timeout_ms: r.no_executor_timeout_ms,
+                delivery: match r.delivery.as_deref() {
+                    None | Some("") => Delivery::Wasm,
+                    Some(json) => parse_json(json)?,
+                },
             },
             next_fire_at: r.next_fire_at,
             generation: r.generation,

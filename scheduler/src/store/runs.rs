@@ -354,7 +354,10 @@ impl Store {
                     qb.push_bind(status.as_str())
                         .push(", updated_at = ")
                         .push_bind(now)
-                        .push(", owner_node = NULL, owner_epoch = NULL WHERE id IN ");
+                        .push(
+                            ", owner_node = NULL, owner_epoch = NULL, lease_token = NULL, \
+                             lease_expires_at = NULL WHERE id IN ",
+                        );
                     push_ids(&mut qb, chunk.iter().copied());
                     qb.build().execute(&mut **tx).await?;
                 }
@@ -382,7 +385,7 @@ impl Store {
             for chunk in retries.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new(
                     "UPDATE tasks SET status = 'pending', attempt = attempt + 1, owner_node = NULL, \
-                     owner_epoch = NULL, updated_at = ",
+                     owner_epoch = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ",
                 );
                 qb.push_bind(now).push(", due_at = ");
                 push_case(&mut qb, chunk.iter().map(|(t, due, _)| (*t, *due)));
@@ -692,9 +695,10 @@ impl Store {
                 in_apps!(qb, "id", apps);
             }
             let jobs: i64 = qb.build_query_scalar().fetch_one(pool).await?;
-            let mut qb = QueryBuilder::<Db>::new(
-                "SELECT COUNT(*) FROM tasks WHERE status IN ('pending', 'claimed', 'waiting')",
-            );
+            let mut qb = QueryBuilder::<Db>::new(concat!(
+                "SELECT COUNT(*) FROM tasks WHERE status IN ",
+                unstarted!()
+            ));
             if let Some(apps) = apps {
                 in_apps!(qb, "job_id", apps);
             }

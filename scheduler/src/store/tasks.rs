@@ -173,11 +173,11 @@ impl Store {
                 None => {}
                 Some(TaskState::Pending) => {
                     qb.push(
-                        " AND (status = 'claimed' OR (status IN ('pending', 'waiting') AND attempt = 1))",
+                        " AND (status = 'claimed' OR (status IN ('pending', 'waiting', 'ready') AND attempt = 1))",
                     );
                 }
                 Some(TaskState::Failed) => {
-                    qb.push(" AND status IN ('pending', 'waiting') AND attempt > 1");
+                    qb.push(" AND status IN ('pending', 'waiting', 'ready') AND attempt > 1");
                 }
                 Some(TaskState::Is(status)) => {
                     qb.push(" AND status = ").push_bind(status.as_str());
@@ -206,10 +206,10 @@ impl Store {
     /// call cancelled it (false: it was already cancelled). Running or finished → conflict.
     pub async fn cancel_task(&self, id: i64, now: Millis) -> Result<(Task, bool)> {
         let changed = on_pool!(self, |pool, Db| {
-            sqlx::query(
-                "UPDATE tasks SET status = 'cancelled', updated_at = ? \
-                 WHERE id = ? AND status IN ('pending', 'claimed', 'waiting')",
-            )
+            sqlx::query(concat!(
+                "UPDATE tasks SET status = 'cancelled', updated_at = ? WHERE id = ? AND status IN ",
+                unstarted!()
+            ))
             .bind(now)
             .bind(id)
             .execute(pool)

@@ -16,7 +16,7 @@ use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::api::openapi::BlockName;
 use crate::backoff::Backoff;
-use crate::model::{Job, JobSpec, NewTask, Run, Task, TaskKind, now_ms};
+use crate::model::{Delivery, Job, JobSpec, NewTask, Run, Task, TaskKind, now_ms};
 use crate::node::Node;
 use crate::route::Route;
 use crate::schedule::{CompiledSchedule, Misfire, Schedule};
@@ -80,6 +80,9 @@ pub struct JobFields {
     /// (1,000 to 604,800,000 ms); `null` for the default, 600,000 (10 minutes).
     #[serde(default, deserialize_with = "nullable")]
     no_executor_timeout_ms: Option<Option<i64>>,
+    /// Who receives its fires: `{"kind":"wasm"}` (the default: its plugin runs on an
+    /// executor) or `{"kind":"pull"}` (consumers pull them; no plugin).
+    delivery: Option<Delivery>,
 }
 
 /// A job named in a path: an integer is tried as an id first, then as a name (names are
@@ -193,9 +196,50 @@ impl Collect {
     fn required<T>(&mut self, field: &str, sent: Option<T>, old: Option<T>) -> Option<T> {
         self.take(sent.or(old).ok_or_else(|| {
             Error::BadRequest(format!(
-                "missing field `{field}`: a new job needs `name`, `app`, `plugin` and `schedule`"
+                "missing field `{field}`: a new job needs `name`, `app`, `schedule` and, \
+                 unless its delivery is `pull`, `plugin`"
             ))
         }))
+    }
+
+    /// The plugin's name: required (as sent, else the changed job's) when the delivery
+    /// runs one; refused when it does not (stored empty).
+    async fn plugin(
+        &mut self,
+        store: &Store,
+        sent: Option<NameOrId>,
+        old: Option<&JobSpec>,
+        delivery: &Delivery,
+    ) -> Option<String> {
+        match (sent, delivery.runs_plugin()) {
+            (Some(r), true) => self.take(plugin_ref(store, &r).await),
+            (None, true) => self.required(
+                "plugin",
+                None,
+                old.map(|s| s.plugin.clone()).filter(|p| !p.is_empty()),
+            ),
+            (Some(_), false) => self.take(Err(invalid(
+                "plugin",
+                format!(
+                    "a job delivered by `{}` runs no plugin: leave `plugin` out",
+                    delivery.kind()
+                ),
+            ))),
+            (None, false) => Some(String::new()),
+        }
+    }
+
+    /// Who receives the job's fires: as sent, else the changed job's, else `wasm`. `http`
+    /// delivery is refused until it is built.
+    fn delivery(&mut self, sent: Option<Delivery>, old: Option<Delivery>) -> Delivery {
+        let delivery = sent.or(old).unwrap_or_default();
+        if let Delivery::Http { .. } = delivery {
+            self.0.push(invalid(
+                "delivery",
+                "`http` delivery is not available in this version; use `wasm` or `pull`",
+            ));
+        }
+        delivery
     }
 
     /// A name-like field (the job's name, its app), checked by `valid`.
@@ -284,10 +328,8 @@ pub async fn build_spec(
 
     let name = bad.named("name", f.name, old.map(|s| s.name.clone()), validate::name);
     let app = bad.named("app", f.app, old.map(|s| s.app.clone()), validate::app);
-    let plugin = match f.plugin {
-        Some(r) => bad.take(plugin_ref(store, &r).await),
-        None => bad.required("plugin", None, old.map(|s| s.plugin.clone())),
-    };
+    let delivery = bad.delivery(f.delivery, old.map(|s| s.delivery.clone()));
+    let plugin = bad.plugin(store, f.plugin, old, &delivery).await;
     let schedule = bad.required("schedule", f.schedule, old.map(|s| s.schedule.clone()));
     let compiled = match &schedule {
         Some(s) => bad.take(s.compile().map_err(|e| invalid("schedule", e))),
@@ -389,6 +431,7 @@ pub async fn build_spec(
         http_allow,
         enabled: f.enabled.or(old.map(|s| s.enabled)).unwrap_or(true),
         no_executor_timeout_ms,
+        delivery,
     };
     Ok((spec, compiled))
 }

@@ -8,6 +8,7 @@ pub mod error;
 pub mod fields;
 pub mod jobs;
 pub mod plugins;
+pub mod queue;
 pub mod runs;
 pub mod secrets;
 pub mod tasks;

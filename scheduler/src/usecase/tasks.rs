@@ -7,14 +7,15 @@ use std::collections::hash_map::Entry;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::fields::NameOrId;
-use super::jobs::{cached_job, job_filter};
+use super::fields::{NameOrId, nullable};
+use super::jobs::{cached_job, job_filter, task_as};
 use super::validate::{self, invalid};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
+use crate::api::views::task_status;
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::model::{Millis, NewTask, Page, Task, TaskFilter, TaskKind, now_ms};
+use crate::model::{Millis, NewTask, Page, Task, TaskFilter, TaskKind, TaskStatus, now_ms};
 use crate::node::Node;
 use crate::schedule::FIRE_HORIZON_MS;
 
@@ -135,34 +136,7 @@ async fn job_to_change(node: &Node, who: &Principal, r: &NameOrId) -> Result<i64
 
 /// Validates one task; error messages start with the field.
 pub fn new_task(f: TaskFields, job_id: i64, now: Millis, config: &Config) -> Result<NewTask> {
-    let due_at = match (f.delay_ms, f.run_at) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                "delay_ms",
-                "give either `delay_ms` or `run_at`, not both",
-            ));
-        }
-        (Some(delay), None) => {
-            if delay < 0 {
-                return Err(invalid(
-                    "delay_ms",
-                    format!("must not be negative (got {delay})"),
-                ));
-            }
-            not_too_far("delay_ms", now.saturating_add(delay), now)?
-        }
-        (None, Some(at)) => {
-            let at = parse_rfc3339(&at).ok_or_else(|| {
-                invalid(
-                    "run_at",
-                    format!("`{at}` is not an RFC 3339 time such as `2026-11-30T03:29:00.123Z`"),
-                )
-            })?;
-            // In the past: due at once.
-            not_too_far("run_at", at.max(now), now)?
-        }
-        (None, None) => now,
-    };
+    let due_at = due_at(f.delay_ms, f.run_at, now)?;
     if let Some(payload) = &f.payload {
         validate::max_bytes("payload", payload, config.max_payload_bytes)?;
     }
@@ -194,6 +168,36 @@ pub fn new_task(f: TaskFields, job_id: i64, now: Millis, config: &Config) -> Res
     })
 }
 
+/// When a task given `delay_ms` or `run_at` (or neither: now) is due.
+fn due_at(delay_ms: Option<i64>, run_at: Option<String>, now: Millis) -> Result<Millis> {
+    match (delay_ms, run_at) {
+        (Some(_), Some(_)) => Err(invalid(
+            "delay_ms",
+            "give either `delay_ms` or `run_at`, not both",
+        )),
+        (Some(delay), None) => {
+            if delay < 0 {
+                return Err(invalid(
+                    "delay_ms",
+                    format!("must not be negative (got {delay})"),
+                ));
+            }
+            not_too_far("delay_ms", now.saturating_add(delay), now)
+        }
+        (None, Some(at)) => {
+            let at = parse_rfc3339(&at).ok_or_else(|| {
+                invalid(
+                    "run_at",
+                    format!("`{at}` is not an RFC 3339 time such as `2026-11-30T03:29:00.123Z`"),
+                )
+            })?;
+            // In the past: due at once.
+            not_too_far("run_at", at.max(now), now)
+        }
+        (None, None) => Ok(now),
+    }
+}
+
 fn not_too_far(field: &str, due_at: Millis, now: Millis) -> Result<Millis> {
     if due_at - now > FIRE_HORIZON_MS {
         return Err(invalid(field, "is more than 10 years ahead"));
@@ -223,4 +227,64 @@ pub async fn list(
         ..filter
     };
     Ok(node.store().list_tasks(&filter).await?)
+}
+
+/// `PATCH /api/v1/tasks/{id}`: moves a pending task. One of `run_at` and `delay_ms` is
+/// required.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reschedule {
+    /// Due this many milliseconds from now; not with `run_at`.
+    pub delay_ms: Option<i64>,
+    /// Due at this time (in the past: now); not with `delay_ms`.
+    #[schema(format = DateTime)]
+    pub run_at: Option<String>,
+    /// −1000 to 1000, higher first.
+    pub priority: Option<i64>,
+    /// The run's input; `null` clears it.
+    #[serde(default, deserialize_with = "nullable")]
+    pub payload: Option<Option<String>>,
+}
+
+/// Moves a pending task (not yet in a scheduler's wheel, or waiting for an executor or a
+/// consumer) to a new due time, and optionally a new priority or payload.
+pub async fn reschedule(node: &Node, who: &Principal, id: i64, f: Reschedule) -> Result<Task> {
+    let now = now_ms();
+    if f.delay_ms.is_none() && f.run_at.is_none() {
+        return Err(invalid(
+            "run_at",
+            "give `run_at` or `delay_ms`: when the task is now due",
+        ));
+    }
+    let due_at = due_at(f.delay_ms, f.run_at, now)?;
+    let priority = f
+        .priority
+        .map(|p| validate::within("priority", p, -MAX_PRIORITY..=MAX_PRIORITY).map(|p| p as i32))
+        .transpose()?;
+    if let Some(Some(payload)) = &f.payload {
+        validate::max_bytes("payload", payload, node.config().max_payload_bytes)?;
+    }
+    task_as(node.store(), who, id, Need::Change).await?;
+    let payload = f.payload.as_ref().map(|p| p.as_deref());
+    let moved = node
+        .store()
+        .reschedule_task(id, due_at, priority, payload, now)
+        .await?;
+    let task = node.store().get_task(id).await?;
+    if !moved {
+        return Err(Error::Conflict(match task.status {
+            TaskStatus::Claimed => format!(
+                "task {id} is about to fire (due within seconds, it is already in a scheduler's \
+                 wheel): it can no longer be moved, only cancelled"
+            ),
+            status => format!(
+                "task {id} is {}; only a pending task can be rescheduled",
+                task_status(status, task.attempt).0
+            ),
+        }));
+    }
+    if due_at - now <= node.config().window_ms {
+        node.wake_scan();
+    }
+    Ok(task)
 }

@@ -27,6 +27,7 @@ use rota_proto::{
 use tokio::sync::{Semaphore, mpsc};
 
 use super::complete::Completion;
+use super::ready::ReadyBoard;
 use super::ring::Ring;
 use super::{Cluster, ExecutorCache, JobCache, JobEntry, RunIds};
 use crate::client::{ClientError, ExecutorClient};
@@ -63,6 +64,8 @@ pub(crate) struct Dispatcher {
     pub recorder: mpsc::Sender<Dispatched>,
     /// Each fire's lateness, for the dashboard (the node reads it).
     pub lateness: Arc<RecentLateness>,
+    /// Where a pull job's fires are announced once they are ready for its consumers.
+    pub ready: Arc<ReadyBoard>,
     pub slow: SlowTracker,
     /// The room each executor said it had left, for sizing trigger requests.
     pub rooms: Rooms,

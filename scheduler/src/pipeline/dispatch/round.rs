@@ -147,6 +147,22 @@ impl Dispatch {
             return self.unsent.void.push(task);
         }
         let spec = &job.job.spec;
+        match spec.delivery {
+            Delivery::Wasm => {}
+            Delivery::Pull => return self.unsent.ready.push(task),
+            Delivery::Http { .. } => {
+                let reason = "http delivery is not available in this version".to_owned();
+                return self.failed.push(Failed {
+                    task,
+                    run_id: None,
+                    shard_index: 0,
+                    shard_total: 1,
+                    executor: None,
+                    at: self.now,
+                    reason,
+                });
+            }
+        }
         if job.plugin.is_none() {
             let reason = format!("plugin `{}` does not exist", spec.plugin);
             return self.failed.push(Failed {

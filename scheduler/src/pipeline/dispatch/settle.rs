@@ -15,6 +15,8 @@ pub(super) struct Unsendable {
     pub(super) no_executor: Vec<DueTask>,
     /// Whose app's every executor is registered but unreachable: they wait in the wheel.
     pub(super) unreachable: Vec<DueTask>,
+    /// Of `pull` jobs: they wait in the database, ready for a consumer.
+    pub(super) ready: Vec<DueTask>,
 }
 
 /// How long a fire that reached none of its app's executors waits before it is tried
@@ -100,11 +102,41 @@ pub(super) async fn settle_unsent(dispatcher: &Dispatcher, u: Unsendable) {
             }
         }
     }
+    if !u.ready.is_empty() {
+        make_ready(dispatcher, u.ready, now).await;
+    }
     if !u.unreachable.is_empty() {
         metrics::counter!("rota_fires_waiting_total").increment(u.unreachable.len() as u64);
         dispatcher
             .ring
             .defer(u.unreachable, now + UNREACHABLE_HOLD_MS);
+    }
+}
+
+/// A pull job's fires leave the wheel for the database as `ready`, and their jobs are
+/// announced to the pulls that wait for them (on this node and the others).
+async fn make_ready(dispatcher: &Dispatcher, ready: Vec<DueTask>, now: Millis) {
+    let ids: Vec<i64> = ready.iter().map(|t| t.task_id).collect();
+    match dispatcher
+        .cluster
+        .store
+        .mark_ready(dispatcher.cluster.lease.get(), &ids, now)
+        .await
+    {
+        Ok(_) => {
+            metrics::counter!("rota_fires_ready_total").increment(ready.len() as u64);
+            dispatcher
+                .ring
+                .fired(ready.iter().map(|t| (t.task_id, t.attempt)));
+            let mut jobs: Vec<i64> = ready.iter().map(|t| t.job_id).collect();
+            jobs.sort_unstable();
+            jobs.dedup();
+            dispatcher.ready.announce(jobs);
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "making a pull job's fires ready failed; holding them");
+            dispatcher.ring.defer(ready, now + UNREACHABLE_HOLD_MS);
+        }
     }
 }
 

@@ -1,0 +1,447 @@
+//! Pull delivery through the real binary (SPEC §8): consumers pull a `pull` job's due tasks
+//! with a lease and ack, nack or extend it; an expired lease is redelivered; dead tasks are
+//! re-driven; pending ones rescheduled. One `rota standalone` per test (SQLite), and two
+//! `rota server` nodes on one database for the long poll that another node's wheel wakes
+//! (MariaDB when `ROTA_TEST_MYSQL_URL` is set, else one SQLite file).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+/// A standalone node with a pull job `orders` (and its app `shop`).
+async fn pull_job(max_attempts: i64) -> (Standalone, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Standalone::start(dir.path());
+    node.api
+        .ok(
+            "POST",
+            "/api/v1/jobs",
+            Some(json!({
+                "name": "orders", "app": "shop", "schedule": {"kind": "none"},
+                "delivery": {"kind": "pull"}, "max_attempts": max_attempts,
+                "backoff": {"kind": "fixed", "delay_ms": 60_000},
+            })),
+        )
+        .await;
+    (node, dir)
+}
+
+async fn pull(api: &Api, body: Value) -> Vec<Value> {
+    let v = api.ok("POST", "/api/v1/jobs/orders/pull", Some(body)).await;
+    v["items"].as_array().expect("items").clone()
+}
+
+fn lease(item: &Value) -> &str {
+    item["lease"].as_str().expect("a lease")
+}
+
+#[tokio::test]
+async fn a_pulled_task_is_acked_once_and_a_stale_lease_changes_nothing() {
+    let (node, _dir) = pull_job(3).await;
+    let api = &node.api;
+    let ids = api
+        .add_tasks(vec![
+            json!({"job": "orders", "payload": "close order 42", "key": "order-42"}),
+        ])
+        .await;
+    let items = pull(api, json!({"wait_ms": 10_000, "consumer": "billing-1"})).await;
+    assert_eq!(items.len(), 1, "the due task: {items:?}");
+    let item = &items[0];
+    assert_eq!(item["task"], ids[0]);
+    assert_eq!(item["attempt"], 1);
+    assert_eq!(item["payload"], "close order 42");
+    assert_eq!(item["key"], "order-42");
+    // Leased: nobody else gets it.
+    assert!(pull(api, json!({"consumer": "billing-2"})).await.is_empty());
+    let task = api
+        .ok("GET", &format!("/api/v1/tasks/{}", ids[0]), None)
+        .await;
+    assert_eq!(task["status"], "running");
+
+    let (status, v) = api
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{}/ack", ids[0]),
+            Some(json!({"lease": "1.0000000000000000"})),
+        )
+        .await;
+    assert_eq!(status, 409, "a lease that is not the task's: {v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("no longer held"),
+        "{v}"
+    );
+
+    let acked = api
+        .ok(
+            "POST",
+            &format!("/api/v1/tasks/{}/ack", ids[0]),
+            Some(json!({"lease": lease(item)})),
+        )
+        .await;
+    assert_eq!(acked["status"], "succeeded");
+    let (status, _) = api
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{}/ack", ids[0]),
+            Some(json!({"lease": lease(item)})),
+        )
+        .await;
+    assert_eq!(status, 409, "a second ack of an ended lease");
+    let runs = api
+        .ok("GET", &format!("/api/v1/runs?task={}", ids[0]), None)
+        .await;
+    let runs = runs["items"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "one run per attempt: {runs:?}");
+    assert_eq!(runs[0]["executor"], "pull:billing-1");
+    assert_eq!(runs[0]["status"], "succeeded");
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_redelivered_as_attempt_2_to_another_consumer() {
+    let (node, _dir) = pull_job(3).await;
+    let api = &node.api;
+    let ids = api.add_tasks(vec![json!({"job": "orders"})]).await;
+    let first = pull(
+        api,
+        json!({"wait_ms": 10_000, "lease_ms": 1_000, "consumer": "a"}),
+    )
+    .await;
+    assert_eq!(first.len(), 1);
+    // Consumer a never acks: after its lease the task is handed out again.
+    let second = pull(api, json!({"wait_ms": 20_000, "consumer": "b"})).await;
+    assert_eq!(second.len(), 1, "the task after the lease expired");
+    assert_eq!(second[0]["task"], ids[0]);
+    assert_eq!(second[0]["attempt"], 2);
+    // a's lease is stale: its ack and its extension change nothing.
+    let (status, _) = api
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{}/ack", ids[0]),
+            Some(json!({"lease": lease(&first[0])})),
+        )
+        .await;
+    assert_eq!(status, 409);
+    let (status, _) = api
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{}/extend", ids[0]),
+            Some(json!({"lease": lease(&first[0]), "lease_ms": 60_000})),
+        )
+        .await;
+    assert_eq!(status, 409);
+    let task = api
+        .ok("GET", &format!("/api/v1/tasks/{}", ids[0]), None)
+        .await;
+    assert_eq!(task["status"], "running", "b still holds it: {task}");
+    // b extends, then acks.
+    api.ok(
+        "POST",
+        &format!("/api/v1/tasks/{}/extend", ids[0]),
+        Some(json!({"lease": lease(&second[0]), "lease_ms": 60_000})),
+    )
+    .await;
+    api.ok(
+        "POST",
+        &format!("/api/v1/tasks/{}/ack", ids[0]),
+        Some(json!({"lease": lease(&second[0])})),
+    )
+    .await;
+    let runs = api
+        .ok("GET", &format!("/api/v1/runs?task={}", ids[0]), None)
+        .await;
+    let mut runs: Vec<(i64, String, String)> = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["attempt"].as_i64().unwrap(),
+                r["executor"].as_str().unwrap().to_owned(),
+                r["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    runs.sort();
+    assert_eq!(
+        runs,
+        vec![
+            (1, "pull:a".into(), "lost".into()),
+            (2, "pull:b".into(), "succeeded".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_nack_with_a_delay_comes_back_after_it_then_dies_after_the_last_attempt() {
+    let (node, _dir) = pull_job(2).await;
+    let api = &node.api;
+    let ids = api.add_tasks(vec![json!({"job": "orders"})]).await;
+    let first = pull(api, json!({"wait_ms": 10_000})).await;
+    let nacked_at = now_ms();
+    let task = api
+        .ok(
+            "POST",
+            &format!("/api/v1/tasks/{}/nack", ids[0]),
+            Some(json!({"lease": lease(&first[0]), "error": "the warehouse is closed", "delay_ms": 1_500})),
+        )
+        .await;
+    assert_eq!(task["status"], "failed", "a retry is due: {task}");
+    assert!(
+        pull(api, json!({})).await.is_empty(),
+        "due only after the delay"
+    );
+    let second = pull(api, json!({"wait_ms": 20_000})).await;
+    assert_eq!(second[0]["attempt"], 2);
+    let due = parse_time(&second[0]["due_at"]);
+    assert!(
+        due >= nacked_at + 1_500,
+        "the retry was due {} ms after the nack, before its delay",
+        due - nacked_at
+    );
+    let run = api
+        .ok("GET", &format!("/api/v1/runs?task={}", ids[0]), None)
+        .await;
+    assert!(
+        run.to_string().contains("the warehouse is closed"),
+        "the nack's error is the run's message: {run}"
+    );
+    // The second of two attempts fails: dead.
+    let task = api
+        .ok(
+            "POST",
+            &format!("/api/v1/tasks/{}/nack", ids[0]),
+            Some(json!({"lease": lease(&second[0])})),
+        )
+        .await;
+    assert_eq!(task["status"], "dead");
+}
+
+#[tokio::test]
+async fn pulls_take_higher_priority_first_then_earlier_due() {
+    let (node, dir) = pull_job(1).await;
+    let api = &node.api;
+    // Disabled, the job's tasks become ready without anyone taking them.
+    api.ok(
+        "PATCH",
+        "/api/v1/jobs/orders",
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    // Due in the past, in this order of due times; priorities mixed.
+    let base = now_ms() - 10_000;
+    let at = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(base + ms)
+            .unwrap()
+            .to_rfc3339()
+    };
+    let ids = api
+        .add_tasks(vec![
+            json!({"job": "orders", "run_at": at(0), "priority": 0}),
+            json!({"job": "orders", "run_at": at(1_000), "priority": 5}),
+            json!({"job": "orders", "run_at": at(2_000), "priority": 0}),
+            json!({"job": "orders", "run_at": at(3_000), "priority": 5}),
+            json!({"job": "orders", "run_at": at(4_000), "priority": -3}),
+        ])
+        .await;
+    let db = sqlx::SqlitePool::connect(&format!("sqlite:{}", dir.path().join("rota.db").display()))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "five ready tasks", || async {
+        let ready: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tasks WHERE status = 'ready'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        (ready == 5).then_some(())
+    })
+    .await;
+    api.ok(
+        "PATCH",
+        "/api/v1/jobs/orders",
+        Some(json!({"enabled": true})),
+    )
+    .await;
+    let taken = pull(api, json!({"max": 10})).await;
+    let order: Vec<i64> = taken.iter().map(|i| i["task"].as_i64().unwrap()).collect();
+    assert_eq!(order, vec![ids[1], ids[3], ids[0], ids[2], ids[4]]);
+}
+
+#[tokio::test]
+async fn a_disabled_pull_job_holds_its_tasks_until_it_is_enabled() {
+    let (node, _dir) = pull_job(1).await;
+    let api = &node.api;
+    api.ok(
+        "PATCH",
+        "/api/v1/jobs/orders",
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    let ids = api.add_tasks(vec![json!({"job": "orders"})]).await;
+    assert!(
+        pull(api, json!({"wait_ms": 1_500})).await.is_empty(),
+        "a disabled job hands out nothing"
+    );
+    let task = api
+        .ok("GET", &format!("/api/v1/tasks/{}", ids[0]), None)
+        .await;
+    assert_eq!(task["status"], "pending");
+    api.ok(
+        "PATCH",
+        "/api/v1/jobs/orders",
+        Some(json!({"enabled": true})),
+    )
+    .await;
+    let items = pull(api, json!({"wait_ms": 10_000})).await;
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["task"], ids[0]);
+}
+
+#[tokio::test]
+async fn a_dead_task_is_re_driven_alone_or_in_bulk_and_then_succeeds() {
+    let (node, _dir) = pull_job(1).await;
+    let api = &node.api;
+    let ids = api
+        .add_tasks(vec![json!({"job": "orders"}), json!({"job": "orders"})])
+        .await;
+    let items = pull(api, json!({"max": 2, "wait_ms": 10_000})).await;
+    assert_eq!(items.len(), 2, "{items:?}");
+    for item in &items {
+        let id = item["task"].as_i64().unwrap();
+        api.ok(
+            "POST",
+            &format!("/api/v1/tasks/{id}/nack"),
+            Some(json!({"lease": lease(item)})),
+        )
+        .await;
+    }
+    for id in &ids {
+        task_reaches(api, *id, "dead").await;
+    }
+    let (status, v) = api
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{}/retry", ids[0] + 1000),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "{v}");
+    let retried = api
+        .ok("POST", &format!("/api/v1/tasks/{}/retry", ids[0]), None)
+        .await;
+    assert_eq!(
+        retried["status"], "failed",
+        "pending again, after a failure: {retried}"
+    );
+    let (status, v) = api
+        .call("POST", &format!("/api/v1/tasks/{}/retry", ids[0]), None)
+        .await;
+    assert_eq!(status, 409, "only a dead task is re-driven: {v}");
+    let bulk = api
+        .ok(
+            "POST",
+            "/api/v1/tasks/retry",
+            Some(json!({"job": "orders", "status": "dead"})),
+        )
+        .await;
+    assert_eq!(bulk["retried"], 1, "the other one");
+    let mut acked = 0;
+    while acked < 2 {
+        let items = pull(api, json!({"max": 2, "wait_ms": 10_000})).await;
+        assert!(!items.is_empty(), "the re-driven tasks are pulled again");
+        for item in &items {
+            assert_eq!(item["attempt"], 2);
+            let id = item["task"].as_i64().unwrap();
+            api.ok(
+                "POST",
+                &format!("/api/v1/tasks/{id}/ack"),
+                Some(json!({"lease": lease(item)})),
+            )
+            .await;
+            acked += 1;
+        }
+    }
+    for id in &ids {
+        task_reaches(api, *id, "succeeded").await;
+    }
+}
+
+#[tokio::test]
+async fn a_pending_task_is_rescheduled_and_its_payload_and_priority_change() {
+    let (node, _dir) = pull_job(1).await;
+    let api = &node.api;
+    let ids = api
+        .add_tasks(vec![
+            json!({"job": "orders", "delay_ms": 3_600_000, "payload": "old"}),
+        ])
+        .await;
+    let task = api
+        .ok(
+            "PATCH",
+            &format!("/api/v1/tasks/{}", ids[0]),
+            Some(json!({"delay_ms": 0, "payload": "new", "priority": 7})),
+        )
+        .await;
+    assert_eq!(task["priority"], 7);
+    let items = pull(api, json!({"wait_ms": 10_000})).await;
+    assert_eq!(items.len(), 1, "due now after the move");
+    assert_eq!(items[0]["payload"], "new");
+    let (status, v) = api
+        .call(
+            "PATCH",
+            &format!("/api/v1/tasks/{}", ids[0]),
+            Some(json!({"delay_ms": 1000})),
+        )
+        .await;
+    assert_eq!(status, 409, "a running task is not moved: {v}");
+}
+
+#[tokio::test]
+async fn a_long_poll_on_one_node_wakes_when_a_task_falls_due_on_another() {
+    let db = SharedDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (free_port(), free_port());
+    let _a = spawn_server(&db.url, pa, &dir.path().join("a.log"), "node-a");
+    let _b = spawn_server(&db.url, pb, &dir.path().join("b.log"), "node-b");
+    let a = Api::new(format!("http://127.0.0.1:{pa}"));
+    let b = Api::new(format!("http://127.0.0.1:{pb}"));
+    wait_healthy(&a).await;
+    wait_healthy(&b).await;
+    a.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "orders", "app": "shop", "schedule": {"kind": "none"},
+                    "delivery": {"kind": "pull"}}),
+        ),
+    )
+    .await;
+    let poll = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let started = Instant::now();
+            let items = pull(&b, json!({"wait_ms": 30_000})).await;
+            (items, started.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Node A takes the task into its own wheel as it accepts it (due in 1 s).
+    let ids = a
+        .add_tasks(vec![json!({"job": "orders", "delay_ms": 1_000})])
+        .await;
+    let (items, waited) = poll.await.unwrap();
+    assert_eq!(items.len(), 1, "the poll on B got A's task");
+    assert_eq!(items[0]["task"], ids[0]);
+    assert!(
+        waited < Duration::from_secs(25),
+        "B's poll ran to its end ({waited:?}) instead of being woken"
+    );
+    db.drop_db().await;
+}
+
+fn parse_time(v: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().expect("a time"))
+        .expect("RFC 3339")
+        .timestamp_millis()
+}

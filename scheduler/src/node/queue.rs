@@ -1,0 +1,93 @@
+//! What pull delivery asks of the node (SPEC §8): the ready board its long polls wait on,
+//! run ids for leased attempts, ending attempts like completion does, and the loop that
+//! tells the other nodes which pull jobs have tasks ready here.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::Node;
+use crate::model::{Millis, RunUpdate, now_ms};
+use crate::pipeline::complete;
+use crate::pipeline::ready::ReadyBoard;
+use crate::store::{self, Applied, NodeRef};
+
+/// How long a node waits for another to take a ready notice (it is a wake-up: a pull that
+/// misses it still looks again when its wait ends).
+const READY_NOTICE_TIMEOUT: Duration = Duration::from_millis(500);
+
+impl Node {
+    /// Where this node's long polls wait for a pull job's tasks to become ready.
+    pub(crate) fn ready_board(&self) -> &ReadyBoard {
+        &self.ready
+    }
+
+    /// Tasks of these pull jobs became ready on another node.
+    pub fn ready_elsewhere(&self, job_ids: &[i64]) {
+        self.ready.wake(job_ids.iter().copied());
+    }
+
+    /// `n` fresh run ids, for the attempts a pull leases.
+    pub(crate) async fn take_run_ids(&self, n: usize) -> store::Result<Vec<i64>> {
+        self.completion.run_ids.take(&self.cluster.store, n).await
+    }
+
+    /// Ends attempts (acks, nacks) as executor reports do; a retry of a task in
+    /// `retry_after` is due that long from now instead of after the backoff.
+    pub(crate) async fn end_attempts(
+        &self,
+        updates: &[RunUpdate],
+        retry_after: &HashMap<i64, Millis>,
+    ) -> anyhow::Result<Applied> {
+        complete::apply_with(&self.completion, updates, retry_after).await
+    }
+
+    /// Scan now: something became due inside the window (a re-driven or moved task).
+    pub(crate) fn wake_scan(&self) {
+        self.scan_wake.notify_one();
+    }
+
+    /// Resolves once the node is shutting down (a long poll ends early, empty).
+    pub(crate) async fn stopping(&self) {
+        let mut shutdown = self.cluster.shutdown.clone();
+        let _ = shutdown.wait_for(|s| *s).await;
+    }
+}
+
+/// Sends the pull jobs that had tasks become ready here to every other live node, one
+/// request per node for whatever gathered since the last send, until shutdown.
+pub(super) async fn announce_loop(node: Node) {
+    let mut shutdown = node.cluster.shutdown.clone();
+    loop {
+        let job_ids = tokio::select! {
+            jobs = node.ready.next_announcements() => jobs,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        let me = node.cluster.lease.get().node_id;
+        let alive_after = now_ms() - node.cluster.config.node_dead_after_ms;
+        let peers = match node.cluster.store.live_nodes(alive_after).await {
+            Ok(peers) => peers,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the other nodes to announce ready tasks failed");
+                continue;
+            }
+        };
+        let notice = &rota_proto::wire::PeerReady { job_ids };
+        let client = &node.client;
+        let calls = peers
+            .iter()
+            .filter(|peer| peer.id != me)
+            .map(|NodeRef { address, .. }| async move {
+                let call = client.node_ready(address, notice);
+                match tokio::time::timeout(READY_NOTICE_TIMEOUT, call).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(node = %address, error = %e, "a node was not told of ready tasks; its pulls look again when their wait ends")
+                    }
+                    Err(_) => {
+                        tracing::debug!(node = %address, "a node did not take a ready notice in time")
+                    }
+                }
+            });
+        futures_util::future::join_all(calls).await;
+    }
+}

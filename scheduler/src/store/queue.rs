@@ -1,0 +1,380 @@
+//! Pull delivery (SPEC §8): fires of a `pull` job that came due wait `ready` for a consumer;
+//! a pull leases them (each leased attempt is a run, `executor` = `pull:<consumer>`); an
+//! ack, a nack or the lease's expiry ends the attempt through [`Store::apply_run_updates`],
+//! like an executor's report. Also the re-drive of dead tasks and the rescheduling of
+//! pending ones, which any delivery shares.
+
+use sqlx::{FromRow, QueryBuilder};
+
+use super::*;
+
+/// A task a pull handed to a consumer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leased {
+    pub task_id: i64,
+    pub job_id: i64,
+    pub attempt: i32,
+    pub run_id: i64,
+    /// The lease's token: `<run id>.<random>`; only its holder can end or extend it.
+    pub lease: String,
+    pub payload: Option<String>,
+    pub key: Option<String>,
+    pub priority: i32,
+    pub due_at: Millis,
+    pub lease_expires_at: Millis,
+}
+
+/// What a task's current lease is, read to check an ack, a nack or an extension.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct HeldLease {
+    pub task_id: i64,
+    pub job_id: i64,
+    pub status: String,
+    pub attempt: i32,
+    pub lease_token: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub run_id: Option<i64>,
+    pub executor: Option<String>,
+    pub scheduled_at: Option<i64>,
+    pub dispatched_at: Option<i64>,
+}
+
+impl HeldLease {
+    /// The run update that ends this lease's attempt with `status`.
+    pub fn ending(&self, status: RunStatus, now: Millis, message: Option<String>) -> RunUpdate {
+        RunUpdate {
+            run_id: self.run_id.unwrap_or_default(),
+            job_id: self.job_id,
+            task_id: self.task_id,
+            attempt: self.attempt,
+            shard_index: 0,
+            shard_total: 1,
+            executor: self.executor.clone(),
+            scheduled_at: self.scheduled_at.unwrap_or(now),
+            dispatched_at: self.dispatched_at,
+            started_at: self.dispatched_at,
+            finished_at: Some(now),
+            status,
+            exit_code: None,
+            message,
+        }
+    }
+
+    /// Is `lease` this task's live lease?
+    pub fn is(&self, lease: &str) -> bool {
+        self.status == TaskStatus::Running.as_str()
+            && self.run_id.is_some()
+            && self.lease_token.as_deref() == Some(lease)
+    }
+}
+
+#[derive(FromRow)]
+struct ReadyRow {
+    id: i64,
+    attempt: i32,
+    idem_key: Option<String>,
+    payload: Option<String>,
+    priority: i32,
+    due_at: i64,
+}
+
+impl Store {
+    /// Claimed fires of pull jobs, out of `lease`'s wheel: `ready` for a consumer. Returns
+    /// how many moved (a task cancelled or taken over meanwhile does not).
+    pub async fn mark_ready(&self, lease: NodeLease, task_ids: &[i64], now: Millis) -> Result<u64> {
+        let mut moved = 0;
+        on_pool!(self, |pool, Db| {
+            for chunk in task_ids.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "UPDATE tasks SET status = 'ready', owner_node = NULL, owner_epoch = NULL, updated_at = ",
+                );
+                qb.push_bind(now)
+                    .push(" WHERE status = 'claimed' AND owner_node = ")
+                    .push_bind(lease.node_id)
+                    .push(" AND owner_epoch = ")
+                    .push_bind(lease.epoch)
+                    .push(" AND id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                moved += qb.build().execute(pool).await?.affected();
+            }
+        });
+        Ok(moved)
+    }
+
+    /// Leases up to `run_ids.len()` ready tasks of `job_id` to `consumer` until
+    /// `now + lease_ms`, higher priority first, then earlier due: each becomes `running`
+    /// with a run of its attempt (`executor` = `pull:<consumer>`), in one transaction.
+    /// Concurrent pulls on any node never lease one task twice (`SKIP LOCKED` on MySQL, the
+    /// one writer on SQLite, and the status check in the update either way).
+    pub async fn lease_ready(
+        &self,
+        job_id: i64,
+        consumer: &str,
+        run_ids: &[i64],
+        lease_ms: i64,
+        now: Millis,
+    ) -> Result<Vec<Leased>> {
+        if run_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let skip_locked = self.skip_locked();
+        let executor = format!("pull:{consumer}");
+        let expires = now.saturating_add(lease_ms);
+        on_pool!(self, |pool, Db| {
+            let mut tx = pool.begin().await?;
+            let rows: Vec<ReadyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks \
+                 WHERE job_id = ? AND status = 'ready' \
+                 ORDER BY priority DESC, due_at, id LIMIT ?{skip_locked}"
+            )))
+            .bind(job_id)
+            .bind(run_ids.len() as i64)
+            .fetch_all(&mut *tx)
+            .await?;
+            if rows.is_empty() {
+                return Ok(Vec::new());
+            }
+            let leased: Vec<Leased> = rows
+                .into_iter()
+                .zip(run_ids)
+                .map(|(r, &run_id)| Leased {
+                    task_id: r.id,
+                    job_id,
+                    attempt: r.attempt,
+                    run_id,
+                    lease: format!("{run_id}.{:016x}", rand::random::<u64>()),
+                    payload: r.payload,
+                    key: r.idem_key,
+                    priority: r.priority,
+                    due_at: r.due_at,
+                    lease_expires_at: expires,
+                })
+                .collect();
+            let mut qb =
+                QueryBuilder::<Db>::new("UPDATE tasks SET status = 'running', lease_expires_at = ");
+            qb.push_bind(expires)
+                .push(", updated_at = ")
+                .push_bind(now)
+                .push(", lease_token = ");
+            push_case(&mut qb, leased.iter().map(|l| (l.task_id, l.lease.clone())));
+            qb.push(" WHERE status = 'ready' AND id IN ");
+            push_ids(&mut qb, leased.iter().map(|l| l.task_id));
+            let updated = qb.build().execute(&mut *tx).await?.affected();
+            if updated != leased.len() as u64 {
+                // Another pull took some between the read and the write (SQLite has no row
+                // locks to skip): take none, the caller pulls again.
+                tx.rollback().await?;
+                return Err(Error::Conflict("a concurrent pull took these tasks".into()));
+            }
+            let mut qb = QueryBuilder::<Db>::new(
+                "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
+                 scheduled_at, dispatched_at, started_at) ",
+            );
+            qb.push_values(&leased, |mut b, l| {
+                b.push_bind(l.run_id)
+                    .push_bind(job_id)
+                    .push_bind(l.task_id)
+                    .push_bind(l.attempt)
+                    .push_bind(0_i32)
+                    .push_bind(1_i32)
+                    .push_bind(executor.as_str())
+                    .push_bind(RunStatus::Running.as_str())
+                    .push_bind(l.due_at)
+                    .push_bind(now)
+                    .push_bind(now);
+            });
+            qb.build().execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(leased)
+        })
+    }
+
+    /// The current leases of these tasks (those that exist), with their attempts' runs.
+    pub async fn held_leases(&self, task_ids: &[i64]) -> Result<Vec<HeldLease>> {
+        let mut out = Vec::with_capacity(task_ids.len());
+        on_pool!(self, |pool, Db| {
+            for chunk in task_ids.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT t.id AS task_id, t.job_id, t.status, t.attempt, t.lease_token, \
+                     t.lease_expires_at, r.id AS run_id, r.executor, r.scheduled_at, r.dispatched_at \
+                     FROM tasks t LEFT JOIN runs r \
+                     ON r.task_id = t.id AND r.attempt = t.attempt AND r.shard_index = 0 \
+                     WHERE t.id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().copied());
+                out.extend(qb.build_query_as::<HeldLease>().fetch_all(pool).await?);
+            }
+        });
+        Ok(out)
+    }
+
+    /// Moves the end of a live lease; false if `lease` is not the task's live lease (it
+    /// expired, or ended).
+    pub async fn extend_lease(
+        &self,
+        task_id: i64,
+        lease: &str,
+        expires: Millis,
+        now: Millis,
+    ) -> Result<bool> {
+        on_pool!(self, |pool, Db| {
+            let r = sqlx::query(
+                "UPDATE tasks SET lease_expires_at = ?, updated_at = ? \
+                 WHERE id = ? AND status = 'running' AND lease_token = ? AND lease_expires_at > ?",
+            )
+            .bind(expires)
+            .bind(now)
+            .bind(task_id)
+            .bind(lease)
+            .bind(now)
+            .execute(pool)
+            .await?;
+            Ok(r.affected() > 0)
+        })
+    }
+
+    /// Takes the token of leases that expired by `now` (up to `limit`), so that no ack or
+    /// extension can use them any more, and returns them: the caller ends each attempt as
+    /// lost. (A crash in between leaves them expired without a token; the next call finds
+    /// them again.)
+    pub async fn expire_leases(&self, now: Millis, limit: u32) -> Result<Vec<HeldLease>> {
+        let ids: Vec<i64> = on_pool!(self, |pool, Db| {
+            sqlx::query_scalar(
+                "SELECT id FROM tasks WHERE lease_expires_at <= ? AND status = 'running' \
+                 ORDER BY lease_expires_at LIMIT ?",
+            )
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?
+        });
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let held = self.held_leases(&ids).await?;
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new(
+                "UPDATE tasks SET lease_token = NULL WHERE status = 'running' AND lease_expires_at <= ",
+            );
+            qb.push_bind(now).push(" AND id IN ");
+            push_ids(&mut qb, ids.iter().copied());
+            qb.build().execute(pool).await?;
+        });
+        Ok(held
+            .into_iter()
+            .filter(|h| {
+                h.status == TaskStatus::Running.as_str()
+                    && h.lease_expires_at.is_some_and(|at| at <= now)
+            })
+            .collect())
+    }
+
+    /// A dead task becomes pending again for a new attempt, due at `due_at`. Conflict if it
+    /// is not dead.
+    pub async fn redrive_task(&self, id: i64, due_at: Millis, now: Millis) -> Result<Task> {
+        let changed = self.redrive(&[id], due_at, now).await?;
+        let task = self.get_task(id).await?;
+        if changed == 0 {
+            return Err(Error::Conflict(format!(
+                "task {id} is {}; only a dead task can be retried",
+                task.status
+            )));
+        }
+        Ok(task)
+    }
+
+    /// Up to `limit` dead tasks of `job_id`, oldest due first, pending again for a new
+    /// attempt due at `due_at`. Returns how many.
+    pub async fn redrive_dead(
+        &self,
+        job_id: i64,
+        limit: u32,
+        due_at: Millis,
+        now: Millis,
+    ) -> Result<u64> {
+        let ids: Vec<i64> = on_pool!(self, |pool, Db| {
+            sqlx::query_scalar(
+                "SELECT id FROM tasks WHERE job_id = ? AND status = 'dead' ORDER BY due_at, id LIMIT ?",
+            )
+            .bind(job_id)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?
+        });
+        self.redrive(&ids, due_at, now).await
+    }
+
+    async fn redrive(&self, ids: &[i64], due_at: Millis, now: Millis) -> Result<u64> {
+        let mut changed = 0;
+        on_pool!(self, |pool, Db| {
+            for chunk in ids.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "UPDATE tasks SET status = 'pending', attempt = attempt + 1, lease_token = NULL, \
+                     lease_expires_at = NULL, owner_node = NULL, owner_epoch = NULL, due_at = ",
+                );
+                qb.push_bind(due_at)
+                    .push(", updated_at = ")
+                    .push_bind(now)
+                    .push(" WHERE status = 'dead' AND id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                changed += qb.build().execute(pool).await?.affected();
+            }
+        });
+        Ok(changed)
+    }
+
+    /// Moves a task that is not in any wheel (pending, waiting for an executor, or ready
+    /// for a consumer) to `due_at` and optionally a new priority and payload; it is
+    /// pending again. False if it is not in one of those states any more.
+    pub async fn reschedule_task(
+        &self,
+        id: i64,
+        due_at: Millis,
+        priority: Option<i32>,
+        payload: Option<Option<&str>>,
+        now: Millis,
+    ) -> Result<bool> {
+        on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET status = 'pending', due_at = ");
+            qb.push_bind(due_at).push(", updated_at = ").push_bind(now);
+            if let Some(p) = priority {
+                qb.push(", priority = ").push_bind(p);
+            }
+            if let Some(payload) = payload {
+                qb.push(", payload = ").push_bind(payload);
+            }
+            qb.push(" WHERE id = ")
+                .push_bind(id)
+                .push(" AND status IN ('pending', 'waiting', 'ready')");
+            Ok(qb.build().execute(pool).await?.affected() > 0)
+        })
+    }
+
+    /// How many of a job's tasks are on their way to a receiver: in a wheel, ready for a
+    /// consumer, or running (dispatched or leased).
+    pub async fn tasks_in_flight(&self, job_id: i64) -> Result<i64> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_scalar(
+                "SELECT COUNT(*) FROM tasks WHERE job_id = ? AND status IN ('claimed', 'ready', 'running')",
+            )
+            .bind(job_id)
+            .fetch_one(pool)
+            .await?)
+        })
+    }
+
+    /// A job that is no longer pulled: its ready tasks are pending again, for the scan to
+    /// deliver the job's new way.
+    pub async fn unready(&self, job_id: i64, now: Millis) -> Result<u64> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query(
+                "UPDATE tasks SET status = 'pending', updated_at = ? WHERE job_id = ? AND status = 'ready'",
+            )
+            .bind(now)
+            .bind(job_id)
+            .execute(pool)
+            .await?
+            .affected())
+        })
+    }
+}

@@ -1,0 +1,368 @@
+//! Pull delivery (SPEC §8): consumers pull a `pull` job's due tasks with a lease, then ack,
+//! nack or extend it; plus the re-drive of dead tasks and the rescheduling of pending ones.
+//!
+//! A pull answers at once when tasks are ready, else waits up to `wait_ms` for the ready
+//! board to say one became ready (on this node's wheel or, through a peer notice,
+//! another's) — no polling of the database per consumer. The attempt a lease holds ends
+//! the way an executor's run does (`complete::apply`): an ack succeeds it, a nack fails
+//! it (retried after `delay_ms` or the backoff, or `dead`), an expired lease loses it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::fields::NameOrId;
+use super::jobs::{cached_job, find_job, task_as};
+use super::validate::{self, invalid};
+use super::{Error, Result};
+use crate::access::{Need, Principal};
+use crate::model::{Delivery, Millis, RunStatus, Task, now_ms};
+use crate::node::Node;
+use crate::store::{HeldLease, Leased};
+
+const MAX_PULL: i64 = 1000;
+const DEFAULT_LEASE_MS: i64 = 30_000;
+const MIN_LEASE_MS: i64 = 1_000;
+const MAX_LEASE_MS: i64 = 43_200_000;
+const MAX_WAIT_MS: i64 = 30_000;
+const MAX_CONSUMER_CHARS: usize = 100;
+/// Most acks in one batch.
+pub const MAX_ACKS: usize = 1000;
+/// Most tasks one bulk re-drive moves.
+const MAX_REDRIVE: i64 = 10_000;
+const MAX_NACK_DELAY_MS: i64 = 7 * 86_400_000;
+
+/// `POST /api/v1/jobs/{job}/pull`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PullFields {
+    /// 1 to 1,000 tasks; 1 by default.
+    pub max: Option<i64>,
+    /// How long the consumer holds each task before it is delivered again (1,000 to
+    /// 43,200,000 ms; 30,000 by default).
+    pub lease_ms: Option<i64>,
+    /// How long to wait for a task to fall due when none is ready (0 to 30,000 ms; 0).
+    pub wait_ms: Option<i64>,
+    /// The consumer's name, shown as the runs' executor `pull:<consumer>`.
+    pub consumer: Option<String>,
+}
+
+/// A task handed to a consumer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PulledTask {
+    pub task: i64,
+    pub attempt: i32,
+    /// Give it back to ack, nack or extend; only the current lease's holder can.
+    pub lease: String,
+    pub payload: Option<String>,
+    pub key: Option<String>,
+    pub priority: i32,
+    pub due_at: String,
+    pub lease_expires_at: String,
+}
+
+impl From<Leased> for PulledTask {
+    fn from(l: Leased) -> Self {
+        PulledTask {
+            task: l.task_id,
+            attempt: l.attempt,
+            lease: l.lease,
+            payload: l.payload,
+            key: l.key,
+            priority: l.priority,
+            due_at: crate::api::views::rfc3339(l.due_at),
+            lease_expires_at: crate::api::views::rfc3339(l.lease_expires_at),
+        }
+    }
+}
+
+/// Pulls up to `max` due tasks of a pull job, waiting up to `wait_ms` for one.
+pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Result<Vec<Leased>> {
+    let max = validate::within("max", f.max.unwrap_or(1), 1..=MAX_PULL)?;
+    let lease_ms = validate::within(
+        "lease_ms",
+        f.lease_ms.unwrap_or(DEFAULT_LEASE_MS),
+        MIN_LEASE_MS..=MAX_LEASE_MS,
+    )?;
+    let wait_ms = validate::within("wait_ms", f.wait_ms.unwrap_or(0), 0..=MAX_WAIT_MS)?;
+    let consumer = f.consumer.unwrap_or_else(|| who.name.clone());
+    validate::name("consumer", &consumer)?;
+    if consumer.chars().count() > MAX_CONSUMER_CHARS {
+        return Err(invalid(
+            "consumer",
+            format!("must be at most {MAX_CONSUMER_CHARS} characters"),
+        ));
+    }
+    let found = find_job(node.store(), job).await?;
+    let spec = &found.spec;
+    who.check(&spec.app, Need::Change, &format!("job `{job}`"))?;
+    if spec.delivery != Delivery::Pull {
+        return Err(Error::Conflict(format!(
+            "job `{job}` is delivered by `{}`, not `pull`: nothing can be pulled from it",
+            spec.delivery.kind(),
+        )));
+    }
+    let job_id = found.id;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms as u64);
+    loop {
+        // Listen before looking, so a task that becomes ready in between wakes this pull.
+        let board = node.ready_board().subscribe(job_id);
+        let woken = board.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        // A disabled job hands out nothing (its tasks wait, §8), but a long poll waits on.
+        let enabled = node
+            .cached_job(job_id)
+            .await?
+            .is_some_and(|j| j.job.spec.enabled);
+        if enabled {
+            let leased = lease(node, job_id, &consumer, max as usize, lease_ms).await?;
+            if !leased.is_empty() {
+                return Ok(leased);
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(Vec::new());
+        }
+        tokio::select! {
+            _ = &mut woken => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = node.stopping() => return Ok(Vec::new()),
+        }
+    }
+}
+
+async fn lease(
+    node: &Node,
+    job_id: i64,
+    consumer: &str,
+    max: usize,
+    lease_ms: i64,
+) -> Result<Vec<Leased>> {
+    let run_ids = node.take_run_ids(max).await?;
+    let leased = node
+        .store()
+        .lease_ready(job_id, consumer, &run_ids, lease_ms, now_ms())
+        .await?;
+    if !leased.is_empty() {
+        metrics::counter!("rota_pulled_total").increment(leased.len() as u64);
+    }
+    Ok(leased)
+}
+
+/// `POST /api/v1/tasks/{id}/ack`, `…/nack`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseEnd {
+    /// The lease the pull gave.
+    pub lease: String,
+    /// Nack: why the attempt failed (kept as the run's message).
+    pub error: Option<String>,
+    /// Nack: retry after this long instead of the backoff (0 to 604,800,000 ms).
+    pub delay_ms: Option<i64>,
+}
+
+/// `POST /api/v1/tasks/{id}/extend`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseExtension {
+    pub lease: String,
+    /// The lease now ends this long from now (1,000 to 43,200,000 ms).
+    pub lease_ms: i64,
+}
+
+/// Acks task `id`'s attempt: the task has succeeded. The task as it now is.
+pub async fn ack(node: &Node, who: &Principal, id: i64, lease: &str) -> Result<Task> {
+    let held = held_lease(node, who, id, lease).await?;
+    let update = held.ending(RunStatus::Succeeded, now_ms(), None);
+    let ended = end_attempts(node, &[update], &HashMap::new()).await?;
+    confirm(node, id, &ended).await
+}
+
+/// Nacks task `id`'s attempt: a failed attempt, retried after `delay_ms` (or the backoff)
+/// while attempts remain, else `dead`.
+pub async fn nack(node: &Node, who: &Principal, id: i64, end: LeaseEnd) -> Result<Task> {
+    let delay = end
+        .delay_ms
+        .map(|d| validate::within("delay_ms", d, 0..=MAX_NACK_DELAY_MS))
+        .transpose()?;
+    if let Some(error) = &end.error {
+        validate::max_bytes("error", error, 64 * 1024)?;
+    }
+    let held = held_lease(node, who, id, &end.lease).await?;
+    let message = end.error.unwrap_or_else(|| "nacked by the consumer".into());
+    let update = held.ending(RunStatus::Failed, now_ms(), Some(message));
+    let delays: HashMap<i64, Millis> = delay.map(|d| (id, d)).into_iter().collect();
+    let ended = end_attempts(node, &[update], &delays).await?;
+    confirm(node, id, &ended).await
+}
+
+/// Moves the end of task `id`'s lease to `lease_ms` from now; the new end.
+pub async fn extend(node: &Node, who: &Principal, id: i64, ext: LeaseExtension) -> Result<Millis> {
+    let lease_ms = validate::within("lease_ms", ext.lease_ms, MIN_LEASE_MS..=MAX_LEASE_MS)?;
+    held_lease(node, who, id, &ext.lease).await?;
+    let now = now_ms();
+    let expires = now + lease_ms;
+    if node
+        .store()
+        .extend_lease(id, &ext.lease, expires, now)
+        .await?
+    {
+        Ok(expires)
+    } else {
+        Err(stale(id))
+    }
+}
+
+/// One item of `POST /api/v1/jobs/{job}/ack`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckItem {
+    pub task: i64,
+    pub lease: String,
+}
+
+/// What became of one item of a batch ack.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AckResult {
+    pub task: i64,
+    /// `acked`; `stale` (the lease is not the task's current one: it expired, or was
+    /// ended); `not_found` (no such task of this job).
+    pub status: &'static str,
+}
+
+/// Acks many leases of one job at once (the tasks must be the job's); each item's result.
+pub async fn ack_batch(
+    node: &Node,
+    who: &Principal,
+    job: &str,
+    items: Vec<AckItem>,
+) -> Result<Vec<AckResult>> {
+    if items.len() > MAX_ACKS {
+        return Err(Error::PayloadTooLarge(format!(
+            "acks: at most {MAX_ACKS} in one batch (got {}); split it",
+            items.len()
+        )));
+    }
+    let job = find_job(node.store(), job).await?;
+    who.check(
+        &job.spec.app,
+        Need::Change,
+        &format!("job `{}`", job.spec.name),
+    )?;
+    let ids: Vec<i64> = items.iter().map(|i| i.task).collect();
+    let held: HashMap<i64, HeldLease> = node
+        .store()
+        .held_leases(&ids)
+        .await?
+        .into_iter()
+        .filter(|h| h.job_id == job.id)
+        .map(|h| (h.task_id, h))
+        .collect();
+    let now = now_ms();
+    let updates: Vec<_> = items
+        .iter()
+        .filter_map(|i| held.get(&i.task).filter(|h| h.is(&i.lease)))
+        .map(|h| h.ending(RunStatus::Succeeded, now, None))
+        .collect();
+    let applied = end_attempts(node, &updates, &HashMap::new()).await?;
+    let ended: std::collections::HashSet<i64> = applied.iter().map(|(t, _)| *t).collect();
+    Ok(items
+        .iter()
+        .map(|i| AckResult {
+            task: i.task,
+            status: match held.get(&i.task) {
+                None => "not_found",
+                Some(h) if h.is(&i.lease) && ended.contains(&i.task) => "acked",
+                Some(_) => "stale",
+            },
+        })
+        .collect())
+}
+
+/// Task `id`'s lease, if `lease` is it and `who` may end it.
+async fn held_lease(node: &Node, who: &Principal, id: i64, lease: &str) -> Result<HeldLease> {
+    task_as(node.store(), who, id, Need::Change).await?;
+    let held = node
+        .store()
+        .held_leases(&[id])
+        .await?
+        .pop()
+        .ok_or_else(|| Error::NotFound(format!("task {id} not found")))?;
+    if !held.is(lease) {
+        return Err(stale(id));
+    }
+    Ok(held)
+}
+
+fn stale(id: i64) -> Error {
+    Error::Conflict(format!(
+        "task {id}: this lease is no longer held (it expired and the task was handed out again, \
+         or the attempt already ended); nothing was changed"
+    ))
+}
+
+/// Ends attempts as completion does; `delays` overrides the backoff of a retry, per task.
+async fn end_attempts(
+    node: &Node,
+    updates: &[crate::model::RunUpdate],
+    delays: &HashMap<i64, Millis>,
+) -> Result<Vec<(i64, crate::model::TaskNext)>> {
+    if updates.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(node.end_attempts(updates, delays).await?.tasks)
+}
+
+/// The task after an ack or a nack, if that ended its attempt; else a 409: the lease
+/// expired (and was ended as lost) between the check and the write.
+async fn confirm(node: &Node, id: i64, ended: &[(i64, crate::model::TaskNext)]) -> Result<Task> {
+    if !ended.iter().any(|(task, _)| *task == id) {
+        return Err(stale(id));
+    }
+    Ok(node.store().get_task(id).await?)
+}
+
+/// Re-drives a dead task: a new attempt, due now.
+pub async fn retry(node: &Node, who: &Principal, id: i64) -> Result<Task> {
+    task_as(node.store(), who, id, Need::Change).await?;
+    let now = now_ms();
+    let task = node.store().redrive_task(id, now, now).await?;
+    node.wake_scan();
+    Ok(task)
+}
+
+/// `POST /api/v1/tasks/retry`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRetry {
+    pub job: NameOrId,
+    /// Only `dead`.
+    pub status: String,
+    /// At most this many (1 to 10,000; 1,000 by default), oldest due first.
+    pub limit: Option<i64>,
+}
+
+/// Re-drives a job's dead tasks; how many.
+pub async fn retry_dead(node: &Node, who: &Principal, f: BulkRetry) -> Result<u64> {
+    if f.status != "dead" {
+        return Err(invalid(
+            "status",
+            format!("only `dead` tasks can be retried (got `{}`)", f.status),
+        ));
+    }
+    let limit = validate::within("limit", f.limit.unwrap_or(1000), 1..=MAX_REDRIVE)?;
+    let job = cached_job(node, "job", &f.job).await?;
+    who.check(&job.job.spec.app, Need::Change, &format!("job {}", f.job))?;
+    let now = now_ms();
+    let n = node
+        .store()
+        .redrive_dead(job.job.id, limit as u32, now, now)
+        .await?;
+    if n > 0 {
+        node.wake_scan();
+    }
+    Ok(n)
+}
