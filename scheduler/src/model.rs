@@ -110,7 +110,8 @@ pub enum Delivery {
     Wasm,
     /// Consumers pull them (`POST /api/v1/jobs/{job}/pull`) and ack each; no plugin.
     Pull,
-    /// Each is POSTed to `url`, which must be on the job's `http_allow` list; no plugin.
+    /// Each is POSTed to `url` by the scheduler (`pipeline/dispatch/webhook.rs`); `url`
+    /// must be on the job's `http_allow` list; no plugin.
     Http {
         url: String,
         /// How long one delivery may take (1 to 300,000 ms; the job's `timeout_ms` if not

@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::lateness::RecentLateness;
 use crate::model::*;
 use crate::pipeline::complete::{self, Completion};
-use crate::pipeline::dispatch::{self, Dispatcher, Pools, Rooms, SlowTracker};
+use crate::pipeline::dispatch::{self, Dispatcher, Pools, Rooms, SlowTracker, Webhooks};
 use crate::pipeline::ready::ReadyBoard;
 use crate::pipeline::ring::{CancelState, Ring};
 use crate::pipeline::scan::{self, Scan};
@@ -230,6 +230,7 @@ impl Node {
             recorder,
             lateness: self.lateness.clone(),
             ready: self.ready.clone(),
+            webhooks: Webhooks::new(&config.tls, self.secrets.clone()),
             slow: SlowTracker::new(config.slow_dispatch_ms, config.slow_dispatch_count),
             rooms: Rooms::default(),
             in_flight: AtomicUsize::new(0),

@@ -81,7 +81,9 @@ pub struct JobFields {
     #[serde(default, deserialize_with = "nullable")]
     no_executor_timeout_ms: Option<Option<i64>>,
     /// Who receives its fires: `{"kind":"wasm"}` (the default: its plugin runs on an
-    /// executor) or `{"kind":"pull"}` (consumers pull them; no plugin).
+    /// executor), `{"kind":"pull"}` (consumers pull them; no plugin) or
+    /// `{"kind":"http","url":…,"timeout_ms":…?,"signing_secret":…?}` (each is POSTed to
+    /// `url`, which must be on `http_allow`; no plugin).
     delivery: Option<Delivery>,
 }
 
@@ -229,17 +231,52 @@ impl Collect {
         }
     }
 
-    /// Who receives the job's fires: as sent, else the changed job's, else `wasm`. `http`
-    /// delivery is refused until it is built.
+    /// Who receives the job's fires: as sent, else the changed job's, else `wasm`.
     fn delivery(&mut self, sent: Option<Delivery>, old: Option<Delivery>) -> Delivery {
-        let delivery = sent.or(old).unwrap_or_default();
-        if let Delivery::Http { .. } = delivery {
-            self.0.push(invalid(
-                "delivery",
-                "`http` delivery is not available in this version; use `wasm` or `pull`",
-            ));
+        sent.or(old).unwrap_or_default()
+    }
+
+    /// An `http` delivery's URL must be on the job's allow-list, its timeout in range,
+    /// its signing secret a name.
+    fn webhook(&mut self, delivery: &Delivery, allow: &[String]) {
+        let Delivery::Http {
+            url,
+            timeout_ms,
+            signing_secret,
+        } = delivery
+        else {
+            return;
+        };
+        match reqwest::Url::parse(url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {
+                let allowed = rota_proto::allow::AllowList::parse(allow)
+                    .map(|list| list.allows(&parsed))
+                    .unwrap_or(false);
+                if !allowed {
+                    self.0.push(invalid(
+                        "delivery.url",
+                        format!(
+                            "`{url}` is not on the job's `http_allow` list; add its origin \
+                             (e.g. `{}`) there",
+                            parsed.origin().ascii_serialization()
+                        ),
+                    ));
+                }
+            }
+            _ => self.0.push(invalid(
+                "delivery.url",
+                format!(
+                    "`{}` is not an http:// or https:// URL",
+                    validate::excerpt(url)
+                ),
+            )),
         }
-        delivery
+        if let Some(ms) = timeout_ms {
+            self.check(validate::within("delivery.timeout_ms", *ms, 1..=300_000));
+        }
+        if let Some(name) = signing_secret {
+            self.check(validate::name("delivery.signing_secret", name));
+        }
     }
 
     /// A name-like field (the job's name, its app), checked by `valid`.
@@ -382,6 +419,7 @@ pub async fn build_spec(
 
     let backoff = bad.backoff(f.backoff, old.map(|s| s.backoff.clone()));
     let http_allow = bad.http_allow(f.http_allow, old.map(|s| s.http_allow.clone()));
+    bad.webhook(&delivery, &http_allow);
     let child_jobs = match f.child_jobs {
         Some(refs) => bad.take(child_jobs(store, who, &refs, base.map(|j| j.id)).await),
         None => Some(old.map(|s| s.child_jobs.clone()).unwrap_or_default()),

@@ -39,11 +39,15 @@ mod record;
 mod round;
 mod send;
 mod settle;
+mod webhook;
 
 pub(crate) use record::record_loop;
 use round::*;
 use send::*;
 use settle::*;
+pub(crate) use webhook::Webhooks;
+use webhook::deliver;
+pub use webhook::signature;
 
 /// What the pools and a dispatch read and may call: due tasks come from the wheel (and
 /// go back to it when they must wait), jobs and executors from the caches, the order from
@@ -66,6 +70,8 @@ pub(crate) struct Dispatcher {
     pub lateness: Arc<RecentLateness>,
     /// Where a pull job's fires are announced once they are ready for its consumers.
     pub ready: Arc<ReadyBoard>,
+    /// Delivers the fires of `http` jobs.
+    pub webhooks: Webhooks,
     pub slow: SlowTracker,
     /// The room each executor said it had left, for sizing trigger requests.
     pub rooms: Rooms,

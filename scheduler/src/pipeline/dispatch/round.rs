@@ -112,6 +112,8 @@ pub(super) struct Dispatch {
     pub(super) failed: Vec<Failed>,
     /// Fires that will not go out and need no run (see `settle_unsent`).
     pub(super) unsent: Unsendable,
+    /// Fires of `http` jobs, POSTed by this node.
+    pub(super) webhooks: Vec<webhook::Webhook>,
 }
 
 impl Dispatch {
@@ -123,6 +125,7 @@ impl Dispatch {
             deferred: Vec::new(),
             failed: Vec::new(),
             unsent: Unsendable::default(),
+            webhooks: Vec::new(),
         }
     }
 
@@ -151,16 +154,7 @@ impl Dispatch {
             Delivery::Wasm => {}
             Delivery::Pull => return self.unsent.ready.push(task),
             Delivery::Http { .. } => {
-                let reason = "http delivery is not available in this version".to_owned();
-                return self.failed.push(Failed {
-                    task,
-                    run_id: None,
-                    shard_index: 0,
-                    shard_total: 1,
-                    executor: None,
-                    at: self.now,
-                    reason,
-                });
+                return self.webhooks.push(webhook::Webhook { task, job });
             }
         }
         if job.plugin.is_none() {
@@ -494,6 +488,7 @@ impl Dispatch {
         }
         settle_unsent(dispatcher, self.unsent).await;
         complete_failures(dispatcher, self.failed).await;
+        deliver(dispatcher, self.webhooks).await;
     }
 }
 

@@ -179,11 +179,27 @@ pub(super) async fn complete_failures(dispatcher: &Dispatcher, failed: Vec<Faile
             Some(failure(&f, run_id))
         })
         .collect();
+    apply_then_fired(dispatcher, &updates, &HashMap::new(), attempts).await;
+}
+
+/// Ends the attempts of runs that ended at the scheduler (failed dispatches, webhook
+/// deliveries) like executors' reports, retrying while the database fails (until
+/// shutdown: the claims stay, and the next start recovers them); then the ring forgets
+/// the tasks. `retry_after` overrides the backoff of a retry, per task.
+pub(super) async fn apply_then_fired(
+    dispatcher: &Dispatcher,
+    updates: &[RunUpdate],
+    retry_after: &HashMap<i64, Millis>,
+    attempts: Vec<(i64, i32)>,
+) {
+    let mut delay = Duration::from_millis(50);
     loop {
-        match crate::pipeline::complete::apply(&dispatcher.completion, &updates).await {
+        match crate::pipeline::complete::apply_with(&dispatcher.completion, updates, retry_after)
+            .await
+        {
             Ok(_) => break,
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "recording failed dispatches failed; retrying");
+                tracing::warn!(error = %format!("{e:#}"), "recording runs that ended at the scheduler failed; retrying");
                 if *dispatcher.cluster.shutdown.borrow() {
                     break;
                 }

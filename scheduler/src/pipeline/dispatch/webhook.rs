@@ -1,0 +1,376 @@
+//! HTTP delivery (SPEC §8): each fire of an `http` job is POSTed to the job's URL by the
+//! node whose wheel fired it — no executor, no plugin. The body is the payload (the job's
+//! params for a recurring or manual fire); headers name the task, attempt and times, and
+//! a signature when the job names a signing secret. A 2xx is success; any other answer, a
+//! timeout or no connection is a failed attempt with the status and the first bytes of
+//! the answer in the run's message, retried per policy (`Retry-After` on 429 and 503
+//! decides the delay). Deliveries of one job run at most [`PER_JOB`] at once per node
+//! (or its `max_concurrency`, if lower); a slow receiver's job moves to the slow pool like
+//! a slow executor's.
+//!
+//! Why the scheduler and not an executor: an `http` job then needs no executor at all (a
+//! team that only wants webhooks runs `rota server`), a delivery is one hop instead of two,
+//! and the run is recorded by the node that sent it. The price — the control plane opens
+//! connections to your services — is bounded by the job's `http_allow` list, which the URL
+//! must be on (`docs/architecture.md`, §5b).
+
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, KeyInit, Mac};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use sha2::Sha256;
+use tokio::sync::Semaphore;
+
+use super::*;
+use crate::store::Store;
+
+/// Deliveries of one job in flight at once on one node, at most.
+pub(crate) const PER_JOB: usize = 64;
+/// How much of a refusing answer the run's message keeps.
+const ANSWER_EXCERPT: usize = 200;
+/// How long an opened signing secret is reused before it is read again.
+const SECRET_TTL: Duration = Duration::from_secs(5);
+/// The longest `Retry-After` honoured.
+const MAX_RETRY_AFTER_MS: i64 = 3_600_000;
+
+/// A signing secret as read at a moment (`None`: it did not exist).
+type OpenedSecret = (Instant, Option<Vec<u8>>);
+
+/// The HTTP client of deliveries, the signing secrets lately opened, and each job's bound.
+pub(crate) struct Webhooks {
+    http: reqwest::Client,
+    secrets: Mutex<HashMap<(String, String), OpenedSecret>>,
+    /// Each job's bound and its permits (a new bound, after a change of the job, starts
+    /// a new semaphore).
+    limits: Mutex<HashMap<i64, (usize, Arc<Semaphore>)>>,
+    /// Seals and opens the apps' secrets.
+    box_: Arc<crate::secrets::SecretBox>,
+}
+
+impl Webhooks {
+    pub(crate) fn new(tls: &rota_net::Tls, box_: Arc<crate::secrets::SecretBox>) -> Self {
+        let http = tls
+            .client()
+            .pool_max_idle_per_host(PER_JOB)
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        Webhooks {
+            http,
+            secrets: Mutex::new(HashMap::new()),
+            limits: Mutex::new(HashMap::new()),
+            box_,
+        }
+    }
+
+    fn limit(&self, job: &JobEntry) -> Arc<Semaphore> {
+        let bound = job
+            .job
+            .spec
+            .max_concurrency
+            .map_or(PER_JOB, |m| (m.max(1) as usize).min(PER_JOB));
+        let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = limits
+            .entry(job.job.id)
+            .or_insert_with(|| (bound, Arc::new(Semaphore::new(bound))));
+        if entry.0 != bound {
+            *entry = (bound, Arc::new(Semaphore::new(bound)));
+        }
+        entry.1.clone()
+    }
+
+    /// The value of secret `name` of `app`; `None` if it does not exist.
+    async fn secret(
+        &self,
+        store: &Store,
+        app: &str,
+        name: &str,
+    ) -> anyhow::Result<Option<Vec<u8>>> {
+        let key = (app.to_owned(), name.to_owned());
+        if let Some((at, value)) = self
+            .secrets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            && at.elapsed() < SECRET_TTL
+        {
+            return Ok(value.clone());
+        }
+        let value = match store.secret(app, name).await? {
+            Some(sealed) => Some(self.box_.open(app, name, &sealed)?),
+            None => None,
+        };
+        self.secrets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (Instant::now(), value.clone()));
+        Ok(value)
+    }
+}
+
+/// `v1=<hex HMAC-SHA256(secret, timestamp + "." + body)>`, the `x-rota-signature` header.
+pub fn signature(secret: &[u8], timestamp: Millis, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("v1={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// One fire to POST.
+pub(super) struct Webhook {
+    pub(super) task: DueTask,
+    pub(super) job: Arc<JobEntry>,
+}
+
+/// What a delivery came to.
+struct Outcome {
+    status: RunStatus,
+    message: Option<String>,
+    started_at: Millis,
+    finished_at: Millis,
+    retry_after_ms: Option<i64>,
+}
+
+/// POSTs a batch's fires (each job's at most its bound at once), then ends every attempt
+/// in one batch of run updates, as executors' reports do.
+pub(super) async fn deliver(dispatcher: &Dispatcher, deliveries: Vec<Webhook>) {
+    if deliveries.is_empty() {
+        return;
+    }
+    let now = dispatcher.cluster.clock.now_ms();
+    // Fenced or unconfirmed: nothing goes out, as for executors.
+    let deliveries = drop_stale(dispatcher, deliveries, |d| &d.task);
+    if now > dispatcher.cluster.fire_lease.until() {
+        let tasks = deliveries.into_iter().map(|d| d.task).collect();
+        dispatcher.ring.defer(tasks, now + LEASE_RETRY_MS);
+        return;
+    }
+    let ids = match dispatcher
+        .run_ids
+        .take(&dispatcher.cluster.store, deliveries.len())
+        .await
+    {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::warn!(error = %e, "reserving run ids for webhook deliveries failed; holding them");
+            let tasks = deliveries.into_iter().map(|d| d.task).collect();
+            dispatcher.ring.defer(tasks, now + UNREACHABLE_HOLD_MS);
+            return;
+        }
+    };
+    let sends = deliveries.iter().zip(&ids).map(|(d, &run_id)| async move {
+        let permit = dispatcher.webhooks.limit(&d.job).acquire_owned().await;
+        let outcome = post(dispatcher, d, run_id).await;
+        drop(permit);
+        outcome
+    });
+    let outcomes = futures_util::future::join_all(sends).await;
+    let mut retry_after = HashMap::new();
+    let updates: Vec<RunUpdate> = deliveries
+        .iter()
+        .zip(ids)
+        .zip(outcomes)
+        .map(|((d, run_id), o)| {
+            if let Some(ms) = o.retry_after_ms {
+                retry_after.insert(d.task.task_id, ms);
+            }
+            metrics::counter!("rota_webhook_deliveries_total", "status" => o.status.as_str())
+                .increment(1);
+            RunUpdate {
+                run_id,
+                job_id: d.task.job_id,
+                task_id: d.task.task_id,
+                attempt: d.task.attempt,
+                shard_index: 0,
+                shard_total: 1,
+                executor: Some(receiver(&d.job)),
+                scheduled_at: d.task.due_at,
+                dispatched_at: Some(o.started_at),
+                started_at: Some(o.started_at),
+                finished_at: Some(o.finished_at),
+                status: o.status,
+                exit_code: None,
+                message: o.message,
+            }
+        })
+        .collect();
+    let attempts = deliveries
+        .iter()
+        .map(|d| (d.task.task_id, d.task.attempt))
+        .collect();
+    apply_then_fired(dispatcher, &updates, &retry_after, attempts).await;
+}
+
+/// The run's `executor`: `webhook:` and the URL's origin.
+fn receiver(job: &JobEntry) -> String {
+    match &job.job.spec.delivery {
+        crate::model::Delivery::Http { url, .. } => match reqwest::Url::parse(url) {
+            Ok(u) => format!("webhook:{}", u.origin().ascii_serialization()),
+            Err(_) => "webhook".to_owned(),
+        },
+        _ => "webhook".to_owned(),
+    }
+}
+
+async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
+    let started_at = now_ms();
+    let failed = |message: String| Outcome {
+        status: RunStatus::Failed,
+        message: Some(message),
+        started_at,
+        finished_at: now_ms(),
+        retry_after_ms: None,
+    };
+    let spec = &d.job.job.spec;
+    let crate::model::Delivery::Http {
+        url,
+        timeout_ms,
+        signing_secret,
+    } = &spec.delivery
+    else {
+        return failed("the job is no longer delivered by http".into());
+    };
+    let body = match d.task.kind {
+        TaskKind::Delayed => d.task.payload.clone(),
+        _ => d.task.params.clone().or_else(|| spec.params.clone()),
+    }
+    .unwrap_or_default();
+    let mut headers = HeaderMap::new();
+    let content_type = if serde_json::from_str::<serde_json::Value>(&body).is_ok() {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    for (name, value) in [
+        ("x-rota-task", d.task.task_id.to_string()),
+        ("x-rota-attempt", d.task.attempt.to_string()),
+        ("x-rota-run", run_id.to_string()),
+        ("x-rota-scheduled-at", d.task.due_at.to_string()),
+        ("x-rota-timestamp", started_at.to_string()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
+    }
+    if let Some(name) = signing_secret {
+        let store = &dispatcher.cluster.store;
+        match dispatcher.webhooks.secret(store, &spec.app, name).await {
+            Ok(Some(secret)) => {
+                let sig = signature(&secret, started_at, body.as_bytes());
+                if let Ok(v) = HeaderValue::from_str(&sig) {
+                    headers.insert("x-rota-signature", v);
+                }
+            }
+            Ok(None) => {
+                return failed(format!(
+                    "signing secret `{name}` of app `{}` does not exist; nothing was sent",
+                    spec.app
+                ));
+            }
+            Err(e) => return failed(format!("reading signing secret `{name}` failed: {e:#}")),
+        }
+    }
+    let timeout =
+        Duration::from_millis(timeout_ms.unwrap_or(spec.timeout_ms).clamp(1, 300_000) as u64);
+    let sent = dispatcher
+        .webhooks
+        .http
+        .post(url)
+        .headers(headers)
+        .body(body)
+        .timeout(timeout)
+        .send()
+        .await;
+    let resp = match sent {
+        Ok(resp) => resp,
+        Err(e) if e.is_timeout() => {
+            return failed(format!(
+                "no answer from {url} within {} ms",
+                timeout.as_millis()
+            ));
+        }
+        Err(e) => return failed(format!("could not deliver to {url}: {}", error_chain(&e))),
+    };
+    let status = resp.status();
+    if status.is_success() {
+        return Outcome {
+            status: RunStatus::Succeeded,
+            message: Some(format!("HTTP {}", status.as_u16())),
+            started_at,
+            finished_at: now_ms(),
+            retry_after_ms: None,
+        };
+    }
+    let retry_after_ms = match status.as_u16() {
+        429 | 503 => resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| retry_after(v, started_at)),
+        _ => None,
+    };
+    let text = resp.text().await.unwrap_or_default();
+    let excerpt: String = text.chars().take(ANSWER_EXCERPT).collect();
+    let mut outcome = failed(format!("HTTP {}: {}", status.as_u16(), excerpt.trim()));
+    outcome.retry_after_ms = retry_after_ms;
+    outcome
+}
+
+/// A `Retry-After` value (delay seconds, or an HTTP date) as milliseconds from `now`.
+fn retry_after(value: &str, now: Millis) -> Option<i64> {
+    let ms = match value.trim().parse::<i64>() {
+        Ok(seconds) => seconds.saturating_mul(1000),
+        Err(_) => chrono::DateTime::parse_from_rfc2822(value.trim())
+            .ok()?
+            .timestamp_millis()
+            .saturating_sub(now),
+    };
+    Some(ms.clamp(0, MAX_RETRY_AFTER_MS))
+}
+
+/// An error and its causes on one line (reqwest's outermost says only "error sending").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        parts.push(c.to_string());
+        cause = c.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_is_hmac_sha256_of_timestamp_dot_body() {
+        // Computed independently: printf '1700000000000.{"a":1}' |
+        //   openssl dgst -sha256 -hmac whsec
+        assert_eq!(
+            signature(b"whsec", 1_700_000_000_000, br#"{"a":1}"#),
+            "v1=e396dba269569843ec61b16bf9a0e70c598b534678cf1863562e0699c7685c8d"
+        );
+        assert_ne!(
+            signature(b"whsec", 1_700_000_000_001, br#"{"a":1}"#),
+            signature(b"whsec", 1_700_000_000_000, br#"{"a":1}"#),
+            "the timestamp is signed"
+        );
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date_and_bounded() {
+        let now = 1_700_000_000_000;
+        assert_eq!(retry_after("3", now), Some(3_000));
+        assert_eq!(retry_after("999999", now), Some(MAX_RETRY_AFTER_MS));
+        assert_eq!(retry_after("-5", now), Some(0));
+        let in_ten = chrono::DateTime::from_timestamp_millis(now + 10_000)
+            .unwrap()
+            .to_rfc2822();
+        assert_eq!(retry_after(&in_ten, now), Some(10_000));
+        assert_eq!(retry_after("soon", now), None);
+    }
+}
