@@ -179,7 +179,7 @@ pub async fn ack_batch(
     operation_id = "retry_task",
     params(("id" = i64, Path, description = TASK_ID)),
     responses(
-        (status = 200, description = "The task, pending again", body = TaskView),
+        (status = 200, description = "The task, due again: `failed`, as every task is whose retry is due", body = TaskView),
         (status = 404, description = "No such task", body = ErrorBody),
         (status = 409, description = "The task is not dead", body = ErrorBody),
     )

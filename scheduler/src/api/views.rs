@@ -151,15 +151,20 @@ impl From<Job> for JobView {
 /// A task's status as the API shows it, and how many attempts have started.
 ///
 /// The database knows more states than users do: `claimed` (a node holds the task in its
-/// wheel) is still `pending` to them, and a `pending` task past its first attempt is
-/// waiting for a retry, which the API calls `failed`.
+/// wheel), `waiting` (for an executor) and `ready` (for a consumer) are still `pending` to
+/// them, and such a task past its first attempt is waiting for a retry, which the API
+/// calls `failed`.
 pub fn task_status(status: TaskStatus, attempt: i32) -> (&'static str, i32) {
     match status {
-        TaskStatus::Pending if attempt > 1 => ("failed", attempt - 1),
-        TaskStatus::Pending => ("pending", attempt - 1),
-        TaskStatus::Waiting if attempt > 1 => ("failed", attempt - 1),
-        TaskStatus::Ready if attempt > 1 => ("failed", attempt - 1),
-        TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready => ("pending", attempt - 1),
+        // Not started yet: a retry is due after a failure, else the first attempt.
+        TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready
+            if attempt > 1 =>
+        {
+            ("failed", attempt - 1)
+        }
+        TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready => {
+            ("pending", attempt - 1)
+        }
         other => (other.as_str(), attempt),
     }
 }
@@ -307,7 +312,12 @@ mod tests {
     fn internal_task_states_map_to_api_states() {
         assert_eq!(task_status(TaskStatus::Pending, 1), ("pending", 0));
         assert_eq!(task_status(TaskStatus::Claimed, 1), ("pending", 0));
-        assert_eq!(task_status(TaskStatus::Claimed, 3), ("pending", 2));
+        // A retry that is due stays `failed` (will retry) wherever it waits: in a wheel,
+        // for an executor, or for a consumer.
+        assert_eq!(task_status(TaskStatus::Claimed, 3), ("failed", 2));
+        assert_eq!(task_status(TaskStatus::Waiting, 2), ("failed", 1));
+        assert_eq!(task_status(TaskStatus::Ready, 2), ("failed", 1));
+        assert_eq!(task_status(TaskStatus::Ready, 1), ("pending", 0));
         assert_eq!(task_status(TaskStatus::Pending, 2), ("failed", 1));
         assert_eq!(task_status(TaskStatus::Running, 2), ("running", 2));
         assert_eq!(task_status(TaskStatus::Dead, 5), ("dead", 5));

@@ -172,12 +172,10 @@ impl Store {
             match f.state {
                 None => {}
                 Some(TaskState::Pending) => {
-                    qb.push(
-                        " AND (status = 'claimed' OR (status IN ('pending', 'waiting', 'ready') AND attempt = 1))",
-                    );
+                    qb.push(concat!(" AND status IN ", unstarted!(), " AND attempt = 1"));
                 }
                 Some(TaskState::Failed) => {
-                    qb.push(" AND status IN ('pending', 'waiting', 'ready') AND attempt > 1");
+                    qb.push(concat!(" AND status IN ", unstarted!(), " AND attempt > 1"));
                 }
                 Some(TaskState::Is(status)) => {
                     qb.push(" AND status = ").push_bind(status.as_str());
