@@ -13,6 +13,8 @@ pub fn env_or(name: &str, default: u64) -> u64 {
 
 use std::collections::BTreeMap;
 
+use serde_json::Value;
+
 /// A connection of the bench's own, beside the scheduler's pool.
 pub enum Db {
     My(sqlx::MySqlPool),
@@ -179,4 +181,74 @@ impl Db {
         }
         .expect("counting unfinished runs")
     }
+}
+
+/// Creates a batch of tasks (`body`: `{"tasks": […]}`) through the node at `base`; their ids.
+pub async fn post_batch(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    body: Vec<u8>,
+) -> Vec<i64> {
+    let resp = http
+        .post(format!("{base}/api/v1/tasks/batch"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("creating tasks");
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    assert!(status.is_success(), "batch: {status} {v}");
+    v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_i64().unwrap())
+        .collect()
+}
+
+/// utime + stime of process `pid`, in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name may hold spaces; the fields after it are fixed.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 of the whole line are the 12th and 13th after the name.
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// The `p` quantile (0–1) of sorted values.
+pub fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Epoch milliseconds as the API's RFC 3339 time.
+pub fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .expect("a valid time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

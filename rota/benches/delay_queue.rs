@@ -53,7 +53,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Db, diff, env_or};
+use common::{Db, diff, env_or, rfc3339};
 use serde_json::{Value, json};
 use support::*;
 
@@ -628,11 +628,4 @@ async fn lateness() {
     );
     drop(bed.executor);
     bed.server.stop().await;
-}
-
-/// RFC 3339 UTC with milliseconds, as the API takes it.
-fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .expect("a valid time")
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

@@ -11,6 +11,11 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "common.rs"]
+mod common;
+
+use common::{percentile, rfc3339};
+
 use std::time::Duration;
 
 use serde_json::json;
@@ -21,14 +26,6 @@ fn env_or(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 fn main() {
@@ -117,11 +114,4 @@ async fn bench() {
     let dup = received.len() as u64 - total;
     println!("duplicates sent: {dup}");
     server.stop().await;
-}
-
-/// RFC 3339 UTC with milliseconds, as the API takes it.
-fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .expect("a valid time")
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Db, diff, env_or};
+use common::{Db, cpu_seconds, diff, env_or, percentile, post_batch, rfc3339};
 use serde_json::{Value, json};
 use support::*;
 
@@ -212,7 +212,7 @@ impl Bed {
     async fn create(&self, tasks: &[Value], node: usize) -> Vec<i64> {
         let api = &self.nodes[node % self.nodes.len()].1;
         let body = serde_json::to_vec(&json!({"tasks": tasks})).unwrap();
-        post_batch(&self.http, &api.base, body).await
+        post_batch(&self.http, &api.base, TOKEN, body).await
     }
 
     /// Waits until no task of the job is unfinished (at most `within`).
@@ -250,55 +250,6 @@ impl Bed {
             if self.floor { " (no-op: a floor)" } else { "" }
         )
     }
-}
-
-/// Creates a batch of tasks (`body`: `{"tasks": […]}`) through the node at `base`; their ids.
-async fn post_batch(http: &reqwest::Client, base: &str, body: Vec<u8>) -> Vec<i64> {
-    let resp = http
-        .post(format!("{base}/api/v1/tasks/batch"))
-        .bearer_auth(TOKEN)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("creating tasks");
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap_or(Value::Null);
-    assert!(status.is_success(), "batch: {status} {v}");
-    v["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i.as_i64().unwrap())
-        .collect()
-}
-
-/// utime + stime of process `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name may hold spaces; the fields after it are fixed.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // Fields 14 and 15 of the whole line are the 12th and 13th after the name.
-    (ticks(11) + ticks(12)) / clock_ticks()
-}
-
-fn clock_ticks() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-            .unwrap_or(100.0)
-    })
 }
 
 #[derive(Clone)]
@@ -352,14 +303,6 @@ fn statements(d: &BTreeMap<String, i64>, tasks: usize) -> (f64, String) {
     (per(total), kinds)
 }
 
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 // ----- sustained load -----------------------------------------------------------------------
 
 /// Creates `rate` tasks/s for `seconds`, a batch every 10 ms round-robin over the nodes, due
@@ -388,7 +331,7 @@ async fn offer(bed: &Bed, rate: u64, seconds: u64, delay: impl Fn() -> u64) -> u
         let http = bed.http.clone();
         let permit = in_flight.clone().acquire_owned().await.unwrap();
         requests.spawn(async move {
-            post_batch(&http, &api.base, body).await;
+            post_batch(&http, &api.base, TOKEN, body).await;
             drop(permit);
         });
     }
@@ -501,10 +444,4 @@ async fn burst(bed: &Bed) {
             format!("{all:.1} ({kinds})")
         },
     );
-}
-
-fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

@@ -1,0 +1,458 @@
+//! Delivery beyond wasm (SPEC §8), measured as users run it: real `rota server` processes
+//! on MariaDB (or SQLite), with the consumers and the webhook receiver in this process,
+//! talking HTTP like a service would. The CPU of every process is read from
+//! `/proc/<pid>/stat`.
+//!
+//! Cases (first argument, or `ROTA_BENCH_CASE`):
+//!
+//! - `pull` — `ROTA_BENCH_TASKS` (200,000) tasks of a pull job, due now, are made ready by
+//!   the node's scan, wheel and dispatch (timed on its own: ready/s); then
+//!   `ROTA_BENCH_CONSUMERS` (4) consumers each pull batches of `ROTA_BENCH_BATCH` (100) and
+//!   ack each batch in one `POST /api/v1/jobs/{job}/ack`, until none is left. Figures:
+//!   tasks/s pulled and acked, CPU µs per task of the node(s) and the database.
+//! - `pickup` — long polls waiting (`wait_ms` 30 s, 4 consumers) while tasks are created at
+//!   `ROTA_BENCH_RATE` (500/s) for `ROTA_BENCH_SECONDS` (30), each due 1–3 s after its
+//!   creation; with two or more nodes (`ROTA_BENCH_NODES`), tasks are created through the
+//!   first node (whose wheel fires them) and pulled through the last. Pickup = the moment
+//!   the pull answered − the task's due time: p50, p99, p99.9, max.
+//! - `webhook` — `ROTA_BENCH_TASKS` (100,000) tasks of an `http` job due at one instant,
+//!   created beyond the scan window, POSTed to a receiver in this process (answers 200):
+//!   deliveries/s from the first to the last, the lateness of each delivery (received −
+//!   due) p50/p99, and CPU µs per delivery of the node and the database.
+//!
+//! Settings: `ROTA_BIN` (target/release/rota), `ROTA_BENCH_MYSQL_URL` (a private MariaDB:
+//! `scripts/bench/mariadb-instance.sh`; SQLite without it), `ROTA_BENCH_MARIADB_PID`.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "common.rs"]
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Db, cpu_seconds, env_or, percentile, post_batch, rfc3339};
+use serde_json::{Value, json};
+use support::*;
+
+fn main() {
+    let case = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .or_else(|| std::env::var("ROTA_BENCH_CASE").ok())
+        .unwrap_or_else(|| "pull".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bed = Bed::start().await;
+        match case.as_str() {
+            "pull" => pull(&bed).await,
+            "pickup" => pickup(&bed).await,
+            "webhook" => webhook(&bed).await,
+            other => {
+                eprintln!("unknown case `{other}`: pull | pickup | webhook");
+                std::process::exit(2);
+            }
+        }
+    });
+}
+
+/// The database and the scheduler nodes (no executor: nothing here runs a plugin).
+struct Bed {
+    db: Db,
+    db_name: &'static str,
+    mariadb_pid: Option<u32>,
+    nodes: Vec<(KillOnDrop, Api)>,
+    http: reqwest::Client,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Bed {
+    async fn start() -> Bed {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let bin = std::env::var("ROTA_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| root.join("target/release/rota"));
+        assert!(bin.exists(), "no rota binary at {}", bin.display());
+        let mut dirs = Vec::new();
+        let (url, db_name) = match std::env::var("ROTA_BENCH_MYSQL_URL") {
+            Ok(url) if !url.is_empty() => (url, "MariaDB"),
+            _ => {
+                let (url, dir) = sqlite_url();
+                dirs.push(dir);
+                (url, "SQLite")
+            }
+        };
+        let log_dir = tempfile::tempdir().unwrap();
+        let mut nodes = Vec::new();
+        for i in 1..=env_or("ROTA_BENCH_NODES", 1).max(1) {
+            let port = free_port();
+            let child = Command::new(&bin)
+                .args(["server", "--database-url", &url])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(["--node-name", &format!("n{i}")])
+                .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+                .env("ROTA_API_TOKEN", TOKEN)
+                .env("ROTA_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(log_dir.path().join(format!("n{i}.log"))).unwrap())
+                .spawn()
+                .expect("starting rota server");
+            let api = Api::new(format!("http://127.0.0.1:{port}"));
+            wait_healthy(&api).await;
+            nodes.push((KillOnDrop(child), api));
+        }
+        dirs.push(log_dir);
+        Bed {
+            db: Db::connect(&url).await,
+            db_name,
+            mariadb_pid: std::env::var("ROTA_BENCH_MARIADB_PID")
+                .ok()
+                .and_then(|p| p.trim().parse().ok()),
+            nodes,
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()
+                .unwrap(),
+            _dirs: dirs,
+        }
+    }
+
+    fn first(&self) -> &Api {
+        &self.nodes[0].1
+    }
+
+    fn last(&self) -> &Api {
+        &self.nodes[self.nodes.len() - 1].1
+    }
+
+    /// CPU seconds so far: the nodes together, and the database.
+    fn cpu(&self) -> (f64, Option<f64>) {
+        (
+            self.nodes.iter().map(|(c, _)| cpu_seconds(c.0.id())).sum(),
+            self.mariadb_pid.map(cpu_seconds),
+        )
+    }
+
+    fn label(&self) -> String {
+        format!(
+            "{}, {} node{}",
+            self.db_name,
+            self.nodes.len(),
+            if self.nodes.len() == 1 { "" } else { "s" }
+        )
+    }
+
+    /// Creates `n` tasks of `job` in batches of 5,000, each due at `due(i)`.
+    async fn create(&self, job: &str, n: usize, due: impl Fn(usize) -> i64) {
+        for start in (0..n).step_by(5_000) {
+            let tasks: Vec<Value> = (start..(start + 5_000).min(n))
+                .map(|i| json!({"job": job, "run_at": rfc3339(due(i)), "payload": format!("{{\"order_id\":{i}}}")}))
+                .collect();
+            let body = serde_json::to_vec(&json!({"tasks": tasks})).unwrap();
+            post_batch(&self.http, &self.first().base, TOKEN, body).await;
+        }
+    }
+
+    /// `POST path` with `body` through `api`; the answer's JSON.
+    async fn post(&self, api: &Api, path: &str, body: &Value) -> Value {
+        let resp = self
+            .http
+            .post(format!("{}{path}", api.base))
+            .bearer_auth(TOKEN)
+            .json(body)
+            .send()
+            .await
+            .expect("request");
+        let status = resp.status();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        assert!(status.is_success(), "POST {path}: {status} {v}");
+        v
+    }
+}
+
+fn ms_of(v: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().expect("a time"))
+        .expect("RFC 3339")
+        .timestamp_millis()
+}
+
+fn cpu_line(label: &str, before: (f64, Option<f64>), after: (f64, Option<f64>), n: usize) {
+    let us = |s: f64| s * 1e6 / n.max(1) as f64;
+    let db = match (before.1, after.1) {
+        (Some(b), Some(a)) => format!(", database {:.0} µs", us(a - b)),
+        _ => String::new(),
+    };
+    println!(
+        "{label}: CPU per task: scheduler node(s) {:.0} µs{db}",
+        us(after.0 - before.0)
+    );
+}
+
+// ----- pull + ack ---------------------------------------------------------------------------
+
+async fn pull(bed: &Bed) {
+    let n = env_or("ROTA_BENCH_TASKS", 200_000) as usize;
+    let consumers = env_or("ROTA_BENCH_CONSUMERS", 4) as usize;
+    let batch = env_or("ROTA_BENCH_BATCH", 100);
+    let job = bed
+        .post(
+            bed.first(),
+            "/api/v1/jobs",
+            &json!({"name": "queue", "app": "shop", "schedule": {"kind": "none"},
+                    "delivery": {"kind": "pull"}}),
+        )
+        .await;
+    let job_id = job["id"].as_i64().unwrap();
+    let now = now_ms();
+    let created = Instant::now();
+    bed.create("queue", n, |_| now).await;
+    let create_s = created.elapsed().as_secs_f64();
+    // Wait until every task is ready (made so by the scan, the wheel and dispatch).
+    while bed.db.count_tasks(job_id, Some("ready")).await < n as i64 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready_s = created.elapsed().as_secs_f64();
+    println!(
+        "## pull + ack — {}, {n} tasks, {consumers} consumers, batches of {batch}",
+        bed.label()
+    );
+    println!(
+        "created in {create_s:.1} s; all ready {ready_s:.1} s after the first create ({:.0} tasks/s made ready)",
+        n as f64 / ready_s
+    );
+    let cpu_before = bed.cpu();
+    let start = Instant::now();
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for c in 0..consumers {
+        let api = bed.nodes[c % bed.nodes.len()].1.clone();
+        let http = bed.http.clone();
+        let done = done.clone();
+        handles.push(tokio::spawn(async move {
+            loop {
+                let resp = http
+                    .post(format!("{}/api/v1/jobs/queue/pull", api.base))
+                    .bearer_auth(TOKEN)
+                    .json(&json!({"max": batch, "consumer": format!("c{c}")}))
+                    .send()
+                    .await
+                    .expect("pull");
+                let v: Value = resp.json().await.expect("pull answer");
+                let items = v["items"].as_array().cloned().unwrap_or_default();
+                if items.is_empty() {
+                    return;
+                }
+                let acks: Vec<Value> = items
+                    .iter()
+                    .map(|i| json!({"task": i["task"], "lease": i["lease"]}))
+                    .collect();
+                let resp = http
+                    .post(format!("{}/api/v1/jobs/queue/ack", api.base))
+                    .bearer_auth(TOKEN)
+                    .json(&json!({"acks": acks}))
+                    .send()
+                    .await
+                    .expect("ack");
+                let v: Value = resp.json().await.expect("ack answer");
+                let acked = v["results"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r["status"] == "acked")
+                    .count();
+                done.fetch_add(acked, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let acked = done.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(acked, n, "every task pulled and acked once");
+    assert_eq!(
+        bed.db.count_tasks(job_id, Some("succeeded")).await,
+        n as i64
+    );
+    println!(
+        "**{:.0} tasks/s** pulled and acked ({acked} in {secs:.2} s)",
+        acked as f64 / secs
+    );
+    cpu_line("pull + ack", cpu_before, bed.cpu(), acked);
+}
+
+// ----- long-poll pickup ---------------------------------------------------------------------
+
+async fn pickup(bed: &Bed) {
+    let rate = env_or("ROTA_BENCH_RATE", 500);
+    let seconds = env_or("ROTA_BENCH_SECONDS", 30);
+    let consumers = env_or("ROTA_BENCH_CONSUMERS", 4) as usize;
+    bed.post(
+        bed.first(),
+        "/api/v1/jobs",
+        &json!({"name": "queue", "app": "shop", "schedule": {"kind": "none"},
+                "delivery": {"kind": "pull"}}),
+    )
+    .await;
+    let total = (rate * seconds) as usize;
+    let pickups: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for c in 0..consumers {
+        let (api, http) = (bed.last().clone(), bed.http.clone());
+        let (pickups, stop) = (pickups.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let resp = http
+                    .post(format!("{}/api/v1/jobs/queue/pull", api.base))
+                    .bearer_auth(TOKEN)
+                    .json(&json!({"max": 100, "wait_ms": 2_000, "consumer": format!("c{c}")}))
+                    .send()
+                    .await
+                    .expect("pull");
+                let answered = now_ms();
+                let v: Value = resp.json().await.expect("pull answer");
+                let items = v["items"].as_array().cloned().unwrap_or_default();
+                if items.is_empty() {
+                    continue;
+                }
+                pickups
+                    .lock()
+                    .unwrap()
+                    .extend(items.iter().map(|i| answered - ms_of(&i["due_at"])));
+                let acks: Vec<Value> = items
+                    .iter()
+                    .map(|i| json!({"task": i["task"], "lease": i["lease"]}))
+                    .collect();
+                http.post(format!("{}/api/v1/jobs/queue/ack", api.base))
+                    .bearer_auth(TOKEN)
+                    .json(&json!({"acks": acks}))
+                    .send()
+                    .await
+                    .expect("ack");
+            }
+        }));
+    }
+    // A batch every 10 ms, each task due 1–3 s after it is created.
+    let per_tick = (rate / 100).max(1) as usize;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let mut k = 0usize;
+    while k < total {
+        tick.tick().await;
+        let now = now_ms();
+        let tasks: Vec<Value> = (0..per_tick)
+            .map(|j| {
+                let due = now + 1_000 + ((k + j) as i64 * 7919) % 2_000;
+                json!({"job": "queue", "run_at": rfc3339(due)})
+            })
+            .collect();
+        k += tasks.len();
+        let body = serde_json::to_vec(&json!({"tasks": tasks})).unwrap();
+        let (http, base) = (bed.http.clone(), bed.first().base.clone());
+        tokio::spawn(async move { post_batch(&http, &base, TOKEN, body).await });
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pickups.lock().unwrap().len() < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in handles {
+        h.await.unwrap();
+    }
+    let mut late = pickups.lock().unwrap().clone();
+    late.sort_unstable();
+    println!(
+        "## long-poll pickup — {}, {rate} tasks/s for {seconds} s, {consumers} consumers waiting on node {} (tasks fired by node 1's wheel)",
+        bed.label(),
+        bed.nodes.len()
+    );
+    println!(
+        "picked up {} of {total}; pickup after due: p50 {} ms, **p99 {} ms**, p99.9 {} ms, max {} ms",
+        late.len(),
+        percentile(&late, 0.50),
+        percentile(&late, 0.99),
+        percentile(&late, 0.999),
+        late.last().copied().unwrap_or(0)
+    );
+}
+
+// ----- webhooks -----------------------------------------------------------------------------
+
+async fn webhook(bed: &Bed) {
+    let n = env_or("ROTA_BENCH_TASKS", 100_000) as usize;
+    let received: Arc<Mutex<Vec<(i64, i64)>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post({
+            let received = received.clone();
+            move |headers: axum::http::HeaderMap, _body: String| {
+                let received = received.clone();
+                async move {
+                    let due: i64 = headers
+                        .get("x-rota-scheduled-at")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    received.lock().unwrap().push((now_ms(), due));
+                    "ok"
+                }
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let job = bed
+        .post(
+            bed.first(),
+            "/api/v1/jobs",
+            &json!({"name": "hook", "app": "shop", "schedule": {"kind": "none"},
+                    "http_allow": [origin.clone()],
+                    "delivery": {"kind": "http", "url": format!("{origin}/hook")}}),
+        )
+        .await;
+    let job_id = job["id"].as_i64().unwrap();
+    // Due at one instant, beyond the scan window: created first, then fired together.
+    let due = now_ms() + 15_000 + n as i64 / 20;
+    bed.create("hook", n, |_| due).await;
+    let wait = (due - now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(wait.saturating_sub(1_000))).await;
+    let cpu_before = bed.cpu();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while received.lock().unwrap().len() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The attempts end (in the database) after the answers: CPU counts until they did.
+    while bed.db.count_tasks(job_id, Some("succeeded")).await < n as i64
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cpu_after = bed.cpu();
+    let got = received.lock().unwrap().clone();
+    let first = got.iter().map(|(at, _)| *at).min().unwrap_or(0);
+    let last = got.iter().map(|(at, _)| *at).max().unwrap_or(0);
+    let mut late: Vec<i64> = got.iter().map(|(at, due)| at - due).collect();
+    late.sort_unstable();
+    println!(
+        "## webhook deliveries — {}, {n} tasks due at one instant, a receiver in the bench answering 200",
+        bed.label()
+    );
+    println!(
+        "delivered {} of {n}; **{:.0} deliveries/s** (first to last, {:.2} s); received − due: p50 {} ms, p99 {} ms, max {} ms",
+        got.len(),
+        got.len() as f64 / ((last - first).max(1) as f64 / 1000.0),
+        (last - first) as f64 / 1000.0,
+        percentile(&late, 0.50),
+        percentile(&late, 0.99),
+        late.last().copied().unwrap_or(0)
+    );
+    cpu_line("webhook", cpu_before, cpu_after, got.len());
+}
