@@ -1523,3 +1523,130 @@ async fn secrets_are_set_listed_and_deleted_and_their_values_never_shown() {
     assert!(!page.body.contains("API_KEY"));
     t.stop().await;
 }
+
+#[tokio::test]
+async fn a_pull_jobs_queue_shows_and_its_tasks_are_re_driven_and_moved_from_the_console() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    // A pull job from the form: the plugin field is ignored for it.
+    let mut form = job_form("queue");
+    form.push(("delivery", "pull"));
+    let res = t.submit(&b, "/console/jobs", &form).await;
+    res.expect(StatusCode::SEE_OTHER);
+    let job = t
+        .api(
+            Method::GET,
+            "/api/v1/jobs/queue",
+            "application/json",
+            String::new(),
+        )
+        .await;
+    assert_eq!(job["delivery"]["kind"], "pull", "{job}");
+    assert_eq!(job["plugin"], Value::Null);
+    let job_id = job["id"].as_i64().unwrap();
+
+    // One task pulled by consumer `billing-1` and nacked on its only attempt: dead.
+    let task = t
+        .api(
+            Method::POST,
+            "/api/v1/tasks",
+            "application/json",
+            json!({"job": "queue"}).to_string(),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let pulled = t
+        .api(
+            Method::POST,
+            "/api/v1/jobs/queue/pull",
+            "application/json",
+            json!({"wait_ms": 10_000, "consumer": "billing-1"}).to_string(),
+        )
+        .await;
+    let lease = pulled["items"][0]["lease"]
+        .as_str()
+        .expect("a lease")
+        .to_owned();
+    t.api(
+        Method::POST,
+        &format!("/api/v1/tasks/{task}/nack"),
+        "application/json",
+        json!({"lease": lease}).to_string(),
+    )
+    .await;
+    let page = t
+        .get(&format!("/console/jobs/{job_id}"), Some(&b.cookie))
+        .await;
+    page.expect(StatusCode::OK);
+    for text in [
+        "Queue",
+        "consumers in the last minute",
+        "billing-1",
+        "Retry dead tasks (1)",
+    ] {
+        page.contains(text);
+    }
+
+    // The dead task's page re-drives it.
+    let task_page = format!("/console/tasks/{task}");
+    t.get(&task_page, Some(&b.cookie))
+        .await
+        .contains("Retry (a new attempt, now)");
+    t.submit(&b, &format!("{task_page}/retry"), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    let after = t
+        .api(
+            Method::GET,
+            &format!("/api/v1/tasks/{task}"),
+            "application/json",
+            String::new(),
+        )
+        .await;
+    assert_eq!(
+        after["status"], "failed",
+        "due again after its failure: {after}"
+    );
+
+    // A pending task is moved from its page.
+    let later = t
+        .api(
+            Method::POST,
+            "/api/v1/tasks",
+            "application/json",
+            json!({"job": "queue", "delay_ms": 3_600_000}).to_string(),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let later_page = format!("/console/tasks/{later}");
+    t.get(&later_page, Some(&b.cookie))
+        .await
+        .contains("Reschedule");
+    t.submit(
+        &b,
+        &format!("{later_page}/reschedule"),
+        &[("run_at", "2030-01-02T03:04:05"), ("priority", "7")],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    let moved = t
+        .api(
+            Method::GET,
+            &format!("/api/v1/tasks/{later}"),
+            "application/json",
+            String::new(),
+        )
+        .await;
+    assert_eq!(moved["due_at"], "2030-01-02T03:04:05.000Z");
+    assert_eq!(moved["priority"], 7);
+    t.submit(
+        &b,
+        &format!("{later_page}/reschedule"),
+        &[("run_at", "soon")],
+    )
+    .await
+    .expect(StatusCode::BAD_REQUEST);
+    t.stop().await;
+}

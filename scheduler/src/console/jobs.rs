@@ -14,7 +14,7 @@ use super::auth::Session;
 use super::pages::*;
 use super::{Console, PREFIX, PageResult, When, render, render_status};
 use crate::access::Need;
-use crate::model::{Job, now_ms};
+use crate::model::{Delivery, Job, now_ms};
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
 use crate::usecase::fields::NameOrId;
@@ -120,6 +120,11 @@ pub struct JobForm {
     max_concurrency: String,
     /// One origin or URL prefix per line.
     http_allow: String,
+    /// `wasm` (the plugin), `pull` or `http`.
+    delivery: String,
+    /// For `http`: where each fire is POSTed, and the app secret that signs it.
+    webhook_url: String,
+    signing_secret: String,
     enabled: Option<String>,
     /// Set by the "Preview" button: show the next fire times, save nothing.
     preview: Option<String>,
@@ -163,6 +168,15 @@ impl JobForm {
                 .map(|m| m.to_string())
                 .unwrap_or_default(),
             http_allow: spec.http_allow.join("\n"),
+            delivery: spec.delivery.kind().to_owned(),
+            webhook_url: match &spec.delivery {
+                Delivery::Http { url, .. } => url.clone(),
+                _ => String::new(),
+            },
+            signing_secret: match &spec.delivery {
+                Delivery::Http { signing_secret, .. } => signing_secret.clone().unwrap_or_default(),
+                _ => String::new(),
+            },
             enabled: spec.enabled.then(|| "on".to_owned()),
             preview: None,
         }
@@ -179,7 +193,23 @@ impl JobForm {
             max_attempts: "1".into(),
             memory_mb: "64".into(),
             enabled: Some("on".into()),
+            delivery: "wasm".into(),
             ..JobForm::default()
+        }
+    }
+
+    /// The delivery the form describes, as the API's JSON.
+    fn delivery(&self) -> Value {
+        match self.delivery.as_str() {
+            "http" => {
+                let mut v = json!({"kind": "http", "url": self.webhook_url.trim()});
+                if !self.signing_secret.trim().is_empty() {
+                    v["signing_secret"] = json!(self.signing_secret.trim());
+                }
+                v
+            }
+            "" => json!({"kind": "wasm"}),
+            kind => json!({"kind": kind}),
         }
     }
 
@@ -214,7 +244,11 @@ impl JobForm {
         let mut m = serde_json::Map::new();
         m.insert("name".into(), json!(self.name));
         m.insert("app".into(), json!(self.app.trim()));
-        m.insert("plugin".into(), json!(self.plugin.trim()));
+        // Only a job that runs a plugin has one: the field is ignored for the others.
+        if matches!(self.delivery.as_str(), "" | "wasm") {
+            m.insert("plugin".into(), json!(self.plugin.trim()));
+        }
+        m.insert("delivery".into(), self.delivery());
         // A schedule with errors (filed already) stands in as `none`, so the other fields
         // are still checked.
         let schedule = self
@@ -313,6 +347,9 @@ pub(super) const JOB_FIELDS: &[&str] = &[
     "memory_mb",
     "max_concurrency",
     "http_allow",
+    "delivery",
+    "delivery.url",
+    "delivery.signing_secret",
 ];
 
 pub(super) fn block_name(b: rota_proto::BlockStrategy) -> &'static str {
@@ -337,7 +374,12 @@ struct JobFormPage {
     blocks: Vec<Opt>,
     misfires: Vec<Opt>,
     plugins: Vec<String>,
+    deliveries: Vec<Opt>,
     preview: Vec<When>,
+    /// A pull job's queue: ready, leased, dead, consumers seen in the last minute.
+    queue: Option<crate::store::QueueFacts>,
+    /// Tasks of the job that died (for the re-drive button).
+    dead: i64,
 }
 
 impl JobFormPage {
@@ -356,6 +398,15 @@ impl JobFormPage {
         } else {
             preview_of(&form)
         };
+        let store = console.node.store();
+        let (queue, dead) = match job {
+            Some(j) => {
+                let facts = store.queue_facts(j.id, now_ms() - 60_000).await?;
+                let dead = facts.dead;
+                ((j.spec.delivery == Delivery::Pull).then_some(facts), dead)
+            }
+            None => (None, 0),
+        };
         Ok(JobFormPage {
             chrome: Chrome::of(s, "jobs"),
             job: job.map(JobRow::from),
@@ -363,10 +414,13 @@ impl JobFormPage {
             routes: options(Route::ALL, &form.route),
             blocks: options(["serial", "discard_later", "cover_early"], &form.block),
             misfires: options(Misfire::ALL.map(Misfire::as_str), &form.misfire),
+            deliveries: options(["wasm", "pull", "http"], &form.delivery),
             form,
             errors,
             plugins: names,
             preview,
+            queue,
+            dead,
         })
     }
 }
@@ -586,4 +640,30 @@ pub async fn delete_job(
     console.node.job_changed(id).await;
     audit(&console, &s.user.name, "delete job", &job.spec.name).await;
     Ok(Redirect::to(&format!("{PREFIX}/jobs")).into_response())
+}
+
+/// Re-drives the job's dead tasks (up to 10,000, oldest due first).
+pub async fn retry_dead(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    let retried = usecase::queue::retry_dead(
+        &console.node,
+        &s.who,
+        usecase::queue::BulkRetry {
+            job: NameOrId::Id(id),
+            status: "dead".into(),
+            limit: Some(10_000),
+        },
+    )
+    .await?;
+    audit(
+        &console,
+        &s.user.name,
+        "retry dead tasks",
+        &format!("job {id}: {retried}"),
+    )
+    .await;
+    Ok(Redirect::to(&format!("{PREFIX}/jobs/{id}")).into_response())
 }

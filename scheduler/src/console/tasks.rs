@@ -24,6 +24,13 @@ pub struct TaskRow {
     due: When,
     attempt: i32,
     cancellable: bool,
+    /// Dead: it can be re-driven.
+    retryable: bool,
+    /// Pending outside any wheel: it can be moved.
+    movable: bool,
+    priority: i32,
+    /// The due time as a `datetime-local` field shows it (UTC, to the second).
+    due_local: String,
     last_run_id: Option<i64>,
     payload: String,
     params: String,
@@ -43,8 +50,18 @@ impl From<&crate::model::Task> for TaskRow {
             attempt: t.attempt,
             cancellable: matches!(
                 t.status,
-                TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting
+                TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready
             ),
+            retryable: t.status == TaskStatus::Dead,
+            movable: matches!(
+                t.status,
+                TaskStatus::Pending | TaskStatus::Waiting | TaskStatus::Ready
+            ),
+            priority: t.priority,
+            due_local: chrono::DateTime::from_timestamp_millis(t.due_at)
+                .unwrap_or_default()
+                .format("%Y-%m-%dT%H:%M:%S")
+                .to_string(),
             last_run_id: t.last_run_id,
             payload: t.payload.clone().unwrap_or_default(),
             params: t.params.clone().unwrap_or_default(),
@@ -180,5 +197,47 @@ pub async fn cancel_task(
     task_as(console.node.store(), &s.who, id, Need::Change).await?;
     console.node.cancel_task(id).await?;
     audit(&console, &s.user.name, "cancel task", &id.to_string()).await;
+    Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
+}
+
+pub async fn retry_task(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+) -> PageResult {
+    usecase::queue::retry(&console.node, &s.who, id).await?;
+    audit(&console, &s.user.name, "retry task", &id.to_string()).await;
+    Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
+}
+
+/// The reschedule form: a new due time (UTC, as a `datetime-local` field sends it) and
+/// optionally a new priority.
+#[derive(Debug, Default, Deserialize)]
+pub struct RescheduleForm {
+    run_at: String,
+    #[serde(default)]
+    priority: String,
+}
+
+pub async fn reschedule_task(
+    State(console): State<Console>,
+    Extension(s): Extension<Session>,
+    Path(id): Path<i64>,
+    axum::Form(form): axum::Form<RescheduleForm>,
+) -> PageResult {
+    let at = utc_field("run at", empty_none(&Some(form.run_at.clone())))?
+        .ok_or_else(|| Error::BadRequest("run at: give the new due time".into()))?;
+    let mut errors = Errors::new();
+    let priority = super::jobs::int("priority", &form.priority, &mut errors);
+    if let Some(e) = errors.get("priority") {
+        return Err(Error::BadRequest(format!("priority: {e}")).into());
+    }
+    let change = usecase::tasks::Reschedule {
+        run_at: Some(crate::api::views::rfc3339(at)),
+        priority,
+        ..usecase::tasks::Reschedule::default()
+    };
+    usecase::tasks::reschedule(&console.node, &s.who, id, change).await?;
+    audit(&console, &s.user.name, "reschedule task", &id.to_string()).await;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
 }

@@ -223,7 +223,7 @@ mod secrets;
 mod tasks;
 
 use migrate::is_retryable;
-pub use queue::{HeldLease, Leased};
+pub use queue::{HeldLease, Leased, QueueFacts};
 use rows::*;
 pub use rows::{
     ApiToken, Applied, AuditEntry, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef, PluginUser,

@@ -377,4 +377,48 @@ impl Store {
             .affected())
         })
     }
+
+    /// A job's queue at a glance: tasks ready for a consumer, leased (running), dead, and
+    /// the consumers whose leases began since `since` (among its 2,000 newest runs).
+    pub async fn queue_facts(&self, job_id: i64, since: Millis) -> Result<QueueFacts> {
+        let counts: Vec<(String, i64)> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(
+                "SELECT status, COUNT(*) FROM tasks WHERE job_id = ? \
+                 AND status IN ('ready', 'running', 'dead') GROUP BY status",
+            )
+            .bind(job_id)
+            .fetch_all(pool)
+            .await?
+        });
+        let consumers: Vec<String> = on_pool!(self, |pool, Db| {
+            sqlx::query_scalar(
+                "SELECT DISTINCT executor FROM (SELECT executor, dispatched_at FROM runs \
+                 WHERE job_id = ? ORDER BY id DESC LIMIT 2000) r \
+                 WHERE executor LIKE 'pull:%' AND dispatched_at >= ? ORDER BY executor",
+            )
+            .bind(job_id)
+            .bind(since)
+            .fetch_all(pool)
+            .await?
+        });
+        let count = |s: &str| counts.iter().find(|(k, _)| k == s).map_or(0, |(_, n)| *n);
+        Ok(QueueFacts {
+            ready: count("ready"),
+            leased: count("running"),
+            dead: count("dead"),
+            consumers: consumers
+                .into_iter()
+                .map(|c| c.trim_start_matches("pull:").to_owned())
+                .collect(),
+        })
+    }
+}
+
+/// A job's queue at a glance ([`Store::queue_facts`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueFacts {
+    pub ready: i64,
+    pub leased: i64,
+    pub dead: i64,
+    pub consumers: Vec<String>,
 }
