@@ -101,6 +101,27 @@ impl TaskStatus {
     }
 }
 
+/// A task's status as the API shows it, and how many attempts have started.
+///
+/// The database knows more states than users do: `claimed` (a node holds the task in its
+/// wheel), `waiting` (for an executor) and `ready` (for a consumer) are still `pending` to
+/// them, and such a task past its first attempt is waiting for a retry, which the API
+/// calls `failed`.
+pub fn task_status(status: TaskStatus, attempt: i32) -> (&'static str, i32) {
+    match status {
+        // Not started yet: a retry is due after a failure, else the first attempt.
+        TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready
+            if attempt > 1 =>
+        {
+            ("failed", attempt - 1)
+        }
+        TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready => {
+            ("pending", attempt - 1)
+        }
+        other => (other.as_str(), attempt),
+    }
+}
+
 /// Who receives a job's fires and tasks (SPEC §8).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", try_from = "DeliveryFields")]

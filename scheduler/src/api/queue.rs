@@ -13,9 +13,39 @@ use super::extract::{Json, OptionalJson, PathId, PathParam};
 use super::openapi::ErrorBody;
 use super::views::{TaskView, rfc3339};
 use crate::access::Principal;
+use crate::store::Leased;
 use crate::usecase::queue::{
-    self, AckItem, AckResult, BulkRetry, LeaseEnd, LeaseExtension, PullFields, PulledTask,
+    self, AckItem, AckResult, BulkRetry, LeaseEnd, LeaseExtension, PullFields,
 };
+
+/// A task handed to a consumer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PulledTask {
+    pub task: i64,
+    pub attempt: i32,
+    /// Give it back to ack, nack or extend; only the current lease's holder can.
+    pub lease: String,
+    pub payload: Option<String>,
+    pub key: Option<String>,
+    pub priority: i32,
+    pub due_at: String,
+    pub lease_expires_at: String,
+}
+
+impl From<Leased> for PulledTask {
+    fn from(l: Leased) -> Self {
+        PulledTask {
+            task: l.task_id,
+            attempt: l.attempt,
+            lease: l.lease,
+            payload: l.payload,
+            key: l.key,
+            priority: l.priority,
+            due_at: rfc3339(l.due_at),
+            lease_expires_at: rfc3339(l.lease_expires_at),
+        }
+    }
+}
 
 const JOB_ID: &str = "The job's name or id";
 const TASK_ID: &str = "The task's id";

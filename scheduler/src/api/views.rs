@@ -7,9 +7,7 @@ use utoipa::ToSchema;
 
 use super::openapi::{BlockName, TaskStatusName};
 use crate::backoff::Backoff;
-use crate::model::{
-    Delivery, Executor, Job, Millis, Page, Plugin, Run, RunStatus, Task, TaskKind, TaskStatus,
-};
+use crate::model::{Delivery, Executor, Job, Millis, Page, Plugin, Run, RunStatus, Task, TaskKind};
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
 
@@ -148,26 +146,7 @@ impl From<Job> for JobView {
     }
 }
 
-/// A task's status as the API shows it, and how many attempts have started.
-///
-/// The database knows more states than users do: `claimed` (a node holds the task in its
-/// wheel), `waiting` (for an executor) and `ready` (for a consumer) are still `pending` to
-/// them, and such a task past its first attempt is waiting for a retry, which the API
-/// calls `failed`.
-pub fn task_status(status: TaskStatus, attempt: i32) -> (&'static str, i32) {
-    match status {
-        // Not started yet: a retry is due after a failure, else the first attempt.
-        TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready
-            if attempt > 1 =>
-        {
-            ("failed", attempt - 1)
-        }
-        TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready => {
-            ("pending", attempt - 1)
-        }
-        other => (other.as_str(), attempt),
-    }
-}
+pub use crate::model::task_status;
 
 /// The API's task statuses, in the order the docs list them.
 pub const TASK_STATUSES: [&str; 6] = [
@@ -294,6 +273,7 @@ impl From<Executor> for ExecutorView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::TaskStatus;
 
     #[test]
     fn times_are_utc_with_milliseconds() {

@@ -233,7 +233,7 @@ pub async fn reschedule_task(
         return Err(Error::BadRequest(format!("priority: {e}")).into());
     }
     let change = usecase::tasks::Reschedule {
-        run_at: Some(crate::api::views::rfc3339(at)),
+        run_at: Some(When::of(at).iso),
         priority,
         ..usecase::tasks::Reschedule::default()
     };

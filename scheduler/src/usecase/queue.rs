@@ -49,35 +49,6 @@ pub struct PullFields {
     pub consumer: Option<String>,
 }
 
-/// A task handed to a consumer.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PulledTask {
-    pub task: i64,
-    pub attempt: i32,
-    /// Give it back to ack, nack or extend; only the current lease's holder can.
-    pub lease: String,
-    pub payload: Option<String>,
-    pub key: Option<String>,
-    pub priority: i32,
-    pub due_at: String,
-    pub lease_expires_at: String,
-}
-
-impl From<Leased> for PulledTask {
-    fn from(l: Leased) -> Self {
-        PulledTask {
-            task: l.task_id,
-            attempt: l.attempt,
-            lease: l.lease,
-            payload: l.payload,
-            key: l.key,
-            priority: l.priority,
-            due_at: crate::api::views::rfc3339(l.due_at),
-            lease_expires_at: crate::api::views::rfc3339(l.lease_expires_at),
-        }
-    }
-}
-
 /// Pulls up to `max` due tasks of a pull job, waiting up to `wait_ms` for one.
 pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Result<Vec<Leased>> {
     let max = validate::within("max", f.max.unwrap_or(1), 1..=MAX_PULL)?;

@@ -12,10 +12,11 @@ use super::jobs::{cached_job, job_filter, task_as};
 use super::validate::{self, invalid};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
-use crate::api::views::task_status;
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::model::{Millis, NewTask, Page, Task, TaskFilter, TaskKind, TaskStatus, now_ms};
+use crate::model::{
+    Millis, NewTask, Page, Task, TaskFilter, TaskKind, TaskStatus, now_ms, task_status,
+};
 use crate::node::Node;
 use crate::schedule::FIRE_HORIZON_MS;
 
