@@ -82,23 +82,8 @@ impl Store {
     /// Claimed fires of pull jobs, out of `lease`'s wheel: `ready` for a consumer. Returns
     /// how many moved (a task cancelled or taken over meanwhile does not).
     pub async fn mark_ready(&self, lease: NodeLease, task_ids: &[i64], now: Millis) -> Result<u64> {
-        let mut moved = 0;
-        on_pool!(self, |pool, Db| {
-            for chunk in task_ids.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "UPDATE tasks SET status = 'ready', owner_node = NULL, owner_epoch = NULL, updated_at = ",
-                );
-                qb.push_bind(now)
-                    .push(" WHERE status = 'claimed' AND owner_node = ")
-                    .push_bind(lease.node_id)
-                    .push(" AND owner_epoch = ")
-                    .push_bind(lease.epoch)
-                    .push(" AND id IN ");
-                push_ids(&mut qb, chunk.iter().copied());
-                moved += qb.build().execute(pool).await?.affected();
-            }
-        });
-        Ok(moved)
+        self.unclaim(lease, task_ids, TaskStatus::Ready, Some(now))
+            .await
     }
 
     /// Leases up to `run_ids.len()` ready tasks of `job_id` to `consumer` until

@@ -531,21 +531,40 @@ impl Store {
 
     /// Hands claims back (graceful shutdown): the tasks become pending for any node.
     pub async fn release_claims(&self, lease: NodeLease, task_ids: &[i64]) -> Result<()> {
+        self.unclaim(lease, task_ids, TaskStatus::Pending, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Claims of `lease` leave its wheel for the database with `status`, owned by no node
+    /// (and `updated_at`, when given); how many moved (one cancelled or taken over meanwhile
+    /// does not).
+    pub(super) async fn unclaim(
+        &self,
+        lease: NodeLease,
+        task_ids: &[i64],
+        status: TaskStatus,
+        updated_at: Option<Millis>,
+    ) -> Result<u64> {
+        let mut moved = 0;
         on_pool!(self, |pool, Db| {
             for chunk in task_ids.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "UPDATE tasks SET status = 'pending', owner_node = NULL, owner_epoch = NULL \
-                     WHERE status = 'claimed' AND owner_node = ",
-                );
-                qb.push_bind(lease.node_id)
+                let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET status = ");
+                qb.push_bind(status.as_str())
+                    .push(", owner_node = NULL, owner_epoch = NULL");
+                if let Some(at) = updated_at {
+                    qb.push(", updated_at = ").push_bind(at);
+                }
+                qb.push(" WHERE status = 'claimed' AND owner_node = ")
+                    .push_bind(lease.node_id)
                     .push(" AND owner_epoch = ")
                     .push_bind(lease.epoch)
                     .push(" AND id IN ");
                 push_ids(&mut qb, chunk.iter().copied());
-                qb.build().execute(pool).await?;
+                moved += qb.build().execute(pool).await?.affected();
             }
         });
-        Ok(())
+        Ok(moved)
     }
 
     /// Claimed fires that found no live executor of their app: out of `lease`'s wheel, they
@@ -557,23 +576,10 @@ impl Store {
         for &(id, since) in task_ids {
             by_since.entry(since).or_default().push(id);
         }
-        on_pool!(self, |pool, Db| {
-            for (since, ids) in by_since {
-                for chunk in ids.chunks(CHUNK) {
-                    let mut qb = QueryBuilder::<Db>::new(
-                        "UPDATE tasks SET status = 'waiting', owner_node = NULL, owner_epoch = NULL, updated_at = ",
-                    );
-                    qb.push_bind(since)
-                        .push(" WHERE status = 'claimed' AND owner_node = ")
-                        .push_bind(lease.node_id)
-                        .push(" AND owner_epoch = ")
-                        .push_bind(lease.epoch)
-                        .push(" AND id IN ");
-                    push_ids(&mut qb, chunk.iter().copied());
-                    qb.build().execute(pool).await?;
-                }
-            }
-        });
+        for (since, ids) in by_since {
+            self.unclaim(lease, &ids, TaskStatus::Waiting, Some(since))
+                .await?;
+        }
         Ok(())
     }
 
