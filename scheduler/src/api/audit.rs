@@ -14,7 +14,7 @@ use super::openapi::ErrorBody;
 use super::views::{PageView, rfc3339};
 use crate::access::Principal;
 use crate::console::AuditEntry;
-use crate::model::Page;
+use crate::usecase;
 
 /// One change: who did what to which thing, when.
 #[derive(Debug, Serialize, ToSchema)]
@@ -61,20 +61,7 @@ pub async fn list(
     Extension(who): Extension<Principal>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<AuditPage>> {
-    who.check_admin("reading the audit log")?;
     let page = page.parse()?;
-    let mut entries = state
-        .node
-        .store()
-        .list_audit(page.before_id, page.limit)
-        .await?;
-    let next = (entries.len() > page.limit as usize).then(|| {
-        entries.truncate(page.limit as usize);
-        entries.last().map(|e| e.id)
-    });
-    let page = Page {
-        items: entries,
-        next: next.flatten(),
-    };
+    let page = usecase::audit::list(&state.node, &who, page.before_id, page.limit).await?;
     Ok(Json(PageView::of(page, AuditView::from)))
 }

@@ -419,17 +419,9 @@ pub async fn audit_log(
     Extension(s): Extension<Session>,
     Query(q): Query<AuditQuery>,
 ) -> PageResult {
-    s.who.check_admin("reading the audit log")?;
-    let mut entries = console.node.store().list_audit(q.before, PAGE).await?;
-    let more = entries.len() > PAGE as usize;
-    entries.truncate(PAGE as usize);
-    let next = more
-        .then(|| {
-            entries
-                .last()
-                .map(|e| format!("{PREFIX}/audit?before={}", e.id))
-        })
-        .flatten();
+    let page = crate::usecase::audit::list(&console.node, &s.who, q.before, PAGE).await?;
+    let next = page.next.map(|id| format!("{PREFIX}/audit?before={id}"));
+    let entries = page.items;
     render(&AuditPage {
         chrome: Chrome::of(&s, "audit"),
         entries: entries
