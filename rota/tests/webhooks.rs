@@ -302,3 +302,42 @@ async fn deliveries_of_a_job_stay_within_its_concurrency() {
         "{most} deliveries of a job with max_concurrency 2 were in flight at once"
     );
 }
+
+#[tokio::test]
+async fn a_disabled_http_job_posts_nothing_until_it_is_enabled() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hooks/orders", listener.local_addr().unwrap());
+    let receiver = Receiver::default();
+    receiver.serve(listener);
+    let (node, _dir) = webhook_job(&url, 1).await;
+    let api = &node.api;
+    api.ok(
+        "PATCH",
+        "/api/v1/jobs/orders",
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    let ids = api
+        .add_tasks(vec![json!({"job": "orders", "payload": "held"})])
+        .await;
+    // Due at once, on a wheel within milliseconds: held instead of sent.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        receiver.got().is_empty(),
+        "a disabled job's task was POSTed"
+    );
+    let task = api
+        .ok("GET", &format!("/api/v1/tasks/{}", ids[0]), None)
+        .await;
+    assert_eq!(task["status"], "pending", "{task}");
+    api.ok(
+        "PATCH",
+        "/api/v1/jobs/orders",
+        Some(json!({"enabled": true})),
+    )
+    .await;
+    task_reaches(api, ids[0], "succeeded").await;
+    let got = receiver.got();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body, "held");
+}

@@ -436,7 +436,7 @@ impl Node {
     ///
     /// A change of delivery with tasks on their way to the old receivers (in a wheel,
     /// ready for a consumer, or running) is a conflict unless `force`d; a job that stops
-    /// being pulled hands its ready tasks back to the scan.
+    /// being pulled, or an http job enabled again, hands its ready tasks back to the scan.
     pub async fn update_job(
         &self,
         job: &Job,
@@ -470,7 +470,9 @@ impl Node {
             .store
             .update_job(job.id, spec, next, replan, now)
             .await?;
-        if *from == Delivery::Pull && *to != Delivery::Pull {
+        // Tasks held `ready` go back to the scan once nothing holds them: a job no longer
+        // pulled, or an http job enabled again.
+        if *to != Delivery::Pull && spec.enabled {
             self.cluster.store.unready(job.id, now).await?;
         }
         self.job_changed(job.id).await;

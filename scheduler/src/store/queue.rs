@@ -348,8 +348,8 @@ impl Store {
         })
     }
 
-    /// A job that is no longer pulled: its ready tasks are pending again, for the scan to
-    /// deliver the job's new way.
+    /// A job whose ready tasks nothing holds any more (it is no longer pulled, or an http
+    /// job was enabled again): they are pending again, for the scan to deliver.
     pub async fn unready(&self, job_id: i64, now: Millis) -> Result<u64> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query(

@@ -153,6 +153,9 @@ impl Dispatch {
         match spec.delivery {
             Delivery::Wasm => {}
             Delivery::Pull => return self.unsent.ready.push(task),
+            // A disabled http job's fires wait `ready` (out of every wheel) until it is
+            // enabled again (SPEC §8): nothing is POSTed meanwhile.
+            Delivery::Http { .. } if !spec.enabled => return self.unsent.ready.push(task),
             Delivery::Http { .. } => {
                 return self.webhooks.push(webhook::Webhook { task, job });
             }
