@@ -3,7 +3,7 @@
 //! tells the other nodes which pull jobs have tasks ready here.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Node;
 use crate::model::{Millis, RunUpdate, now_ms};
@@ -14,6 +14,9 @@ use crate::store::{self, Applied, NodeRef};
 /// How long a node waits for another to take a ready notice (it is a wake-up: a pull that
 /// misses it still looks again when its wait ends).
 const READY_NOTICE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long the list of the other nodes is reused by the notice loop.
+const PEERS_TTL: Duration = Duration::from_secs(1);
 
 impl Node {
     /// Where this node's long polls wait for a pull job's tasks to become ready.
@@ -57,26 +60,32 @@ impl Node {
 /// request per node for whatever gathered since the last send, until shutdown.
 pub(super) async fn announce_loop(node: Node) {
     let mut shutdown = node.cluster.shutdown.clone();
+    // The other nodes, read again at most once a second: an announcement must not wait
+    // for the database (a node that joined meanwhile is told from the next read on; its
+    // pulls look again when their wait ends anyway).
+    let mut peers: Vec<NodeRef> = Vec::new();
+    let mut read_at: Option<Instant> = None;
     loop {
         let job_ids = tokio::select! {
             jobs = node.ready.next_announcements() => jobs,
             _ = shutdown.wait_for(|s| *s) => return,
         };
-        let me = node.cluster.lease.get().node_id;
-        let alive_after = now_ms() - node.cluster.config.node_dead_after_ms;
-        let peers = match node.cluster.store.live_nodes(alive_after).await {
-            Ok(peers) => peers,
-            Err(e) => {
-                tracing::warn!(error = %e, "listing the other nodes to announce ready tasks failed");
-                continue;
+        if read_at.is_none_or(|at| at.elapsed() >= PEERS_TTL) {
+            let alive_after = now_ms() - node.cluster.config.node_dead_after_ms;
+            match node.cluster.store.live_nodes(alive_after).await {
+                Ok(live) => {
+                    let me = node.cluster.lease.get().node_id;
+                    peers = live.into_iter().filter(|p| p.id != me).collect();
+                    read_at = Some(Instant::now());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing the other nodes to announce ready tasks failed")
+                }
             }
-        };
+        }
         let notice = &rota_proto::wire::PeerReady { job_ids };
         let client = &node.client;
-        let calls = peers
-            .iter()
-            .filter(|peer| peer.id != me)
-            .map(|NodeRef { address, .. }| async move {
+        let calls = peers.iter().map(|NodeRef { address, .. }| async move {
                 let call = client.node_ready(address, notice);
                 match tokio::time::timeout(READY_NOTICE_TIMEOUT, call).await {
                     Ok(Ok(_)) => {}
