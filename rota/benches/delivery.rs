@@ -34,7 +34,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Db, cpu_seconds, env_or, percentile, post_batch, rfc3339};
+use common::{Db, cpu_seconds, diff, env_or, percentile, post_batch, rfc3339};
 use serde_json::{Value, json};
 use support::*;
 
@@ -228,6 +228,7 @@ async fn pull(bed: &Bed) {
         n as f64 / ready_s
     );
     let cpu_before = bed.cpu();
+    let statements_before = bed.db.status().await;
     let start = Instant::now();
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut handles = Vec::new();
@@ -286,6 +287,17 @@ async fn pull(bed: &Bed) {
         acked as f64 / secs
     );
     cpu_line("pull + ack", cpu_before, bed.cpu(), acked);
+    let d = diff(&bed.db.status().await, &statements_before);
+    if !d.is_empty() {
+        let per = |k: &str| d.get(k).copied().unwrap_or(0) as f64 * 1000.0 / acked as f64;
+        println!(
+            "statements per 1,000 tasks: select {:.1}, insert {:.1}, update {:.1}, commit {:.1}",
+            per("Com_select"),
+            per("Com_insert"),
+            per("Com_update"),
+            per("Com_commit")
+        );
+    }
 }
 
 // ----- long-poll pickup ---------------------------------------------------------------------
