@@ -4,7 +4,8 @@
 //! # Layout
 //!
 //! - [`config`]: a node's settings.
-//! - [`model`]: the domain's nouns (jobs, tasks, runs, executors, plugins).
+//! - [`model`]: the domain's nouns (jobs, tasks, runs, executors, plugins); their named
+//!   variants (statuses, kinds, routes, misfire policies) come from one macro, `names.rs`.
 //! - [`store`]: every row, on MySQL or SQLite; the scan's claim and batched writes.
 //! - [`schedule`]: cron (Quartz, seconds, time zones) and fixed-rate fire times, misfires.
 //! - [`backoff`]: retry delays.
@@ -33,6 +34,7 @@ pub mod console;
 pub mod lateness;
 pub mod metrics;
 pub mod model;
+mod names;
 pub mod node;
 pub mod pipeline;
 pub mod retention;

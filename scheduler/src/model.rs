@@ -5,11 +5,10 @@
 //! Times are epoch milliseconds ([`Millis`]) everywhere inside Rota; only the API renders them
 //! as RFC 3339 strings.
 
-use std::fmt;
-use std::str::FromStr;
-
 use rota_proto::BlockStrategy;
 use serde::{Deserialize, Serialize};
+
+use crate::names::named_enum;
 
 use crate::backoff::Backoff;
 use crate::route::Route;
@@ -26,47 +25,8 @@ pub fn now_ms() -> Millis {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Defines a string-backed enum with `as_str`, `Display` and a `FromStr` whose error lists the
-/// valid names, so the database, the API and error messages use one spelling.
-macro_rules! named_enum {
-    ($(#[$meta:meta])* pub enum $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum $name { $($variant),+ }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = String;
-
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($text => Ok($name::$variant),)+
-                    other => Err(format!(
-                        "`{other}` is not a valid {}; expected one of: {}",
-                        stringify!($name).to_lowercase(),
-                        [$($text),+].join(", ")
-                    )),
-                }
-            }
-        }
-    };
-}
-
 named_enum! {
+    what = "task kind";
     /// Where a task came from.
     pub enum TaskKind {
         Delayed => "delayed",
@@ -77,6 +37,7 @@ named_enum! {
 }
 
 named_enum! {
+    what = "task status";
     /// A task's state in the database. `Claimed` is internal (a node holds it in its wheel) and
     /// shows as `pending` in the API, and so do `Waiting` (it came due when no executor of
     /// its app was live, and waits for one) and `Ready` (a `pull` job's task that came due
@@ -204,6 +165,7 @@ impl Delivery {
 }
 
 named_enum! {
+    what = "run status";
     /// A run's state.
     pub enum RunStatus {
         Dispatched => "dispatched",

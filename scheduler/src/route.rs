@@ -15,73 +15,45 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    fmt,
-    str::FromStr,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// How a job's fires are spread over the executors of its app.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Route {
-    /// Always the first executor (by address).
-    #[default]
-    First,
-    /// Always the last executor (by address).
-    Last,
-    /// Each executor in turn.
-    RoundRobin,
-    /// A random executor each time.
-    Random,
-    /// The same executor for the same job as long as the set of executors stays the same;
-    /// when it changes, only a few jobs move.
-    ConsistentHash,
-    /// The executor this job used least often.
-    LeastFrequentlyUsed,
-    /// The executor this job used least recently (or never).
-    LeastRecentlyUsed,
-    /// The first executor that accepts the fire, trying them in order.
-    Failover,
-    /// The first executor that is not busy with this job, trying them in order.
-    Busyover,
-    /// Every executor, each with its shard index.
-    ShardingBroadcast,
+use crate::names::named_enum;
+
+named_enum! {
+    what = "route";
+    /// How a job's fires are spread over the executors of its app.
+    #[derive(Default)]
+    pub enum Route {
+        /// Always the first executor (by address).
+        #[default]
+        First => "first",
+        /// Always the last executor (by address).
+        Last => "last",
+        /// Each executor in turn.
+        RoundRobin => "round_robin",
+        /// A random executor each time.
+        Random => "random",
+        /// The same executor for the same job as long as the set of executors stays the same;
+        /// when it changes, only a few jobs move.
+        ConsistentHash => "consistent_hash",
+        /// The executor this job used least often.
+        LeastFrequentlyUsed => "least_frequently_used",
+        /// The executor this job used least recently (or never).
+        LeastRecentlyUsed => "least_recently_used",
+        /// The first executor that accepts the fire, trying them in order.
+        Failover => "failover",
+        /// The first executor that is not busy with this job, trying them in order.
+        Busyover => "busyover",
+        /// Every executor, each with its shard index.
+        ShardingBroadcast => "sharding_broadcast",
+    }
 }
 
 impl Route {
-    pub const ALL: [Route; 10] = [
-        Self::First,
-        Self::Last,
-        Self::RoundRobin,
-        Self::Random,
-        Self::ConsistentHash,
-        Self::LeastFrequentlyUsed,
-        Self::LeastRecentlyUsed,
-        Self::Failover,
-        Self::Busyover,
-        Self::ShardingBroadcast,
-    ];
-
-    /// The name used in JSON, the database and the console.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::First => "first",
-            Self::Last => "last",
-            Self::RoundRobin => "round_robin",
-            Self::Random => "random",
-            Self::ConsistentHash => "consistent_hash",
-            Self::LeastFrequentlyUsed => "least_frequently_used",
-            Self::LeastRecentlyUsed => "least_recently_used",
-            Self::Failover => "failover",
-            Self::Busyover => "busyover",
-            Self::ShardingBroadcast => "sharding_broadcast",
-        }
-    }
-
     /// Whether dispatch moves on to the next executor of [`Router::order`] when one
     /// refuses (unreachable for `failover`, busy for `busyover`). For every other
     /// strategy the order has one executor, or (broadcast) every one must get its shard.
@@ -89,42 +61,6 @@ impl Route {
         matches!(self, Self::Failover | Self::Busyover)
     }
 }
-
-impl fmt::Display for Route {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Route {
-    type Err = ParseRouteError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|route| route.as_str() == s)
-            .ok_or_else(|| ParseRouteError(s.to_owned()))
-    }
-}
-
-/// A route name that is none of [`Route::ALL`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseRouteError(pub String);
-
-impl fmt::Display for ParseRouteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown route `{}`; expected one of: ", self.0)?;
-        for (i, route) in Route::ALL.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(route.as_str())?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ParseRouteError {}
 
 /// Virtual nodes per executor on the consistent-hash ring (as XXL-JOB).
 const VIRTUAL_NODES: usize = 100;
@@ -408,7 +344,7 @@ mod tests {
         let err = "ROUND".parse::<Route>().expect_err("unknown");
         assert_eq!(
             err.to_string(),
-            "unknown route `ROUND`; expected one of: first, last, round_robin, random, \
+            "`ROUND` is not a valid route; expected one of: first, last, round_robin, random, \
              consistent_hash, least_frequently_used, least_recently_used, failover, \
              busyover, sharding_broadcast"
         );

@@ -42,8 +42,6 @@
 //!
 //! Fire times always move forward in real time, so `next_after` never goes backwards.
 
-use std::{fmt, str::FromStr};
-
 use chrono::{DateTime, Datelike, Utc};
 use chrono_tz::Tz;
 use croner::{
@@ -51,6 +49,8 @@ use croner::{
     parser::{CronParser, Seconds, Year},
 };
 use serde::{Deserialize, Serialize};
+
+use crate::names::named_enum;
 
 /// How far ahead [`Schedule::compile`] looks for a first fire time. A cron expression with
 /// none in this horizon is rejected as never firing (the same 10 years past which a delayed
@@ -77,100 +77,28 @@ pub enum Schedule {
     None,
 }
 
-/// The `kind` of a [`Schedule`], for a database column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ScheduleKind {
-    Cron,
-    FixedRate,
-    None,
-}
-
-impl ScheduleKind {
-    pub const ALL: [ScheduleKind; 3] = [Self::Cron, Self::FixedRate, Self::None];
-
-    /// The name used in JSON and in the database.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Cron => "cron",
-            Self::FixedRate => "fixed_rate",
-            Self::None => "none",
-        }
+named_enum! {
+    what = "schedule kind";
+    /// The `kind` of a [`Schedule`], for a database column.
+    pub enum ScheduleKind {
+        Cron => "cron",
+        FixedRate => "fixed_rate",
+        None => "none",
     }
 }
 
-impl fmt::Display for ScheduleKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+named_enum! {
+    what = "misfire policy";
+    /// What to do with fire times that were missed by more than the misfire threshold
+    /// (every scheduler node was down, or the job was stuck behind a long backlog).
+    #[derive(Default)]
+    pub enum Misfire {
+        /// Skip the missed fire times and carry on with the next regular one.
+        #[default]
+        DoNothing => "do_nothing",
+        /// Fire once now for all the missed fire times, then carry on.
+        FireOnceNow => "fire_once_now",
     }
-}
-
-impl FromStr for ScheduleKind {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == s)
-            .ok_or_else(|| UnknownName {
-                what: "schedule kind",
-                value: s.to_owned(),
-                expected: "cron, fixed_rate, none",
-            })
-    }
-}
-
-/// What to do with fire times that were missed by more than the misfire threshold
-/// (every scheduler node was down, or the job was stuck behind a long backlog).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Misfire {
-    /// Skip the missed fire times and carry on with the next regular one.
-    #[default]
-    DoNothing,
-    /// Fire once now for all the missed fire times, then carry on.
-    FireOnceNow,
-}
-
-impl Misfire {
-    pub const ALL: [Misfire; 2] = [Self::DoNothing, Self::FireOnceNow];
-
-    /// The name used in JSON and in the database.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::DoNothing => "do_nothing",
-            Self::FireOnceNow => "fire_once_now",
-        }
-    }
-}
-
-impl fmt::Display for Misfire {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Misfire {
-    type Err = UnknownName;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|misfire| misfire.as_str() == s)
-            .ok_or_else(|| UnknownName {
-                what: "misfire policy",
-                value: s.to_owned(),
-                expected: "do_nothing, fire_once_now",
-            })
-    }
-}
-
-/// A name read from the database or a query string that is none of the known ones.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} `{value}`; expected one of: {expected}")]
-pub struct UnknownName {
-    pub what: &'static str,
-    pub value: String,
-    pub expected: &'static str,
 }
 
 /// Why a [`Schedule`] cannot be used. The messages are shown to users as they are.

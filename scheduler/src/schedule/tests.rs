@@ -103,7 +103,7 @@ fn misfire_names_round_trip() {
     let err = "skip".parse::<Misfire>().expect_err("unknown");
     assert_eq!(
         err.to_string(),
-        "unknown misfire policy `skip`; expected one of: do_nothing, fire_once_now"
+        "`skip` is not a valid misfire policy; expected one of: do_nothing, fire_once_now"
     );
 }
 
