@@ -362,6 +362,21 @@ pub struct DueTask {
     pub waiting_since: Option<Millis>,
 }
 
+impl DueTask {
+    /// What the fire hands its receiver (a plugin's stdin, a webhook's body, …): a delayed
+    /// task's payload, else the fire's params or the job's (`job_params`).
+    pub fn input(&self, job_params: Option<&str>) -> String {
+        match self.kind {
+            TaskKind::Delayed => self.payload.clone(),
+            _ => self
+                .params
+                .clone()
+                .or_else(|| job_params.map(str::to_owned)),
+        }
+        .unwrap_or_default()
+    }
+}
+
 /// The key of a recurring fire time: one task per job, generation and fire time.
 pub fn cron_key(generation: i64, fire_at: Millis) -> String {
     format!("cron:{generation}:{fire_at}")

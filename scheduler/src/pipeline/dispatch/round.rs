@@ -583,10 +583,7 @@ pub(super) fn to_trigger(p: &Pending, sent_at: Millis) -> Option<Trigger> {
     let spec = &p.job.job.spec;
     let params = p.task.params.clone().or_else(|| spec.params.clone());
     let exclusive = !matches!(p.task.kind, TaskKind::Delayed);
-    let input = match p.task.kind {
-        TaskKind::Delayed => p.task.payload.clone().unwrap_or_default(),
-        _ => params.clone().unwrap_or_default(),
-    };
+    let input = p.task.input(spec.params.as_deref());
     let plugin = p.job.plugin.as_ref();
     Some(Trigger {
         run_id,

@@ -232,11 +232,7 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
     else {
         return failed("the job is no longer delivered by http".into());
     };
-    let body = match d.task.kind {
-        TaskKind::Delayed => d.task.payload.clone(),
-        _ => d.task.params.clone().or_else(|| spec.params.clone()),
-    }
-    .unwrap_or_default();
+    let body = d.task.input(spec.params.as_deref());
     let mut headers = HeaderMap::new();
     let content_type = if serde_json::from_str::<serde_json::Value>(&body).is_ok() {
         "application/json"
