@@ -127,7 +127,7 @@ impl Store {
         keep_session: &str,
     ) -> Result<()> {
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             sqlx::query("UPDATE users SET password_hash = ? WHERE id = ?")
                 .bind(password_hash)
                 .bind(user_id)
@@ -185,7 +185,7 @@ impl Store {
     /// Deletes a user with their sessions and tokens.
     pub async fn delete_user(&self, id: i64) -> Result<()> {
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             for sql in [
                 "DELETE FROM sessions WHERE user_id = ?",
                 "DELETE FROM api_tokens WHERE user_id = ?",

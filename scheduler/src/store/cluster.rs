@@ -15,7 +15,7 @@ impl Store {
              heartbeat_at = excluded.heartbeat_at, started_at = excluded.started_at"
         };
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             sqlx::query(upsert)
                 .bind(name)
                 .bind(address)
@@ -76,7 +76,7 @@ impl Store {
     ) -> Result<(Vec<String>, Vec<DueTask>)> {
         let skip_locked = self.skip_locked();
         on_pool!(control self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             // Only a node that is itself still live takes others over: a fenced one would
             // move their claims to an epoch nobody holds any more.
             hold_lease!(self, &mut *tx, lease);

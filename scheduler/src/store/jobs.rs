@@ -79,7 +79,7 @@ impl Store {
     ) -> Result<Job> {
         let app_id = self.ensure_app(&spec.app, now).await?;
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             bind_spec!(
                 sqlx::query(
                     "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
@@ -192,7 +192,7 @@ impl Store {
     /// cancels the pending ones first (running ones finish on their own).
     pub async fn delete_job(&self, id: i64, force: bool, now: Millis) -> Result<Vec<i64>> {
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM jobs WHERE id = ?")
                 .bind(id)
                 .fetch_optional(&mut *tx)

@@ -193,6 +193,29 @@ macro_rules! on_tx {
     };
 }
 
+/// Begins a transaction that will write. On SQLite it takes the write lock at once
+/// (`BEGIN IMMEDIATE`), so that it waits its turn (the busy timeout) instead of failing:
+/// a transaction that reads first and writes later cannot take the lock once another
+/// process (a second node on the same file) committed since its read (`SQLITE_BUSY_SNAPSHOT`).
+trait BeginWrite {
+    type Db: sqlx::Database;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, Self::Db>>;
+}
+
+impl BeginWrite for MySqlPool {
+    type Db = sqlx::MySql;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::MySql>> {
+        Ok(self.begin().await?)
+    }
+}
+
+impl BeginWrite for SqlitePool {
+    type Db = sqlx::Sqlite;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        Ok(self.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
 /// A transaction on either backend, for methods written as named steps.
 pub(crate) enum Tx {
     MySql(sqlx::Transaction<'static, sqlx::MySql>),
@@ -528,8 +551,8 @@ impl Store {
     /// A transaction on the main pool.
     async fn begin(&self) -> Result<Tx> {
         Ok(match &self.pool {
-            Pool::MySql(p) => Tx::MySql(p.begin().await?),
-            Pool::Sqlite(p) => Tx::Sqlite(p.begin().await?),
+            Pool::MySql(p) => Tx::MySql(p.begin_write().await?),
+            Pool::Sqlite(p) => Tx::Sqlite(p.begin_write().await?),
         })
     }
 

@@ -15,7 +15,7 @@ impl Store {
         let size = i64::try_from(module.len()).unwrap_or(i64::MAX);
         for _ in 0..3 {
             let attempt: Result<(Plugin, bool)> = on_pool!(self, |pool, Db| {
-                let mut tx = pool.begin().await?;
+                let mut tx = pool.begin_write().await?;
                 let existing: Option<PluginRow> = sqlx::query_as(
                     "SELECT id, name, version, sha256, size, created_at FROM plugins \
                      WHERE name = ? AND sha256 = ? ORDER BY version DESC LIMIT 1",
@@ -113,7 +113,7 @@ impl Store {
     /// them otherwise). Returns the versions deleted.
     pub async fn delete_plugin(&self, name: &str) -> Result<u64> {
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             let users: Vec<String> =
                 sqlx::query_scalar("SELECT name FROM jobs WHERE plugin = ? ORDER BY name LIMIT 6")
                     .bind(name)

@@ -106,7 +106,7 @@ impl Store {
         let executor = format!("pull:{consumer}");
         let expires = now.saturating_add(lease_ms);
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             let rows: Vec<ReadyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks \
                  WHERE job_id = ? AND status = 'ready' \

@@ -513,7 +513,7 @@ impl Store {
         runs.sort_by_key(|r| r.run_id);
         let mut elsewhere = 0;
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             let mut leased = false;
             for chunk in runs.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new(

@@ -38,7 +38,7 @@ impl Store {
         }
         let first_id = self.allocate_ids("task", tasks.len() as i64).await?;
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             // Existing keys, looked up in chunks.
             let keyed: Vec<(i64, &str)> = tasks
                 .iter()
@@ -511,7 +511,7 @@ impl Store {
     /// the claims are the taker's then, and must not be pulled back.
     pub async fn adopt_claims(&self, lease: NodeLease, task_ids: &[i64]) -> Result<()> {
         on_pool!(control self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             hold_lease!(self, &mut *tx, lease);
             for chunk in task_ids.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET owner_node = ");
@@ -615,7 +615,7 @@ impl Store {
         }
         let skip_locked = self.skip_locked();
         on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             hold_lease!(self, &mut *tx, lease);
             let expired: Vec<Expired> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT t.id, a.name AS app, t.updated_at AS since FROM tasks t \
@@ -698,7 +698,7 @@ impl Store {
             if ids.is_empty() {
                 return Ok(0);
             }
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             let mut qb = QueryBuilder::<Db>::new("DELETE FROM runs WHERE task_id IN ");
             push_ids(&mut qb, ids.iter().copied());
             qb.build().execute(&mut *tx).await?;
