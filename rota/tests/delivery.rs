@@ -246,17 +246,7 @@ async fn pulls_take_higher_priority_first_then_earlier_due() {
             json!({"job": "orders", "run_at": at(4_000), "priority": -3}),
         ])
         .await;
-    let db = sqlx::SqlitePool::connect(&format!("sqlite:{}", dir.path().join("rota.db").display()))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(20), "five ready tasks", || async {
-        let ready: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tasks WHERE status = 'ready'")
-            .fetch_one(&db)
-            .await
-            .unwrap();
-        (ready == 5).then_some(())
-    })
-    .await;
+    wait_tasks_in_status(dir.path(), "ready", 5).await;
     api.ok(
         "PATCH",
         "/api/v1/jobs/orders",
@@ -270,7 +260,7 @@ async fn pulls_take_higher_priority_first_then_earlier_due() {
 
 #[tokio::test]
 async fn a_disabled_pull_job_holds_its_tasks_until_it_is_enabled() {
-    let (node, _dir) = pull_job(1).await;
+    let (node, dir) = pull_job(1).await;
     let api = &node.api;
     api.ok(
         "PATCH",
@@ -279,8 +269,10 @@ async fn a_disabled_pull_job_holds_its_tasks_until_it_is_enabled() {
     )
     .await;
     let ids = api.add_tasks(vec![json!({"job": "orders"})]).await;
+    // Due, out of the wheel, ready: and still nobody gets it.
+    wait_tasks_in_status(dir.path(), "ready", 1).await;
     assert!(
-        pull(api, json!({"wait_ms": 1_500})).await.is_empty(),
+        pull(api, json!({"wait_ms": 500})).await.is_empty(),
         "a disabled job hands out nothing"
     );
     let task = api
@@ -425,10 +417,10 @@ async fn a_long_poll_on_one_node_wakes_when_a_task_falls_due_on_another() {
             (items, started.elapsed())
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // Node A takes the task into its own wheel as it accepts it (due in 1 s).
+    // Node A takes the task into its own wheel as it accepts it, due in 2 s: long after
+    // B's poll began waiting.
     let ids = a
-        .add_tasks(vec![json!({"job": "orders", "delay_ms": 1_000})])
+        .add_tasks(vec![json!({"job": "orders", "delay_ms": 2_000})])
         .await;
     let (items, waited) = poll.await.unwrap();
     assert_eq!(items.len(), 1, "the poll on B got A's task");

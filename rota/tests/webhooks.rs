@@ -79,6 +79,14 @@ impl Receiver {
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
 
+    /// Serves `self` on a fresh port; the receiver and its URL.
+    async fn start(self) -> (Receiver, String) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hooks/orders", listener.local_addr().unwrap());
+        self.serve(listener);
+        (self, url)
+    }
+
     fn answer(&self, status: u16, headers: Vec<(&'static str, String)>, body: &'static str) {
         self.answers
             .lock()
@@ -140,10 +148,7 @@ async fn runs(api: &Api, task: i64) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_fire_is_posted_signed_and_a_2xx_succeeds_it() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hooks/orders", listener.local_addr().unwrap());
-    let receiver = Receiver::default();
-    receiver.serve(listener);
+    let (receiver, url) = Receiver::start(Receiver::default()).await;
     let (node, _dir) = webhook_job(&url, 1).await;
     let api = &node.api;
     let ids = api
@@ -184,10 +189,7 @@ async fn a_fire_is_posted_signed_and_a_2xx_succeeds_it() {
 
 #[tokio::test]
 async fn a_refusal_is_a_failed_attempt_with_the_answer_and_retry_after_sets_the_delay() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hooks/orders", listener.local_addr().unwrap());
-    let receiver = Receiver::default();
-    receiver.serve(listener);
+    let (receiver, url) = Receiver::start(Receiver::default()).await;
     receiver.answer(500, vec![], "boom: the database is down");
     receiver.answer(503, vec![("retry-after", "2".into())], "busy");
     let (node, _dir) = webhook_job(&url, 3).await;
@@ -252,10 +254,7 @@ async fn a_target_that_is_down_fails_until_dead_and_a_re_drive_delivers_it() {
 
 #[tokio::test]
 async fn a_missing_signing_secret_sends_nothing_and_says_so() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hooks/orders", listener.local_addr().unwrap());
-    let receiver = Receiver::default();
-    receiver.serve(listener);
+    let (receiver, url) = Receiver::start(Receiver::default()).await;
     let (node, _dir) = webhook_job(&url, 1).await;
     let api = &node.api;
     api.ok("DELETE", "/api/v1/apps/shop/secrets/whsec", None)
@@ -270,13 +269,11 @@ async fn a_missing_signing_secret_sends_nothing_and_says_so() {
 
 #[tokio::test]
 async fn deliveries_of_a_job_stay_within_its_concurrency() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hooks/orders", listener.local_addr().unwrap());
-    let receiver = Receiver {
+    let (receiver, url) = Receiver::start(Receiver {
         slow: Some(Duration::from_millis(150)),
         ..Receiver::default()
-    };
-    receiver.serve(listener);
+    })
+    .await;
     let (node, _dir) = webhook_job(&url, 1).await;
     let api = &node.api;
     api.ok(
@@ -305,11 +302,8 @@ async fn deliveries_of_a_job_stay_within_its_concurrency() {
 
 #[tokio::test]
 async fn a_disabled_http_job_posts_nothing_until_it_is_enabled() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hooks/orders", listener.local_addr().unwrap());
-    let receiver = Receiver::default();
-    receiver.serve(listener);
-    let (node, _dir) = webhook_job(&url, 1).await;
+    let (receiver, url) = Receiver::start(Receiver::default()).await;
+    let (node, dir) = webhook_job(&url, 1).await;
     let api = &node.api;
     api.ok(
         "PATCH",
@@ -320,8 +314,8 @@ async fn a_disabled_http_job_posts_nothing_until_it_is_enabled() {
     let ids = api
         .add_tasks(vec![json!({"job": "orders", "payload": "held"})])
         .await;
-    // Due at once, on a wheel within milliseconds: held instead of sent.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Due at once: out of the wheel and held, not sent.
+    wait_tasks_in_status(dir.path(), "ready", 1).await;
     assert!(
         receiver.got().is_empty(),
         "a disabled job's task was POSTed"

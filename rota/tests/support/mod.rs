@@ -972,3 +972,30 @@ impl SharedDb {
         }
     }
 }
+
+/// How many tasks have database status `status` (`ready`, `claimed`, …: states the API
+/// folds into `pending`) in the SQLite database of a standalone node at `data_dir`, read
+/// beside the running node.
+pub async fn tasks_in_status(data_dir: &std::path::Path, status: &str) -> i64 {
+    let url = format!("sqlite:{}", data_dir.join("rota.db").display());
+    let db = sqlx::SqlitePool::connect(&url)
+        .await
+        .expect("the node's SQLite database");
+    let n = sqlx::query_scalar("SELECT COUNT(*) FROM tasks WHERE status = ?")
+        .bind(status)
+        .fetch_one(&db)
+        .await
+        .expect("counting tasks");
+    db.close().await;
+    n
+}
+
+/// Waits until `n` tasks of the standalone node at `data_dir` have database status `status`.
+pub async fn wait_tasks_in_status(data_dir: &std::path::Path, status: &str, n: i64) {
+    eventually(
+        Duration::from_secs(20),
+        &format!("{n} task(s) {status}"),
+        || async { (tasks_in_status(data_dir, status).await == n).then_some(()) },
+    )
+    .await;
+}
