@@ -132,13 +132,15 @@ impl Db {
         .expect("reading the runs' lateness")
     }
 
-    /// MySQL's server-wide statement counters (`Com_*`, `Questions`); empty on SQLite.
+    /// MySQL's server-wide statement and row counters (`Com_*`, `Questions`, `Handler_*`,
+    /// `Innodb_rows_*`); empty on SQLite.
     pub async fn status(&self) -> BTreeMap<String, i64> {
         let Db::My(p) = self else {
             return BTreeMap::new();
         };
         let rows: Vec<(String, String)> = sqlx::query_as(
-            "SHOW GLOBAL STATUS WHERE Variable_name LIKE 'Com\\_%' OR Variable_name = 'Questions'",
+            "SHOW GLOBAL STATUS WHERE Variable_name LIKE 'Com\\_%' OR Variable_name = 'Questions' \
+             OR Variable_name LIKE 'Handler\\_%' OR Variable_name LIKE 'Innodb\\_rows\\_%'",
         )
         .fetch_all(p)
         .await

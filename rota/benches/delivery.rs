@@ -297,6 +297,14 @@ async fn pull(bed: &Bed) {
             per("Com_update"),
             per("Com_commit")
         );
+        println!(
+            "rows per task: index reads next {:.1}, key {:.1}; rows read {:.1}, updated {:.1}, inserted {:.1}",
+            per("Handler_read_next") / 1000.0,
+            per("Handler_read_key") / 1000.0,
+            per("Innodb_rows_read") / 1000.0,
+            per("Innodb_rows_updated") / 1000.0,
+            per("Innodb_rows_inserted") / 1000.0
+        );
     }
 }
 

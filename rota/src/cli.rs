@@ -152,7 +152,8 @@ impl ServerArgs {
         let mut c = Config::new(
             self.database_url.clone(),
             Secret::new(self.executor_secret.as_bytes()),
-        );
+        )
+        .with_alarm_env();
         c.node_name = self
             .node_name
             .clone()

@@ -169,7 +169,8 @@ pub async fn standalone(
     let mut config = Config::new(
         format!("sqlite:{}", db.display()),
         Secret::new(secret.as_bytes()),
-    );
+    )
+    .with_alarm_env();
     config.node_name = "standalone".into();
     config.advertise_url = scheduler_url.clone();
     config.api_token = Some(token.clone());

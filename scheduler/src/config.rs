@@ -72,6 +72,11 @@ pub struct Config {
     /// HTTPS for the API and console (`--tls-cert`/`--tls-key`), and whom this node's
     /// clients trust when they call executors and other nodes (`--tls-ca`).
     pub tls: rota_net::Tls,
+    /// Where email alarms go out (`ROTA_SMTP_URL`: `smtp://user:pass@host:587?tls=required`
+    /// for STARTTLS, `smtps://…` for TLS); `None`: email channels fail with that reason.
+    pub smtp_url: Option<String>,
+    /// The sender of email alarms (`ROTA_ALARM_FROM`).
+    pub alarm_from: String,
     /// The wasmtime engine uploads are validated with: `rota standalone` passes its
     /// embedded executor's, so the process has one engine; `None` makes one.
     pub engine: Option<wasmtime::Engine>,
@@ -107,8 +112,24 @@ impl Config {
             admin_password: None,
             secrets_key: None,
             tls: rota_net::Tls::default(),
+            smtp_url: None,
+            alarm_from: "Rota <rota@localhost>".into(),
             engine: None,
         }
+    }
+
+    /// The alarm settings from the environment (`ROTA_SMTP_URL`, `ROTA_ALARM_FROM`).
+    pub fn with_alarm_env(mut self) -> Self {
+        self.smtp_url = std::env::var("ROTA_SMTP_URL")
+            .ok()
+            .filter(|u| !u.is_empty());
+        if let Some(from) = std::env::var("ROTA_ALARM_FROM")
+            .ok()
+            .filter(|f| !f.is_empty())
+        {
+            self.alarm_from = from;
+        }
+        self
     }
 
     /// A configuration for tests: SQLite at `database_url`, token `test-token`, secret

@@ -17,6 +17,8 @@
 //! - [`client`]: signed HTTP calls to executors.
 //! - [`complete`]: run reports, the retry policy, executor liveness and lost runs.
 //! - [`lateness`]: recent fire lateness in memory, for the dashboard.
+//! - [`alarm`]: alarm rules, the events they raise, the throttle, the outbox and its
+//!   channels (webhook, email, Slack, DingTalk, Feishu, WeCom).
 //! - [`retention`]: deletes finished tasks and runs past the retention period.
 //! - [`node`]: a running node — wires each stage's handle, start-up, shutdown.
 //! - [`api`]: the REST API, the executor protocol endpoints, `/healthz`, `/metrics`.
@@ -25,6 +27,7 @@
 //! - [`console`]: the web console (server-rendered pages, sessions, CSRF) on the same port.
 
 pub mod access;
+pub mod alarm;
 pub mod api;
 pub mod backoff;
 pub mod client;

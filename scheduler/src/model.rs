@@ -488,6 +488,27 @@ pub enum TaskNext {
     Cancelled,
 }
 
+/// `2026-11-30T03:29:00.123Z`.
+pub fn rfc3339(ms: Millis) -> String {
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        // Out of chrono's range (±262,000 years): never stored by Rota, but never a panic.
+        None => ms.to_string(),
+    }
+}
+
+/// An attempt that ended, with its verdict: what alarm rules watch at completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndedAttempt {
+    pub task_id: i64,
+    pub job_id: i64,
+    pub attempt: i32,
+    pub run_id: i64,
+    pub status: RunStatus,
+    pub next: TaskNext,
+    pub message: Option<String>,
+}
+
 /// A page of a list, newest first, with the cursor of the next page.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page<T> {

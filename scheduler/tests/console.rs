@@ -1650,3 +1650,107 @@ async fn a_pull_jobs_queue_shows_and_its_tasks_are_re_driven_and_moved_from_the_
     .expect(StatusCode::BAD_REQUEST);
     t.stop().await;
 }
+
+#[tokio::test]
+async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    t.get("/console/alarms", Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains("No channels.");
+    // A bad URL is shown above the channel form, and nothing is created.
+    t.submit(
+        &b,
+        "/console/alarms/channels",
+        &[
+            ("name", "ops"),
+            ("kind", "slack"),
+            ("app", ""),
+            ("url", "ftp://x/"),
+            ("to", ""),
+            ("secret", ""),
+        ],
+    )
+    .await
+    .expect(StatusCode::UNPROCESSABLE_ENTITY)
+    .contains("url: must be an http:// or https:// URL");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = format!("http://127.0.0.1:{port}/hook?token=hidden");
+    t.submit(
+        &b,
+        "/console/alarms/channels",
+        &[
+            ("name", "ops"),
+            ("kind", "slack"),
+            ("app", ""),
+            ("url", &down),
+            ("to", ""),
+            ("secret", ""),
+        ],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    let page = t.get("/console/alarms", Some(&b.cookie)).await;
+    page.contains("<code>ops</code>");
+    assert!(
+        !page.body.contains("token=hidden"),
+        "the URL's token is shown"
+    );
+    // The test button: the endpoint is down, and the page says so (not where it is: the
+    // URL may hold a token).
+    let tested = t.submit(&b, "/console/alarms/channels/ops/test", &[]).await;
+    tested
+        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains("did not deliver the test message")
+        .contains("Connection refused");
+    assert!(
+        !tested.body.contains("token=hidden"),
+        "the error shows the URL"
+    );
+    t.submit(
+        &b,
+        "/console/alarms/rules",
+        &[
+            ("name", "late"),
+            ("app", "default"),
+            ("job", ""),
+            ("on", "lateness"),
+            ("threshold", ""),
+            ("channels", "ops"),
+            ("throttle_s", ""),
+        ],
+    )
+    .await
+    .expect(StatusCode::UNPROCESSABLE_ENTITY)
+    .contains("threshold");
+    t.submit(
+        &b,
+        "/console/alarms/rules",
+        &[
+            ("name", "late"),
+            ("app", "default"),
+            ("job", ""),
+            ("on", "lateness"),
+            ("threshold", "500"),
+            ("channels", "ops"),
+            ("throttle_s", "30"),
+        ],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    let rule = t.node.store().alarm_rule("late").await.unwrap().unwrap();
+    assert_eq!((rule.threshold, rule.throttle_ms), (Some(500), 30_000));
+    t.get("/console/alarms", Some(&b.cookie))
+        .await
+        .contains("<code>late</code>");
+    // A channel in use is not deleted.
+    t.submit(&b, "/console/alarms/channels/ops/delete", &[])
+        .await
+        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains("used by rule(s) late");
+}

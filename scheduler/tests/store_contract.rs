@@ -2055,3 +2055,153 @@ contract!(
         );
     }
 );
+
+contract!(
+    alarm_events_fold_into_an_alarm_whose_send_one_claimer_takes,
+    |store: Store| async move {
+        use rota_scheduler::store::{AlarmChannelRow, AlarmEvent, AlarmRuleRow, Folded};
+        store
+            .create_alarm_channel(&AlarmChannelRow {
+                name: "ops".into(),
+                app: Some("shop".into()),
+                kind: "webhook".into(),
+                url_sealed: Some(vec![1, 2, 3]),
+                url_hint: Some("http://x/…".into()),
+                recipients: None,
+                secret: None,
+                created_at: NOW,
+            })
+            .await
+            .unwrap();
+        let rule_id = store
+            .create_alarm_rule(&AlarmRuleRow {
+                id: 0,
+                name: "dead".into(),
+                app: "shop".into(),
+                job_id: None,
+                on_event: "task_dead".into(),
+                threshold: None,
+                channels: "[\"ops\"]".into(),
+                throttle_ms: 60_000,
+                enabled: true,
+                open_since: None,
+                last_sent_at: None,
+                created_at: NOW,
+                updated_at: NOW,
+            })
+            .await
+            .unwrap();
+        let event = |task: i64| AlarmEvent {
+            id: 0,
+            rule_id,
+            resolved: false,
+            job_id: Some(1),
+            task_id: Some(task),
+            run_id: Some(100 + task),
+            attempt: Some(3),
+            message: format!("task {task} is dead"),
+            at: NOW,
+        };
+        store
+            .raise_alarm_events(&[event(1), event(2)])
+            .await
+            .unwrap();
+        assert_eq!(
+            store.rules_with_alarm_events().await.unwrap(),
+            vec![rule_id]
+        );
+
+        // A fold that waits consumes nothing; one that folds makes one alarm with a send.
+        let waited = store
+            .fold_alarm_events(rule_id, NOW, &|_, _| Folded::default())
+            .await
+            .unwrap();
+        assert!(waited.is_empty());
+        let made = store
+            .fold_alarm_events(rule_id, NOW + 1_000, &|rule, events| {
+                assert_eq!(events.len(), 2);
+                let last = events.last().unwrap();
+                Folded {
+                    alarms: vec![rota_scheduler::store::AlarmRow {
+                        id: 0,
+                        rule_id: rule.id,
+                        rule: rule.name.clone(),
+                        on_event: rule.on_event.clone(),
+                        app: rule.app.clone(),
+                        job_id: last.job_id,
+                        task_id: last.task_id,
+                        run_id: last.run_id,
+                        attempt: last.attempt,
+                        message: last.message.clone(),
+                        count: events.len() as i32,
+                        resolved: false,
+                        first_at: events[0].at,
+                        last_at: last.at,
+                        created_at: 0,
+                    }],
+                    consumed_through: Some(last.id),
+                    open_since: None,
+                    last_sent_at: Some(NOW + 1_000),
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(made.len(), 1);
+        assert_eq!(made[0].count, 2);
+        assert!(store.rules_with_alarm_events().await.unwrap().is_empty());
+        let rule = store.alarm_rule("dead").await.unwrap().unwrap();
+        assert_eq!(rule.last_sent_at, Some(NOW + 1_000));
+
+        // One claimer takes the send; the other finds nothing until the claim ends.
+        let t = NOW + 2_000;
+        let (a, b) = tokio::join!(
+            store.claim_alarm_deliveries(t, t + 30_000, 10),
+            store.claim_alarm_deliveries(t, t + 30_000, 10),
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a.len() + b.len(), 1, "{a:?} {b:?}");
+        let alarm_id = made[0].id;
+        store
+            .finish_alarm_delivery(alarm_id, "ops", Err(("refused".into(), Some(t + 5_000))))
+            .await
+            .unwrap();
+        assert!(
+            store
+                .claim_alarm_deliveries(t + 4_999, t + 60_000, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let again = store
+            .claim_alarm_deliveries(t + 5_000, t + 60_000, 10)
+            .await
+            .unwrap();
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].attempts, 1);
+        store
+            .finish_alarm_delivery(alarm_id, "ops", Ok(t + 5_001))
+            .await
+            .unwrap();
+        let history = store
+            .alarm_history(None, Some(&["shop".into()]), None, 10)
+            .await
+            .unwrap();
+        assert_eq!(history.len(), 1);
+        let (alarm, sends) = &history[0];
+        assert_eq!((alarm.count, alarm.task_id), (2, Some(2)));
+        assert_eq!(sends[0].status, "sent");
+        assert_eq!(sends[0].attempts, 2);
+        assert_eq!(sends[0].last_error.as_deref(), Some("refused"));
+        assert!(
+            store
+                .alarm_history(None, Some(&["other".into()]), None, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // Deleting the rule drops what it had not folded.
+        store.raise_alarm_events(&[event(3)]).await.unwrap();
+        assert!(store.delete_alarm_rule("dead").await.unwrap());
+        assert!(store.rules_with_alarm_events().await.unwrap().is_empty());
+    }
+);

@@ -11,7 +11,8 @@
 #
 # DIR defaults to $ROTA_BENCH_MARIADB_DIR or /tmp/rota-bench-mariadb. Environment:
 #   ROTA_BENCH_MARIADB_PORT (3307), ROTA_BENCH_MARIADB_BUFFER_POOL (4G),
-#   ROTA_BENCH_MARIADB_LOG_FILE (1G).
+#   ROTA_BENCH_MARIADB_LOG_FILE (1G), ROTA_BENCH_MARIADB_ARGS (more server options, e.g.
+#   --performance-schema=ON to see where statements spend their time).
 # The URL for the benchmarks is then mysql://root@127.0.0.1:3307/rota_bench
 set -euo pipefail
 
@@ -52,7 +53,7 @@ start)
             --innodb-buffer-pool-size="$POOL" --innodb-log-file-size="$LOGSIZE" \
             --innodb-flush-log-at-trx-commit=1 --skip-log-bin \
             --max-connections=1000 --max-allowed-packet=256M \
-            --innodb-lock-wait-timeout=50 --skip-name-resolve \
+            --innodb-lock-wait-timeout=50 --skip-name-resolve ${ROTA_BENCH_MARIADB_ARGS:-} \
             </dev/null >/dev/null 2>&1 &
         for _ in $(seq 1 120); do
             if client -e 'SELECT 1' >/dev/null 2>&1; then break; fi

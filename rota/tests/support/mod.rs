@@ -667,12 +667,18 @@ pub struct Standalone {
 
 impl Standalone {
     pub fn start(data_dir: &std::path::Path) -> Standalone {
+        Standalone::start_with_env(data_dir, &[])
+    }
+
+    /// [`Standalone::start`] with more environment variables.
+    pub fn start_with_env(data_dir: &std::path::Path, env: &[(&str, &str)]) -> Standalone {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rota"))
             .args(["standalone", "--data-dir"])
             .arg(data_dir)
             .args(["--listen", "127.0.0.1:0"])
             .env("ROTA_API_TOKEN", TOKEN)
             .env("ROTA_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -31,6 +31,7 @@
 //! Every `/api/v1` route is added in [`api`], which records it: [`api_routes`] is the
 //! router's own list, and `tests/api.rs` checks it against the OpenAPI document both ways.
 
+pub mod alarms;
 pub mod audit;
 pub mod auth;
 pub mod error;
@@ -219,6 +220,17 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
         .route(M::PUT, "/apps/{app}/secrets/{name}", plugin_host::set)
         .route(M::DELETE, "/apps/{app}/secrets/{name}", plugin_host::delete)
         .route(M::GET, "/audit", audit::list)
+        .route(M::POST, "/alarm-channels", alarms::create_channel)
+        .route(M::GET, "/alarm-channels", alarms::list_channels)
+        .route(M::GET, "/alarm-channels/{name}", alarms::get_channel)
+        .route(M::DELETE, "/alarm-channels/{name}", alarms::delete_channel)
+        .route(M::POST, "/alarm-channels/{name}/test", alarms::test_channel)
+        .route(M::POST, "/alarm-rules", alarms::create_rule)
+        .route(M::GET, "/alarm-rules", alarms::list_rules)
+        .route(M::GET, "/alarm-rules/{name}", alarms::get_rule)
+        .route(M::PATCH, "/alarm-rules/{name}", alarms::update_rule)
+        .route(M::DELETE, "/alarm-rules/{name}", alarms::delete_rule)
+        .route(M::GET, "/alarms", alarms::history)
 }
 
 /// The method and full path (`/api/v1/jobs/{id}`) of every REST API route, as the router

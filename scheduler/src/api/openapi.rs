@@ -21,7 +21,7 @@ use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::extract::{Json, NameOrId};
 use super::views::{PageView, TASK_STATUSES};
-use super::{audit, executors, jobs, plugin_host, plugins, queue, runs, tasks};
+use super::{alarms, audit, executors, jobs, plugin_host, plugins, queue, runs, tasks};
 use crate::backoff::Backoff;
 use crate::model::{RunStatus, TaskKind};
 use crate::route::Route;
@@ -71,6 +71,17 @@ const API_TOKEN: &str = "api_token";
         plugin_host::list,
         plugin_host::set,
         plugin_host::delete,
+        alarms::create_channel,
+        alarms::list_channels,
+        alarms::get_channel,
+        alarms::delete_channel,
+        alarms::test_channel,
+        alarms::create_rule,
+        alarms::list_rules,
+        alarms::get_rule,
+        alarms::update_rule,
+        alarms::delete_rule,
+        alarms::history,
         audit::list,
         document,
     ),

@@ -1,7 +1,6 @@
 //! The JSON the API answers with: the model's types rendered for users (times as RFC 3339
 //! UTC with milliseconds, ids as integers, the API's task statuses).
 
-use chrono::{DateTime, SecondsFormat};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -11,14 +10,7 @@ use crate::model::{Delivery, Executor, Job, Millis, Page, Plugin, Run, RunStatus
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
 
-/// `2026-11-30T03:29:00.123Z`.
-pub fn rfc3339(ms: Millis) -> String {
-    match DateTime::from_timestamp_millis(ms) {
-        Some(t) => t.to_rfc3339_opts(SecondsFormat::Millis, true),
-        // Out of chrono's range (±262,000 years): never stored by Rota, but never a panic.
-        None => ms.to_string(),
-    }
-}
+pub use crate::model::rfc3339;
 
 pub fn rfc3339_opt(ms: Option<Millis>) -> Option<String> {
     ms.map(rfc3339)

@@ -360,6 +360,46 @@ const ZH_CN: &[(&str, &str)] = &[
     ("payload (optional)", "载荷（可选）"),
     ("Due from (UTC)", "到期起（UTC）"),
     ("Due before (UTC)", "到期止（UTC）"),
+    ("succeeded", "成功"),
+    ("dead", "死亡"),
+    ("Alarms", "告警"),
+    (
+        "Rules watch failures, dead tasks, lateness and executors; channels tell people. A throttle folds repeated events into one message with a count, and a resolved notice follows when the condition clears.",
+        "规则监视失败、死亡任务、延迟和执行器；通道负责通知。节流把重复事件合并为一条带计数的消息，条件消除后会发送恢复通知。",
+    ),
+    ("Channels", "通道"),
+    ("Test message delivered through", "测试消息已送达："),
+    ("signed with", "签名密钥"),
+    ("Send test", "发送测试"),
+    ("Delete this channel?", "删除此通道？"),
+    ("No channels.", "没有通道。"),
+    ("blank: every app", "留空：所有应用"),
+    ("Email recipients", "邮件收件人"),
+    ("Signing secret (an app secret)", "签名密钥（应用密钥名）"),
+    ("Add channel", "添加通道"),
+    ("Rules", "规则"),
+    ("on", "事件"),
+    ("threshold", "阈值"),
+    ("channels", "通道"),
+    ("throttle", "节流"),
+    ("open since", "告警中，始于"),
+    ("quiet", "正常"),
+    ("disabled", "已停用"),
+    ("Delete this rule?", "删除此规则？"),
+    ("No rules.", "没有规则。"),
+    ("Job (blank: every job)", "作业（留空：所有作业）"),
+    ("On", "事件"),
+    ("Threshold (ms)", "阈值（毫秒）"),
+    ("Throttle (s, blank: 60)", "节流（秒，留空为 60）"),
+    ("Add rule", "添加规则"),
+    ("History", "历史"),
+    ("time", "时间"),
+    ("rule", "规则"),
+    ("count", "次数"),
+    ("sends", "发送"),
+    ("resolved", "已恢复"),
+    ("No alarms yet.", "还没有告警。"),
+    ("Open alarms", "未恢复的告警"),
 ];
 
 #[cfg(test)]
@@ -402,5 +442,22 @@ mod tests {
         assert_eq!(Lang::En.t("Jobs"), "Jobs");
         assert_eq!(Lang::ZhCn.t("Jobs"), "作业");
         assert_eq!(Lang::ZhCn.t("not translated"), "not translated");
+    }
+
+    #[test]
+    fn every_text_of_the_templates_has_its_chinese() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../web/templates");
+        let mut missing = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for piece in text.split("chrome.t(\"").skip(1) {
+                let key = piece.split("\")").next().unwrap();
+                if !ZH_CN.iter().any(|(k, _)| *k == key) {
+                    missing.push(format!("{}: {key}", path.display()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "untranslated: {missing:#?}");
     }
 }

@@ -21,6 +21,7 @@
 //! checked by each handler against the job, task or run it touches; lists show only the
 //! user's apps.
 
+pub mod alarms;
 pub mod auth;
 pub mod charts;
 pub mod jobs;
@@ -106,6 +107,24 @@ fn protected(max_plugin_bytes: usize) -> Vec<(Method, &'static str, MethodRouter
             M::POST,
             "/secrets/{app}/{name}/delete",
             post(secrets::delete),
+        ),
+        (M::GET, "/alarms", get(alarms::list)),
+        (M::POST, "/alarms/channels", post(alarms::create_channel)),
+        (
+            M::POST,
+            "/alarms/channels/{name}/test",
+            post(alarms::test_channel),
+        ),
+        (
+            M::POST,
+            "/alarms/channels/{name}/delete",
+            post(alarms::delete_channel),
+        ),
+        (M::POST, "/alarms/rules", post(alarms::create_rule)),
+        (
+            M::POST,
+            "/alarms/rules/{name}/delete",
+            post(alarms::delete_rule),
         ),
         (M::GET, "/audit", get(audit_log)),
         (M::GET, "/users", get(people::users)),

@@ -291,6 +291,8 @@ pub(super) struct DashboardPage {
     /// Fire lateness p99 on this node over the last 5 minutes, and how many fires.
     lateness_p99: Option<String>,
     lateness_fires: u64,
+    /// Alarm rules whose condition is open: name, event, since.
+    open_alarms: Vec<(String, String, When)>,
 }
 
 /// Finished runs per bucket from `since`, one bar per bucket up to `now` (empty ones too).
@@ -375,8 +377,14 @@ pub async fn dashboard(
             (st.as_str().to_owned(), n)
         })
         .collect();
+    let open_alarms = crate::usecase::alarms::rules(&console.node, &s.who)
+        .await?
+        .into_iter()
+        .filter_map(|r| Some((r.name, r.on_event, When::of(r.open_since?))))
+        .collect();
     render(&DashboardPage {
         chrome: Chrome::of(&s, "dashboard"),
+        open_alarms,
         jobs: counts.jobs,
         tasks_pending: counts.tasks_pending,
         runs_today,

@@ -26,6 +26,7 @@ use rota_proto::{Deregistration, KillAck, LogPage, LogRequest, Registration, Run
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::alarm::{self, outbox::Alarms};
 use crate::client::{ClientError, ExecutorClient};
 use crate::config::Config;
 use crate::lateness::RecentLateness;
@@ -97,6 +98,8 @@ pub struct Node {
     lateness: Arc<RecentLateness>,
     /// Pull jobs' ready tasks: dispatch announces them, long polls wait on it.
     ready: Arc<ReadyBoard>,
+    /// Alarm rules, channels and the outbox.
+    alarms: Arc<Alarms>,
     tasks: Arc<tokio::sync::Mutex<Option<JoinSet<()>>>>,
     ring_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// The heartbeat's own thread: it ends with the shutdown signal and is joined.
@@ -160,6 +163,17 @@ impl Node {
         };
         let metrics = crate::metrics::handle();
         let secrets = Arc::new(SecretBox::of(&config));
+        let alarm_rules = Arc::new(alarm::Rules::default());
+        let alarms = Arc::new(Alarms::new(
+            store.clone(),
+            alarm_rules.clone(),
+            alarm::channel::Sender::new(
+                config.tls.clone(),
+                config.smtp_url.clone(),
+                config.alarm_from.clone(),
+            ),
+            secrets.clone(),
+        ));
         let cluster = Arc::new(Cluster {
             fire_lease: FireLease::new(now, config.node_dead_after_ms),
             clock: crate::clock::Clock::Wall,
@@ -167,21 +181,24 @@ impl Node {
             lease: Lease::new(lease),
             store,
             config,
+            alarm_rules,
         });
         let executors = Arc::new(ExecutorCache {
             by_app: Mutex::new(Arc::new(HashMap::new())),
         });
         let scan_wake = Arc::new(Notify::new());
+        let jobs = Arc::new(JobCache::new(Duration::from_secs(5)));
         let completion = Arc::new(Completion {
             cluster: cluster.clone(),
             executors: executors.clone(),
+            jobs: jobs.clone(),
             run_ids: Arc::new(RunIds::new()),
             scan_wake: scan_wake.clone(),
         });
         Ok(Node {
             cluster,
             ring: Ring::new(now),
-            jobs: Arc::new(JobCache::new(Duration::from_secs(5))),
+            jobs,
             executors,
             router: Arc::new(Router::default()),
             client,
@@ -193,6 +210,7 @@ impl Node {
             metrics,
             lateness: Arc::new(RecentLateness::default()),
             ready: Arc::new(ReadyBoard::default()),
+            alarms,
             tasks: Arc::new(tokio::sync::Mutex::new(None)),
             ring_thread: Arc::new(Mutex::new(None)),
             heartbeat_thread: Arc::new(Mutex::new(None)),
@@ -268,6 +286,18 @@ impl Node {
         tasks.spawn(scan::take_over_loop(scan.clone()));
         tasks.spawn(crate::retention::retention_loop(self.cluster.clone()));
         tasks.spawn(queue::announce_loop(self.clone()));
+        let shutdown = self.cluster.shutdown.clone();
+        tasks.spawn(alarm::outbox::outbox_loop(
+            self.alarms.clone(),
+            shutdown.clone(),
+        ));
+        let executors = self.executors.clone();
+        let has_executor = Arc::new(move |app: &str| !executors.of_app(app).is_empty());
+        tasks.spawn(alarm::watch::watch_loop(
+            self.alarms.clone(),
+            has_executor,
+            shutdown,
+        ));
         tasks.spawn(async move {
             if let Err(e) = scan::recover(&scan).await {
                 tracing::error!(error = %format!("{e:#}"), "recovering claims of an earlier run failed");
@@ -334,6 +364,11 @@ impl Node {
 
     pub fn store(&self) -> &Store {
         &self.cluster.store
+    }
+
+    /// Alarm rules, channels and the outbox.
+    pub(crate) fn alarms(&self) -> &Arc<Alarms> {
+        &self.alarms
     }
 
     pub fn config(&self) -> &Config {

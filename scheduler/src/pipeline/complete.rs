@@ -17,7 +17,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::Notify;
 
-use super::{Cluster, ExecutorCache, RunIds};
+use super::{Cluster, ExecutorCache, JobCache, RunIds};
+use crate::alarm::{self, On};
 use crate::model::*;
 use crate::store::Applied;
 
@@ -28,6 +29,8 @@ pub(crate) struct Completion {
     pub cluster: Arc<Cluster>,
     /// Live executors by app, refreshed by the liveness loop.
     pub executors: Arc<ExecutorCache>,
+    /// Jobs' apps, for the alarm rules an ended attempt meets.
+    pub jobs: Arc<JobCache>,
     /// Run ids for fires that waited too long for an executor.
     pub run_ids: Arc<RunIds>,
     /// Wakes the scan: a retry or child due inside the window, a freed concurrency slot.
@@ -87,19 +90,36 @@ pub(crate) async fn apply_with(
 ) -> anyhow::Result<Applied> {
     let now = now_ms();
     let mut rng = StdRng::from_os_rng();
+    let rules = completion.cluster.alarm_rules.snapshot();
+    let apps = if rules
+        .iter()
+        .any(|r| r.enabled && r.on.per_job() && r.on != On::Backlog)
+    {
+        job_apps(completion, updates).await
+    } else {
+        HashMap::new()
+    };
     let applied = completion
         .cluster
         .store
-        .apply_run_updates(updates, now, &mut |a| match (
-            decide(a, now, &mut rng),
-            retry_after.get(&a.task_id),
-        ) {
-            (TaskNext::Retry { lost, .. }, Some(delay)) => TaskNext::Retry {
-                due_at: now.saturating_add(*delay),
-                lost,
+        .apply_run_updates_raising(
+            updates,
+            now,
+            &mut |a| match (decide(a, now, &mut rng), retry_after.get(&a.task_id)) {
+                (TaskNext::Retry { lost, .. }, Some(delay)) => TaskNext::Retry {
+                    due_at: now.saturating_add(*delay),
+                    lost,
+                },
+                (next, _) => next,
             },
-            (next, _) => next,
-        })
+            &|changes, ended| {
+                if apps.is_empty() {
+                    Vec::new()
+                } else {
+                    alarm::raised(&rules, &apps, changes, ended, now)
+                }
+            },
+        )
         .await?;
     for u in updates {
         if let (
@@ -126,6 +146,18 @@ pub(crate) async fn apply_with(
         completion.scan_wake.notify_one();
     }
     Ok(applied)
+}
+
+/// The apps of the updates' jobs (those still there), from the job cache.
+async fn job_apps(completion: &Completion, updates: &[RunUpdate]) -> HashMap<i64, String> {
+    let ids: HashSet<i64> = updates.iter().map(|u| u.job_id).collect();
+    let mut apps = HashMap::with_capacity(ids.len());
+    for id in ids {
+        if let Ok(Some(entry)) = completion.jobs.get(&completion.cluster.store, id).await {
+            apps.insert(id, entry.job.spec.app.clone());
+        }
+    }
+    apps
 }
 
 /// Runs an executor was given and no longer has (it restarted, or lost them) are lost at
@@ -215,8 +247,9 @@ pub(crate) async fn liveness_loop(completion: Arc<Completion>) {
         {
             tracing::warn!(error = %e, "refreshing the executor registry failed");
         }
-        if let Err(e) = reap_dead_executors(&completion, alive_after, now).await {
-            tracing::warn!(error = %format!("{e:#}"), "reaping dead executors failed");
+        match reap_dead_executors(&completion, alive_after, now).await {
+            Ok(dead) => raise_executors_lost(&completion, &dead, now).await,
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "reaping dead executors failed"),
         }
         if let Err(e) = settle_waiting(&completion, now).await {
             tracing::warn!(error = %format!("{e:#}"), "settling fires that wait for an executor failed");
@@ -312,11 +345,11 @@ pub(crate) async fn reap_dead_executors(
     completion: &Completion,
     alive_after: Millis,
     now: Millis,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<(String, String)>> {
     let store = &completion.cluster.store;
     let dead = store.dead_executors(alive_after).await?;
     if dead.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let executors: Vec<(String, String)> = dead
         .iter()
@@ -342,7 +375,22 @@ pub(crate) async fn reap_dead_executors(
         tracing::warn!(app = %e.app, executor = %e.address, "executor is dead; removing it");
         store.remove_executor(&e.app, &e.address, None).await?;
     }
-    Ok(())
+    Ok(executors)
+}
+
+/// `executor_lost` events for the executors just removed (app, address).
+async fn raise_executors_lost(completion: &Completion, dead: &[(String, String)], now: Millis) {
+    let rules = completion.cluster.alarm_rules.snapshot();
+    let events: Vec<_> = dead
+        .iter()
+        .flat_map(|(app, address)| {
+            let message = format!("executor {address} of app `{app}` stopped heartbeating");
+            alarm::app_events(&rules, On::ExecutorLost, Some(app), false, &message, now)
+        })
+        .collect();
+    if let Err(e) = completion.cluster.store.raise_alarm_events(&events).await {
+        tracing::warn!(error = %e, "recording executor_lost alarms failed");
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub(crate) struct Cluster {
     /// Until when this node may fire (see [`FireLease`]).
     pub fire_lease: FireLease,
     pub shutdown: watch::Receiver<bool>,
+    /// The alarm rules as last read: a stage that sees what a rule watches raises it.
+    pub alarm_rules: Arc<crate::alarm::Rules>,
 }
 
 /// This node's identity and current epoch; the epoch changes when a fenced node rejoins.

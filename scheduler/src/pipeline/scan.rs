@@ -231,6 +231,22 @@ pub(crate) async fn take_over_loop(scan: Arc<Scan>) {
                         "took over the claims of scheduler nodes that stopped heartbeating"
                     );
                     metrics::counter!("rota_takeovers_total").increment(nodes.len() as u64);
+                    let message = format!(
+                        "scheduler node(s) {nodes:?} stopped heartbeating; {} took over {} claims",
+                        cluster.config.node_name,
+                        claims.len()
+                    );
+                    let events = crate::alarm::app_events(
+                        &cluster.alarm_rules.snapshot(),
+                        crate::alarm::On::NodeTakenOver,
+                        None,
+                        false,
+                        &message,
+                        now,
+                    );
+                    if let Err(e) = cluster.store.raise_alarm_events(&events).await {
+                        tracing::warn!(error = %e, "recording node_taken_over alarms failed");
+                    }
                 }
                 unfired.extend(claims);
                 false

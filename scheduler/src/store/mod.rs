@@ -234,6 +234,7 @@ impl Tx {
 
 // Below the macros, which the submodules use: one file per aggregate.
 mod access;
+mod alarms;
 mod cluster;
 mod executors;
 mod jobs;
@@ -245,6 +246,7 @@ mod runs;
 mod secrets;
 mod tasks;
 
+pub use alarms::{AlarmChannelRow, AlarmDelivery, AlarmEvent, AlarmRow, AlarmRuleRow, Folded};
 use migrate::is_retryable;
 pub use queue::{HeldLease, Leased, QueueFacts};
 use rows::*;

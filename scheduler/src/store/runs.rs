@@ -20,6 +20,10 @@ const ENDED_SELECT: &str = "SELECT t.id, t.job_id, t.attempt, t.lost_count, t.st
 const SHARDS_FINAL: &str = ", (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.id \
      AND r.attempt = t.attempt AND r.status NOT IN ('dispatched', 'running')) AS shards_final";
 
+/// What the alarm rules make of a batch's run updates and ended attempts: the events to
+/// record with them.
+pub type Raise<'a> = dyn Fn(&[&RunUpdate], &[EndedAttempt]) -> Vec<AlarmEvent> + Sync + 'a;
+
 #[derive(FromRow)]
 struct EndedRow {
     id: i64,
@@ -41,6 +45,8 @@ struct EndedRow {
 #[derive(Default)]
 struct Verdicts {
     outcomes: Vec<(i64, TaskNext)>,
+    /// The same attempts, told in full (for the alarm rules).
+    ended: Vec<EndedAttempt>,
     /// Tasks of succeeded attempts' child jobs, to create.
     children: Vec<NewTask>,
     /// Runs that ended an attempt (or a shard of one), for the dashboard's counts.
@@ -66,6 +72,20 @@ impl Store {
         now: Millis,
         decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
     ) -> Result<Applied> {
+        self.apply_run_updates_raising(updates, now, decide, &|_, _| Vec::new())
+            .await
+    }
+
+    /// [`Store::apply_run_updates`], also recording the alarm events `raise` sees in the
+    /// batch's updates and ended attempts, in the same transaction: an event is kept
+    /// exactly when what it tells of is.
+    pub async fn apply_run_updates_raising(
+        &self,
+        updates: &[RunUpdate],
+        now: Millis,
+        decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
+        raise: &Raise<'_>,
+    ) -> Result<Applied> {
         if updates.is_empty() {
             return Ok(Applied::default());
         }
@@ -79,6 +99,8 @@ impl Store {
         self.upsert_runs(&mut tx, &changes).await?;
         let verdicts = self.decide_attempts(&mut tx, &ended, now, decide).await?;
         self.count_finished(&mut tx, &verdicts.counted).await?;
+        let events = raise(&changes, &verdicts.ended);
+        self.insert_alarm_events(&mut tx, &events).await?;
         self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
         self.schedule_retries(&mut tx, &verdicts.outcomes, now)
             .await?;
@@ -285,6 +307,15 @@ impl Store {
                             priority: 0,
                         }));
                 }
+                verdicts.ended.push(EndedAttempt {
+                    task_id: row.id,
+                    job_id: row.job_id,
+                    attempt: row.attempt,
+                    run_id: last.run_id,
+                    status: verdict_status,
+                    next: verdict.clone(),
+                    message: last.message.clone(),
+                });
                 verdicts.outcomes.push((row.id, verdict));
             }
         }

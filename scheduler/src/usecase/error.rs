@@ -33,6 +33,10 @@ pub enum Error {
     /// Something Rota depends on (an executor) did not answer; trying later may work.
     #[error("{0}")]
     Unavailable(String),
+    /// Something Rota called for the user (an alarm channel's endpoint) refused or failed;
+    /// the message says how.
+    #[error("{0}")]
+    BadGateway(String),
     /// A bug or a database failure: logged with its cause, answered generically.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -52,6 +56,7 @@ impl Error {
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -68,6 +73,7 @@ impl Error {
             Self::PayloadTooLarge(_) => Self::PayloadTooLarge(message),
             Self::Unprocessable(_) => Self::Unprocessable(message),
             Self::Unavailable(_) => Self::Unavailable(message),
+            Self::BadGateway(_) => Self::BadGateway(message),
             Self::Internal(e) => Self::Internal(e),
         }
     }

@@ -4,6 +4,7 @@
 //! and renders HTML. Both answer the one [`Error`]: JSON `{"error": …}` with its status in
 //! the API (`api::error`), a message beside the form field in the console.
 
+pub mod alarms;
 pub mod audit;
 pub mod error;
 pub mod fields;

@@ -1,0 +1,385 @@
+//! Alarms through the real binary (SPEC §9): a `rota standalone` whose `http` job fails
+//! (its target refuses connections), rules on those failures, and channels that reach
+//! receivers this test runs on 127.0.0.1 — a webhook receiver that checks the signature
+//! and an SMTP server that takes the email.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+use support::*;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// An alarm webhook receiver: keeps each request's headers and JSON body, answers 200.
+#[derive(Clone, Default)]
+struct Hook {
+    got: Arc<Mutex<Vec<(HeaderMap, String)>>>,
+}
+
+impl Hook {
+    async fn start_on(listener: tokio::net::TcpListener) -> Hook {
+        let hook = Hook::default();
+        let me = hook.clone();
+        let app = axum::Router::new().route(
+            "/alarms",
+            axum::routing::post(move |headers: HeaderMap, body: String| {
+                let me = me.clone();
+                async move {
+                    me.got.lock().unwrap().push((headers, body));
+                    "ok"
+                }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        hook
+    }
+
+    async fn start() -> (Hook, String) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/alarms", listener.local_addr().unwrap());
+        (Hook::start_on(listener).await, url)
+    }
+
+    /// The alarms received so far, each checked against the signature of `secret`.
+    fn alarms(&self, secret: &[u8]) -> Vec<Value> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(headers, body)| {
+                let h = |name: &str| headers.get(name).unwrap().to_str().unwrap().to_owned();
+                let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+                mac.update(format!("{}.{body}", h("x-rota-timestamp")).as_bytes());
+                let expected = format!("v1={}", hex::encode(mac.finalize().into_bytes()));
+                assert_eq!(h("x-rota-signature"), expected, "a bad signature on {body}");
+                serde_json::from_str(body).unwrap()
+            })
+            .collect()
+    }
+
+    async fn wait_for(&self, secret: &[u8], n: usize) -> Vec<Value> {
+        eventually(
+            Duration::from_secs(60),
+            &format!("{n} alarm(s)"),
+            || async {
+                let got = self.alarms(secret);
+                (got.len() >= n).then_some(got)
+            },
+        )
+        .await
+    }
+}
+
+/// A node with an `http` job `orders` whose target refuses connections (every attempt
+/// fails at once), one attempt per task; a webhook channel `ops` to `hook_url` signed with
+/// the app's secret `alarmsec`.
+async fn failing_job(node: &Standalone, hook_url: &str) {
+    let api = &node.api;
+    let down = format!("http://127.0.0.1:{}", free_port());
+    api.ok(
+        "PUT",
+        "/api/v1/apps/shop/secrets/alarmsec",
+        Some(json!({"value": "k3y"})),
+    )
+    .await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(json!({
+            "name": "orders", "app": "shop", "schedule": {"kind": "none"},
+            "delivery": {"kind": "http", "url": format!("{down}/orders"), "timeout_ms": 2_000},
+            "http_allow": [down], "max_attempts": 1,
+        })),
+    )
+    .await;
+    api.ok(
+        "POST",
+        "/api/v1/alarm-channels",
+        Some(json!({"name": "ops", "kind": "webhook", "url": hook_url, "secret": "alarmsec", "app": "shop"})),
+    )
+    .await;
+}
+
+async fn rule(api: &Api, name: &str, on: &str) {
+    api.ok(
+        "POST",
+        "/api/v1/alarm-rules",
+        Some(json!({"name": name, "app": "shop", "job": "orders", "on": on, "channels": ["ops"]})),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_dead_task_sends_one_signed_alarm_and_the_history_shows_it_sent() {
+    let (hook, url) = Hook::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Standalone::start(dir.path());
+    failing_job(&node, &url).await;
+    let api = &node.api;
+    rule(api, "orders-dead", "task_dead").await;
+    let ids = api
+        .add_tasks(vec![json!({"job": "orders", "payload": "x"})])
+        .await;
+    task_reaches(api, ids[0], "dead").await;
+    let dead_at = now_ms();
+
+    let got = hook.wait_for(b"k3y", 1).await;
+    let took = now_ms() - dead_at;
+    eprintln!("task_dead alarm received {took} ms after the test saw the task dead");
+    let a = &got[0];
+    assert_eq!(a["rule"], "orders-dead");
+    assert_eq!(a["on"], "task_dead");
+    assert_eq!(a["app"], "shop");
+    assert_eq!(a["job"], "orders");
+    assert_eq!(a["task"], ids[0]);
+    assert_eq!(a["attempt"], 1);
+    assert_eq!(a["count"], 1);
+    assert_eq!(a["resolved"], false);
+    assert!(a["message"].as_str().unwrap().contains("dead"), "{a}");
+
+    let history = eventually(Duration::from_secs(10), "the send recorded", || async {
+        let h = api.ok("GET", "/api/v1/alarms?rule=orders-dead", None).await;
+        (h["items"][0]["sends"][0]["status"] == "sent").then_some(h)
+    })
+    .await;
+    assert_eq!(history["items"].as_array().unwrap().len(), 1);
+    assert_eq!(history["items"][0]["sends"][0]["channel"], "ops");
+    // One alarm, once: nothing more arrives.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(hook.alarms(b"k3y").len(), 1);
+    // The channel's URL is never shown again, only its host.
+    let c = api.ok("GET", "/api/v1/alarm-channels/ops", None).await;
+    assert_eq!(c["url"], format!("{}/…", url.trim_end_matches("/alarms")));
+    assert!(!c.to_string().contains("/alarms\""), "{c}");
+}
+
+#[tokio::test]
+async fn a_hundred_failures_fold_into_one_message_then_a_resolved_notice() {
+    let (hook, url) = Hook::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Standalone::start(dir.path());
+    failing_job(&node, &url).await;
+    let api = &node.api;
+    rule(api, "orders-failing", "run_failed").await;
+    let tasks: Vec<Value> = (0..100)
+        .map(|i| json!({"job": "orders", "payload": format!("{i}"), "delay_ms": 500}))
+        .collect();
+    api.add_tasks(tasks).await;
+    let first = hook.wait_for(b"k3y", 1).await;
+    assert_eq!(first[0]["on"], "run_failed");
+    assert!(
+        first[0]["count"].as_i64().unwrap() >= 100,
+        "100 failures in one burst: {}",
+        first[0]
+    );
+    assert_eq!(first[0]["resolved"], false);
+
+    // The target comes back: the next run succeeds and clears the condition.
+    let (_ok, ok_url) = Hook::start().await;
+    let origin = ok_url.trim_end_matches("/alarms").to_owned();
+    api.ok(
+        "PATCH",
+        "/api/v1/jobs/orders",
+        Some(json!({"delivery": {"kind": "http", "url": ok_url}, "http_allow": [origin]})),
+    )
+    .await;
+    let ok = api.add_tasks(vec![json!({"job": "orders"})]).await;
+    task_reaches(api, ok[0], "succeeded").await;
+    let got = hook.wait_for(b"k3y", 2).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[1]["resolved"], true, "{}", got[1]);
+    assert_eq!(got[1]["rule"], "orders-failing");
+    let rule = api
+        .ok("GET", "/api/v1/alarm-rules/orders-failing", None)
+        .await;
+    assert_eq!(rule["open_since"], Value::Null, "{rule}");
+}
+
+#[tokio::test]
+async fn an_alarm_survives_a_sigkill_before_its_send_and_is_delivered_once_after_restart() {
+    // The channel's endpoint is down while the alarm is made: it waits in the outbox.
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/alarms");
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Standalone::start(dir.path());
+    failing_job(&node, &url).await;
+    rule(&node.api, "orders-dead", "task_dead").await;
+    let ids = node.api.add_tasks(vec![json!({"job": "orders"})]).await;
+    task_reaches(&node.api, ids[0], "dead").await;
+    eventually(
+        Duration::from_secs(30),
+        "a failed send of the alarm",
+        || async {
+            let h = node.api.ok("GET", "/api/v1/alarms", None).await;
+            let send = &h["items"][0]["sends"][0];
+            (send["status"] == "pending" && send["attempts"].as_i64() >= Some(1)).then_some(())
+        },
+    )
+    .await;
+    node.child.0.kill().unwrap();
+    node.child.0.wait().unwrap();
+
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let hook = Hook::start_on(listener).await;
+    let node = Standalone::start(dir.path());
+    let got = hook.wait_for(b"k3y", 1).await;
+    assert_eq!(got[0]["task"], ids[0]);
+    eventually(
+        Duration::from_secs(10),
+        "the send recorded as sent",
+        || async {
+            let h = node.api.ok("GET", "/api/v1/alarms", None).await;
+            (h["items"][0]["sends"][0]["status"] == "sent").then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(hook.alarms(b"k3y").len(), 1, "delivered once");
+}
+
+/// One email as the server took it: its recipients and its data.
+type Mail = (Vec<String>, String);
+
+/// A small SMTP server: takes one message per connection and keeps its envelope and data.
+#[derive(Clone, Default)]
+struct Smtp {
+    mails: Arc<Mutex<Vec<Mail>>>,
+}
+
+impl Smtp {
+    async fn start() -> (Smtp, u16) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let smtp = Smtp::default();
+        let me = smtp.clone();
+        tokio::spawn(async move {
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                let me = me.clone();
+                tokio::spawn(async move { me.session(socket).await });
+            }
+        });
+        (smtp, port)
+    }
+
+    async fn session(&self, socket: tokio::net::TcpStream) {
+        let (read, mut write) = socket.into_split();
+        let mut lines = BufReader::new(read).lines();
+        write.write_all(b"220 test ESMTP\r\n").await.unwrap();
+        let mut rcpt = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let upper = line.to_ascii_uppercase();
+            let reply: &[u8] = if upper.starts_with("EHLO") || upper.starts_with("HELO") {
+                b"250 test\r\n"
+            } else if upper.starts_with("RCPT TO:") {
+                rcpt.push(line[8..].trim().to_owned());
+                b"250 OK\r\n"
+            } else if upper.starts_with("DATA") {
+                write.write_all(b"354 go on\r\n").await.unwrap();
+                let mut data = String::new();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    if l == "." {
+                        break;
+                    }
+                    data.push_str(&l);
+                    data.push('\n');
+                }
+                self.mails
+                    .lock()
+                    .unwrap()
+                    .push((std::mem::take(&mut rcpt), data));
+                b"250 queued\r\n"
+            } else if upper.starts_with("QUIT") {
+                write.write_all(b"221 bye\r\n").await.unwrap();
+                return;
+            } else {
+                b"250 OK\r\n"
+            };
+            write.write_all(reply).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_email_channel_sends_the_alarm_over_smtp() {
+    let (smtp, port) = Smtp::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let smtp_url = format!("smtp://127.0.0.1:{port}");
+    let node = Standalone::start_with_env(dir.path(), &[("ROTA_SMTP_URL", &smtp_url)]);
+    let (_hook, url) = Hook::start().await;
+    failing_job(&node, &url).await;
+    let api = &node.api;
+    api.ok(
+        "POST",
+        "/api/v1/alarm-channels",
+        Some(json!({"name": "mail", "kind": "email", "to": ["ops@example.com"], "app": "shop"})),
+    )
+    .await;
+    api.ok(
+        "POST",
+        "/api/v1/alarm-rules",
+        Some(
+            json!({"name": "orders-dead", "app": "shop", "on": "task_dead", "channels": ["mail"]}),
+        ),
+    )
+    .await;
+    let ids = api.add_tasks(vec![json!({"job": "orders"})]).await;
+    task_reaches(api, ids[0], "dead").await;
+    let mails = eventually(Duration::from_secs(30), "an email", || async {
+        let m = smtp.mails.lock().unwrap().clone();
+        (!m.is_empty()).then_some(m)
+    })
+    .await;
+    let (to, data) = &mails[0];
+    assert_eq!(to, &vec!["<ops@example.com>".to_owned()]);
+    assert!(data.contains("Subject: [Rota ALARM] task_dead"), "{data}");
+    assert!(data.contains(&format!("task {}", ids[0])), "{data}");
+    // The test button sends through the same transport.
+    let (status, body) = api
+        .call("POST", "/api/v1/alarm-channels/mail/test", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(smtp.mails.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_channel_test_says_why_it_was_not_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Standalone::start(dir.path());
+    let api = &node.api;
+    let down = format!("http://127.0.0.1:{}/hook", free_port());
+    api.ok(
+        "POST",
+        "/api/v1/alarm-channels",
+        Some(json!({"name": "bot", "kind": "slack", "url": down})),
+    )
+    .await;
+    let (status, body) = api
+        .call("POST", "/api/v1/alarm-channels/bot/test", None)
+        .await;
+    assert_eq!(status, 502, "{body}");
+    let e = body["error"].as_str().unwrap();
+    assert!(e.contains("bot") && e.contains("did not deliver"), "{e}");
+    // An email channel without ROTA_SMTP_URL says what to set.
+    api.ok(
+        "POST",
+        "/api/v1/alarm-channels",
+        Some(json!({"name": "mail", "kind": "email", "to": ["a@example.com"]})),
+    )
+    .await;
+    let (status, body) = api
+        .call("POST", "/api/v1/alarm-channels/mail/test", None)
+        .await;
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("ROTA_SMTP_URL"),
+        "{body}"
+    );
+}

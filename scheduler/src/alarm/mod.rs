@@ -1,0 +1,269 @@
+//! Alarms (SPEC §9): rules that watch what goes wrong, and the channels that tell people.
+//!
+//! An event is written where it happens and with it: a failed, timed-out or late run and a
+//! dead task in the transaction that ends the attempt ([`raised`], called by completion),
+//! a lost executor or a node taken over by the loop that saw it, a fire waiting for an
+//! executor or a pull job's backlog by the watcher ([`watch`]). Rules are read from the
+//! database into [`Rules`] (every [`REFRESH`], and at once after a change on this node).
+//!
+//! The sender loop ([`outbox`]) on every node folds each rule's events into alarms — the
+//! throttle lets one message out per `throttle_ms`, with the count of the events it
+//! folds; events gather until none came for [`GATHER_MS`] — and a
+//! `resolved` notice when the condition clears. Each alarm has one send per channel in the
+//! outbox table, claimed by one node at a time and retried with backoff until delivered:
+//! a channel that is down delays nothing but its own sends ([`channel`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::model::*;
+use crate::names::named_enum;
+use crate::store::{AlarmEvent, AlarmRuleRow, Store};
+
+pub mod channel;
+pub mod fold;
+pub mod outbox;
+pub mod watch;
+
+/// How often every node reads the rules again (a change made on another node applies
+/// within this long).
+pub const REFRESH: Duration = Duration::from_secs(2);
+/// A rule's events go out once none came for this long (a burst is one message)…
+pub const GATHER_MS: i64 = 1_000;
+/// …or once the first of them waited this long.
+pub const MAX_GATHER_MS: i64 = 10_000;
+/// The throttle when a rule names none.
+pub const DEFAULT_THROTTLE_MS: i64 = 60_000;
+
+named_enum! {
+    what = "alarm event";
+    /// What a rule watches.
+    pub enum On {
+        /// A run ended `failed`.
+        RunFailed => "run_failed",
+        /// A task ran out of attempts.
+        TaskDead => "task_dead",
+        /// A run was stopped at its timeout.
+        RunTimeout => "run_timeout",
+        /// A run started more than `threshold` ms after it was due.
+        Lateness => "lateness",
+        /// A fire waits for an executor of its app.
+        NoExecutor => "no_executor",
+        /// An executor stopped heartbeating.
+        ExecutorLost => "executor_lost",
+        /// A scheduler node died and another took over its claims.
+        NodeTakenOver => "node_taken_over",
+        /// A pull job's oldest due task waits longer than `threshold` ms.
+        Backlog => "backlog",
+    }
+}
+
+impl On {
+    /// Whether the condition can clear (and so has a `resolved` notice).
+    pub fn clears(self) -> bool {
+        !matches!(self, On::TaskDead | On::NodeTakenOver)
+    }
+
+    /// Whether a rule on it needs a `threshold` (ms).
+    pub fn needs_threshold(self) -> bool {
+        matches!(self, On::Lateness | On::Backlog)
+    }
+
+    /// Whether it is about one job's runs or tasks (else about the app, or the cluster).
+    pub fn per_job(self) -> bool {
+        !matches!(self, On::ExecutorLost | On::NodeTakenOver | On::NoExecutor)
+    }
+}
+
+/// A rule as the raisers read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub id: i64,
+    pub name: String,
+    pub app: String,
+    pub job_id: Option<i64>,
+    pub on: On,
+    pub threshold: Option<i64>,
+    pub channels: Vec<String>,
+    pub throttle_ms: i64,
+    pub enabled: bool,
+    /// An alarm went out and the condition has not cleared.
+    pub open: bool,
+}
+
+impl Rule {
+    pub fn from_row(r: &AlarmRuleRow) -> Option<Rule> {
+        Some(Rule {
+            id: r.id,
+            name: r.name.clone(),
+            app: r.app.clone(),
+            job_id: r.job_id,
+            on: r.on_event.parse().ok()?,
+            threshold: r.threshold,
+            channels: serde_json::from_str(&r.channels).ok()?,
+            throttle_ms: r.throttle_ms,
+            enabled: r.enabled,
+            open: r.open_since.is_some(),
+        })
+    }
+
+    /// Does it watch a job `job_id` of `app`?
+    fn covers(&self, app: &str, job_id: i64) -> bool {
+        self.enabled && self.app == app && self.job_id.is_none_or(|j| j == job_id)
+    }
+
+    fn event(&self, resolved: bool, message: String, at: Millis) -> AlarmEvent {
+        AlarmEvent {
+            id: 0,
+            rule_id: self.id,
+            resolved,
+            job_id: None,
+            task_id: None,
+            run_id: None,
+            attempt: None,
+            message,
+            at,
+        }
+    }
+}
+
+/// The rules as last read; shared by every raiser on the node.
+#[derive(Default)]
+pub struct Rules {
+    current: RwLock<Arc<Vec<Rule>>>,
+}
+
+impl Rules {
+    pub fn snapshot(&self) -> Arc<Vec<Rule>> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Reads the rules again.
+    pub async fn refresh(&self, store: &Store) -> crate::store::Result<()> {
+        let rules: Vec<Rule> = store
+            .alarm_rules()
+            .await?
+            .iter()
+            .filter_map(Rule::from_row)
+            .collect();
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(rules);
+        Ok(())
+    }
+
+    /// Whether any enabled rule watches one of `on`.
+    pub fn watch_any(&self, on: &[On]) -> bool {
+        self.snapshot()
+            .iter()
+            .any(|r| r.enabled && on.contains(&r.on))
+    }
+}
+
+/// Events that ended attempts and started runs raise for `rules`; `apps` names each job's
+/// app. A failed or timed-out run, a dead task, a run that started later than a lateness
+/// rule's threshold; and, for an open rule, the run that clears it (a success, a start on
+/// time).
+pub fn raised(
+    rules: &[Rule],
+    apps: &HashMap<i64, String>,
+    updates: &[&RunUpdate],
+    ended: &[EndedAttempt],
+    now: Millis,
+) -> Vec<AlarmEvent> {
+    let mut out = Vec::new();
+    let matching = |job_id: i64, on: On| {
+        let app = apps.get(&job_id);
+        rules
+            .iter()
+            .filter(move |r| r.on == on && app.is_some_and(|a| r.covers(a, job_id)))
+    };
+    for e in ended {
+        let about = |mut ev: AlarmEvent| {
+            ev.job_id = Some(e.job_id);
+            ev.task_id = Some(e.task_id);
+            ev.run_id = Some(e.run_id);
+            ev.attempt = Some(e.attempt);
+            ev
+        };
+        let said = e.message.as_deref().unwrap_or("no message");
+        for (on, hit) in [
+            (On::RunFailed, e.status == RunStatus::Failed),
+            (On::RunTimeout, e.status == RunStatus::Timeout),
+        ] {
+            for r in matching(e.job_id, on) {
+                if hit {
+                    let m = format!(
+                        "task {} attempt {}: run {} {}: {said}",
+                        e.task_id, e.attempt, e.run_id, e.status
+                    );
+                    out.push(about(r.event(false, m, now)));
+                } else if r.open && e.status == RunStatus::Succeeded {
+                    let m = format!("run {} of task {} succeeded", e.run_id, e.task_id);
+                    out.push(about(r.event(true, m, now)));
+                }
+            }
+        }
+        if e.next == TaskNext::Dead {
+            for r in matching(e.job_id, On::TaskDead) {
+                let m = format!(
+                    "task {} is dead after attempt {} ({}: {said})",
+                    e.task_id, e.attempt, e.status
+                );
+                out.push(about(r.event(false, m, now)));
+            }
+        }
+    }
+    for u in updates {
+        let Some(started) = u.started_at else {
+            continue;
+        };
+        let late = started - u.scheduled_at;
+        for r in matching(u.job_id, On::Lateness) {
+            let threshold = r.threshold.unwrap_or(i64::MAX);
+            let mut ev = if late > threshold {
+                r.event(
+                    false,
+                    format!(
+                        "run {} of task {} started {late} ms after it was due (threshold {threshold} ms)",
+                        u.run_id, u.task_id
+                    ),
+                    now,
+                )
+            } else if r.open {
+                r.event(
+                    true,
+                    format!("run {} started {late} ms after it was due", u.run_id),
+                    now,
+                )
+            } else {
+                continue;
+            };
+            ev.job_id = Some(u.job_id);
+            ev.task_id = Some(u.task_id);
+            ev.run_id = Some(u.run_id);
+            ev.attempt = Some(u.attempt);
+            out.push(ev);
+        }
+    }
+    out
+}
+
+/// Events of `on` for every enabled rule of `app` (any app, if `None`) that watches it.
+pub fn app_events(
+    rules: &[Rule],
+    on: On,
+    app: Option<&str>,
+    resolved: bool,
+    message: &str,
+    now: Millis,
+) -> Vec<AlarmEvent> {
+    rules
+        .iter()
+        .filter(|r| r.enabled && r.on == on && app.is_none_or(|a| r.app == a))
+        .filter(|r| !resolved || r.open)
+        .map(|r| r.event(resolved, message.to_owned(), now))
+        .collect()
+}

@@ -1,0 +1,120 @@
+//! The watcher: conditions no single event tells of, looked at every [`EVERY`] on every
+//! node — fires waiting for an executor (`no_executor`), a pull job's backlog older than
+//! the threshold (`backlog`), and whether a lost executor's app has one again (the
+//! `resolved` of `executor_lost`). A condition raises an event when it holds and its rule
+//! is not open, and a resolve when it no longer holds and the rule is open; events several
+//! nodes raise at once fold into one message.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::outbox::Alarms;
+use super::{On, Rule};
+use crate::model::*;
+use crate::store::AlarmEvent;
+
+/// How often the watcher looks.
+pub const EVERY: Duration = Duration::from_secs(2);
+
+/// What one look finds for one rule: `Some((holds, message))`, or `None` if the rule is
+/// not the watcher's.
+async fn look(
+    alarms: &Alarms,
+    rule: &Rule,
+    has_executor: &(dyn Fn(&str) -> bool + Sync),
+    now: Millis,
+) -> crate::store::Result<Option<(bool, String)>> {
+    Ok(match rule.on {
+        On::NoExecutor => {
+            let (n, since) = alarms
+                .store
+                .waiting_for_executor(&rule.app, rule.job_id)
+                .await?;
+            let waited = since.map_or(0, |s| now - s);
+            Some((
+                n > 0 && waited >= rule.threshold.unwrap_or(0),
+                format!(
+                    "{n} fires of app `{}` wait for an executor (the oldest for {waited} ms)",
+                    rule.app
+                ),
+            ))
+        }
+        On::Backlog => {
+            let Some(job) = rule.job_id else {
+                return Ok(None);
+            };
+            let oldest = alarms.store.oldest_ready(job).await?;
+            let age = oldest.map_or(0, |due| now - due);
+            let threshold = rule.threshold.unwrap_or(0);
+            Some((
+                oldest.is_some() && age > threshold,
+                format!(
+                    "the oldest due task waits {age} ms for a consumer (threshold {threshold} ms)"
+                ),
+            ))
+        }
+        On::ExecutorLost if rule.open => Some((
+            !has_executor(&rule.app),
+            format!("app `{}` has an executor again", rule.app),
+        )),
+        _ => None,
+    })
+}
+
+/// One look at every rule the watcher keeps; the events it raised.
+pub async fn look_all(
+    alarms: &Alarms,
+    has_executor: &(dyn Fn(&str) -> bool + Sync),
+    now: Millis,
+) -> crate::store::Result<usize> {
+    let rules = alarms.rules.snapshot();
+    let mut events: Vec<AlarmEvent> = Vec::new();
+    for rule in rules.iter().filter(|r| r.enabled) {
+        let Some((holds, message)) = look(alarms, rule, has_executor, now).await? else {
+            continue;
+        };
+        if holds == rule.open {
+            continue;
+        }
+        events.push(AlarmEvent {
+            id: 0,
+            rule_id: rule.id,
+            resolved: !holds,
+            job_id: rule.job_id,
+            task_id: None,
+            run_id: None,
+            attempt: None,
+            message,
+            at: now,
+        });
+    }
+    alarms.store.raise_alarm_events(&events).await?;
+    Ok(events.len())
+}
+
+/// The watcher loop of a node, until shutdown.
+pub async fn watch_loop(
+    alarms: Arc<Alarms>,
+    has_executor: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if !alarms
+            .rules
+            .watch_any(&[On::NoExecutor, On::Backlog, On::ExecutorLost])
+        {
+            continue;
+        }
+        if let Err(e) = look_all(&alarms, has_executor.as_ref(), now_ms()).await {
+            tracing::warn!(error = %e, "watching alarm conditions failed");
+        }
+    }
+}
