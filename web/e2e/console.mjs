@@ -1,5 +1,6 @@
 // Walks the Rota console in headless Chromium as a person would: sign in, upload a plugin,
-// create a job, trigger it and watch its run succeed, cancel a delayed task, visit every
+// create a job, trigger it and watch its run succeed, cancel a delayed task, add an alarm
+// channel and rule (a test send that fails says why), visit every
 // page (a full-page screenshot of each) and sign out. Each step logs what it does and
 // throws with a clear message when the console does not do what it should.
 //
@@ -39,6 +40,8 @@ const SUFFIX = Date.now().toString(36);
 const PLUGIN_NAME = `e2e-hello-${SUFFIX}`;
 const JOB_NAME = `e2e-job-${SUFFIX}`;
 const TASK_KEY = `e2e-delayed-${SUFFIX}`;
+const CHANNEL_NAME = `e2e-chat-${SUFFIX}`;
+const RULE_NAME = `e2e-dead-${SUFFIX}`;
 
 // ----- small helpers ----------------------------------------------------------------------
 
@@ -400,6 +403,39 @@ async function main() {
       check(task.status === "cancelled", `the API says task ${ids.delayedTask} is ${task.status}`);
     });
 
+    await step("add an alarm channel and a rule; a test send to a closed port says why it failed", async () => {
+      await clickAndLoad(page, 'nav a[href="/console/alarms"]', "opening Alarms");
+      const form = 'form[action="/console/alarms/channels"]';
+      await page.fill(`${form} input[name="name"]`, CHANNEL_NAME);
+      await page.selectOption(`${form} select[name="kind"]`, "slack");
+      // Port 9 (discard) on loopback: nothing listens there.
+      await page.fill(`${form} input[name="url"]`, "http://127.0.0.1:9/services/T000/B000/secret-token");
+      await submitForm(page, "/console/alarms/channels", "Add channel");
+      expectAt(page, "/console/alarms", "after Add channel");
+      const row = page.locator("table tbody tr", { has: page.locator(`code:text-is("${CHANNEL_NAME}")`) });
+      check((await row.count()) === 1, `channel ${CHANNEL_NAME} is not listed`);
+      check(!(await page.content()).includes("secret-token"), "the channel's URL (with its token) is shown");
+      const testPath = `/console/alarms/channels/${CHANNEL_NAME}/test`;
+      expectedStatus.set(testPath, 422);
+      const [res] = await Promise.all([
+        page.waitForNavigation(),
+        page.locator(`form[action="${testPath}"] button`).click(),
+      ]);
+      expectedStatus.delete(testPath);
+      check(res && res.status() === 422, `a failed test send answered ${res && res.status()}`);
+      const said = await textOf(page, "p.field-error");
+      check(said.includes("did not deliver"), `a failed test send says "${said}"`);
+      const rule = 'form[action="/console/alarms/rules"]';
+      await page.fill(`${rule} input[name="name"]`, RULE_NAME);
+      await page.fill(`${rule} input[name="app"]`, "default");
+      await page.selectOption(`${rule} select[name="on"]`, "task_dead");
+      await page.fill(`${rule} input[name="channels"]`, CHANNEL_NAME);
+      await submitForm(page, "/console/alarms/rules", "Add rule");
+      check((await page.locator(`table code:text-is("${RULE_NAME}")`).count()) === 1, `rule ${RULE_NAME} is not listed`);
+      const viaApi = await api("GET", `/api/v1/alarm-rules/${RULE_NAME}`);
+      check(viaApi.on === "task_dead" && viaApi.channels[0] === CHANNEL_NAME, `the API sees the rule as ${JSON.stringify(viaApi)}`);
+    });
+
     await step("visit every page from the nav and screenshot it", async () => {
       // [file name, how to get there, what the page must show]
       const pages = [
@@ -471,6 +507,19 @@ async function main() {
           check((await page.locator('form[action="/console/users"] input[name="name"]').count()) === 1,
             "no new-user form");
           check((await page.locator("table tbody").innerText()).includes("admin"), "admin is not listed");
+        }],
+        ["alarms", 'nav a[href="/console/alarms"]', async () => {
+          check((await page.locator(`table code:text-is("${RULE_NAME}")`).count()) === 1, "the rule is not listed");
+        }],
+        ["alarms-zh", null, async () => {
+          await visit(page, "/lang/zh-CN");
+          await visit(page, "/console/alarms");
+          const title = await textOf(page, "main h1");
+          check(title === "告警", `the Chinese alarms page is titled "${title}"`);
+        }],
+        ["dashboard-zh", null, async () => {
+          await visit(page, "/console");
+          check((await textOf(page, "main h1")) !== "Dashboard", "the dashboard is not in Chinese");
         }],
         ["account", "header a.user", async () => {
           check((await page.locator('form[action="/console/account"] input[name="new"]').count()) === 1,
