@@ -39,18 +39,24 @@ CREATE TABLE alarm_rules (
     UNIQUE KEY uk_alarm_rules_name (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
--- Events not folded into an alarm yet; folding deletes them.
+-- Events not folded into an alarm yet. One row may stand for `count` events of one rule
+-- seen in one batch (a burst of failures is a few rows). A fold marks the rows it takes
+-- (`folding`), sums them and deletes them in one transaction: a row committed meanwhile
+-- is left for the next fold, never deleted unread.
 CREATE TABLE alarm_events (
     id       BIGINT  NOT NULL AUTO_INCREMENT PRIMARY KEY,
     rule_id  BIGINT  NOT NULL,
     resolved BOOLEAN NOT NULL DEFAULT 0,
+    count    INT     NOT NULL DEFAULT 1,
+    folding  BOOLEAN NOT NULL DEFAULT 0,
     job_id   BIGINT  NULL,
     task_id  BIGINT  NULL,
     run_id   BIGINT  NULL,
     attempt  INT     NULL,
     message  TEXT    NOT NULL,
     at       BIGINT  NOT NULL,
-    KEY ix_alarm_events_rule (rule_id, id)
+    KEY ix_alarm_events_rule (rule_id, id),
+    KEY ix_alarm_events_fold (rule_id, folding, resolved, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- The history: one row per message, `count` events folded into it.

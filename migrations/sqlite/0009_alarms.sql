@@ -37,11 +37,16 @@ CREATE TABLE alarm_rules (
     updated_at    INTEGER NOT NULL
 );
 
--- Events not folded into an alarm yet; folding deletes them.
+-- Events not folded into an alarm yet. One row may stand for `count` events of one rule
+-- seen in one batch (a burst of failures is a few rows). A fold marks the rows it takes
+-- (`folding`), sums them and deletes them in one transaction: a row committed meanwhile
+-- is left for the next fold, never deleted unread.
 CREATE TABLE alarm_events (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
     rule_id       INTEGER NOT NULL,
     resolved      BOOLEAN NOT NULL DEFAULT 0,
+    count         INTEGER NOT NULL DEFAULT 1,
+    folding       BOOLEAN NOT NULL DEFAULT 0,
     job_id        INTEGER NULL,
     task_id       INTEGER NULL,
     run_id        INTEGER NULL,
@@ -85,6 +90,7 @@ CREATE TABLE alarm_deliveries (
 CREATE UNIQUE INDEX uk_alarm_channels_name ON alarm_channels (name);
 CREATE UNIQUE INDEX uk_alarm_rules_name ON alarm_rules (name);
 CREATE INDEX ix_alarm_events_rule ON alarm_events (rule_id, id);
+CREATE INDEX ix_alarm_events_fold ON alarm_events (rule_id, folding, resolved, id);
 CREATE INDEX ix_alarms_rule ON alarms (rule_id, id);
 CREATE INDEX ix_alarms_created ON alarms (created_at);
 CREATE INDEX ix_alarm_deliveries_due ON alarm_deliveries (status, next_at);

@@ -6,7 +6,11 @@
 //!
 //! `cargo bench -p rota --bench lateness` (SQLite in a temp dir); set
 //! `ROTA_BENCH_MYSQL_URL=mysql://root@127.0.0.1:3306/rota_bench` to run on MySQL.
-//! `ROTA_BENCH_RATE` and `ROTA_BENCH_SECONDS` change the load.
+//! `ROTA_BENCH_RATE` and `ROTA_BENCH_SECONDS` change the load. `ROTA_BENCH_FAIL=1` makes
+//! every run fail (one attempt: the task is dead), and `ROTA_BENCH_DEAD_ALARM=1` adds
+//! alarm rules on those failures (`run_failed`, `task_dead`: two events per run) with a
+//! channel whose endpoint accepts connections and never answers: the figures of
+//! `FAIL=1` with and without it show whether alarms and a dead channel slow dispatch.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -50,7 +54,13 @@ async fn bench() {
     let server = TestServer::start(&db, |_| {}).await;
     let api = &server.api;
     api.upload_plugin("noop").await;
-    let executor = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    let fail = std::env::var("ROTA_BENCH_FAIL").is_ok_and(|v| v == "1");
+    let behaviour = if fail {
+        Behaviour::Fail
+    } else {
+        Behaviour::Succeed
+    };
+    let executor = ExecutorDouble::start(&server.url, "default", behaviour).await;
     let name = format!("bench-{}", now_ms());
     api.ok(
         "POST",
@@ -60,6 +70,13 @@ async fn bench() {
         ),
     )
     .await;
+
+    let dead_alarm = std::env::var("ROTA_BENCH_DEAD_ALARM").is_ok_and(|v| v == "1");
+    let _hole = if dead_alarm {
+        Some(dead_alarm_channel(api, &name).await)
+    } else {
+        None
+    };
 
     // Due times: `rate` per second starting 8 s from now (beyond the 5 s window).
     let start = now_ms() + 8_000;
@@ -111,7 +128,59 @@ async fn bench() {
         ms(percentile(&late_us, 0.999)),
         ms(*late_us.last().unwrap_or(&0)),
     );
+    // Where in the run the late fires were: per second of due time, those over 100 ms.
+    let mut late_by_second = vec![0u32; seconds as usize + 1];
+    for r in &received {
+        let late_ms = r.received_at_us / 1000 - r.trigger.scheduled_at;
+        let second = ((r.trigger.scheduled_at - start) / 1000).clamp(0, seconds as i64) as usize;
+        if late_ms > 100 {
+            late_by_second[second] += 1;
+        }
+    }
+    println!("fires over 100 ms late, per second of the run: {late_by_second:?}");
     let dup = received.len() as u64 - total;
     println!("duplicates sent: {dup}");
+    if dead_alarm {
+        let alarms = api.ok("GET", "/api/v1/alarms?limit=1000", None).await;
+        let items = alarms["items"].as_array().cloned().unwrap_or_default();
+        let events: i64 = items.iter().filter_map(|a| a["count"].as_i64()).sum();
+        println!(
+            "alarms on: {} alarm(s) folding {events} events so far, every send pending to the dead endpoint",
+            items.len()
+        );
+    }
     server.stop().await;
+}
+
+/// A webhook alarm channel whose endpoint accepts connections and never answers (each send
+/// waits out its timeout), and rules that raise an event for most runs of `job`. The
+/// listener lives as long as the value.
+async fn dead_alarm_channel(api: &Api, job: &str) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/alarms", listener.local_addr().unwrap());
+    let hole = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    api.ok(
+        "POST",
+        "/api/v1/alarm-channels",
+        Some(json!({"name": "dead", "kind": "webhook", "url": url, "app": "default"})),
+    )
+    .await;
+    for on in ["run_failed", "task_dead"] {
+        api.ok(
+            "POST",
+            "/api/v1/alarm-rules",
+            Some(json!({"name": on, "app": "default", "job": job, "on": on,
+                        "channels": ["dead"], "throttle_ms": 0})),
+        )
+        .await;
+    }
+    eprintln!(
+        "alarms on: each failed run and dead task raises an event; the channel never answers"
+    );
+    hole
 }

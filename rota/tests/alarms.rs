@@ -383,3 +383,79 @@ async fn a_channel_test_says_why_it_was_not_delivered() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_pull_backlog_older_than_the_threshold_alarms_and_clears_once_pulled() {
+    let (hook, url) = Hook::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Standalone::start(dir.path());
+    let api = &node.api;
+    api.ok(
+        "PUT",
+        "/api/v1/apps/shop/secrets/alarmsec",
+        Some(json!({"value": "k3y"})),
+    )
+    .await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(json!({"name": "queue", "app": "shop", "schedule": {"kind": "none"}, "delivery": {"kind": "pull"}})),
+    )
+    .await;
+    api.ok(
+        "POST",
+        "/api/v1/alarm-channels",
+        Some(json!({"name": "ops", "kind": "webhook", "url": url, "secret": "alarmsec", "app": "shop"})),
+    )
+    .await;
+    api.ok(
+        "POST",
+        "/api/v1/alarm-rules",
+        Some(
+            json!({"name": "queue-behind", "app": "shop", "job": "queue", "on": "backlog",
+                    "threshold": 1_000, "channels": ["ops"]}),
+        ),
+    )
+    .await;
+    api.add_tasks(vec![json!({"job": "queue", "payload": "waiting"})])
+        .await;
+    let got = hook.wait_for(b"k3y", 1).await;
+    assert_eq!(got[0]["on"], "backlog");
+    assert_eq!(got[0]["resolved"], false);
+    assert_eq!(got[0]["job"], "queue");
+    assert!(
+        got[0]["message"].as_str().unwrap().contains("waits"),
+        "{}",
+        got[0]
+    );
+
+    // A consumer takes it: the backlog clears.
+    let pulled = api
+        .ok("POST", "/api/v1/jobs/queue/pull", Some(json!({"max": 10})))
+        .await;
+    let item = &pulled["items"][0];
+    api.ok(
+        "POST",
+        &format!("/api/v1/tasks/{}/ack", item["task"]),
+        Some(json!({"lease": item["lease"]})),
+    )
+    .await;
+    let got = hook.wait_for(b"k3y", 2).await;
+    assert_eq!(got[1]["resolved"], true, "{}", got[1]);
+    // The counters say so too.
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", api.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"rota_alarms_total{rule="queue-behind",on="backlog",status="raised"} 1"#,
+        r#"rota_alarms_total{rule="queue-behind",on="backlog",status="resolved"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "no `{line}` in /metrics");
+    }
+}

@@ -2095,6 +2095,7 @@ contract!(
             id: 0,
             rule_id,
             resolved: false,
+            count: 1,
             job_id: Some(1),
             task_id: Some(task),
             run_id: Some(100 + task),
@@ -2106,9 +2107,23 @@ contract!(
             .raise_alarm_events(&[event(1), event(2)])
             .await
             .unwrap();
+        store
+            .raise_alarm_events(&[AlarmEvent {
+                count: 3,
+                ..event(4)
+            }])
+            .await
+            .unwrap();
+        let waiting = store.waiting_alarm_events().await.unwrap();
+        assert_eq!(waiting.len(), 1);
         assert_eq!(
-            store.rules_with_alarm_events().await.unwrap(),
-            vec![rule_id]
+            (
+                waiting[0].rule_id,
+                waiting[0].first_at,
+                waiting[0].last_at,
+                waiting[0].last_resolved
+            ),
+            (rule_id, NOW, NOW, false)
         );
 
         // A fold that waits consumes nothing; one that folds makes one alarm with a send.
@@ -2118,9 +2133,11 @@ contract!(
             .unwrap();
         assert!(waited.is_empty());
         let made = store
-            .fold_alarm_events(rule_id, NOW + 1_000, &|rule, events| {
-                assert_eq!(events.len(), 2);
-                let last = events.last().unwrap();
+            .fold_alarm_events(rule_id, NOW + 1_000, &|rule, pending| {
+                // Two rows, one standing for three events: five, told by the last.
+                let p = pending.problems.as_ref().expect("problems");
+                assert_eq!((p.count, p.first_at, p.last.task_id), (5, NOW, Some(4)));
+                assert_eq!(pending.resolve, None);
                 Folded {
                     alarms: vec![rota_scheduler::store::AlarmRow {
                         id: 0,
@@ -2128,18 +2145,18 @@ contract!(
                         rule: rule.name.clone(),
                         on_event: rule.on_event.clone(),
                         app: rule.app.clone(),
-                        job_id: last.job_id,
-                        task_id: last.task_id,
-                        run_id: last.run_id,
-                        attempt: last.attempt,
-                        message: last.message.clone(),
-                        count: events.len() as i32,
+                        job_id: p.last.job_id,
+                        task_id: p.last.task_id,
+                        run_id: p.last.run_id,
+                        attempt: p.last.attempt,
+                        message: p.last.message.clone(),
+                        count: p.count as i32,
                         resolved: false,
-                        first_at: events[0].at,
-                        last_at: last.at,
+                        first_at: p.first_at,
+                        last_at: p.last.at,
                         created_at: 0,
                     }],
-                    consumed_through: Some(last.id),
+                    consumed: true,
                     open_since: None,
                     last_sent_at: Some(NOW + 1_000),
                 }
@@ -2147,8 +2164,8 @@ contract!(
             .await
             .unwrap();
         assert_eq!(made.len(), 1);
-        assert_eq!(made[0].count, 2);
-        assert!(store.rules_with_alarm_events().await.unwrap().is_empty());
+        assert_eq!(made[0].count, 5);
+        assert!(store.waiting_alarm_events().await.unwrap().is_empty());
         let rule = store.alarm_rule("dead").await.unwrap().unwrap();
         assert_eq!(rule.last_sent_at, Some(NOW + 1_000));
 
@@ -2188,7 +2205,7 @@ contract!(
             .unwrap();
         assert_eq!(history.len(), 1);
         let (alarm, sends) = &history[0];
-        assert_eq!((alarm.count, alarm.task_id), (2, Some(2)));
+        assert_eq!((alarm.count, alarm.task_id), (5, Some(4)));
         assert_eq!(sends[0].status, "sent");
         assert_eq!(sends[0].attempts, 2);
         assert_eq!(sends[0].last_error.as_deref(), Some("refused"));
@@ -2202,6 +2219,6 @@ contract!(
         // Deleting the rule drops what it had not folded.
         store.raise_alarm_events(&[event(3)]).await.unwrap();
         assert!(store.delete_alarm_rule("dead").await.unwrap());
-        assert!(store.rules_with_alarm_events().await.unwrap().is_empty());
+        assert!(store.waiting_alarm_events().await.unwrap().is_empty());
     }
 );

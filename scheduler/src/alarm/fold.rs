@@ -11,51 +11,60 @@
 
 use super::{GATHER_MS, MAX_GATHER_MS, On};
 use crate::model::Millis;
-use crate::store::{AlarmEvent, AlarmRow, AlarmRuleRow, Folded};
+use crate::store::{AlarmEvent, AlarmRow, AlarmRuleRow, Folded, Pending};
 
-pub fn fold(rule: &AlarmRuleRow, events: &[AlarmEvent], now: Millis) -> Folded {
-    let Some(last) = events.last() else {
-        return Folded::default();
-    };
+/// Whether folding may make an alarm now, from the rule and its waiting events' first and
+/// last times: a last event that resolves is always worth a look; problems once they
+/// gathered and the throttle allows. (The pre-check that spares summing the events of a
+/// rule that waits.)
+pub fn due(
+    rule: &AlarmRuleRow,
+    first_at: Millis,
+    last_at: Millis,
+    last_resolved: bool,
+    now: Millis,
+) -> bool {
+    let throttled = rule
+        .last_sent_at
+        .is_some_and(|t| now < t.saturating_add(rule.throttle_ms));
+    let gathered =
+        now >= last_at.saturating_add(GATHER_MS) || now >= first_at.saturating_add(MAX_GATHER_MS);
+    last_resolved || (!throttled && gathered)
+}
+
+pub fn fold(rule: &AlarmRuleRow, pending: &Pending, now: Millis) -> Folded {
     let clears = rule.on_event.parse::<On>().is_ok_and(On::clears);
-    let last_problem = events.iter().rposition(|e| !e.resolved);
-    let cleared_by = events
-        .iter()
-        .skip(last_problem.map_or(0, |i| i + 1))
-        .find(|e| e.resolved);
-    let problems: Vec<&AlarmEvent> = events.iter().filter(|e| !e.resolved).collect();
     let mut folded = Folded {
         alarms: Vec::new(),
-        consumed_through: None,
+        consumed: false,
         open_since: rule.open_since,
         last_sent_at: rule.last_sent_at,
     };
-    if let (Some(first), Some(latest)) = (problems.first(), problems.last()) {
+    if let Some(p) = &pending.problems {
         let throttled = rule
             .last_sent_at
             .is_some_and(|t| now < t.saturating_add(rule.throttle_ms));
-        let gathered = now >= latest.at.saturating_add(GATHER_MS)
-            || now >= first.at.saturating_add(MAX_GATHER_MS);
-        if throttled || !(gathered || cleared_by.is_some()) {
+        let gathered = now >= p.last.at.saturating_add(GATHER_MS)
+            || now >= p.first_at.saturating_add(MAX_GATHER_MS);
+        if throttled || !(gathered || pending.resolve.is_some()) {
             return folded;
         }
-        let count = problems.len();
-        let message = if count == 1 {
-            latest.message.clone()
+        let message = if p.count == 1 {
+            p.last.message.clone()
         } else {
-            format!("{count} events; the last: {}", latest.message)
+            format!("{} events; the last: {}", p.count, p.last.message)
         };
         folded
             .alarms
-            .push(alarm(rule, latest, message, count, first.at, false));
+            .push(alarm(rule, &p.last, message, p.count, p.first_at, false));
         folded.last_sent_at = Some(now);
         if clears {
             folded.open_since = folded.open_since.or(Some(now));
         }
     }
-    if let Some(resolve) = cleared_by
-        && (folded.open_since.is_some() || !folded.alarms.is_empty())
+    if let Some(resolve) = &pending.resolve
         && clears
+        && folded.open_since.is_some()
     {
         let message = format!("resolved: {}", resolve.message);
         folded
@@ -63,7 +72,7 @@ pub fn fold(rule: &AlarmRuleRow, events: &[AlarmEvent], now: Millis) -> Folded {
             .push(alarm(rule, resolve, message, 1, resolve.at, true));
         folded.open_since = None;
     }
-    folded.consumed_through = Some(last.id);
+    folded.consumed = true;
     folded
 }
 
@@ -71,7 +80,7 @@ fn alarm(
     rule: &AlarmRuleRow,
     e: &AlarmEvent,
     message: String,
-    count: usize,
+    count: i64,
     first_at: Millis,
     resolved: bool,
 ) -> AlarmRow {
@@ -121,6 +130,7 @@ mod tests {
             id,
             rule_id: 1,
             resolved,
+            count: 1,
             job_id: Some(7),
             task_id: Some(id),
             run_id: Some(100 + id),
@@ -135,11 +145,11 @@ mod tests {
         let events: Vec<_> = (1..=100).map(|i| event(i, 10_000 + i, false)).collect();
         let r = rule("run_failed");
         assert_eq!(
-            fold(&r, &events, 11_000),
+            fold(&r, &Pending::of(&events), 11_000),
             Folded::default(),
             "the last came 900 ms ago"
         );
-        let f = fold(&r, &events, 11_100);
+        let f = fold(&r, &Pending::of(&events), 11_100);
         assert_eq!(f.alarms.len(), 1);
         assert_eq!(f.alarms[0].count, 100);
         assert_eq!(f.alarms[0].first_at, 10_001);
@@ -149,7 +159,7 @@ mod tests {
                 .message
                 .starts_with("100 events; the last: event 100")
         );
-        assert_eq!(f.consumed_through, Some(100));
+        assert!(f.consumed);
         assert_eq!((f.open_since, f.last_sent_at), (Some(11_100), Some(11_100)));
     }
 
@@ -158,8 +168,11 @@ mod tests {
         // One every 500 ms: never a second of quiet.
         let events: Vec<_> = (0..20).map(|i| event(i + 1, i * 500, false)).collect();
         let r = rule("run_failed");
-        assert_eq!(fold(&r, &events, MAX_GATHER_MS - 1).consumed_through, None);
-        assert_eq!(fold(&r, &events, MAX_GATHER_MS).alarms[0].count, 20);
+        assert!(!fold(&r, &Pending::of(&events), MAX_GATHER_MS - 1).consumed);
+        assert_eq!(
+            fold(&r, &Pending::of(&events), MAX_GATHER_MS).alarms[0].count,
+            20
+        );
     }
 
     #[test]
@@ -168,8 +181,8 @@ mod tests {
         r.last_sent_at = Some(50_000);
         r.open_since = Some(50_000);
         let events = vec![event(1, 60_000, false), event(2, 70_000, false)];
-        assert_eq!(fold(&r, &events, 109_999).consumed_through, None);
-        let f = fold(&r, &events, 110_000);
+        assert!(!fold(&r, &Pending::of(&events), 109_999).consumed);
+        let f = fold(&r, &Pending::of(&events), 110_000);
         assert_eq!(f.alarms.len(), 1);
         assert_eq!(f.alarms[0].count, 2);
         assert_eq!(f.open_since, Some(50_000), "still the same open condition");
@@ -179,23 +192,23 @@ mod tests {
     fn a_clearing_condition_sends_what_waited_then_a_resolved_notice() {
         let r = rule("run_failed");
         let events = vec![event(1, 1_000, false), event(2, 1_100, true)];
-        let f = fold(&r, &events, 1_200);
+        let f = fold(&r, &Pending::of(&events), 1_200);
         assert_eq!(f.alarms.len(), 2);
         assert!(!f.alarms[0].resolved && f.alarms[1].resolved);
         assert_eq!(f.alarms[1].message, "resolved: event 2");
         assert_eq!(f.open_since, None);
-        assert_eq!(f.consumed_through, Some(2));
+        assert!(f.consumed);
     }
 
     #[test]
     fn a_resolve_of_an_open_rule_is_a_notice_and_of_a_closed_one_nothing() {
         let mut r = rule("lateness");
         let events = vec![event(5, 1_000, true)];
-        let f = fold(&r, &events, 1_000);
+        let f = fold(&r, &Pending::of(&events), 1_000);
         assert!(f.alarms.is_empty());
-        assert_eq!(f.consumed_through, Some(5));
+        assert!(f.consumed);
         r.open_since = Some(500);
-        let f = fold(&r, &events, 1_000);
+        let f = fold(&r, &Pending::of(&events), 1_000);
         assert_eq!(f.alarms.len(), 1);
         assert!(f.alarms[0].resolved);
         assert_eq!(f.open_since, None);
@@ -209,16 +222,39 @@ mod tests {
             event(2, 1_100, true),
             event(3, 1_200, false),
         ];
-        let f = fold(&r, &events, 2_300);
+        let f = fold(&r, &Pending::of(&events), 2_300);
         assert_eq!(f.alarms.len(), 1);
         assert_eq!(f.alarms[0].count, 2);
         assert_eq!(f.open_since, Some(2_300));
     }
 
     #[test]
+    fn rows_that_stand_for_several_events_count_as_many() {
+        let mut e = event(1, 0, false);
+        e.count = 40;
+        let f = fold(
+            &rule("run_failed"),
+            &Pending::of(&[e, event(2, 10, false)]),
+            2_000,
+        );
+        assert_eq!(f.alarms[0].count, 41);
+    }
+
+    #[test]
+    fn the_pre_check_waits_for_the_gather_and_the_throttle_but_not_for_a_resolve() {
+        let mut r = rule("run_failed");
+        assert!(!due(&r, 0, 500, false, 1_499));
+        assert!(due(&r, 0, 500, false, 1_500));
+        r.last_sent_at = Some(1_000);
+        assert!(!due(&r, 0, 500, false, 60_999));
+        assert!(due(&r, 0, 500, false, 61_000));
+        assert!(due(&r, 0, 500, true, 2_000));
+    }
+
+    #[test]
     fn a_dead_task_never_opens_a_condition() {
         let r = rule("task_dead");
-        let f = fold(&r, &[event(1, 0, false)], 5_000);
+        let f = fold(&r, &Pending::of(&[event(1, 0, false)]), 5_000);
         assert_eq!(f.alarms.len(), 1);
         assert_eq!(f.open_since, None);
     }

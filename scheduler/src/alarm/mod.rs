@@ -118,6 +118,7 @@ impl Rule {
             id: 0,
             rule_id: self.id,
             resolved,
+            count: 1,
             job_id: None,
             task_id: None,
             run_id: None,
@@ -248,6 +249,24 @@ pub fn raised(
             out.push(ev);
         }
     }
+    coalesce(out)
+}
+
+/// One row per rule and kind (problem or resolve) of a batch: its count is how many events
+/// it stands for, its details the last one's, and its place in the order that of the last
+/// one (so a batch that ends in a success ends with the resolve).
+pub fn coalesce(events: Vec<AlarmEvent>) -> Vec<AlarmEvent> {
+    let mut out: Vec<AlarmEvent> = Vec::with_capacity(events.len().min(8));
+    for e in events {
+        let count = match out
+            .iter()
+            .position(|o| o.rule_id == e.rule_id && o.resolved == e.resolved)
+        {
+            Some(i) => out.remove(i).count.saturating_add(e.count),
+            None => e.count,
+        };
+        out.push(AlarmEvent { count, ..e });
+    }
     out
 }
 
@@ -266,4 +285,191 @@ pub fn app_events(
         .filter(|r| !resolved || r.open)
         .map(|r| r.event(resolved, message.to_owned(), now))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(id: i64, on: On, job_id: Option<i64>, threshold: Option<i64>, open: bool) -> Rule {
+        Rule {
+            id,
+            name: format!("r{id}"),
+            app: "shop".into(),
+            job_id,
+            on,
+            threshold,
+            channels: vec!["c".into()],
+            throttle_ms: 60_000,
+            enabled: true,
+            open,
+        }
+    }
+
+    fn ended(task: i64, status: RunStatus, next: TaskNext) -> EndedAttempt {
+        EndedAttempt {
+            task_id: task,
+            job_id: 7,
+            attempt: 2,
+            run_id: 100 + task,
+            status,
+            next,
+            message: Some("exit 3".into()),
+        }
+    }
+
+    fn update(task: i64, scheduled_at: Millis, started_at: Option<Millis>) -> RunUpdate {
+        RunUpdate {
+            run_id: 100 + task,
+            job_id: 7,
+            task_id: task,
+            attempt: 1,
+            shard_index: 0,
+            shard_total: 1,
+            executor: None,
+            scheduled_at,
+            dispatched_at: None,
+            started_at,
+            finished_at: None,
+            status: RunStatus::Running,
+            exit_code: None,
+            message: None,
+        }
+    }
+
+    fn apps() -> HashMap<i64, String> {
+        HashMap::from([(7, "shop".to_owned()), (8, "other".to_owned())])
+    }
+
+    #[test]
+    fn failures_timeouts_and_deaths_raise_for_the_rules_that_watch_them() {
+        let rules = vec![
+            rule(1, On::RunFailed, None, None, false),
+            rule(2, On::TaskDead, Some(7), None, false),
+            rule(3, On::RunTimeout, None, None, false),
+            rule(4, On::TaskDead, Some(8), None, false),
+        ];
+        let out = raised(
+            &rules,
+            &apps(),
+            &[],
+            &[
+                ended(1, RunStatus::Failed, TaskNext::Dead),
+                ended(
+                    2,
+                    RunStatus::Timeout,
+                    TaskNext::Retry {
+                        due_at: 0,
+                        lost: false,
+                    },
+                ),
+            ],
+            1_000,
+        );
+        let got: Vec<(i64, Option<i64>, bool, i32)> = out
+            .iter()
+            .map(|e| (e.rule_id, e.task_id, e.resolved, e.count))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, Some(1), false, 1),
+                (2, Some(1), false, 1),
+                (3, Some(2), false, 1)
+            ]
+        );
+        assert!(
+            out[0].message.contains("failed: exit 3"),
+            "{}",
+            out[0].message
+        );
+        assert!(
+            out[1].message.contains("dead after attempt 2"),
+            "{}",
+            out[1].message
+        );
+        assert_eq!(
+            (out[0].run_id, out[0].attempt, out[0].at),
+            (Some(101), Some(2), 1_000)
+        );
+    }
+
+    #[test]
+    fn a_success_resolves_only_an_open_rule_and_other_apps_are_not_watched() {
+        let rules = vec![
+            rule(1, On::RunFailed, None, None, true),
+            rule(2, On::RunFailed, None, None, false),
+        ];
+        let success = [ended(1, RunStatus::Succeeded, TaskNext::Succeeded)];
+        let out = raised(&rules, &apps(), &[], &success, 0);
+        assert_eq!(out.len(), 1);
+        assert!(out[0].resolved && out[0].rule_id == 1);
+        // A job of another app, or one whose app is unknown, raises nothing.
+        let mut other = ended(1, RunStatus::Failed, TaskNext::Dead);
+        other.job_id = 8;
+        assert!(raised(&rules, &apps(), &[], &[other.clone()], 0).is_empty());
+        other.job_id = 9;
+        assert!(raised(&rules, &apps(), &[], &[other], 0).is_empty());
+    }
+
+    #[test]
+    fn a_late_start_raises_and_a_start_on_time_resolves_an_open_lateness_rule() {
+        let late = vec![rule(1, On::Lateness, None, Some(500), false)];
+        let u = [
+            update(1, 10_000, Some(10_600)),
+            update(2, 10_000, Some(10_400)),
+        ];
+        let refs: Vec<&RunUpdate> = u.iter().collect();
+        let out = raised(&late, &apps(), &refs, &[], 0);
+        assert_eq!(out.len(), 1);
+        assert!(
+            out[0].message.contains("600 ms after it was due"),
+            "{}",
+            out[0].message
+        );
+        let open = vec![rule(1, On::Lateness, None, Some(500), true)];
+        let out = raised(&open, &apps(), &refs[1..], &[], 0);
+        assert!(out.len() == 1 && out[0].resolved);
+        // A report without a start says nothing about lateness.
+        let unstarted = [update(3, 10_000, None)];
+        assert!(raised(&late, &apps(), &[&unstarted[0]], &[], 0).is_empty());
+    }
+
+    #[test]
+    fn a_batch_of_failures_is_one_row_per_rule_told_by_the_last() {
+        let rules = vec![rule(1, On::RunFailed, None, None, true)];
+        let batch: Vec<EndedAttempt> = (1..=50)
+            .map(|t| ended(t, RunStatus::Failed, TaskNext::Dead))
+            .chain([ended(51, RunStatus::Succeeded, TaskNext::Succeeded)])
+            .chain((52..=60).map(|t| ended(t, RunStatus::Failed, TaskNext::Dead)))
+            .collect();
+        let out = raised(&rules, &apps(), &[], &batch, 0);
+        let got: Vec<(bool, i32, Option<i64>)> = out
+            .iter()
+            .map(|e| (e.resolved, e.count, e.task_id))
+            .collect();
+        // The batch ended failing: the resolve comes before the problems' row.
+        assert_eq!(got, vec![(true, 1, Some(51)), (false, 59, Some(60))]);
+    }
+
+    #[test]
+    fn app_events_go_to_every_rule_of_the_app_and_resolves_only_to_open_ones() {
+        let rules = vec![
+            rule(1, On::ExecutorLost, None, None, false),
+            rule(2, On::ExecutorLost, None, None, true),
+            rule(3, On::NodeTakenOver, None, None, false),
+        ];
+        let lost = app_events(&rules, On::ExecutorLost, Some("shop"), false, "gone", 5);
+        assert_eq!(
+            lost.iter().map(|e| e.rule_id).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let back = app_events(&rules, On::ExecutorLost, Some("shop"), true, "back", 5);
+        assert_eq!(back.iter().map(|e| e.rule_id).collect::<Vec<_>>(), vec![2]);
+        assert!(app_events(&rules, On::ExecutorLost, Some("other"), false, "x", 5).is_empty());
+        assert_eq!(
+            app_events(&rules, On::NodeTakenOver, None, false, "x", 5).len(),
+            1
+        );
+    }
 }

@@ -129,13 +129,26 @@ impl Alarms {
         }
     }
 
-    /// Folds every rule's waiting events; the alarms made.
+    /// Folds the waiting events of every rule whose fold is due (a glance at when its
+    /// events came spares reading those of a rule that waits); the alarms made.
     pub async fn fold_all(&self, now: Millis) -> crate::store::Result<usize> {
+        let waiting = self.store.waiting_alarm_events().await?;
+        if waiting.is_empty() {
+            return Ok(0);
+        }
+        let rules = self.store.alarm_rules().await?;
         let mut made = 0;
-        for rule_id in self.store.rules_with_alarm_events().await? {
+        for w in waiting {
+            let due = rules
+                .iter()
+                .find(|r| r.id == w.rule_id)
+                .is_none_or(|r| fold::due(r, w.first_at, w.last_at, w.last_resolved, now));
+            if !due {
+                continue;
+            }
             let alarms = self
                 .store
-                .fold_alarm_events(rule_id, now, &|r, events| fold::fold(r, events, now))
+                .fold_alarm_events(w.rule_id, now, &|r, pending| fold::fold(r, pending, now))
                 .await?;
             for a in &alarms {
                 let state = if a.resolved { "resolved" } else { "raised" };

@@ -82,6 +82,7 @@ pub async fn look_all(
             id: 0,
             rule_id: rule.id,
             resolved: !holds,
+            count: 1,
             job_id: rule.job_id,
             task_id: None,
             run_id: None,

@@ -49,6 +49,9 @@ pub struct AlarmEvent {
     pub rule_id: i64,
     /// The rule's condition cleared.
     pub resolved: bool,
+    /// How many events of the rule this row stands for (those of one batch fold into one
+    /// row, told by the last of them).
+    pub count: i32,
     pub job_id: Option<i64>,
     pub task_id: Option<i64>,
     pub run_id: Option<i64>,
@@ -90,13 +93,61 @@ pub struct AlarmDelivery {
     pub sent_at: Option<i64>,
 }
 
+/// A rule's waiting events at a glance ([`Store::waiting_alarm_events`]).
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct WaitingEvents {
+    pub rule_id: i64,
+    pub first_at: i64,
+    pub last_at: i64,
+    /// The last of them is a resolve.
+    pub last_resolved: bool,
+}
+
+/// A rule's waiting events as a fold weighs them, summed by the store.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Pending {
+    pub problems: Option<Problems>,
+    /// The first resolve after the last problem (the first of all, without problems).
+    pub resolve: Option<AlarmEvent>,
+}
+
+/// The problems (events that are not resolves) among a rule's waiting events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problems {
+    /// How many events they stand for.
+    pub count: i64,
+    /// When the first came.
+    pub first_at: Millis,
+    /// The last, which tells the alarm.
+    pub last: AlarmEvent,
+}
+
+impl Pending {
+    /// What the store sums from rows, summed from a list (the same rules, for tests).
+    pub fn of(events: &[AlarmEvent]) -> Pending {
+        let problems: Vec<&AlarmEvent> = events.iter().filter(|e| !e.resolved).collect();
+        let last_problem = problems.last().map(|e| e.id).unwrap_or(i64::MIN);
+        Pending {
+            problems: problems.last().map(|last| Problems {
+                count: problems.iter().map(|e| i64::from(e.count)).sum(),
+                first_at: problems.iter().map(|e| e.at).min().unwrap_or(last.at),
+                last: (*last).clone(),
+            }),
+            resolve: events
+                .iter()
+                .find(|e| e.resolved && e.id > last_problem)
+                .cloned(),
+        }
+    }
+}
+
 /// What folding a rule's events decided ([`Store::fold_alarm_events`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Folded {
     /// Alarms to send, in order (a message, then maybe its recovery notice).
     pub alarms: Vec<AlarmRow>,
-    /// Events up to this id are consumed.
-    pub consumed_through: Option<i64>,
+    /// The waiting events are used up (else they wait for a later fold).
+    pub consumed: bool,
     pub open_since: Option<i64>,
     pub last_sent_at: Option<i64>,
 }
@@ -284,11 +335,12 @@ impl Store {
         on_tx!(tx, |tx, Db| {
             for chunk in events.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new(
-                    "INSERT INTO alarm_events (rule_id, resolved, job_id, task_id, run_id, attempt, message, at) ",
+                    "INSERT INTO alarm_events (rule_id, resolved, count, job_id, task_id, run_id, attempt, message, at) ",
                 );
                 qb.push_values(chunk, |mut b, e| {
                     b.push_bind(e.rule_id)
                         .push_bind(e.resolved)
+                        .push_bind(e.count)
                         .push_bind(e.job_id)
                         .push_bind(e.task_id)
                         .push_bind(e.run_id)
@@ -302,29 +354,37 @@ impl Store {
         Ok(())
     }
 
-    /// The rules that have events waiting.
-    pub async fn rules_with_alarm_events(&self) -> Result<Vec<i64>> {
+    /// The rules that have events waiting, each with when its first and last came and
+    /// whether the last is a resolve: enough to tell whether folding is due yet, read
+    /// from the ends of the `(rule_id, id)` index, however many events wait.
+    pub async fn waiting_alarm_events(&self) -> Result<Vec<WaitingEvents>> {
         on_pool!(self, |pool, Db| {
-            Ok(
-                sqlx::query_scalar("SELECT DISTINCT rule_id FROM alarm_events")
-                    .fetch_all(pool)
-                    .await?,
+            Ok(sqlx::query_as(
+                "SELECT w.rule_id, f.at AS first_at, l.at AS last_at, l.resolved AS last_resolved \
+                 FROM (SELECT rule_id, MIN(id) AS first_id, MAX(id) AS last_id \
+                       FROM alarm_events GROUP BY rule_id) w \
+                 JOIN alarm_events f ON f.id = w.first_id JOIN alarm_events l ON l.id = w.last_id",
             )
+            .fetch_all(pool)
+            .await?)
         })
     }
 
     /// Folds rule `rule_id`'s waiting events with `fold` (given the rule, locked, and its
-    /// events in order), in one transaction: the alarms it makes are written with a
-    /// pending send per channel of the rule, the events it consumed are deleted and the
-    /// rule's open/sent state is updated. Two nodes folding one rule take turns. The new
+    /// events summed), in one transaction: the events are marked as this fold's, the
+    /// alarms it makes are written with a pending send per channel of the rule, the marked
+    /// events are deleted and the rule's open/sent state is updated. Two nodes folding one
+    /// rule take turns; an event committed meanwhile waits for the next fold. The new
     /// alarms.
     pub async fn fold_alarm_events(
         &self,
         rule_id: i64,
         now: Millis,
-        fold: &(dyn Fn(&AlarmRuleRow, &[AlarmEvent]) -> Folded + Sync),
+        fold: &(dyn Fn(&AlarmRuleRow, &Pending) -> Folded + Sync),
     ) -> Result<Vec<AlarmRow>> {
         let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
+        const EVENT: &str = "SELECT id, rule_id, resolved, count, job_id, task_id, run_id, attempt, message, at \
+             FROM alarm_events WHERE rule_id = ? AND folding AND resolved = ?";
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin_write().await?;
             let rule: Option<AlarmRuleRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -332,13 +392,6 @@ impl Store {
             )))
             .bind(rule_id)
             .fetch_optional(&mut *tx)
-            .await?;
-            let events: Vec<AlarmEvent> = sqlx::query_as(
-                "SELECT id, rule_id, resolved, job_id, task_id, run_id, attempt, message, at \
-                 FROM alarm_events WHERE rule_id = ? ORDER BY id LIMIT 10000",
-            )
-            .bind(rule_id)
-            .fetch_all(&mut *tx)
             .await?;
             let Some(rule) = rule else {
                 // The rule is gone: so are its events.
@@ -349,11 +402,48 @@ impl Store {
                 tx.commit().await?;
                 return Ok(Vec::new());
             };
-            let folded = fold(&rule, &events);
-            let Some(through) = folded.consumed_through else {
+            sqlx::query("UPDATE alarm_events SET folding = TRUE WHERE rule_id = ? AND NOT folding")
+                .bind(rule_id)
+                .execute(&mut *tx)
+                .await?;
+            let last: Option<AlarmEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{EVENT} ORDER BY id DESC LIMIT 1"
+            )))
+            .bind(rule_id)
+            .bind(false)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let problems = match last {
+                Some(last) => {
+                    let (count, first_at): (i64, i64) = sqlx::query_as(
+                        "SELECT CAST(SUM(count) AS SIGNED), MIN(at) FROM alarm_events \
+                         WHERE rule_id = ? AND folding AND NOT resolved",
+                    )
+                    .bind(rule_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    Some(Problems {
+                        count,
+                        first_at,
+                        last,
+                    })
+                }
+                None => None,
+            };
+            let after = problems.as_ref().map_or(i64::MIN, |p| p.last.id);
+            let resolve: Option<AlarmEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{EVENT} AND id > ? ORDER BY id LIMIT 1"
+            )))
+            .bind(rule_id)
+            .bind(true)
+            .bind(after)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let folded = fold(&rule, &Pending { problems, resolve });
+            if !folded.consumed {
                 tx.rollback().await?;
                 return Ok(Vec::new());
-            };
+            }
             let channels: Vec<String> = parse_json(&rule.channels)?;
             let mut made = Vec::with_capacity(folded.alarms.len());
             for a in folded.alarms {
@@ -397,9 +487,8 @@ impl Store {
                     ..a
                 });
             }
-            sqlx::query("DELETE FROM alarm_events WHERE rule_id = ? AND id <= ?")
+            sqlx::query("DELETE FROM alarm_events WHERE rule_id = ? AND folding")
                 .bind(rule_id)
-                .bind(through)
                 .execute(&mut *tx)
                 .await?;
             sqlx::query("UPDATE alarm_rules SET open_since = ?, last_sent_at = ? WHERE id = ?")

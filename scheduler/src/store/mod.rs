@@ -246,7 +246,10 @@ mod runs;
 mod secrets;
 mod tasks;
 
-pub use alarms::{AlarmChannelRow, AlarmDelivery, AlarmEvent, AlarmRow, AlarmRuleRow, Folded};
+pub use alarms::{
+    AlarmChannelRow, AlarmDelivery, AlarmEvent, AlarmRow, AlarmRuleRow, Folded, Pending, Problems,
+    WaitingEvents,
+};
 use migrate::is_retryable;
 pub use queue::{HeldLease, Leased, QueueFacts};
 use rows::*;
