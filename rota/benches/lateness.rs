@@ -138,6 +138,21 @@ async fn bench() {
         }
     }
     println!("fires over 100 ms late, per second of the run: {late_by_second:?}");
+    // Fires the node held because its heartbeat had not confirmed its lease in time.
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let held = metrics
+        .lines()
+        .find(|l| l.starts_with("rota_fires_held_total"))
+        .unwrap_or("rota_fires_held_total 0");
+    println!("{held}");
     let dup = received.len() as u64 - total;
     println!("duplicates sent: {dup}");
     if dead_alarm {
