@@ -459,3 +459,88 @@ async fn a_pull_backlog_older_than_the_threshold_alarms_and_clears_once_pulled()
         assert!(metrics.contains(line), "no `{line}` in /metrics");
     }
 }
+
+#[tokio::test]
+async fn a_lost_executor_and_fires_waiting_for_one_alarm_and_clear_when_one_is_back() {
+    let (hook, url) = Hook::start().await;
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |c| c.executor_dead_after_ms = 1_500).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(json!({"name": "nightly", "app": "default", "plugin": "noop", "schedule": {"kind": "none"}})),
+    )
+    .await;
+    api.ok(
+        "POST",
+        "/api/v1/alarm-channels",
+        Some(json!({"name": "ops", "kind": "webhook", "url": url, "app": "default"})),
+    )
+    .await;
+    for on in ["executor_lost", "no_executor"] {
+        api.ok(
+            "POST",
+            "/api/v1/alarm-rules",
+            Some(json!({"name": on, "app": "default", "on": on, "channels": ["ops"]})),
+        )
+        .await;
+    }
+    let unsigned = |hook: &Hook| -> Vec<Value> {
+        hook.got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, body)| serde_json::from_str(body).unwrap())
+            .collect()
+    };
+    let wait_for = |on: &'static str, resolved: bool| {
+        let hook = hook.clone();
+        async move {
+            eventually(
+                Duration::from_secs(30),
+                &format!("{on} (resolved: {resolved})"),
+                || {
+                    let got = unsigned(&hook);
+                    async move {
+                        got.into_iter()
+                            .find(|a| a["on"] == on && a["resolved"] == resolved)
+                    }
+                },
+            )
+            .await
+        }
+    };
+
+    let first = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    first.register().await;
+    first.kill();
+    let lost = wait_for("executor_lost", false).await;
+    assert!(
+        lost["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped heartbeating"),
+        "{lost}"
+    );
+
+    // A fire now has no executor to go to: it waits, and the watcher says so.
+    let ids = api.add_tasks(vec![json!({"job": "nightly"})]).await;
+    let waiting = wait_for("no_executor", false).await;
+    assert!(
+        waiting["message"]
+            .as_str()
+            .unwrap()
+            .contains("wait for an executor"),
+        "{waiting}"
+    );
+
+    // An executor comes back: both conditions clear, and the fire runs.
+    let second = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    second.register().await;
+    task_reaches(api, ids[0], "succeeded").await;
+    wait_for("executor_lost", true).await;
+    wait_for("no_executor", true).await;
+    server.stop().await;
+}

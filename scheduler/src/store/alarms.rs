@@ -383,35 +383,66 @@ impl Store {
         fold: &(dyn Fn(&AlarmRuleRow, &Pending) -> Folded + Sync),
     ) -> Result<Vec<AlarmRow>> {
         let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
-        const EVENT: &str = "SELECT id, rule_id, resolved, count, job_id, task_id, run_id, attempt, message, at \
-             FROM alarm_events WHERE rule_id = ? AND folding AND resolved = ?";
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            let rule: Option<AlarmRuleRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let mut tx = self.begin().await?;
+        let rule: Option<AlarmRuleRow> = on_tx!(&mut tx, |tx, Db| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {RULE_COLUMNS} FROM alarm_rules WHERE id = ?{lock}"
             )))
             .bind(rule_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some(rule) = rule else {
-                // The rule is gone: so are its events.
+            .fetch_optional(&mut **tx)
+            .await?
+        });
+        let Some(rule) = rule else {
+            // The rule is gone: so are its events.
+            on_tx!(&mut tx, |tx, Db| {
                 sqlx::query("DELETE FROM alarm_events WHERE rule_id = ?")
                     .bind(rule_id)
-                    .execute(&mut *tx)
+                    .execute(&mut **tx)
                     .await?;
-                tx.commit().await?;
-                return Ok(Vec::new());
-            };
+            });
+            tx.commit().await?;
+            return Ok(Vec::new());
+        };
+        let pending = self.take_events(&mut tx, rule_id).await?;
+        let folded = fold(&rule, &pending);
+        if !folded.consumed {
+            // Dropped uncommitted: the marks are undone, the events wait.
+            return Ok(Vec::new());
+        }
+        let made = self
+            .write_alarms(&mut tx, &rule, folded.alarms, now)
+            .await?;
+        on_tx!(&mut tx, |tx, Db| {
+            sqlx::query("DELETE FROM alarm_events WHERE rule_id = ? AND folding")
+                .bind(rule_id)
+                .execute(&mut **tx)
+                .await?;
+            sqlx::query("UPDATE alarm_rules SET open_since = ?, last_sent_at = ? WHERE id = ?")
+                .bind(folded.open_since)
+                .bind(folded.last_sent_at)
+                .bind(rule_id)
+                .execute(&mut **tx)
+                .await?;
+        });
+        tx.commit().await?;
+        Ok(made)
+    }
+
+    /// Marks rule `rule_id`'s waiting events as this transaction's fold and sums them.
+    async fn take_events(&self, tx: &mut Tx, rule_id: i64) -> Result<Pending> {
+        const EVENT: &str = "SELECT id, rule_id, resolved, count, job_id, task_id, run_id, attempt, message, at \
+             FROM alarm_events WHERE rule_id = ? AND folding AND resolved = ?";
+        on_tx!(tx, |tx, Db| {
             sqlx::query("UPDATE alarm_events SET folding = TRUE WHERE rule_id = ? AND NOT folding")
                 .bind(rule_id)
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await?;
             let last: Option<AlarmEvent> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "{EVENT} ORDER BY id DESC LIMIT 1"
             )))
             .bind(rule_id)
             .bind(false)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut **tx)
             .await?;
             let problems = match last {
                 Some(last) => {
@@ -420,7 +451,7 @@ impl Store {
                          WHERE rule_id = ? AND folding AND NOT resolved",
                     )
                     .bind(rule_id)
-                    .fetch_one(&mut *tx)
+                    .fetch_one(&mut **tx)
                     .await?;
                     Some(Problems {
                         count,
@@ -437,16 +468,24 @@ impl Store {
             .bind(rule_id)
             .bind(true)
             .bind(after)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut **tx)
             .await?;
-            let folded = fold(&rule, &Pending { problems, resolve });
-            if !folded.consumed {
-                tx.rollback().await?;
-                return Ok(Vec::new());
-            }
-            let channels: Vec<String> = parse_json(&rule.channels)?;
-            let mut made = Vec::with_capacity(folded.alarms.len());
-            for a in folded.alarms {
+            Ok(Pending { problems, resolve })
+        })
+    }
+
+    /// Writes `alarms` of `rule`, each with a pending send per channel of the rule.
+    async fn write_alarms(
+        &self,
+        tx: &mut Tx,
+        rule: &AlarmRuleRow,
+        alarms: Vec<AlarmRow>,
+        now: Millis,
+    ) -> Result<Vec<AlarmRow>> {
+        let channels: Vec<String> = parse_json(&rule.channels)?;
+        let mut made = Vec::with_capacity(alarms.len());
+        for a in alarms {
+            let id = on_tx!(tx, |tx, Db| {
                 let id = sqlx::query(
                     "INSERT INTO alarms (rule_id, rule, on_event, app, job_id, task_id, run_id, attempt, message, \
                      count, resolved, first_at, last_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -465,7 +504,7 @@ impl Store {
                 .bind(a.first_at)
                 .bind(a.last_at)
                 .bind(now)
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await?
                 .insert_id();
                 if !channels.is_empty() {
@@ -479,27 +518,17 @@ impl Store {
                             .push_bind(0_i32)
                             .push_bind(now);
                     });
-                    qb.build().execute(&mut *tx).await?;
+                    qb.build().execute(&mut **tx).await?;
                 }
-                made.push(AlarmRow {
-                    id,
-                    created_at: now,
-                    ..a
-                });
-            }
-            sqlx::query("DELETE FROM alarm_events WHERE rule_id = ? AND folding")
-                .bind(rule_id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("UPDATE alarm_rules SET open_since = ?, last_sent_at = ? WHERE id = ?")
-                .bind(folded.open_since)
-                .bind(folded.last_sent_at)
-                .bind(rule_id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(made)
-        })
+                id
+            });
+            made.push(AlarmRow {
+                id,
+                created_at: now,
+                ..a
+            });
+        }
+        Ok(made)
     }
 
     /// Claims up to `limit` sends that are due, each until `claim_until` (a send claimed by
