@@ -153,6 +153,13 @@ async fn bench() {
         .find(|l| l.starts_with("rota_fires_held_total"))
         .unwrap_or("rota_fires_held_total 0");
     println!("{held}");
+    // The heartbeat's round trip: the lease to fire lapses when it stays over 1 s.
+    for line in metrics.lines().filter(|l| {
+        l.starts_with("rota_heartbeat_seconds{quantile=\"0.99\"}")
+            || l.starts_with("rota_heartbeat_seconds{quantile=\"1\"}")
+    }) {
+        println!("{line}");
+    }
     let dup = received.len() as u64 - total;
     println!("duplicates sent: {dup}");
     if dead_alarm {

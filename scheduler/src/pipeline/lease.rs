@@ -142,7 +142,18 @@ async fn heartbeat_loop(cluster: Arc<Cluster>, fenced: Arc<Notify>, stopped: imp
         }
         // The lease counts from before the write: the database saw it no earlier.
         let sent = cluster.clock.now_ms();
-        match beat.heartbeat_node(cluster.lease.get(), sent).await {
+        let started = std::time::Instant::now();
+        let outcome = beat.heartbeat_node(cluster.lease.get(), sent).await;
+        let took = started.elapsed();
+        metrics::histogram!("rota_heartbeat_seconds").record(took.as_secs_f64());
+        if took.as_millis() as i64 > dead_after / 4 {
+            // Slower than this and the lease to fire may lapse before the next beat lands.
+            tracing::warn!(
+                took_ms = took.as_millis() as u64,
+                "a node heartbeat was slow"
+            );
+        }
+        match outcome {
             Ok(true) => {
                 cluster.fire_lease.confirmed(sent);
             }
