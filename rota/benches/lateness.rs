@@ -153,13 +153,20 @@ async fn bench() {
         .find(|l| l.starts_with("rota_fires_held_total"))
         .unwrap_or("rota_fires_held_total 0");
     println!("{held}");
-    // The heartbeat's round trip: the lease to fire lapses when it stays over 1 s.
-    for line in metrics.lines().filter(|l| {
-        l.starts_with("rota_heartbeat_seconds{quantile=\"0.99\"}")
-            || l.starts_with("rota_heartbeat_seconds{quantile=\"1\"}")
-    }) {
-        println!("{line}");
-    }
+    // The heartbeat's round trip: the lease to fire lapses when beats stay over 1 s.
+    let bucket = |le: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("rota_heartbeat_seconds_bucket{{le=\"{le}\"}}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let beats = bucket("+Inf");
+    println!(
+        "heartbeats: {beats}, over 0.25 s: {}, over 1 s: {}",
+        beats - bucket("0.25"),
+        beats - bucket("1")
+    );
     let dup = received.len() as u64 - total;
     println!("duplicates sent: {dup}");
     if dead_alarm {

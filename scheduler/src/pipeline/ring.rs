@@ -7,6 +7,7 @@
 //! not here; a cancelled task is never handed out.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -34,6 +35,9 @@ pub struct Ring {
 struct RingInner {
     state: Mutex<State>,
     wake: Condvar,
+    /// `state.stopping`, readable without the lock: the heartbeat asks every beat, and
+    /// must never queue behind the wheel's work (its lease to fire would lapse).
+    stopped: AtomicBool,
 }
 
 /// Which of two copies of a task is current: a later lease epoch (after a rejoin, the old
@@ -88,6 +92,7 @@ impl Ring {
                     stopping: false,
                 }),
                 wake: Condvar::new(),
+                stopped: AtomicBool::new(false),
             }),
         }
     }
@@ -140,9 +145,9 @@ impl Ring {
         n
     }
 
-    /// Has the ring stopped (shutdown, or fenced)?
+    /// Has the ring stopped (shutdown, or fenced)? Lock-free.
     pub fn is_stopped(&self) -> bool {
-        self.lock().stopping
+        self.inner.stopped.load(Ordering::SeqCst)
     }
 
     /// Tasks in the wheel (not counting those being fired).
@@ -240,6 +245,7 @@ impl Ring {
     pub fn stop(&self) -> Vec<DueTask> {
         let mut st = self.lock();
         st.stopping = true;
+        self.inner.stopped.store(true, Ordering::SeqCst);
         let mut out = Vec::new();
         st.wheel.advance(Millis::MAX, &mut out);
         st.index.clear();
