@@ -70,9 +70,17 @@ impl On {
         matches!(self, On::Lateness | On::Backlog)
     }
 
-    /// Whether it is about one job's runs or tasks (else about the app, or the cluster).
-    pub fn per_job(self) -> bool {
-        !matches!(self, On::ExecutorLost | On::NodeTakenOver | On::NoExecutor)
+    /// Whether a rule on it may watch one job (else it is about the app, or the cluster).
+    pub fn takes_job(self) -> bool {
+        !matches!(self, On::ExecutorLost | On::NodeTakenOver)
+    }
+
+    /// Whether completion raises it, from the run updates and ended attempts of a batch.
+    pub fn at_completion(self) -> bool {
+        matches!(
+            self,
+            On::RunFailed | On::TaskDead | On::RunTimeout | On::Lateness
+        )
     }
 }
 

@@ -91,10 +91,7 @@ pub(crate) async fn apply_with(
     let now = now_ms();
     let mut rng = StdRng::from_os_rng();
     let rules = completion.cluster.alarm_rules.snapshot();
-    let apps = if rules
-        .iter()
-        .any(|r| r.enabled && r.on.per_job() && r.on != On::Backlog)
-    {
+    let apps = if rules.iter().any(|r| r.enabled && r.on.at_completion()) {
         job_apps(completion, updates).await
     } else {
         HashMap::new()

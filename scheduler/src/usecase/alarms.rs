@@ -302,7 +302,7 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
             ));
         }
         None => None,
-        Some(_) if !on.per_job() && on != On::NoExecutor => {
+        Some(_) if !on.takes_job() => {
             return Err(invalid(
                 "job",
                 format!("`{on}` is about the app, not one job: remove `job`"),
@@ -329,7 +329,7 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
         }
     };
     match (f.threshold, on) {
-        (None, On::Lateness | On::Backlog) => {
+        (None, _) if on.needs_threshold() => {
             return Err(invalid(
                 "threshold",
                 format!("a `{on}` rule needs a threshold in ms"),
