@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Builds every example plugin into plugins/target/ and checks each keeps the plugin
-# contract (plugins/check.py):
+# contract (plugins/check.py checks the preview 1 modules; Rota checks components at upload):
 #   target/hello.wasm, target/close-order.wasm   Rust, Debian's /usr/bin/rustc --target wasm32-wasi
 #   target/echo.wasm                             C, clang --target=wasm32-wasi
 #   target/spin.wat                              WAT, copied as is (Rota compiles .wat at upload)
+#   target/hello.component.wasm                  hello made a wasi:cli command component (jco new)
+#   target/echo.component.wasm                   echo, likewise
+#   target/hello-py.wasm, target/close-order-py.wasm   Python handlers (componentize-py)
+#   target/hello-js.wasm, target/close-order-js.wasm   JavaScript handlers (componentize-js)
+# The handlers are components of the rota:plugin/handler world (plugins/wit).
 #
 # Toolchains: plugins/install-toolchains.sh (Debian packages). Overrides:
 #   WASM_RUSTC=...    a rustc with the wasm32 WASI std (default /usr/bin/rustc, NOT the
@@ -15,7 +20,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="$here/target"
-install_hint="run: apt-get install -y clang lld wasi-libc libclang-rt-dev-wasm32 rustc libstd-rust-dev-wasm32 (or plugins/install-toolchains.sh)"
+install_hint="run: plugins/install-toolchains.sh (Debian's clang, rustc and wasm std; componentize-py from PyPI; componentize-js and jco from npm)"
 
 die() {
     echo "build.sh: $*" >&2
@@ -60,6 +65,12 @@ echo 'int main(void) { return 0; }' >"$probe/probe.c"
     die "$cc cannot build for wasm32-wasi (needs lld, wasi-libc and libclang-rt-dev-wasm32); $install_hint"
 }
 
+py="$here/.venv/bin/componentize-py"
+cjs="$here/node_modules/.bin/componentize-js"
+jco="$here/node_modules/.bin/jco"
+[ -x "$py" ] || die "no componentize-py in plugins/.venv; $install_hint"
+[ -x "$cjs" ] && [ -x "$jco" ] || die "no componentize-js or jco in plugins/node_modules; $install_hint"
+
 # --- the examples ---------------------------------------------------------------------
 build_rust() { # name: examples/<name>/main.rs -> target/<name>.wasm
     echo "rust  examples/$1 -> target/$1.wasm"
@@ -75,10 +86,31 @@ copy_wat() { # name: examples/<name>/<name>.wat -> target/<name>.wat
     cp "$here/examples/$1/$1.wat" "$out/$1.wat"
 }
 
+command_component() { # name: target/<name>.wasm -> target/<name>.component.wasm
+    echo "jco   target/$1.wasm -> target/$1.component.wasm"
+    "$jco" new "$out/$1.wasm" --wasi-command -o "$out/$1.component.wasm" >/dev/null
+}
+build_py() { # name: examples/<name>/app.py -> target/<name>.wasm
+    echo "py    examples/$1 -> target/$1.wasm"
+    "$py" -d "$here/wit" -w handler componentize -p "$here/sdk/python" -p "$here/examples/$1" \
+        app -o "$out/$1.wasm" >/dev/null
+}
+build_js() { # name, file: examples/<name>/<file> -> target/<name>.wasm
+    echo "js    examples/$1 -> target/$1.wasm"
+    # componentize-js reads the WIT through a WASI sandbox: relative paths, from here.
+    (cd "$here" && "$cjs" --wit wit --world-name handler -o "$out/$1.wasm" "examples/$1/$2" >/dev/null)
+}
+
 build_rust hello
 build_rust close-order
 build_c echo
 copy_wat spin
+command_component hello
+command_component echo
+build_py hello-py
+build_py close-order-py
+build_js hello-js hello.js
+build_js close-order-js close-order.js
 
 # --- check the plugin contract ----------------------------------------------------------
 if command -v python3 >/dev/null 2>&1; then

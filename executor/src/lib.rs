@@ -43,4 +43,5 @@ mod server;
 mod shell;
 mod workers;
 
-pub use module::{PluginError, ValidPlugin, validate_plugin};
+pub use module::{PluginError, PluginKind, ValidPlugin, validate_plugin};
+pub use runtime::component::World;

@@ -1,17 +1,17 @@
-//! Plugin validation: is this upload a module Rota can run?
+//! Plugin validation: is this upload a plugin Rota can run?
 //!
 //! [`validate_plugin`] is the one gate every plugin passes (the scheduler calls it on
 //! upload, so a bad module is a 422 naming the problem rather than a failed run hours
 //! later). It turns `.wat` text into the binary module that is stored and hashed, then
-//! checks the plugin contract of `SPEC.md` §5:
+//! checks the plugin contract of `SPEC.md` §5. A component (the header's layer is 1) is
+//! checked by [`validate_component`]; a core module must be:
 //!
-//! 1. a core module, not a component;
-//! 2. valid: it compiles with the process's [`Engine`] (a full validation, and the same
+//! 1. valid: it compiles with the process's [`Engine`] (a full validation, and the same
 //!    compiler settings the executors use);
-//! 3. imports only functions: WASI preview 1 functions with the signatures wasmtime-wasi's
+//! 2. imports only functions: WASI preview 1 functions with the signatures wasmtime-wasi's
 //!    p1 linker gives them, and Rota's own optional `rota` functions
 //!    ([`crate::runtime::host`]) with theirs; any other import is named in the error;
-//! 4. exports `_start: () -> ()` (a WASI *command*), and a `memory` when it imports any
+//! 3. exports `_start: () -> ()` (a WASI *command*), and a `memory` when it imports any
 //!    function (every WASI or `rota` call traps without one).
 //!
 //! Compiling is CPU-heavy (milliseconds to seconds for a large module): callers on an
@@ -20,9 +20,12 @@
 use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
 use wasmtime::{Engine, Extern, ExternType, FuncType, Linker, Module, Store, ValType};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
+
+use crate::runtime::component::{self, World};
 
 /// The only import module a plugin may use.
 pub const WASI_P1_MODULE: &str = "wasi_snapshot_preview1";
@@ -47,6 +50,16 @@ pub struct ValidPlugin {
     pub wasm: Vec<u8>,
     /// Lower-case hex SHA-256 of [`ValidPlugin::wasm`]: the plugin's identity.
     pub sha256: String,
+    pub kind: PluginKind,
+}
+
+/// What kind of plugin an upload is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginKind {
+    /// A WASI preview 1 command module.
+    Module,
+    /// A component written for `world`, importing `imports` (their full names).
+    Component { world: World, imports: Vec<String> },
 }
 
 /// Why an upload is not a plugin Rota can run. Every message names the problem and, where
@@ -60,9 +73,17 @@ pub enum PluginError {
     )]
     NotWasm { reason: String },
     #[error(
-        "plugin is a WebAssembly component; Rota runs WASI preview 1 core modules: build for `wasm32-wasip1`, not `wasm32-wasip2`"
+        "plugin is a component that imports `{name}`, which Rota does not provide; components may import WASI 0.2's `wasi:cli`, `wasi:clocks`, `wasi:filesystem`, `wasi:io`, `wasi:random` and `wasi:sockets` interfaces, `wasi:http/outgoing-handler` and `wasi:http/types` (0.2), and `rota:plugin` (0.1: `plugins/wit`)"
     )]
-    Component,
+    ComponentImport { name: String },
+    #[error(
+        "plugin is a component that exports neither `run` (the `rota:plugin/handler` world in `plugins/wit`) nor `wasi:cli/run` (a command): build it for one of the two"
+    )]
+    ComponentWorld,
+    #[error(
+        "plugin is a component whose imports or exports do not match what Rota provides: {reason}"
+    )]
+    ComponentLink { reason: String },
     #[error("plugin is not a valid WebAssembly module: {reason}")]
     Invalid { reason: String },
     #[error(
@@ -122,7 +143,13 @@ pub fn validate_plugin(engine: &Engine, bytes: &[u8]) -> Result<ValidPlugin, Plu
     }
     let wasm = to_binary(bytes)?;
     if wasm.get(6..8) == Some(&COMPONENT_LAYER[..]) {
-        return Err(PluginError::Component);
+        let kind = validate_component(engine, &wasm)?;
+        let sha256 = hex::encode(Sha256::digest(&wasm));
+        return Ok(ValidPlugin {
+            wasm: wasm.into_owned(),
+            sha256,
+            kind,
+        });
     }
     let module = Module::new(engine, &wasm).map_err(|e| PluginError::Invalid {
         reason: bounded(&format!("{e:#}"), REASON_MAX),
@@ -133,7 +160,27 @@ pub fn validate_plugin(engine: &Engine, bytes: &[u8]) -> Result<ValidPlugin, Plu
     Ok(ValidPlugin {
         wasm: wasm.into_owned(),
         sha256,
+        kind: PluginKind::Module,
     })
+}
+
+/// Checks a component: it compiles, imports only what Rota provides (by name, then by
+/// type against the linker the executors use), and is written for one of the two worlds.
+fn validate_component(engine: &Engine, wasm: &[u8]) -> Result<PluginKind, PluginError> {
+    let component = Component::new(engine, wasm).map_err(|e| PluginError::Invalid {
+        reason: bounded(&format!("{e:#}"), REASON_MAX),
+    })?;
+    let imports = component::imports_of(engine, &component);
+    if let Some(name) = imports.iter().find(|name| !component::is_provided(name)) {
+        return Err(PluginError::ComponentImport {
+            name: bounded(name, NAME_MAX),
+        });
+    }
+    let world = component::world_of(engine, &component).ok_or(PluginError::ComponentWorld)?;
+    component::check_links(engine, &component, world).map_err(|e| PluginError::ComponentLink {
+        reason: bounded(&format!("{e:#}"), REASON_MAX),
+    })?;
+    Ok(PluginKind::Component { world, imports })
 }
 
 /// The binary module: `bytes` itself if it has the wasm magic, else `bytes` parsed as wat.
@@ -568,10 +615,28 @@ mod tests {
     }
 
     #[test]
-    fn component_is_refused() {
-        assert_eq!(validate("(component)"), Err(PluginError::Component));
+    fn a_component_without_a_world_is_refused() {
+        assert_eq!(validate("(component)"), Err(PluginError::ComponentWorld));
         let binary = wat::parse_str("(component)").unwrap();
-        assert_eq!(validate(&binary), Err(PluginError::Component));
+        assert_eq!(validate(&binary), Err(PluginError::ComponentWorld));
+    }
+
+    #[test]
+    fn a_component_importing_what_rota_lacks_is_refused_by_name() {
+        let wat = r#"(component
+            (import "wasi:keyvalue/store@0.2.0-draft" (instance))
+        )"#;
+        let err = validate(wat).unwrap_err();
+        assert_eq!(
+            err,
+            PluginError::ComponentImport {
+                name: "wasi:keyvalue/store@0.2.0-draft".into()
+            }
+        );
+        assert!(
+            err.to_string()
+                .contains("`wasi:keyvalue/store@0.2.0-draft`")
+        );
     }
 
     #[test]

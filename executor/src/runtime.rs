@@ -46,39 +46,36 @@
 //! [`Runtime::run`] blocks its thread: call it from `spawn_blocking` or a plain thread,
 //! never from an async task.
 
+pub mod component;
+mod gate;
 pub mod host;
 mod precompiled;
+mod run;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::fs;
-use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
 use rota_proto::ReportStatus;
 use sha2::{Digest, Sha256};
-use tokio_util::sync::CancellationToken;
+use wasmtime::component::Component;
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
-    PoolingAllocationConfig, ResourceLimiter, Store, Trap, UpdateDeadline,
+    PoolingAllocationConfig,
 };
-use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p1::{self, WasiP1Ctx};
-use wasmtime_wasi::p2::pipe::MemoryInputPipe;
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
-use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
+use wasmtime_wasi::p1;
+use wasmtime_wasi::p2::bindings::CommandPre;
 
-use crate::logs::{RunLog, Stream};
-use crate::shell;
+use component::{ComponentCtx, HandlerPre, World};
+use precompiled::Artifact;
+use run::Ctx;
 
 /// How often the epoch advances; the granularity of timeouts and kills.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -90,6 +87,10 @@ pub const DEFAULT_MEMORY_CAP_MB: u32 = 1024;
 pub const MAX_MEMORY_CAP_MB: u32 = 4096;
 /// Default number of runs alive at once (pool slots).
 pub const DEFAULT_MAX_INSTANCES: u32 = 128;
+/// Core instances, memories and tables one component may have (pool limits).
+const CORE_INSTANCES_PER_COMPONENT: u32 = 64;
+const MEMORIES_PER_COMPONENT: u32 = 16;
+const TABLES_PER_COMPONENT: u32 = 32;
 /// Default number of compiled plugins kept in memory.
 pub const DEFAULT_MAX_CACHED_MODULES: usize = 256;
 
@@ -145,7 +146,7 @@ pub enum RuntimeError {
     HashMismatch { expected: String, actual: String },
     #[error("plugin {sha256} cannot be compiled: {reason}")]
     Compile { sha256: String, reason: String },
-    #[error("plugin {sha256} cannot be linked against WASI preview 1: {reason}")]
+    #[error("plugin {sha256} cannot be linked against what Rota provides: {reason}")]
     Link { sha256: String, reason: String },
 }
 
@@ -153,12 +154,32 @@ pub enum RuntimeError {
 #[derive(Clone)]
 pub struct Plugin {
     sha256: Arc<str>,
-    pre: InstancePre<Ctx>,
+    pre: Pre,
+}
+
+/// A plugin's imports resolved against the linker of its kind, ready to instantiate.
+#[derive(Clone)]
+enum Pre {
+    /// A WASI preview 1 command module.
+    Module(InstancePre<Ctx>),
+    /// A `wasi:cli/run` command component.
+    Command(CommandPre<ComponentCtx>),
+    /// A `rota:plugin/handler` component.
+    Handler(HandlerPre<ComponentCtx>),
 }
 
 impl Plugin {
     pub fn sha256(&self) -> &str {
         &self.sha256
+    }
+
+    /// The component world it is written for; `None` for a preview 1 module.
+    pub fn world(&self) -> Option<World> {
+        match self.pre {
+            Pre::Module(_) => None,
+            Pre::Command(_) => Some(World::Command),
+            Pre::Handler(_) => Some(World::Handler),
+        }
     }
 }
 
@@ -285,6 +306,8 @@ pub struct Runtime {
 struct Inner {
     engine: Engine,
     linker: Linker<Ctx>,
+    /// What components are linked against (`component::linker`).
+    components: wasmtime::component::Linker<ComponentCtx>,
     /// The plugins' HTTP client (the `rota` import `http_request`), shared by every run.
     http: reqwest::Client,
     /// The runtime the process was started on, if any: the imports' network calls run
@@ -321,9 +344,17 @@ impl Runtime {
         let memory_cap_mb = config.memory_cap_mb.clamp(1, MAX_MEMORY_CAP_MB);
         let slots = config.max_instances.max(1);
         let mut pool = PoolingAllocationConfig::default();
-        pool.total_core_instances(slots)
-            .total_memories(slots)
-            .total_tables(slots)
+        // A run is one module instance, or one component of up to
+        // `CORE_INSTANCES_PER_COMPONENT` core instances (componentize-py's have ~14): the
+        // pool has room for every slot to be a module run, and for a share of them to be
+        // components.
+        pool.total_component_instances(slots)
+            .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+            .max_memories_per_component(MEMORIES_PER_COMPONENT)
+            .max_tables_per_component(TABLES_PER_COMPONENT)
+            .total_core_instances(slots * 4)
+            .total_memories(slots * 2)
+            .total_tables(slots * 2)
             .total_stacks(slots)
             .max_memory_size((memory_cap_mb as usize) << 20)
             .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY)
@@ -343,6 +374,8 @@ impl Runtime {
         p1::add_to_linker_async(&mut linker, |cx: &mut Ctx| &mut cx.wasi)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         host::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        let components =
+            component::linker(&engine).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         // Redirects are followed by `host` itself, each checked against the allow-list.
         let http = config
             .tls
@@ -376,6 +409,7 @@ impl Runtime {
             inner: Arc::new(Inner {
                 engine,
                 linker,
+                components,
                 http,
                 io: tokio::runtime::Handle::try_current().ok(),
                 memory_cap_mb,
@@ -433,9 +467,9 @@ impl Runtime {
             return Ok(None);
         }
         match precompiled::load(&self.inner.engine, key, sha256, &path) {
-            Ok(module) => {
+            Ok(artifact) => {
                 self.inner.disk_loads.fetch_add(1, Ordering::Relaxed);
-                self.insert(sha256, &module).map(Some)
+                self.insert(sha256, &artifact).map(Some)
             }
             Err(e) => {
                 // A damaged or foreign file (its seal does not verify), or another
@@ -461,14 +495,19 @@ impl Runtime {
         if let Some(plugin) = self.load_cached(sha256)? {
             return Ok(plugin);
         }
-        let module = Module::new(&self.inner.engine, wasm).map_err(|e| RuntimeError::Compile {
+        let compiled = if is_component(wasm) {
+            Component::new(&self.inner.engine, wasm).map(Artifact::Component)
+        } else {
+            Module::new(&self.inner.engine, wasm).map(Artifact::Module)
+        };
+        let artifact = compiled.map_err(|e| RuntimeError::Compile {
             sha256: sha256.to_owned(),
             reason: bounded(&format!("{e:#}"), MESSAGE_MAX),
         })?;
         self.inner.compilations.fetch_add(1, Ordering::Relaxed);
-        let plugin = self.insert(sha256, &module)?;
+        let plugin = self.insert(sha256, &artifact)?;
         if let Some((path, key)) = self.cache_path(sha256)
-            && let Err(e) = precompiled::store(&module, key, sha256, &path)
+            && let Err(e) = precompiled::store(&artifact, key, sha256, &path)
         {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the module cache; the plugin will be compiled again after a restart");
         }
@@ -481,15 +520,32 @@ impl Runtime {
         is_hash.then(|| (dir.join(format!("{sha256}.cwasm")), key))
     }
 
-    fn insert(&self, sha256: &str, module: &Module) -> Result<Plugin, RuntimeError> {
-        let pre = self
-            .inner
-            .linker
-            .instantiate_pre(module)
-            .map_err(|e| RuntimeError::Link {
-                sha256: sha256.to_owned(),
-                reason: bounded(&format!("{e:#}"), MESSAGE_MAX),
-            })?;
+    fn insert(&self, sha256: &str, artifact: &Artifact) -> Result<Plugin, RuntimeError> {
+        let link = |e: wasmtime::Error| RuntimeError::Link {
+            sha256: sha256.to_owned(),
+            reason: bounded(&format!("{e:#}"), MESSAGE_MAX),
+        };
+        let pre = match artifact {
+            Artifact::Module(module) => {
+                Pre::Module(self.inner.linker.instantiate_pre(module).map_err(link)?)
+            }
+            Artifact::Component(component) => {
+                let pre = self
+                    .inner
+                    .components
+                    .instantiate_pre(component)
+                    .map_err(link)?;
+                match component::world_of(&self.inner.engine, component) {
+                    Some(World::Handler) => Pre::Handler(HandlerPre::new(pre).map_err(link)?),
+                    Some(World::Command) => Pre::Command(CommandPre::new(pre).map_err(link)?),
+                    None => {
+                        return Err(link(wasmtime::format_err!(
+                            "it exports neither `run` (the rota:plugin handler world) nor `wasi:cli/run`"
+                        )));
+                    }
+                }
+            }
+        };
         let plugin = Plugin {
             sha256: Arc::from(sha256),
             pre,
@@ -510,305 +566,6 @@ impl Runtime {
         }
         Ok(plugin)
     }
-
-    /// Runs `plugin` once in a fresh sandbox, writing its output to `log`, until it exits,
-    /// fails, times out or `kill` is cancelled. Blocks the calling thread (see the module
-    /// docs); never panics on anything the guest does.
-    pub fn run(
-        &self,
-        plugin: &Plugin,
-        invocation: &Invocation<'_>,
-        log: &RunLog,
-        kill: &CancellationToken,
-    ) -> RunOutcome {
-        let outcome = self.run_inner(plugin, invocation, log, kill);
-        if let (RunStatus::Failed | RunStatus::Timeout | RunStatus::Killed, Some(message)) =
-            (outcome.status, &outcome.message)
-        {
-            log.note(message);
-        }
-        log.finish();
-        outcome
-    }
-
-    fn run_inner(
-        &self,
-        plugin: &Plugin,
-        invocation: &Invocation<'_>,
-        log: &RunLog,
-        kill: &CancellationToken,
-    ) -> RunOutcome {
-        let memory_mb = match invocation.memory_mb {
-            0 => DEFAULT_MEMORY_MB,
-            mb => mb,
-        }
-        .min(self.inner.memory_cap_mb);
-        let mut argv = vec![invocation.plugin_name.to_owned()];
-        match shell::split(invocation.params.unwrap_or_default()) {
-            Ok(words) => argv.extend(words),
-            Err(e) => {
-                let message = format!("cannot split the job's params into arguments: {e}");
-                return RunOutcome::new(RunStatus::Failed, None, Some(message));
-            }
-        }
-
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdin(MemoryInputPipe::new(Bytes::copy_from_slice(
-            invocation.input,
-        )))
-        .stdout(LogOutput::new(log, Stream::Stdout))
-        .stderr(LogOutput::new(log, Stream::Stderr))
-        .args(&argv)
-        .envs(&invocation.env.vars(invocation.params));
-        let started = Instant::now();
-        // An absurd timeout (`i64::MAX` ms) means "a very long time", not an overflow.
-        let deadline = started
-            .checked_add(invocation.timeout)
-            .unwrap_or_else(|| started + FOREVER);
-        let ctx = Ctx {
-            wasi: wasi.build_p1(),
-            limits: MemoryLimit {
-                max_bytes: (memory_mb as usize) << 20,
-                hit: false,
-            },
-            host: host::Host::new(
-                invocation.host.cloned(),
-                self.inner.http.clone(),
-                self.inner.io.clone(),
-                log.clone(),
-                deadline,
-            ),
-        };
-        let mut store = Store::new(&self.inner.engine, ctx);
-        store.limiter(|cx| &mut cx.limits);
-        let switch = kill.clone();
-        store.epoch_deadline_callback(move |_| {
-            if switch.is_cancelled() {
-                Err(Stop::Killed.into())
-            } else if Instant::now() >= deadline {
-                Err(Stop::Timeout.into())
-            } else {
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
-        store.set_epoch_deadline(1);
-
-        let result = block_on(async {
-            let call = async {
-                let instance = plugin.pre.instantiate_async(&mut store).await?;
-                let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
-                start.call_async(&mut store, ()).await
-            };
-            tokio::select! {
-                biased;
-                _ = kill.cancelled() => Err(Ended::Stopped(Stop::Killed)),
-                _ = tokio::time::sleep_until(deadline.into()) => Err(Ended::Stopped(Stop::Timeout)),
-                result = call => result.map_err(Ended::Error),
-            }
-        });
-        let out_of_memory = store.data().limits.hit;
-        drop(store);
-
-        let timeout_ms = invocation.timeout.as_millis();
-        let stopped = |stop: Stop| match stop {
-            Stop::Killed => RunOutcome::new(RunStatus::Killed, None, Some("killed".into())),
-            Stop::Timeout => RunOutcome::new(
-                RunStatus::Timeout,
-                None,
-                Some(format!("timed out after {timeout_ms} ms")),
-            ),
-        };
-        let error = match result {
-            Ok(Ok(())) => return RunOutcome::new(RunStatus::Succeeded, Some(0), None),
-            Ok(Err(Ended::Stopped(stop))) => return stopped(stop),
-            Ok(Err(Ended::Error(error))) => error,
-            Err(message) => return RunOutcome::new(RunStatus::Failed, None, Some(message)),
-        };
-        if let Some(&stop) = error.downcast_ref::<Stop>() {
-            return stopped(stop);
-        }
-        if let Some(exit) = error.downcast_ref::<I32Exit>() {
-            return match exit.0 {
-                0 => RunOutcome::new(RunStatus::Succeeded, Some(0), None),
-                code => RunOutcome::new(
-                    RunStatus::Failed,
-                    Some(code),
-                    Some(format!("exited with status {code}")),
-                ),
-            };
-        }
-        if out_of_memory {
-            return RunOutcome::new(
-                RunStatus::Failed,
-                None,
-                Some(format!("out of memory (limit {memory_mb} MiB)")),
-            );
-        }
-        let message = match error.downcast_ref::<Trap>() {
-            Some(trap) => format!("wasm trap: {trap}"),
-            None => bounded(&format!("{error:#}"), MESSAGE_MAX),
-        };
-        // The whole error (with the wasm backtrace) goes to the log; the report keeps the gist.
-        let detail = format!("{error:#}");
-        if detail != message {
-            log.note(&bounded(&detail, 4 * MESSAGE_MAX));
-        }
-        RunOutcome::new(RunStatus::Failed, None, Some(message))
-    }
-}
-
-/// The result of the raced run future: an interruption, or the call's own error.
-enum Ended {
-    Stopped(Stop),
-    Error(wasmtime::Error),
-}
-
-/// Why the executor stopped a run; raised from the epoch callback as the call's error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-enum Stop {
-    #[error("run killed")]
-    Killed,
-    #[error("run timed out")]
-    Timeout,
-}
-
-/// The data of one run's store.
-struct Ctx {
-    wasi: WasiP1Ctx,
-    limits: MemoryLimit,
-    host: host::Host,
-}
-
-/// Caps linear memory growth; remembers that it refused one, to name the failure.
-struct MemoryLimit {
-    max_bytes: usize,
-    hit: bool,
-}
-
-/// Growth past the run's limit (also raised as a trap).
-#[derive(Debug, thiserror::Error)]
-#[error("memory limit of {limit_mib} MiB reached (growing to {desired} bytes)")]
-struct MemoryLimitReached {
-    limit_mib: usize,
-    desired: usize,
-}
-
-impl ResourceLimiter for MemoryLimit {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
-            self.hit = true;
-            return Err(MemoryLimitReached {
-                limit_mib: self.max_bytes >> 20,
-                desired,
-            }
-            .into());
-        }
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        _desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        // Bounded by the pool's per-table element limit.
-        Ok(true)
-    }
-}
-
-/// Guest stdout or stderr, appended to the run's log as lines complete.
-#[derive(Clone)]
-struct LogOutput {
-    log: RunLog,
-    stream: Stream,
-}
-
-impl LogOutput {
-    fn new(log: &RunLog, stream: Stream) -> Self {
-        Self {
-            log: log.clone(),
-            stream,
-        }
-    }
-}
-
-impl IsTerminal for LogOutput {
-    fn is_terminal(&self) -> bool {
-        false
-    }
-}
-
-impl StdoutStream for LogOutput {
-    fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(self.clone())
-    }
-
-    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(self.clone())
-    }
-}
-
-#[wasmtime_wasi::async_trait]
-impl Pollable for LogOutput {
-    async fn ready(&mut self) {}
-}
-
-impl OutputStream for LogOutput {
-    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        self.log.write(self.stream, &bytes);
-        Ok(())
-    }
-
-    fn flush(&mut self) -> StreamResult<()> {
-        Ok(())
-    }
-
-    fn check_write(&mut self) -> StreamResult<usize> {
-        Ok(WRITE_PERMIT)
-    }
-}
-
-impl tokio::io::AsyncWrite for LogOutput {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.log.write(self.stream, buf);
-        Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-thread_local! {
-    /// The executor of runs on threads outside any tokio runtime (benchmarks, the CLI).
-    static LOCAL_RUNTIME: io::Result<tokio::runtime::Runtime> =
-        tokio::runtime::Builder::new_current_thread().enable_all().build();
-}
-
-/// Drives a run future to completion on this (blocking) thread: on the ambient tokio
-/// runtime inside `spawn_blocking`, else on a per-thread current-thread runtime.
-fn block_on<F: Future>(future: F) -> Result<F::Output, String> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => Ok(handle.block_on(future)),
-        Err(_) => LOCAL_RUNTIME.with(|rt| match rt {
-            Ok(rt) => Ok(rt.block_on(future)),
-            Err(e) => Err(format!("executor error: cannot start a run loop: {e}")),
-        }),
-    }
 }
 
 /// Starts the thread that advances the engine's epoch every [`EPOCH_TICK`]. It holds
@@ -828,6 +585,11 @@ fn start_epoch_ticker(engine: &Engine) -> Result<(), RuntimeError> {
         })
         .map(drop)
         .map_err(|e| RuntimeError::Engine(format!("cannot start the epoch thread: {e}")))
+}
+
+/// Whether `wasm` is a component (layer 1 in its header) rather than a core module.
+pub(crate) fn is_component(wasm: &[u8]) -> bool {
+    wasm.get(..4) == Some(b"\0asm") && wasm.get(6..8) == Some(&[1, 0][..])
 }
 
 /// A short stable name for everything that makes compiled code compatible with this

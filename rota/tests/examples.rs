@@ -1,7 +1,10 @@
-//! The example plugins of `plugins/` end to end, in `rota standalone`: the `close-order`
-//! plugin driven by delayed tasks decides per order. The examples need Debian's wasm
-//! toolchains (`plugins/install-toolchains.sh`, `plugins/build.sh`); CI builds them and sets
-//! `ROTA_EXAMPLE_PLUGINS=plugins/target`. Without it this test says so and checks nothing.
+//! The example plugins of `plugins/` end to end, in `rota standalone`: `close-order` in
+//! Rust (a preview 1 module), Python and JavaScript (components of the
+//! `rota:plugin/handler` world) driven by delayed tasks against an order service in the
+//! test; the command components made from `hello` and `echo`. The examples need the
+//! toolchains of `plugins/install-toolchains.sh` (`plugins/build.sh`); CI builds them and
+//! sets `ROTA_EXAMPLE_PLUGINS=plugins/target`. Without it, outside CI, a test says so and
+//! checks nothing (under `CI` it fails).
 
 mod support;
 
@@ -97,14 +100,30 @@ async fn close_order_decides_per_order_from_a_delayed_task() {
     assert_eq!(runs["items"][0]["exit_code"], 1);
 }
 
-/// The example's real use: asked through the `rota` host imports, an order service the
-/// test runs on 127.0.0.1 closes the unpaid order (with the app's secret as its token) and
-/// leaves the paid one; a retry finds the close in the job's key-value state; the same
-/// plugin in a job whose allow-list does not have the service is denied, and its run fails
-/// saying so. The secret appears in no log and no API answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_order_asks_the_order_service_through_the_host_imports() {
-    let Some(module) = example("close-order.wasm") else {
+    close_order_asks_the_order_service("close-order.wasm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_order_in_python_asks_the_order_service_through_wasi_http() {
+    close_order_asks_the_order_service("close-order-py.wasm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_order_in_javascript_asks_the_order_service_through_wasi_http() {
+    close_order_asks_the_order_service("close-order-js.wasm").await;
+}
+
+/// The example's real use, the same for the Rust module (through the `rota` host
+/// imports) and the Python and JavaScript components (through `wasi:http` and the
+/// `rota:plugin` interfaces): an order service the test runs on 127.0.0.1 closes the
+/// unpaid order (with the app's secret as its token) and leaves the paid one; a retry
+/// finds the close in the job's key-value state; the same plugin in a job whose
+/// allow-list does not have the service is denied before any packet, and its run fails
+/// saying so. The secret appears in no log and no API answer.
+async fn close_order_asks_the_order_service(file: &str) {
+    let Some(module) = example(file) else {
         return;
     };
     let service = OrderService::start(&[43]).await;

@@ -225,6 +225,12 @@ pub struct Plugin {
     pub sha256: String,
     pub size: i64,
     pub created_at: Millis,
+    /// `module` (WASI preview 1) or `component`.
+    pub kind: String,
+    /// A component's world: `wasi:cli/command` or `rota:plugin/handler`.
+    pub world: Option<String>,
+    /// A component's imports (full names); empty for a module.
+    pub imports: Vec<String>,
 }
 
 /// A job's settings, as created or replaced through the API (already validated).

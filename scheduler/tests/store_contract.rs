@@ -9,7 +9,7 @@ use rota_scheduler::model::*;
 use rota_scheduler::route::Route;
 use rota_scheduler::schedule::{Misfire, Schedule};
 use rota_scheduler::store::{
-    DueJob, Error, JobFires, PluginUser, RunStat, SecretMeta, Store, TokenUser,
+    DueJob, Error, JobFires, NewPlugin, PluginUser, RunStat, SecretMeta, Store, TokenUser,
 };
 
 /// A store on a fresh database, dropped with the value.
@@ -208,22 +208,88 @@ async fn lease_of(store: &Store) -> NodeLease {
 }
 
 contract!(
+    a_component_bigger_than_one_row_allows_is_kept_in_parts,
+    |store: Store| async move {
+        // 9 MiB + 3 bytes: three parts of at most PART_BYTES, each under MySQL's default
+        // 16 MiB packet; a Python component is 18 MB in one piece.
+        let bytes: Vec<u8> = (0..(9 << 20) + 3).map(|i| (i % 251) as u8).collect();
+        let imports = vec![
+            "wasi:http/outgoing-handler@0.2.12".to_owned(),
+            "rota:plugin/kv@0.1.0".to_owned(),
+        ];
+        let sha = "d".repeat(64);
+        let new = NewPlugin {
+            name: "close-order-py",
+            sha256: &sha,
+            bytes: &bytes,
+            kind: "component",
+            world: Some("rota:plugin/handler"),
+            imports: &imports,
+        };
+        let (p, created) = store.insert_plugin(new, NOW).await.unwrap();
+        assert!(created);
+        assert_eq!(p.size, bytes.len() as i64);
+        // The same bytes under another name are stored once.
+        let (_, created) = store
+            .insert_plugin(
+                NewPlugin {
+                    name: "copy",
+                    ..new
+                },
+                NOW,
+            )
+            .await
+            .unwrap();
+        assert!(created);
+        assert_eq!(store.plugin_module(&sha).await.unwrap(), bytes);
+        let listed = store.latest_plugin("close-order-py").await.unwrap();
+        assert_eq!(listed.kind, "component");
+        assert_eq!(listed.world.as_deref(), Some("rota:plugin/handler"));
+        assert_eq!(listed.imports, imports);
+        let module = store
+            .insert_plugin(NewPlugin::module("hello", &"e".repeat(64), b"\0asm"), NOW)
+            .await
+            .unwrap()
+            .0;
+        assert_eq!((module.kind.as_str(), module.world), ("module", None));
+        assert!(module.imports.is_empty());
+        // Deleting one name keeps the bytes the other still uses; deleting both drops them.
+        store.delete_plugin("close-order-py").await.unwrap();
+        assert_eq!(store.plugin_module(&sha).await.unwrap().len(), bytes.len());
+        store.delete_plugin("copy").await.unwrap();
+        assert!(matches!(
+            store.plugin_module(&sha).await,
+            Err(Error::NotFound(_))
+        ));
+    }
+);
+
+contract!(
     plugins_are_versioned_by_content,
     |store: Store| async move {
         let (p1, created) = store
-            .insert_plugin("hello", &"a".repeat(64), b"\0asm one", NOW)
+            .insert_plugin(
+                NewPlugin::module("hello", &"a".repeat(64), b"\0asm one"),
+                NOW,
+            )
             .await
             .unwrap();
         assert!(created);
         assert_eq!(p1.version, 1);
         let (again, created) = store
-            .insert_plugin("hello", &"a".repeat(64), b"\0asm one", NOW)
+            .insert_plugin(
+                NewPlugin::module("hello", &"a".repeat(64), b"\0asm one"),
+                NOW,
+            )
             .await
             .unwrap();
         assert!(!created, "the same bytes return the existing plugin");
         assert_eq!(again.id, p1.id);
         let (p2, created) = store
-            .insert_plugin("hello", &"b".repeat(64), b"\0asm two", NOW)
+            .insert_plugin(
+                NewPlugin::module("hello", &"b".repeat(64), b"\0asm two"),
+                NOW,
+            )
             .await
             .unwrap();
         assert!(created);
@@ -1280,7 +1346,10 @@ contract!(
 
         for (name, sha) in [("hello", "a"), ("hello", "b"), ("payroll", "c")] {
             store
-                .insert_plugin(name, &sha.repeat(64), sha.as_bytes(), NOW)
+                .insert_plugin(
+                    NewPlugin::module(name, &sha.repeat(64), sha.as_bytes()),
+                    NOW,
+                )
                 .await
                 .unwrap();
         }
@@ -1334,15 +1403,15 @@ contract!(
 
 contract!(plugins_in_use_are_not_deleted, |store: Store| async move {
     store
-        .insert_plugin("hello", &"a".repeat(64), b"\0asm", NOW)
+        .insert_plugin(NewPlugin::module("hello", &"a".repeat(64), b"\0asm"), NOW)
         .await
         .unwrap();
     store
-        .insert_plugin("hello", &"b".repeat(64), b"\0asm2", NOW)
+        .insert_plugin(NewPlugin::module("hello", &"b".repeat(64), b"\0asm2"), NOW)
         .await
         .unwrap();
     store
-        .insert_plugin("spare", &"c".repeat(64), b"\0asm3", NOW)
+        .insert_plugin(NewPlugin::module("spare", &"c".repeat(64), b"\0asm3"), NOW)
         .await
         .unwrap();
     let job = store.insert_job(&spec("greeter"), None, NOW).await.unwrap();

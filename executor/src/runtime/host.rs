@@ -43,7 +43,8 @@ use rota_proto::wire::{
 };
 use wasmtime::{Caller, Extern, Linker};
 
-use super::Ctx;
+use super::gate::HttpGate;
+use super::run::Ctx;
 use crate::client::SchedulerClient;
 use crate::logs::RunLog;
 
@@ -117,7 +118,7 @@ pub struct LocalServices {
 }
 
 /// A failed import call: its code and the message kept as the result.
-struct Refused(i32, String);
+pub(super) struct Refused(i32, pub(super) String);
 
 type Answer = Result<Vec<u8>, Refused>;
 
@@ -166,6 +167,47 @@ impl Host {
                 self.result = message.into_bytes();
                 code
             }
+        }
+    }
+
+    /// The run's log.
+    pub(super) fn log(&self) -> &RunLog {
+        &self.log
+    }
+
+    /// The gate a component's `wasi:http` requests pass: this run's allow-list, client,
+    /// log and deadline.
+    pub(super) fn http_gate(&self) -> HttpGate {
+        HttpGate {
+            allow: self.access.as_ref().map(|a| a.allow.clone()),
+            client: self.http.clone(),
+            io: self.io.clone(),
+            log: self.log.clone(),
+            deadline: self.deadline,
+        }
+    }
+
+    /// A key-value call of the component world: `Ok(None)` for a key without a value,
+    /// `Err` with the reason otherwise.
+    pub(super) async fn kv_call(
+        &self,
+        op: KvOp,
+        key: String,
+        value: Option<Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>, String> {
+        match self.kv(op, key, value).await {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(Refused(NOT_FOUND, _)) => Ok(None),
+            Err(Refused(_, message)) => Err(message),
+        }
+    }
+
+    /// A secret for the component world: `Ok(None)` if the app has no such secret.
+    pub(super) async fn secret_call(&self, name: String) -> Result<Option<String>, String> {
+        match self.secret(name).await {
+            Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+            Err(Refused(NOT_FOUND, _)) => Ok(None),
+            Err(Refused(_, message)) => Err(message),
         }
     }
 
@@ -408,7 +450,7 @@ impl Host {
 }
 
 /// A response body as the exchange read it.
-enum Body {
+pub(super) enum Body {
     Whole(Vec<u8>),
     TooLarge,
     Broken(String),
@@ -416,7 +458,7 @@ enum Body {
 
 /// One request and its response: status, `Location`, headers and body (up to
 /// [`BODY_MAX`]); `Err` if no response came. Runs on the I/O runtime ([`on_io`]).
-async fn exchange(
+pub(super) async fn exchange(
     req: reqwest::RequestBuilder,
 ) -> Result<
     (
@@ -462,7 +504,7 @@ async fn exchange(
 /// The work ends with the run: when the run is killed or times out, its future — and this
 /// one with it — is dropped, and the spawned work (an HTTP exchange, say) is aborted
 /// rather than left to run out its own timeout.
-async fn on_io<T: Send + 'static>(
+pub(super) async fn on_io<T: Send + 'static>(
     io: &Option<tokio::runtime::Handle>,
     f: impl std::future::Future<Output = T> + Send + 'static,
 ) -> Result<T, Refused> {
@@ -521,7 +563,7 @@ fn parse_headers(text: &str) -> Result<Vec<(String, String)>, Refused> {
 }
 
 /// A URL for the log: without its query and fragment, which may hold tokens.
-fn redacted(url: &reqwest::Url) -> String {
+pub(super) fn redacted(url: &reqwest::Url) -> String {
     let mut u = url.clone();
     let had_query = u.query().is_some();
     u.set_query(None);

@@ -1,7 +1,7 @@
 //! The executor's disk cache of compiled plugins, and the crate's one `unsafe` call
 //! (kept alone here so the rest of the crate stays under `deny(unsafe_code)`).
 //!
-//! `Module::deserialize` trusts its input to be native code wasmtime itself produced:
+//! `Module::deserialize` (and `Component::deserialize`) trusts its input to be native code wasmtime itself produced:
 //! arbitrary bytes could run arbitrary code. So a cache file is sealed when written and
 //! checked before it is deserialized: `<sha256>.cwasm` holds an HMAC-SHA256 tag, then the
 //! serialized module. The tag covers the engine's fingerprint (wasmtime version, target,
@@ -19,11 +19,27 @@ use std::path::Path;
 
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
-use wasmtime::{Engine, Module};
+use wasmtime::component::Component;
+use wasmtime::{Engine, Module, Precompiled};
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 
 const TAG_LEN: usize = 32;
+
+/// A compiled plugin: a preview 1 module or a component.
+pub(super) enum Artifact {
+    Module(Module),
+    Component(Component),
+}
+
+impl Artifact {
+    fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        match self {
+            Artifact::Module(m) => m.serialize(),
+            Artifact::Component(c) => c.serialize(),
+        }
+    }
+}
 
 /// The key that seals one cache directory's files.
 #[derive(Clone)]
@@ -73,8 +89,8 @@ impl CacheKey {
     }
 }
 
-/// Reads the sealed module `path` (the plugin `sha256`) back into a [`Module`]; an error if
-/// the seal does not verify.
+/// Reads the sealed plugin `path` (the plugin `sha256`) back into an [`Artifact`]; an
+/// error if the seal does not verify.
 ///
 /// The file is read into memory rather than mapped (`Module::deserialize_file`): a mapped
 /// file that is later truncated or rewritten in place would crash the process with
@@ -85,7 +101,7 @@ pub(super) fn load(
     key: &CacheKey,
     sha256: &str,
     path: &Path,
-) -> wasmtime::Result<Module> {
+) -> wasmtime::Result<Artifact> {
     let file = fs::read(path)?;
     if file.len() < TAG_LEN {
         wasmtime::bail!("the file is shorter than its seal");
@@ -98,13 +114,26 @@ pub(super) fn load(
     // `store` computed over what `Module::serialize` returned for this engine (its
     // fingerprint is in the tag) and this plugin. wasmtime checks the header and the
     // engine compatibility again and fails cleanly on a mismatch.
-    unsafe { Module::deserialize(engine, bytes) }
+    match Engine::detect_precompiled(bytes) {
+        Some(Precompiled::Module) => {
+            unsafe { Module::deserialize(engine, bytes) }.map(Artifact::Module)
+        }
+        Some(Precompiled::Component) => {
+            unsafe { Component::deserialize(engine, bytes) }.map(Artifact::Component)
+        }
+        None => wasmtime::bail!("the file is not a compiled module or component"),
+    }
 }
 
-/// Serializes `module` and writes it sealed to `path`, atomically (a reader sees the whole
+/// Serializes `artifact` and writes it sealed to `path`, atomically (a reader sees the whole
 /// file or none).
-pub(super) fn store(module: &Module, key: &CacheKey, sha256: &str, path: &Path) -> io::Result<()> {
-    let bytes = module
+pub(super) fn store(
+    artifact: &Artifact,
+    key: &CacheKey,
+    sha256: &str,
+    path: &Path,
+) -> io::Result<()> {
+    let bytes = artifact
         .serialize()
         .map_err(|e| io::Error::other(format!("{e:#}")))?;
     let tag = key.tag(sha256, &bytes).finalize().into_bytes();

@@ -56,6 +56,14 @@ pub struct PluginView {
     pub size: i64,
     #[schema(format = DateTime)]
     pub created_at: String,
+    /// `module` (a WASI preview 1 command module) or `component`.
+    pub kind: String,
+    /// A component's world: `wasi:cli/command` or `rota:plugin/handler`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub world: Option<String>,
+    /// A component's imports, by full name (`wasi:http/outgoing-handler@0.2.12`, …).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub imports: Vec<String>,
 }
 
 impl From<Plugin> for PluginView {
@@ -67,6 +75,9 @@ impl From<Plugin> for PluginView {
             sha256: p.sha256,
             size: p.size,
             created_at: rfc3339(p.created_at),
+            kind: p.kind,
+            world: p.world,
+            imports: p.imports,
         }
     }
 }

@@ -244,9 +244,13 @@ const ZH_CN: &[(&str, &str)] = &[
     ),
     ("Upload", "上传"),
     (
-        "Module (.wasm or .wat), at most",
-        "模块（.wasm 或 .wat），最大",
+        "Module or component (.wasm or .wat), at most",
+        "模块或组件（.wasm 或 .wat），最大",
     ),
+    ("kind", "类型"),
+    ("component", "组件"),
+    ("module", "模块"),
+    ("imports", "项导入"),
     (
         "Uploading from this page needs JavaScript; without it use",
         "从此页面上传需要 JavaScript；否则请使用",

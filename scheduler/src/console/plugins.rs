@@ -28,6 +28,12 @@ pub struct PluginRow {
     sha256: String,
     size: i64,
     created: When,
+    /// `module`, or `component`.
+    kind: String,
+    /// A component's world.
+    world: Option<String>,
+    /// A component's imports.
+    imports: Vec<String>,
     /// The newest version's row (the one runs use) carries the name's jobs.
     newest: bool,
     jobs: Vec<(i64, String)>,
@@ -76,6 +82,9 @@ pub async fn plugins(
                     sha256: p.sha256,
                     size: p.size,
                     created: When::of(p.created_at),
+                    kind: p.kind,
+                    world: p.world,
+                    imports: p.imports,
                     newest,
                 }
             })

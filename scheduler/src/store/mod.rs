@@ -251,6 +251,7 @@ pub use alarms::{
     WaitingEvents,
 };
 use migrate::is_retryable;
+pub use plugins::{NewPlugin, PART_BYTES};
 pub use queue::{HeldLease, Leased, QueueFacts};
 use rows::*;
 pub use rows::{

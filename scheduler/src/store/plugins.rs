@@ -1,25 +1,57 @@
-//! Uploaded plugins, by name and version, and which app may fetch which module.
+//! Uploaded plugins, by name and version, and which app may fetch which module. A
+//! plugin's bytes are kept once per SHA-256 in parts of at most [`PART_BYTES`]
+//! (`plugin_parts`): a component with an interpreter inside is bigger than MySQL's default
+//! `max_allowed_packet`. Plugins stored before parts existed keep theirs in
+//! `plugins.module`.
 
+use sqlx::AssertSqlSafe;
+
+use super::rows::PLUGIN_COLUMNS;
 use super::*;
 
+/// The largest part of a plugin's bytes in one row.
+pub const PART_BYTES: usize = 4 << 20;
+
+/// A validated plugin to store.
+#[derive(Debug, Clone, Copy)]
+pub struct NewPlugin<'a> {
+    pub name: &'a str,
+    pub sha256: &'a str,
+    pub bytes: &'a [u8],
+    /// `module` or `component`.
+    pub kind: &'a str,
+    pub world: Option<&'a str>,
+    pub imports: &'a [String],
+}
+
+impl<'a> NewPlugin<'a> {
+    /// A WASI preview 1 module.
+    pub fn module(name: &'a str, sha256: &'a str, bytes: &'a [u8]) -> Self {
+        NewPlugin {
+            name,
+            sha256,
+            bytes,
+            kind: "module",
+            world: None,
+            imports: &[],
+        }
+    }
+}
+
 impl Store {
-    /// Stores a validated module under `name`. The same bytes under the same name return the
-    /// existing version (`false`); new bytes make the next version (`true`).
-    pub async fn insert_plugin(
-        &self,
-        name: &str,
-        sha256: &str,
-        module: &[u8],
-        now: Millis,
-    ) -> Result<(Plugin, bool)> {
-        let size = i64::try_from(module.len()).unwrap_or(i64::MAX);
+    /// Stores a validated plugin under its name. The same bytes under the same name return
+    /// the existing version (`false`); new bytes make the next version (`true`).
+    pub async fn insert_plugin(&self, new: NewPlugin<'_>, now: Millis) -> Result<(Plugin, bool)> {
+        let NewPlugin { name, sha256, .. } = new;
+        let size = i64::try_from(new.bytes.len()).unwrap_or(i64::MAX);
+        let imports = new.imports.join("\n");
         for _ in 0..3 {
             let attempt: Result<(Plugin, bool)> = on_pool!(self, |pool, Db| {
                 let mut tx = pool.begin_write().await?;
-                let existing: Option<PluginRow> = sqlx::query_as(
-                    "SELECT id, name, version, sha256, size, created_at FROM plugins \
-                     WHERE name = ? AND sha256 = ? ORDER BY version DESC LIMIT 1",
-                )
+                let existing: Option<PluginRow> = sqlx::query_as(AssertSqlSafe(format!(
+                    "SELECT {PLUGIN_COLUMNS} FROM plugins \
+                     WHERE name = ? AND sha256 = ? ORDER BY version DESC LIMIT 1"
+                )))
                 .bind(name)
                 .bind(sha256)
                 .fetch_optional(&mut *tx)
@@ -34,16 +66,36 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await?;
                 let version = latest.unwrap_or(0) + 1;
+                let stored: Option<i64> =
+                    sqlx::query_scalar("SELECT part FROM plugin_parts WHERE sha256 = ? LIMIT 1")
+                        .bind(sha256)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                if stored.is_none() {
+                    for (part, bytes) in new.bytes.chunks(PART_BYTES).enumerate() {
+                        sqlx::query(
+                            "INSERT INTO plugin_parts (sha256, part, bytes) VALUES (?, ?, ?)",
+                        )
+                        .bind(sha256)
+                        .bind(part as i64)
+                        .bind(bytes)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
                 let r = sqlx::query(
-                    "INSERT INTO plugins (name, version, sha256, size, module, created_at) \
-                     VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO plugins (name, version, sha256, size, module, created_at, kind, world, imports) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 )
                 .bind(name)
                 .bind(version)
                 .bind(sha256)
                 .bind(size)
-                .bind(module)
+                .bind(&[][..])
                 .bind(now)
+                .bind(new.kind)
+                .bind(new.world)
+                .bind((!imports.is_empty()).then_some(imports.as_str()))
                 .execute(&mut *tx)
                 .await;
                 let id = match r {
@@ -59,6 +111,9 @@ impl Store {
                         sha256: sha256.to_owned(),
                         size,
                         created_at: now,
+                        kind: new.kind.to_owned(),
+                        world: new.world.map(str::to_owned),
+                        imports: new.imports.to_vec(),
                     },
                     true,
                 ))
@@ -76,9 +131,9 @@ impl Store {
 
     pub async fn list_plugins(&self) -> Result<Vec<Plugin>> {
         on_pool!(self, |pool, Db| {
-            let rows: Vec<PluginRow> = sqlx::query_as(
-                "SELECT id, name, version, sha256, size, created_at FROM plugins ORDER BY name, version DESC",
-            )
+            let rows: Vec<PluginRow> = sqlx::query_as(AssertSqlSafe(format!(
+                "SELECT {PLUGIN_COLUMNS} FROM plugins ORDER BY name, version DESC"
+            )))
             .fetch_all(pool)
             .await?;
             Ok(rows.into_iter().map(Plugin::from).collect())
@@ -87,9 +142,9 @@ impl Store {
 
     pub async fn get_plugin(&self, id: i64) -> Result<Plugin> {
         on_pool!(self, |pool, Db| {
-            let row: Option<PluginRow> = sqlx::query_as(
-                "SELECT id, name, version, sha256, size, created_at FROM plugins WHERE id = ?",
-            )
+            let row: Option<PluginRow> = sqlx::query_as(AssertSqlSafe(format!(
+                "SELECT {PLUGIN_COLUMNS} FROM plugins WHERE id = ?"
+            )))
             .bind(id)
             .fetch_optional(pool)
             .await?;
@@ -135,6 +190,13 @@ impl Store {
             if deleted == 0 {
                 return Err(Error::NotFound(format!("plugin `{name}`")));
             }
+            // Bytes no plugin row refers to any more.
+            sqlx::query(
+                "DELETE FROM plugin_parts WHERE NOT EXISTS \
+                 (SELECT 1 FROM plugins p WHERE p.sha256 = plugin_parts.sha256)",
+            )
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
             Ok(deleted)
         })
@@ -143,10 +205,9 @@ impl Store {
     /// The newest version of plugin `name`.
     pub async fn latest_plugin(&self, name: &str) -> Result<Plugin> {
         on_pool!(self, |pool, Db| {
-            let row: Option<PluginRow> = sqlx::query_as(
-                "SELECT id, name, version, sha256, size, created_at FROM plugins \
-                 WHERE name = ? ORDER BY version DESC LIMIT 1",
-            )
+            let row: Option<PluginRow> = sqlx::query_as(AssertSqlSafe(format!(
+                "SELECT {PLUGIN_COLUMNS} FROM plugins WHERE name = ? ORDER BY version DESC LIMIT 1"
+            )))
             .bind(name)
             .fetch_optional(pool)
             .await?;
@@ -155,9 +216,17 @@ impl Store {
         })
     }
 
-    /// The module bytes with this SHA-256.
+    /// The plugin bytes with this SHA-256.
     pub async fn plugin_module(&self, sha256: &str) -> Result<Vec<u8>> {
         on_pool!(self, |pool, Db| {
+            let parts: Vec<Vec<u8>> =
+                sqlx::query_scalar("SELECT bytes FROM plugin_parts WHERE sha256 = ? ORDER BY part")
+                    .bind(sha256)
+                    .fetch_all(pool)
+                    .await?;
+            if !parts.is_empty() {
+                return Ok(parts.concat());
+            }
             let bytes: Option<Vec<u8>> =
                 sqlx::query_scalar("SELECT module FROM plugins WHERE sha256 = ? LIMIT 1")
                     .bind(sha256)

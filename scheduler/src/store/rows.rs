@@ -253,7 +253,14 @@ pub(super) struct PluginRow {
     pub(super) sha256: String,
     pub(super) size: i64,
     pub(super) created_at: i64,
+    pub(super) kind: String,
+    pub(super) world: Option<String>,
+    pub(super) imports: Option<String>,
 }
+
+/// The columns a [`PluginRow`] is read from.
+pub(super) const PLUGIN_COLUMNS: &str =
+    "id, name, version, sha256, size, created_at, kind, world, imports";
 
 impl From<PluginRow> for Plugin {
     fn from(r: PluginRow) -> Self {
@@ -264,6 +271,14 @@ impl From<PluginRow> for Plugin {
             sha256: r.sha256,
             size: r.size,
             created_at: r.created_at,
+            kind: r.kind,
+            world: r.world,
+            imports: r
+                .imports
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect(),
         }
     }
 }

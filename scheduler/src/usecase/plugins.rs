@@ -1,11 +1,14 @@
-//! Plugins: uploading a module (validated by the same wasmtime engine that runs it).
+//! Plugins: uploading a module or component (validated by the same wasmtime engine that
+//! runs it).
 
 use bytes::Bytes;
+use rota_executor::PluginKind;
 
 use super::{Error, Result, validate};
 use crate::access::Principal;
 use crate::model::{Plugin, now_ms};
 use crate::node::Node;
+use crate::store::NewPlugin;
 
 /// Validates and stores `wasm` (binary or text) as plugin `name`; new bytes under a known
 /// name make a new version. Returns the plugin and whether it is new (the same bytes
@@ -29,10 +32,21 @@ pub async fn upload(
     .await
     .map_err(|e| Error::Internal(anyhow::anyhow!("plugin validation panicked: {e}")))?
     .map_err(|e| Error::Unprocessable(e.to_string()))?;
-    let (plugin, created) = node
-        .store()
-        .insert_plugin(&name, &valid.sha256, &valid.wasm, now_ms())
-        .await?;
+    let (kind, world, imports) = match &valid.kind {
+        PluginKind::Module => ("module", None, &[][..]),
+        PluginKind::Component { world, imports } => {
+            ("component", Some(world.as_str()), imports.as_slice())
+        }
+    };
+    let new = NewPlugin {
+        name: &name,
+        sha256: &valid.sha256,
+        bytes: &valid.wasm,
+        kind,
+        world,
+        imports,
+    };
+    let (plugin, created) = node.store().insert_plugin(new, now_ms()).await?;
     if created {
         tracing::info!(plugin = %name, version = plugin.version, sha256 = %plugin.sha256, "plugin uploaded");
         let target = format!("{name} v{}", plugin.version);
