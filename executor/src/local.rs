@@ -2,7 +2,7 @@
 //!
 //! The same sandbox as a real run ([`Runtime::run`]): the same WASI contract, limits and
 //! outcome rules, with the log kept in memory so the CLI can print it. The module is
-//! first checked with [`validate_plugin`], so a bad file gets the same message an upload
+//! first checked with [`crate::validate_plugin`], so a bad file gets the same message an upload
 //! would.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
 use crate::logs::{DEFAULT_LOG_CAP_BYTES, RunLog};
-use crate::module::{PluginError, validate_plugin};
+use crate::module::{PluginError, validate_compiled};
 use crate::runtime::host::HostAccess;
 use crate::runtime::{Invocation, PluginEnv, RunStatus, Runtime, RuntimeError};
 
@@ -59,8 +59,8 @@ pub enum LocalError {
 /// to call from async code too (the run gets its own thread), though a long run then
 /// holds that task for its duration.
 pub fn run_local(runtime: &Runtime, run: &LocalRun<'_>) -> Result<LocalOutcome, LocalError> {
-    let plugin = validate_plugin(runtime.engine(), run.module)?;
-    let compiled = runtime.compile(&plugin.sha256, &plugin.wasm)?;
+    let (plugin, artifact) = validate_compiled(runtime.engine(), run.module)?;
+    let compiled = runtime.adopt(&plugin.sha256, &artifact)?;
     let scheduled_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));

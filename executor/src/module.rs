@@ -25,6 +25,7 @@ use wasmtime::{Engine, Extern, ExternType, FuncType, Linker, Module, Store, ValT
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
 
+use crate::runtime::Artifact;
 use crate::runtime::component::{self, World};
 
 /// The only import module a plugin may use.
@@ -133,40 +134,51 @@ pub enum PluginError {
     NoMemoryExport,
 }
 
-/// Checks that `bytes` (a `.wasm` binary or `.wat` text) is a WASI preview 1 command
-/// module Rota can run, and returns its binary form and hash.
+/// Checks that `bytes` (a `.wasm` binary or `.wat` text) is a plugin Rota can run (a WASI
+/// preview 1 command module, or a component of one of the two worlds), and returns its
+/// binary form, hash and kind.
 ///
-/// Compiles the module with `engine`, so it is CPU-heavy: run it in `spawn_blocking`.
+/// Compiles the plugin with `engine`, so it is CPU-heavy: run it in `spawn_blocking`.
 pub fn validate_plugin(engine: &Engine, bytes: &[u8]) -> Result<ValidPlugin, PluginError> {
+    validate_compiled(engine, bytes).map(|(valid, _)| valid)
+}
+
+/// [`validate_plugin`], keeping what it compiled (for a runtime with the same engine to
+/// adopt rather than compile again: `rota plugin run`).
+pub(crate) fn validate_compiled(
+    engine: &Engine,
+    bytes: &[u8],
+) -> Result<(ValidPlugin, Artifact), PluginError> {
     if bytes.trim_ascii().is_empty() {
         return Err(PluginError::Empty);
     }
     let wasm = to_binary(bytes)?;
-    if wasm.get(6..8) == Some(&COMPONENT_LAYER[..]) {
-        let kind = validate_component(engine, &wasm)?;
-        let sha256 = hex::encode(Sha256::digest(&wasm));
-        return Ok(ValidPlugin {
-            wasm: wasm.into_owned(),
-            sha256,
-            kind,
-        });
-    }
-    let module = Module::new(engine, &wasm).map_err(|e| PluginError::Invalid {
-        reason: bounded(&format!("{e:#}"), REASON_MAX),
-    })?;
-    let imports_wasi = check_imports(engine, &module)?;
-    check_exports(&module, imports_wasi)?;
+    let (kind, artifact) = if wasm.get(6..8) == Some(&COMPONENT_LAYER[..]) {
+        let (kind, component) = validate_component(engine, &wasm)?;
+        (kind, Artifact::Component(component))
+    } else {
+        let module = Module::new(engine, &wasm).map_err(|e| PluginError::Invalid {
+            reason: bounded(&format!("{e:#}"), REASON_MAX),
+        })?;
+        let imports_wasi = check_imports(engine, &module)?;
+        check_exports(&module, imports_wasi)?;
+        (PluginKind::Module, Artifact::Module(module))
+    };
     let sha256 = hex::encode(Sha256::digest(&wasm));
-    Ok(ValidPlugin {
+    let valid = ValidPlugin {
         wasm: wasm.into_owned(),
         sha256,
-        kind: PluginKind::Module,
-    })
+        kind,
+    };
+    Ok((valid, artifact))
 }
 
 /// Checks a component: it compiles, imports only what Rota provides (by name, then by
 /// type against the linker the executors use), and is written for one of the two worlds.
-fn validate_component(engine: &Engine, wasm: &[u8]) -> Result<PluginKind, PluginError> {
+fn validate_component(
+    engine: &Engine,
+    wasm: &[u8],
+) -> Result<(PluginKind, Component), PluginError> {
     let component = Component::new(engine, wasm).map_err(|e| PluginError::Invalid {
         reason: bounded(&format!("{e:#}"), REASON_MAX),
     })?;
@@ -180,7 +192,7 @@ fn validate_component(engine: &Engine, wasm: &[u8]) -> Result<PluginKind, Plugin
     component::check_links(engine, &component, world).map_err(|e| PluginError::ComponentLink {
         reason: bounded(&format!("{e:#}"), REASON_MAX),
     })?;
-    Ok(PluginKind::Component { world, imports })
+    Ok((PluginKind::Component { world, imports }, component))
 }
 
 /// The binary module: `bytes` itself if it has the wasm magic, else `bytes` parsed as wat.

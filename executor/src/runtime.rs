@@ -74,7 +74,7 @@ use wasmtime_wasi::p1;
 use wasmtime_wasi::p2::bindings::CommandPre;
 
 use component::{ComponentCtx, HandlerPre, World};
-use precompiled::Artifact;
+pub(crate) use precompiled::Artifact;
 use run::Ctx;
 
 /// How often the epoch advances; the granularity of timeouts and kills.
@@ -512,6 +512,15 @@ impl Runtime {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the module cache; the plugin will be compiled again after a restart");
         }
         Ok(plugin)
+    }
+
+    /// A plugin compiled by [`crate::module::validate_compiled`] with this runtime's
+    /// engine, kept as if this runtime had compiled it (no second compilation).
+    pub(crate) fn adopt(&self, sha256: &str, artifact: &Artifact) -> Result<Plugin, RuntimeError> {
+        if let Some(plugin) = self.cached(sha256) {
+            return Ok(plugin);
+        }
+        self.insert(sha256, artifact)
     }
 
     fn cache_path(&self, sha256: &str) -> Option<(PathBuf, &precompiled::CacheKey)> {

@@ -95,7 +95,8 @@ impl LogArgs {
 
 #[derive(Args)]
 pub struct PluginRunArgs {
-    /// The plugin: a `.wasm` WASI command module or `.wat` text.
+    /// The plugin: a `.wasm` WASI preview 1 command module or component (a `wasi:cli`
+    /// command or a `rota:plugin/handler`), or `.wat` text.
     file: PathBuf,
     /// The run's stdin (a task's payload).
     #[arg(long, default_value = "")]
@@ -103,7 +104,8 @@ pub struct PluginRunArgs {
     /// Read the payload from a file instead.
     #[arg(long, conflicts_with = "payload")]
     payload_file: Option<PathBuf>,
-    /// Job params (argv after the plugin name, and ROTA_PARAMS); repeat to add words.
+    /// Job params (argv after the plugin name and ROTA_PARAMS; a handler's
+    /// `context.params`); repeat to add words.
     #[arg(long = "param", allow_hyphen_values = true)]
     params: Vec<String>,
     /// Wall-time limit in milliseconds.
@@ -112,11 +114,12 @@ pub struct PluginRunArgs {
     /// Linear memory limit in MiB.
     #[arg(long, default_value_t = 64)]
     memory_mb: u32,
-    /// Let the plugin's `http_request` reach this origin or URL prefix (repeatable), as a
-    /// job's `http_allow` would.
+    /// Let the plugin's `http_request` (a component's `wasi:http`) reach this origin or URL
+    /// prefix (repeatable), as a job's `http_allow` would.
     #[arg(long = "allow")]
     allow: Vec<String>,
-    /// A secret the plugin can read with `secret_get`, as NAME=VALUE (repeatable).
+    /// A secret the plugin can read with `secret_get` (a component's `secrets.get`), as
+    /// NAME=VALUE (repeatable).
     #[arg(long = "secret", value_parser = parse_secret)]
     secrets: Vec<(String, String)>,
 }

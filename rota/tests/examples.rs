@@ -264,3 +264,54 @@ fn example(file: &str) -> Option<Vec<u8>> {
             .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display())),
     )
 }
+
+/// `rota plugin run` runs a component with the flags a module gets: `--allow` is the
+/// allow-list its `wasi:http` requests pass, `--secret` what `secrets.get` reads,
+/// `--param` its `context.params`; off the allow-list a request never leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_run_runs_a_python_component_with_the_same_flags() {
+    if example("close-order-py.wasm").is_none() {
+        return;
+    }
+    let dir = std::env::var("ROTA_EXAMPLE_PLUGINS").unwrap();
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(dir)
+        .join("close-order-py.wasm");
+    let service = OrderService::start(&[]).await;
+    let run = |allow: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
+        cmd.arg("plugin").arg("run").arg(&file);
+        cmd.args(["--payload", r#"{"order_id": 42}"#, "--param", &service.url]);
+        cmd.args(["--secret", "ORDER_SERVICE_TOKEN=tok-7"]);
+        if allow {
+            cmd.args(["--allow", &service.url]);
+        }
+        async move {
+            tokio::task::spawn_blocking(move || cmd.output().expect("running rota"))
+                .await
+                .unwrap()
+        }
+    };
+    let out = run(true).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout.contains("order 42 was unpaid: closed it"),
+        "{stdout}"
+    );
+    assert_eq!(
+        service.log().closed,
+        [(42, Some("Bearer tok-7".to_owned()))]
+    );
+
+    let requests = service.log().requests.len();
+    let out = run(false).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stdout.contains("denied: not on the job's allow-list"),
+        "{stdout}"
+    );
+    assert_eq!(service.log().requests.len(), requests, "nothing reached it");
+}

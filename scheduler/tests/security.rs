@@ -1203,6 +1203,37 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
                 "sock_open",
             )
         },
+        Bad {
+            content_type: Some("application/wasm"),
+            ..bad(
+                M::POST,
+                "/api/v1/plugins?name=incoming",
+                r#"(component (import "wasi:http/incoming-handler@0.2.0" (instance)))"#,
+                422,
+                "wasi:http/incoming-handler@0.2.0",
+            )
+        },
+        Bad {
+            content_type: Some("application/wasm"),
+            ..bad(
+                M::POST,
+                "/api/v1/plugins?name=worldless",
+                "(component)",
+                422,
+                "exports neither",
+            )
+        },
+        Bad {
+            content_type: Some("application/wasm"),
+            ..bad(
+                M::POST,
+                "/api/v1/plugins?name=wrongrun",
+                r#"(component (core module $m (func (export "run"))) (core instance $i (instantiate $m))
+                    (func (export "run") (canon lift (core func $i "run"))))"#,
+                422,
+                "do not match",
+            )
+        },
         bad(
             M::DELETE,
             "/api/v1/plugins/..%2F..%2Fetc",

@@ -27,7 +27,7 @@ type HmacSha256 = hmac::Hmac<Sha256>;
 const TAG_LEN: usize = 32;
 
 /// A compiled plugin: a preview 1 module or a component.
-pub(super) enum Artifact {
+pub(crate) enum Artifact {
     Module(Module),
     Component(Component),
 }

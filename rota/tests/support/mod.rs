@@ -134,6 +134,15 @@ impl Api {
 
     /// Uploads a plugin (`.wasm` bytes or `.wat` text) under `name`.
     pub async fn upload(&self, name: &str, module: impl Into<reqwest::Body>) {
+        let (status, answer) = self.try_upload(name, module).await;
+        assert!(
+            (200..300).contains(&status),
+            "plugin upload: {status} {answer}"
+        );
+    }
+
+    /// Uploads a plugin under `name`: the status and the answer, whatever they are.
+    pub async fn try_upload(&self, name: &str, module: impl Into<reqwest::Body>) -> (u16, Value) {
         let resp = self
             .http
             .post(format!("{}/api/v1/plugins?name={name}", self.base))
@@ -142,12 +151,12 @@ impl Api {
             .send()
             .await
             .unwrap();
-        let status = resp.status();
-        assert!(
-            status.is_success(),
-            "plugin upload: {status} {}",
-            resp.text().await.unwrap()
-        );
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 }
 
