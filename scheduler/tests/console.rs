@@ -1336,6 +1336,30 @@ async fn plugins_show_their_jobs_and_unused_ones_can_be_deleted() {
     t.stop().await;
 }
 
+/// The plugins page says what each plugin is: a preview 1 module, or a component with its
+/// world and imports.
+#[tokio::test]
+async fn plugins_show_whether_they_are_modules_or_components() {
+    let t = start().await;
+    t.upload_plugin().await;
+    t.api(
+        Method::POST,
+        "/api/v1/plugins?name=handler",
+        "application/wasm",
+        include_str!("../../executor/tests/fixtures/handler.wat").into(),
+    )
+    .await;
+    let b = t.sign_in().await;
+    t.get("/console/plugins", Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains("module <span class=\"hint\">WASI preview 1</span>")
+        .contains("component <code>rota:plugin/handler</code>")
+        .contains("<summary>2 imports</summary>")
+        .contains("<li><code>rota:plugin/log@0.1.0</code></li>");
+    t.stop().await;
+}
+
 #[tokio::test]
 async fn tasks_are_found_by_due_time() {
     let t = start().await;

@@ -9,6 +9,8 @@
 //   ROTA_E2E_PASSWORD     the `admin` password (ROTA_ADMIN_PASSWORD of that node)
 //   ROTA_E2E_TOKEN        the API token (ROTA_API_TOKEN), for what the console cannot do
 //   ROTA_E2E_PLUGIN       the plugin to upload (.wat or .wasm); prints "hello from e2e"
+//   ROTA_E2E_COMPONENT    a rota:plugin/handler component to upload beside it (default the
+//                         WAT fixture executor/tests/fixtures/handler.wat)
 //   ROTA_E2E_SCREENSHOTS  where the screenshots go (default target/screenshots)
 //   ROTA_E2E_CHROMIUM     the browser (default /usr/bin/chromium)
 
@@ -30,6 +32,9 @@ const BASE = env("ROTA_E2E_URL").replace(/\/$/, "");
 const PASSWORD = env("ROTA_E2E_PASSWORD");
 const TOKEN = env("ROTA_E2E_TOKEN", "");
 const PLUGIN_FILE = resolve(env("ROTA_E2E_PLUGIN", join(here, "hello.wat")));
+// A component to upload beside the module: the WAT handler fixture, or (CI) a Python one.
+const COMPONENT_FILE = resolve(env("ROTA_E2E_COMPONENT",
+  join(here, "..", "..", "executor", "tests", "fixtures", "handler.wat")));
 const SHOTS = resolve(env("ROTA_E2E_SCREENSHOTS", join(here, "..", "..", "target", "screenshots")));
 const CHROMIUM = env("ROTA_E2E_CHROMIUM", "/usr/bin/chromium");
 
@@ -38,6 +43,7 @@ const RUN_TIMEOUT_MS = 30_000;
 // Names unique to this run, so the test also passes against a console that has data.
 const SUFFIX = Date.now().toString(36);
 const PLUGIN_NAME = `e2e-hello-${SUFFIX}`;
+const COMPONENT_NAME = `e2e-handler-${SUFFIX}`;
 const JOB_NAME = `e2e-job-${SUFFIX}`;
 const TASK_KEY = `e2e-delayed-${SUFFIX}`;
 const CHANNEL_NAME = `e2e-chat-${SUFFIX}`;
@@ -230,6 +236,30 @@ async function main() {
       check((await row.count()) === 1, `plugin ${PLUGIN_NAME} is not in the list after the upload`);
       const version = (await row.locator("td").nth(2).innerText()).trim();
       check(version === "1", `plugin ${PLUGIN_NAME} shows version ${version}, expected 1`);
+    });
+
+    await step(`upload component ${COMPONENT_NAME} (${basename(COMPONENT_FILE)}): the list says what it is`, async () => {
+      const form = page.locator('form#upload[action="/console/plugins"]');
+      await form.locator('input[name="name"]').fill(COMPONENT_NAME);
+      await form.locator('input[name="module"]').setInputFiles(COMPONENT_FILE);
+      // A Python component is compiled at upload: give it time.
+      await Promise.all([
+        Promise.race([
+          page.waitForEvent("load", { timeout: 180_000 }),
+          page.waitForSelector("#upload-result.error", { timeout: 180_000 }),
+        ]),
+        form.locator('button[type="submit"]').click(),
+      ]);
+      const failed = await page.locator("#upload-result.error").count();
+      if (failed) throw new Error(`the upload failed: ${await textOf(page, "#upload-result")}`);
+      const row = page.locator("table tbody tr", { has: page.locator(`td:text-is("${COMPONENT_NAME}")`) });
+      check((await row.count()) === 1, `component ${COMPONENT_NAME} is not in the list after the upload`);
+      const kind = (await row.locator("td.kind").innerText()).trim();
+      check(kind.startsWith("component") && kind.includes("rota:plugin/handler"),
+        `component ${COMPONENT_NAME} shows its kind as "${kind}"`);
+      await row.locator("td.kind summary").click();
+      check(await row.locator('td.kind li code:text-is("rota:plugin/log@0.1.0")').isVisible(),
+        "its imports are not shown");
     });
 
     await step("a module that is not WebAssembly is refused with a message on the page", async () => {

@@ -247,7 +247,6 @@ const ZH_CN: &[(&str, &str)] = &[
         "Module or component (.wasm or .wat), at most",
         "模块或组件（.wasm 或 .wat），最大",
     ),
-    ("kind", "类型"),
     ("component", "组件"),
     ("module", "模块"),
     ("imports", "项导入"),
