@@ -59,7 +59,8 @@ pub enum LocalError {
 /// to call from async code too (the run gets its own thread), though a long run then
 /// holds that task for its duration.
 pub fn run_local(runtime: &Runtime, run: &LocalRun<'_>) -> Result<LocalOutcome, LocalError> {
-    let (plugin, artifact) = validate_compiled(runtime.engine(), run.module)?;
+    let (plugin, artifact) =
+        validate_compiled(runtime.engine(), runtime.component_engine(), run.module)?;
     let compiled = runtime.adopt(&plugin.sha256, &artifact)?;
     let scheduled_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)

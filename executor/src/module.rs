@@ -140,13 +140,15 @@ pub enum PluginError {
 ///
 /// Compiles the plugin with `engine`, so it is CPU-heavy: run it in `spawn_blocking`.
 pub fn validate_plugin(engine: &Engine, bytes: &[u8]) -> Result<ValidPlugin, PluginError> {
-    validate_compiled(engine, bytes).map(|(valid, _)| valid)
+    validate_compiled(engine, engine, bytes).map(|(valid, _)| valid)
 }
 
-/// [`validate_plugin`], keeping what it compiled (for a runtime with the same engine to
-/// adopt rather than compile again: `rota plugin run`).
+/// [`validate_plugin`], compiling a component with `component_engine`, and keeping what it
+/// compiled (for a runtime with the same engines to adopt rather than compile again:
+/// `rota plugin run`).
 pub(crate) fn validate_compiled(
     engine: &Engine,
+    component_engine: &Engine,
     bytes: &[u8],
 ) -> Result<(ValidPlugin, Artifact), PluginError> {
     if bytes.trim_ascii().is_empty() {
@@ -154,7 +156,7 @@ pub(crate) fn validate_compiled(
     }
     let wasm = to_binary(bytes)?;
     let (kind, artifact) = if wasm.get(6..8) == Some(&COMPONENT_LAYER[..]) {
-        let (kind, component) = validate_component(engine, &wasm)?;
+        let (kind, component) = validate_component(component_engine, &wasm)?;
         (kind, Artifact::Component(component))
     } else {
         let module = Module::new(engine, &wasm).map_err(|e| PluginError::Invalid {

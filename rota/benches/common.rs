@@ -3,6 +3,17 @@
 //! counters, read beside the scheduler's pool).
 #![allow(dead_code)]
 
+/// Runs a bench's body on a runtime of two worker threads (this box's cores; the nodes
+/// under test are other processes).
+pub fn block_on<F: std::future::Future>(body: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("the bench's tokio runtime")
+        .block_on(body)
+}
+
 /// A number from the environment (`_` allowed as a separator), or `default`.
 pub fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)

@@ -44,12 +44,7 @@ fn main() {
         .find(|a| !a.starts_with('-'))
         .or_else(|| std::env::var("ROTA_BENCH_CASE").ok())
         .unwrap_or_else(|| "pull".into());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    common::block_on(async {
         let bed = Bed::start().await;
         match case.as_str() {
             "pull" => pull(&bed).await,

@@ -89,15 +89,16 @@ impl CacheKey {
     }
 }
 
-/// Reads the sealed plugin `path` (the plugin `sha256`) back into an [`Artifact`]; an
-/// error if the seal does not verify.
+/// Reads the sealed plugin `path` (the plugin `sha256`) back into an [`Artifact`], a module
+/// for `engine` or a component for `component_engine`; an error if the seal does not
+/// verify.
 ///
 /// The file is read into memory rather than mapped (`Module::deserialize_file`): a mapped
 /// file that is later truncated or rewritten in place would crash the process with
 /// `SIGBUS` on the next access, and reading a compiled plugin costs a few milliseconds
 /// once per plugin per process.
 pub(super) fn load(
-    engine: &Engine,
+    [engine, component_engine]: [&Engine; 2],
     key: &CacheKey,
     sha256: &str,
     path: &Path,
@@ -119,7 +120,7 @@ pub(super) fn load(
             unsafe { Module::deserialize(engine, bytes) }.map(Artifact::Module)
         }
         Some(Precompiled::Component) => {
-            unsafe { Component::deserialize(engine, bytes) }.map(Artifact::Component)
+            unsafe { Component::deserialize(component_engine, bytes) }.map(Artifact::Component)
         }
         None => wasmtime::bail!("the file is not a compiled module or component"),
     }

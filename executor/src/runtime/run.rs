@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
-use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
@@ -86,7 +86,8 @@ impl Runtime {
                     limits,
                     host,
                 };
-                sandbox.drive(self.store(ctx, &sandbox), async |store: &mut Store<_>| {
+                let store = self.store(&self.inner.engine, ctx, &sandbox);
+                sandbox.drive(store, async |store: &mut Store<_>| {
                     let instance = pre.instantiate_async(&mut *store).await?;
                     let start = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
                     start.call_async(&mut *store, ()).await.map(Ok)
@@ -98,7 +99,8 @@ impl Runtime {
                     Err(outcome) => return outcome,
                 };
                 let ctx = ComponentCtx::new({ wasi }.build(), limits, host);
-                sandbox.drive(self.store(ctx, &sandbox), async |store: &mut Store<_>| {
+                let store = self.store(&self.inner.component_engine, ctx, &sandbox);
+                sandbox.drive(store, async |store: &mut Store<_>| {
                     let command = pre.instantiate_async(&mut *store).await?;
                     let ran = command.wasi_cli_run().call_run(&mut *store).await?;
                     Ok(ran.map_err(|()| Refusal::Exit(1)))
@@ -122,7 +124,8 @@ impl Runtime {
                     params: invocation.params.map(str::to_owned),
                 };
                 let input = invocation.input;
-                sandbox.drive(self.store(ctx, &sandbox), async |store: &mut Store<_>| {
+                let store = self.store(&self.inner.component_engine, ctx, &sandbox);
+                sandbox.drive(store, async |store: &mut Store<_>| {
                     let handler = pre.instantiate_async(&mut *store).await?;
                     let ran = handler.call_run(&mut *store, input, &context).await?;
                     Ok(ran.map_err(Refusal::Message))
@@ -134,8 +137,8 @@ impl Runtime {
 
     /// A store for one run: its memory limit, and the epoch callback that stops it when
     /// killed or out of time (and otherwise lets it yield at every tick).
-    fn store<T: RunData>(&self, data: T, sandbox: &Sandbox<'_>) -> Store<T> {
-        let mut store = Store::new(&self.inner.engine, data);
+    fn store<T: RunData>(&self, engine: &Engine, data: T, sandbox: &Sandbox<'_>) -> Store<T> {
+        let mut store = Store::new(engine, data);
         store.limiter(|cx| cx.limits());
         let switch = sandbox.kill.clone();
         let deadline = sandbox.deadline;
