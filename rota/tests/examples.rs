@@ -11,6 +11,11 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// How long a plugin's first run may take: it compiles the plugin on the executor, which
+/// for a Python or JavaScript component (13–20 MB) in a debug build on a busy test machine
+/// takes minutes.
+const FIRST_RUN: Duration = Duration::from_secs(300);
+
 use serde_json::json;
 use support::*;
 
@@ -176,7 +181,8 @@ async fn close_order_asks_the_order_service(file: &str) {
         (unpaid, "order 42 was unpaid: closed it"),
         (paid, "order 43 is paid: leaving it"),
     ] {
-        let t = task_reaches(&api, id, "succeeded").await;
+        // The first run compiles the plugin on the executor.
+        let t = task_reaches_within(&api, id, "succeeded", FIRST_RUN).await;
         let lines = run_log(&api, t["last_run_id"].as_i64().unwrap()).await;
         assert!(
             lines.iter().any(|l| l.contains(line)),
@@ -314,4 +320,61 @@ async fn plugin_run_runs_a_python_component_with_the_same_flags() {
         "{stdout}"
     );
     assert_eq!(service.log().requests.len(), requests, "nothing reached it");
+}
+
+/// A `wasi:cli` command component keeps the preview 1 contract: `echo` made a component
+/// (`jco new`) sees the same argv, `ROTA_*` environment (and nothing else) and stdin in a
+/// real run through the scheduler, and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_component_keeps_the_preview_1_contract() {
+    let Some(component) = example("echo.component.wasm") else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let node = Standalone::start(data.path());
+    let api = node.api.clone();
+    wait_ready(&api).await;
+    api.upload("echo-component", component).await;
+    let plugin = &api.ok("GET", "/api/v1/plugins", None).await["items"][0];
+    assert_eq!(plugin["kind"], "component", "{plugin}");
+    assert_eq!(plugin["world"], "wasi:cli/command", "{plugin}");
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "echo", "app": "default", "plugin": "echo-component",
+                    "schedule": {"kind": "none"}, "params": "--dry-run 'a b'"}),
+        ),
+    )
+    .await;
+    let id = api
+        .ok(
+            "POST",
+            "/api/v1/tasks",
+            Some(json!({"job": "echo", "payload": "line one\nline two"})),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let t = task_reaches(&api, id, "succeeded").await;
+    let run = api
+        .ok("GET", &format!("/api/v1/runs/{}", t["last_run_id"]), None)
+        .await;
+    assert_eq!(run["exit_code"], 0, "{run}");
+    let lines = run_log(&api, run["id"].as_i64().unwrap()).await;
+    for want in [
+        "argc = 3",
+        "argv[0] = echo-component",
+        "argv[1] = --dry-run",
+        "argv[2] = a b",
+        "env ROTA_JOB_NAME=echo",
+        &format!("env ROTA_TASK_ID={id}"),
+        "env ROTA_ATTEMPT=1",
+        "env ROTA_PARAMS=--dry-run 'a b'",
+        "env: 0 other variables",
+        "line one",
+        "line two",
+    ] {
+        assert!(lines.iter().any(|l| l == want), "{want:?} in {lines:?}");
+    }
 }

@@ -903,7 +903,13 @@ pub async fn run_log(api: &Api, run_id: i64) -> Vec<String> {
 /// Waits until task `id` reaches `status`; returns the task. Panics after a minute with
 /// the task and its runs.
 pub async fn task_reaches(api: &Api, id: i64, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    task_reaches_within(api, id, status, Duration::from_secs(60)).await
+}
+
+/// [`task_reaches`], waiting up to `wait` (a first run that compiles a Python or
+/// JavaScript component on a busy test machine takes minutes in a debug build).
+pub async fn task_reaches_within(api: &Api, id: i64, status: &str, wait: Duration) -> Value {
+    let deadline = Instant::now() + wait;
     loop {
         let t = api.ok("GET", &format!("/api/v1/tasks/{id}"), None).await;
         if t["status"] == status {
@@ -913,7 +919,8 @@ pub async fn task_reaches(api: &Api, id: i64, status: &str) -> Value {
             let runs = api
                 .ok("GET", &format!("/api/v1/runs?task={id}"), None)
                 .await;
-            panic!("task {id} is not {status} after 60 s: {t}\nruns: {runs}");
+            let secs = wait.as_secs();
+            panic!("task {id} is not {status} after {secs} s: {t}\nruns: {runs}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
