@@ -70,11 +70,8 @@ async fn scheduler_executor_and_plugin_traffic_over_tls() {
     let url = format!("https://127.0.0.1:{port}");
     let trusting = rota_net::Tls::load(None, None, Some(&fixture("ca.pem"))).unwrap();
     let api = Api::with_client(&url, trusting.client().build().unwrap());
-    eventually(Duration::from_secs(30), "the server over HTTPS", || async {
-        let (status, _) = api.call("GET", "/healthz", None).await;
-        (status == 200).then_some(())
-    })
-    .await;
+    // Until it listens, connections are refused: not a failure.
+    wait_healthy(&api).await;
     // Plain HTTP on the same port gets no answer, and a client without the CA refuses
     // the certificate.
     assert!(

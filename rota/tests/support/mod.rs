@@ -779,7 +779,12 @@ pub async fn wait_healthy(api: &Api) {
         Duration::from_secs(30),
         "rota server to answer /healthz",
         || async {
-            let ok = reqwest::get(format!("{}/healthz", api.base))
+            // Through the API's own client (one that trusts a test CA, say); refused
+            // connections are the server not listening yet.
+            let ok = api
+                .http
+                .get(format!("{}/healthz", api.base))
+                .send()
                 .await
                 .map(|r| r.status().is_success());
             ok.unwrap_or(false).then_some(())
