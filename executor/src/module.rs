@@ -40,8 +40,6 @@ const WAT_REASON_MAX: usize = 200;
 const NAME_MAX: usize = 100;
 
 const WASM_MAGIC: &[u8; 4] = b"\0asm";
-/// Bytes 6..8 of the header: the layer, 0 for a core module and 1 for a component.
-const COMPONENT_LAYER: [u8; 2] = [1, 0];
 
 /// A plugin that passed [`validate_plugin`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,7 +153,7 @@ pub(crate) fn validate_compiled(
         return Err(PluginError::Empty);
     }
     let wasm = to_binary(bytes)?;
-    let (kind, artifact) = if wasm.get(6..8) == Some(&COMPONENT_LAYER[..]) {
+    let (kind, artifact) = if crate::runtime::is_component(&wasm) {
         let (kind, component) = validate_component(component_engine, &wasm)?;
         (kind, Artifact::Component(component))
     } else {

@@ -647,7 +647,8 @@ fn start_epoch_ticker(engines: &[&Engine]) -> Result<(), RuntimeError> {
         .map_err(|e| RuntimeError::Engine(format!("cannot start the epoch thread: {e}")))
 }
 
-/// Whether `wasm` is a component (layer 1 in its header) rather than a core module.
+/// Whether `wasm` is a component rather than a core module: bytes 6..8 of the header are
+/// the layer, 0 for a core module and 1 for a component.
 pub(crate) fn is_component(wasm: &[u8]) -> bool {
     wasm.get(..4) == Some(b"\0asm") && wasm.get(6..8) == Some(&[1, 0][..])
 }
