@@ -179,15 +179,37 @@ impl std::fmt::Debug for Config {
 
 /// A database URL without its password (`mysql://rota:***@db/rota`); one that does not
 /// parse but may hold credentials is not shown at all.
-fn redact_url(url: &str) -> String {
+/// `url` with its password, if any, shown as `***` (a multi-host URL too, which is not a
+/// URL to the `url` crate).
+pub(crate) fn redact_url(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
             let _ = u.set_password(Some("***"));
             u.to_string()
         }
         Ok(_) => url.to_owned(),
-        Err(_) if url.contains('@') => "(an unreadable URL with credentials)".to_owned(),
-        Err(_) => url.to_owned(),
+        Err(_) => {
+            let Some((scheme, rest)) = url.split_once("://") else {
+                return if url.contains('@') {
+                    "(an unreadable URL with credentials)".to_owned()
+                } else {
+                    url.to_owned()
+                };
+            };
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => {
+                    let user = rest[..at].split(':').next().unwrap_or("");
+                    let shown = if rest[..at].contains(':') {
+                        format!("{user}:***")
+                    } else {
+                        user.to_owned()
+                    };
+                    format!("{scheme}://{shown}{}", &rest[at..])
+                }
+                None => url.to_owned(),
+            }
+        }
     }
 }
 

@@ -126,20 +126,22 @@ impl Store {
         password_hash: &str,
         keep_session: &str,
     ) -> Result<()> {
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            sqlx::query("UPDATE users SET password_hash = ? WHERE id = ?")
-                .bind(password_hash)
-                .bind(user_id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM sessions WHERE user_id = ? AND token_hash <> ?")
-                .bind(user_id)
-                .bind(keep_session)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(())
+        retrying!("set_password", {
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                sqlx::query("UPDATE users SET password_hash = ? WHERE id = ?")
+                    .bind(password_hash)
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM sessions WHERE user_id = ? AND token_hash <> ?")
+                    .bind(user_id)
+                    .bind(keep_session)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            })
         })
     }
 
@@ -184,17 +186,19 @@ impl Store {
 
     /// Deletes a user with their sessions and tokens.
     pub async fn delete_user(&self, id: i64) -> Result<()> {
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            for sql in [
-                "DELETE FROM sessions WHERE user_id = ?",
-                "DELETE FROM api_tokens WHERE user_id = ?",
-                "DELETE FROM users WHERE id = ?",
-            ] {
-                sqlx::query(sql).bind(id).execute(&mut *tx).await?;
-            }
-            tx.commit().await?;
-            Ok(())
+        retrying!("delete_user", {
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                for sql in [
+                    "DELETE FROM sessions WHERE user_id = ?",
+                    "DELETE FROM api_tokens WHERE user_id = ?",
+                    "DELETE FROM users WHERE id = ?",
+                ] {
+                    sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            })
         })
     }
 

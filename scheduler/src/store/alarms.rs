@@ -296,34 +296,38 @@ impl Store {
 
     /// Deletes a rule and the events it had not folded yet; false if there was none.
     pub async fn delete_alarm_rule(&self, name: &str) -> Result<bool> {
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            sqlx::query(
-                "DELETE FROM alarm_events WHERE rule_id IN (SELECT id FROM alarm_rules WHERE name = ?)",
-            )
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
-            let gone = sqlx::query("DELETE FROM alarm_rules WHERE name = ?")
+        retrying!("delete_alarm_rule", {
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                sqlx::query(
+                    "DELETE FROM alarm_events WHERE rule_id IN (SELECT id FROM alarm_rules WHERE name = ?)",
+                )
                 .bind(name)
                 .execute(&mut *tx)
-                .await?
-                .affected()
-                > 0;
-            tx.commit().await?;
-            Ok(gone)
+                .await?;
+                let gone = sqlx::query("DELETE FROM alarm_rules WHERE name = ?")
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?
+                    .affected()
+                    > 0;
+                tx.commit().await?;
+                Ok(gone)
+            })
         })
     }
 
     /// Records events (outside any other transaction: conditions a watcher saw).
     pub async fn raise_alarm_events(&self, events: &[AlarmEvent]) -> Result<()> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.begin().await?;
-        self.insert_alarm_events(&mut tx, events).await?;
-        tx.commit().await?;
-        Ok(())
+        retrying!("raise_alarm_events", {
+            if events.is_empty() {
+                return Ok(());
+            }
+            let mut tx = self.begin().await?;
+            self.insert_alarm_events(&mut tx, events).await?;
+            tx.commit().await?;
+            Ok(())
+        })
     }
 
     /// Records events inside `tx`: they are kept exactly when what they tell of is.
@@ -382,50 +386,52 @@ impl Store {
         now: Millis,
         fold: &(dyn Fn(&AlarmRuleRow, &Pending) -> Folded + Sync),
     ) -> Result<Vec<AlarmRow>> {
-        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
-        let mut tx = self.begin().await?;
-        let rule: Option<AlarmRuleRow> = on_tx!(&mut tx, |tx, Db| {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT {RULE_COLUMNS} FROM alarm_rules WHERE id = ?{lock}"
-            )))
-            .bind(rule_id)
-            .fetch_optional(&mut **tx)
-            .await?
-        });
-        let Some(rule) = rule else {
-            // The rule is gone: so are its events.
+        retrying!("fold_alarm_events", {
+            let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
+            let mut tx = self.begin().await?;
+            let rule: Option<AlarmRuleRow> = on_tx!(&mut tx, |tx, Db| {
+                sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT {RULE_COLUMNS} FROM alarm_rules WHERE id = ?{lock}"
+                )))
+                .bind(rule_id)
+                .fetch_optional(&mut **tx)
+                .await?
+            });
+            let Some(rule) = rule else {
+                // The rule is gone: so are its events.
+                on_tx!(&mut tx, |tx, Db| {
+                    sqlx::query("DELETE FROM alarm_events WHERE rule_id = ?")
+                        .bind(rule_id)
+                        .execute(&mut **tx)
+                        .await?;
+                });
+                tx.commit().await?;
+                return Ok(Vec::new());
+            };
+            let pending = self.take_events(&mut tx, rule_id).await?;
+            let folded = fold(&rule, &pending);
+            if !folded.consumed {
+                // Dropped uncommitted: the marks are undone, the events wait.
+                return Ok(Vec::new());
+            }
+            let made = self
+                .write_alarms(&mut tx, &rule, folded.alarms, now)
+                .await?;
             on_tx!(&mut tx, |tx, Db| {
-                sqlx::query("DELETE FROM alarm_events WHERE rule_id = ?")
+                sqlx::query("DELETE FROM alarm_events WHERE rule_id = ? AND folding")
+                    .bind(rule_id)
+                    .execute(&mut **tx)
+                    .await?;
+                sqlx::query("UPDATE alarm_rules SET open_since = ?, last_sent_at = ? WHERE id = ?")
+                    .bind(folded.open_since)
+                    .bind(folded.last_sent_at)
                     .bind(rule_id)
                     .execute(&mut **tx)
                     .await?;
             });
             tx.commit().await?;
-            return Ok(Vec::new());
-        };
-        let pending = self.take_events(&mut tx, rule_id).await?;
-        let folded = fold(&rule, &pending);
-        if !folded.consumed {
-            // Dropped uncommitted: the marks are undone, the events wait.
-            return Ok(Vec::new());
-        }
-        let made = self
-            .write_alarms(&mut tx, &rule, folded.alarms, now)
-            .await?;
-        on_tx!(&mut tx, |tx, Db| {
-            sqlx::query("DELETE FROM alarm_events WHERE rule_id = ? AND folding")
-                .bind(rule_id)
-                .execute(&mut **tx)
-                .await?;
-            sqlx::query("UPDATE alarm_rules SET open_since = ?, last_sent_at = ? WHERE id = ?")
-                .bind(folded.open_since)
-                .bind(folded.last_sent_at)
-                .bind(rule_id)
-                .execute(&mut **tx)
-                .await?;
-        });
-        tx.commit().await?;
-        Ok(made)
+            Ok(made)
+        })
     }
 
     /// Marks rule `rule_id`'s waiting events as this transaction's fold and sums them.

@@ -5,44 +5,46 @@ use super::*;
 impl Store {
     /// Registers this scheduler node (by its stable name) and starts a new epoch for it.
     pub async fn start_node(&self, name: &str, address: &str, now: Millis) -> Result<NodeLease> {
-        let upsert = if self.is_mysql() {
-            "INSERT INTO nodes (name, address, epoch, heartbeat_at, started_at) VALUES (?, ?, 1, ?, ?) \
-             ON DUPLICATE KEY UPDATE epoch = epoch + 1, address = VALUES(address), \
-             heartbeat_at = VALUES(heartbeat_at), started_at = VALUES(started_at)"
-        } else {
-            "INSERT INTO nodes (name, address, epoch, heartbeat_at, started_at) VALUES (?, ?, 1, ?, ?) \
-             ON CONFLICT(name) DO UPDATE SET epoch = epoch + 1, address = excluded.address, \
-             heartbeat_at = excluded.heartbeat_at, started_at = excluded.started_at"
-        };
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            sqlx::query(upsert)
-                .bind(name)
-                .bind(address)
-                .bind(now)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            let (node_id, epoch): (i64, i64) =
-                sqlx::query_as("SELECT id, epoch FROM nodes WHERE name = ?")
+        retrying!("start_node", {
+            let upsert = if self.is_mysql() {
+                "INSERT INTO nodes (name, address, epoch, heartbeat_at, started_at) VALUES (?, ?, 1, ?, ?) \
+                 ON DUPLICATE KEY UPDATE epoch = epoch + 1, address = VALUES(address), \
+                 heartbeat_at = VALUES(heartbeat_at), started_at = VALUES(started_at)"
+            } else {
+                "INSERT INTO nodes (name, address, epoch, heartbeat_at, started_at) VALUES (?, ?, 1, ?, ?) \
+                 ON CONFLICT(name) DO UPDATE SET epoch = epoch + 1, address = excluded.address, \
+                 heartbeat_at = excluded.heartbeat_at, started_at = excluded.started_at"
+            };
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                sqlx::query(upsert)
                     .bind(name)
-                    .fetch_one(&mut *tx)
+                    .bind(address)
+                    .bind(now)
+                    .bind(now)
+                    .execute(&mut *tx)
                     .await?;
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "{} INTO node_fences (node_id, epoch) VALUES (?, ?)",
-                self.insert_ignore()
-            )))
-            .bind(node_id)
-            .bind(epoch)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("UPDATE node_fences SET epoch = ? WHERE node_id = ?")
-                .bind(epoch)
+                let (node_id, epoch): (i64, i64) =
+                    sqlx::query_as("SELECT id, epoch FROM nodes WHERE name = ?")
+                        .bind(name)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "{} INTO node_fences (node_id, epoch) VALUES (?, ?)",
+                    self.insert_ignore()
+                )))
                 .bind(node_id)
+                .bind(epoch)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
-            Ok(NodeLease { node_id, epoch })
+                sqlx::query("UPDATE node_fences SET epoch = ? WHERE node_id = ?")
+                    .bind(epoch)
+                    .bind(node_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(NodeLease { node_id, epoch })
+            })
         })
     }
 
@@ -74,70 +76,72 @@ impl Store {
         lease: NodeLease,
         dead_before: Millis,
     ) -> Result<(Vec<String>, Vec<DueTask>)> {
-        let skip_locked = self.skip_locked();
-        on_pool!(control self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            // Only a node that is itself still live takes others over: a fenced one would
-            // move their claims to an epoch nobody holds any more.
-            hold_lease!(self, &mut *tx, lease);
-            // `heartbeat_at` 0 marks a node already taken over (until it starts again).
-            let dead: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT id, name FROM nodes WHERE id <> ? AND heartbeat_at > 0 \
-                 AND heartbeat_at < ? ORDER BY id{skip_locked}"
-            )))
-            .bind(lease.node_id)
-            .bind(dead_before)
-            .fetch_all(&mut *tx)
-            .await?;
-            if dead.is_empty() {
-                return Ok((Vec::new(), Vec::new()));
-            }
-            let mut names = Vec::with_capacity(dead.len());
-            let mut moved = Vec::new();
-            for (id, name) in dead {
-                // Its fence, exclusively: a write of its still in flight (a claim, a record)
-                // holds it shared; skip the node this round rather than wait (MariaDB rolls
-                // a stalled writer's transaction back after `idle_transaction_timeout`).
-                let fence: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT epoch FROM node_fences WHERE node_id = ?{skip_locked}"
+        retrying!("take_over_dead", {
+            let skip_locked = self.skip_locked();
+            on_pool!(control self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                // Only a node that is itself still live takes others over: a fenced one would
+                // move their claims to an epoch nobody holds any more.
+                hold_lease!(self, &mut *tx, lease);
+                // `heartbeat_at` 0 marks a node already taken over (until it starts again).
+                let dead: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT id, name FROM nodes WHERE id <> ? AND heartbeat_at > 0 \
+                     AND heartbeat_at < ? ORDER BY id{skip_locked}"
                 )))
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if fence.is_none() {
-                    continue;
-                }
-                sqlx::query("UPDATE node_fences SET epoch = epoch + 1 WHERE node_id = ?")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query("UPDATE nodes SET epoch = epoch + 1, heartbeat_at = 0 WHERE id = ?")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                let rows: Vec<DueRow> = sqlx::query_as(concat!(
-                    due_select!(),
-                    " WHERE status = 'claimed' AND owner_node = ? ORDER BY due_at"
-                ))
-                .bind(id)
+                .bind(lease.node_id)
+                .bind(dead_before)
                 .fetch_all(&mut *tx)
                 .await?;
-                sqlx::query(
-                    "UPDATE tasks SET owner_node = ?, owner_epoch = ? \
-                     WHERE status = 'claimed' AND owner_node = ?",
-                )
-                .bind(lease.node_id)
-                .bind(lease.epoch)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-                for row in rows {
-                    moved.push(DueTask::try_from(row)?);
+                if dead.is_empty() {
+                    return Ok((Vec::new(), Vec::new()));
                 }
-                names.push(name);
-            }
-            tx.commit().await?;
-            Ok((names, moved))
+                let mut names = Vec::with_capacity(dead.len());
+                let mut moved = Vec::new();
+                for (id, name) in dead {
+                    // Its fence, exclusively: a write of its still in flight (a claim, a record)
+                    // holds it shared; skip the node this round rather than wait (MariaDB rolls
+                    // a stalled writer's transaction back after `idle_transaction_timeout`).
+                    let fence: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                        "SELECT epoch FROM node_fences WHERE node_id = ?{skip_locked}"
+                    )))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if fence.is_none() {
+                        continue;
+                    }
+                    sqlx::query("UPDATE node_fences SET epoch = epoch + 1 WHERE node_id = ?")
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("UPDATE nodes SET epoch = epoch + 1, heartbeat_at = 0 WHERE id = ?")
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    let rows: Vec<DueRow> = sqlx::query_as(concat!(
+                        due_select!(),
+                        " WHERE status = 'claimed' AND owner_node = ? ORDER BY due_at"
+                    ))
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    sqlx::query(
+                        "UPDATE tasks SET owner_node = ?, owner_epoch = ? \
+                         WHERE status = 'claimed' AND owner_node = ?",
+                    )
+                    .bind(lease.node_id)
+                    .bind(lease.epoch)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                    for row in rows {
+                        moved.push(DueTask::try_from(row)?);
+                    }
+                    names.push(name);
+                }
+                tx.commit().await?;
+                Ok((names, moved))
+            })
         })
     }
 

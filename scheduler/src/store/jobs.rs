@@ -77,41 +77,43 @@ impl Store {
         replan: bool,
         now: Millis,
     ) -> Result<Job> {
-        let app_id = self.ensure_app(&spec.app, now).await?;
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            bind_spec!(
-                sqlx::query(
-                    "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
-                     block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
-                     memory_mb = ?, max_concurrency = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
-                     no_executor_timeout_ms = ?, delivery = ?, next_fire_at = ?, generation = generation + ?, updated_at = ? WHERE id = ?",
-                ),
-                spec,
-                app_id
-            )
-            .bind(next_fire_at)
-            .bind(i64::from(replan))
-            .bind(now)
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| match Error::from(e) {
-                Error::Conflict(_) => Error::Conflict(format!("a job named `{}` already exists", spec.name)),
-                other => other,
-            })?;
-            if replan {
-                sqlx::query(concat!(
-                    "DELETE FROM tasks WHERE job_id = ? AND kind = 'cron' AND status IN ",
-                    unstarted!()
-                ))
+        retrying!("update_job", {
+            let app_id = self.ensure_app(&spec.app, now).await?;
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                bind_spec!(
+                    sqlx::query(
+                        "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
+                         block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
+                         memory_mb = ?, max_concurrency = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
+                         no_executor_timeout_ms = ?, delivery = ?, next_fire_at = ?, generation = generation + ?, updated_at = ? WHERE id = ?",
+                    ),
+                    spec,
+                    app_id
+                )
+                .bind(next_fire_at)
+                .bind(i64::from(replan))
+                .bind(now)
                 .bind(id)
                 .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
-        });
-        self.get_job(id).await
+                .await
+                .map_err(|e| match Error::from(e) {
+                    Error::Conflict(_) => Error::Conflict(format!("a job named `{}` already exists", spec.name)),
+                    other => other,
+                })?;
+                if replan {
+                    sqlx::query(concat!(
+                        "DELETE FROM tasks WHERE job_id = ? AND kind = 'cron' AND status IN ",
+                        unstarted!()
+                    ))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+            });
+            self.get_job(id).await
+        })
     }
 
     pub async fn get_job(&self, id: i64) -> Result<Job> {
@@ -191,50 +193,56 @@ impl Store {
     /// Deletes a job. With pending or running tasks it is a conflict unless `force`, which
     /// cancels the pending ones first (running ones finish on their own).
     pub async fn delete_job(&self, id: i64, force: bool, now: Millis) -> Result<Vec<i64>> {
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM jobs WHERE id = ?")
+        retrying!("delete_job", {
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM jobs WHERE id = ?")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if exists.is_none() {
+                    return Err(Error::NotFound(format!("job {id}")));
+                }
+                let active: Vec<(i64, String)> = sqlx::query_as(
+                    "SELECT id, status FROM tasks WHERE job_id = ? AND status IN ('pending', 'claimed', 'waiting', 'ready', 'running')",
+                )
                 .bind(id)
-                .fetch_optional(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await?;
-            if exists.is_none() {
-                return Err(Error::NotFound(format!("job {id}")));
-            }
-            let active: Vec<(i64, String)> = sqlx::query_as(
-                "SELECT id, status FROM tasks WHERE job_id = ? AND status IN ('pending', 'claimed', 'waiting', 'ready', 'running')",
-            )
-            .bind(id)
-            .fetch_all(&mut *tx)
-            .await?;
-            if !active.is_empty() && !force {
-                return Err(Error::Conflict(format!(
-                    "job {id} has {} pending or running task(s); cancel them or delete with ?force=true",
-                    active.len()
-                )));
-            }
-            let cancelled: Vec<i64> = active
-                .iter()
-                .filter(|(_, s)| s != "running")
-                .map(|(id, _)| *id)
-                .collect();
-            for chunk in cancelled.chunks(CHUNK) {
-                let mut qb =
-                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'cancelled', updated_at = ");
-                qb.push_bind(now)
-                    .push(concat!(" WHERE status IN ", unstarted!(), " AND id IN "));
-                push_ids(&mut qb, chunk.iter().copied());
-                qb.build().execute(&mut *tx).await?;
-            }
-            sqlx::query("DELETE FROM kv WHERE job_id = ?")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM jobs WHERE id = ?")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(cancelled)
+                if !active.is_empty() && !force {
+                    return Err(Error::Conflict(format!(
+                        "job {id} has {} pending or running task(s); cancel them or delete with ?force=true",
+                        active.len()
+                    )));
+                }
+                let cancelled: Vec<i64> = active
+                    .iter()
+                    .filter(|(_, s)| s != "running")
+                    .map(|(id, _)| *id)
+                    .collect();
+                for chunk in cancelled.chunks(CHUNK) {
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "UPDATE tasks SET status = 'cancelled', updated_at = ",
+                    );
+                    qb.push_bind(now).push(concat!(
+                        " WHERE status IN ",
+                        unstarted!(),
+                        " AND id IN "
+                    ));
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.build().execute(&mut *tx).await?;
+                }
+                sqlx::query("DELETE FROM kv WHERE job_id = ?")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM jobs WHERE id = ?")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(cancelled)
+            })
         })
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 
+use super::retry::is_retryable;
 use super::{Error, Pool, Result};
 use crate::model::now_ms;
 
@@ -160,19 +161,6 @@ async fn release(pool: &Pool, holder: &str) -> Result<()> {
             .await?;
     });
     Ok(())
-}
-
-/// Errors a concurrent writer causes that are worth another try: a deadlock or a Galera
-/// certification failure (1213), a lock wait timeout (1205), SQLite's busy or locked
-/// database (5, 6).
-pub(crate) fn is_retryable(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(d) = e else {
-        return false;
-    };
-    if let Some(my) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        return matches!(my.number(), 1205 | 1213);
-    }
-    matches!(d.code().as_deref(), Some("5" | "6" | "517" | "262"))
 }
 
 fn hostname() -> String {

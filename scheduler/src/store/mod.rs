@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
@@ -33,6 +34,11 @@ pub enum Error {
     Conflict(String),
     #[error("unsupported database url `{0}`: use mysql://… or sqlite:…")]
     UnsupportedUrl(String),
+    #[error("invalid database url: {0}")]
+    InvalidUrl(String),
+    /// No member of a multi-host database URL is ready ([`members`]).
+    #[error("{0}")]
+    Unavailable(String),
     /// A server Rota cannot be correct on (see [`server_support`]).
     #[error("{0}")]
     UnsupportedServer(String),
@@ -104,21 +110,56 @@ macro_rules! on_pool {
 /// `Error::Fenced`: another node took this one over, and what it holds is no longer its
 /// own. (The lock is not on the `nodes` row, which the heartbeat updates: the heartbeat
 /// must never wait behind the node's own work.)
+///
+/// On a Galera cluster row locks are local to a member, so the shared lock would not stop a
+/// take-over committed through another member: there the transaction writes its fence row
+/// (where the epoch is still its own), and certification makes a take-over and this
+/// transaction conflict; the loser is retried ([`retry`]) and then sees the new epoch.
 macro_rules! hold_lease {
     ($store:expr, $conn:expr, $lease:expr) => {{
-        let share = if $store.is_mysql() {
-            " LOCK IN SHARE MODE"
+        let held = if $store.galera {
+            let r = sqlx::query(
+                "UPDATE node_fences SET writes = writes + 1 WHERE node_id = ? AND epoch = ?",
+            )
+            .bind($lease.node_id)
+            .bind($lease.epoch)
+            .execute($conn)
+            .await?;
+            r.affected() == 1
         } else {
-            ""
+            let share = if $store.is_mysql() {
+                " LOCK IN SHARE MODE"
+            } else {
+                ""
+            };
+            let epoch: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT epoch FROM node_fences WHERE node_id = ?{share}"
+            )))
+            .bind($lease.node_id)
+            .fetch_optional($conn)
+            .await?;
+            epoch == Some($lease.epoch)
         };
-        let epoch: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT epoch FROM node_fences WHERE node_id = ?{share}"
-        )))
-        .bind($lease.node_id)
-        .fetch_optional($conn)
-        .await?;
-        if epoch != Some($lease.epoch) {
+        if !held {
             return Err(Error::Fenced);
+        }
+    }};
+}
+
+/// Runs `$body` (one whole transaction, or one statement, written as the body of an async
+/// block: `?` and `return` leave the attempt) until it succeeds, fails for a reason other
+/// than a concurrent writer, or was retried enough ([`retry`]); `$op` names it in
+/// `rota_db_retries_total{op}`. A macro rather than a function taking a closure: the futures
+/// of async closures borrowing the store are not provably `Send` to the spawning callers.
+macro_rules! retrying {
+    ($op:literal, $body:block) => {{
+        let mut retries = 0u32;
+        loop {
+            let result: Result<_> = async $body.await;
+            match result {
+                Err(e) if $crate::store::retry::again(&e, $op, &mut retries).await => continue,
+                other => break other,
+            }
         }
     }};
 }
@@ -238,9 +279,11 @@ mod alarms;
 mod cluster;
 mod executors;
 mod jobs;
+mod members;
 mod migrate;
 mod plugins;
 mod queue;
+mod retry;
 mod rows;
 mod runs;
 mod secrets;
@@ -250,9 +293,10 @@ pub use alarms::{
     AlarmChannelRow, AlarmDelivery, AlarmEvent, AlarmRow, AlarmRuleRow, Folded, Pending, Problems,
     WaitingEvents,
 };
-use migrate::is_retryable;
+use members::Members;
 pub use plugins::{NewPlugin, PART_BYTES};
 pub use queue::{HeldLease, Leased, QueueFacts};
+use retry::is_retryable;
 use rows::*;
 pub use rows::{
     ApiToken, Applied, AuditEntry, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef, PluginUser,
@@ -333,6 +377,10 @@ pub struct Store {
     control: Pool,
     /// MySQL: how the node heartbeat opens a connection of its own ([`Store::beat`]).
     beat_opts: Option<MySqlConnectOptions>,
+    /// The members of a multi-host URL, which every MySQL pool follows ([`members`]).
+    members: Option<Arc<Members>>,
+    /// A MariaDB Galera cluster: row locks are local to a member ([`hold_lease!`]).
+    galera: bool,
 }
 
 /// The node heartbeat's own way to the database, made on the thread that beats
@@ -408,8 +456,20 @@ pub fn server_support(version: &str) -> std::result::Result<(), String> {
     }
 }
 
-fn mysql_pool(max_connections: u32) -> MySqlPoolOptions {
-    MySqlPoolOptions::new()
+fn mysql_pool(max_connections: u32, members: &Option<Arc<Members>>) -> MySqlPoolOptions {
+    let options = MySqlPoolOptions::new();
+    // After a move to another member, connections to the one left behind are closed.
+    let options = match members {
+        Some(members) => {
+            let members = members.clone();
+            options.before_acquire(move |_, meta| {
+                let fresh = !members.is_stale(meta.age);
+                Box::pin(async move { Ok(fresh) })
+            })
+        }
+        None => options,
+    };
+    options
         .max_connections(max_connections)
         // Correctness rests on row locks and conditional updates, never on repeatable
         // snapshots; READ COMMITTED spares the scan and the writers InnoDB's gap locks.
@@ -444,11 +504,20 @@ impl Store {
     pub async fn connect(url: &str) -> Result<Store> {
         let mut beat_opts = None;
         let mut control = None;
+        let mut members = None;
+        let mut galera = false;
         let pool = if url.starts_with("mysql:") || url.starts_with("mariadb:") {
             let url = url.replacen("mariadb:", "mysql:", 1);
-            let opts = MySqlConnectOptions::from_str(&url)?;
+            members = Members::of(&url)?;
+            let opts = match &members {
+                Some(members) => {
+                    members.choose().await?;
+                    members.options()
+                }
+                None => MySqlConnectOptions::from_str(&url)?,
+            };
             beat_opts = Some(opts.clone());
-            let pool = mysql_pool(16)
+            let pool = mysql_pool(16, &members)
                 .min_connections(2)
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_with(opts.clone())
@@ -457,13 +526,22 @@ impl Store {
                 .fetch_one(&pool)
                 .await?;
             server_support(&version).map_err(Error::UnsupportedServer)?;
+            let wsrep: Option<(String, String)> =
+                sqlx::query_as("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
+                    .fetch_optional(&pool)
+                    .await?;
+            galera = wsrep.is_some_and(|(_, on)| on.eq_ignore_ascii_case("ON"));
             // Cluster coordination (take-overs, adopting claims) on connections of its own:
             // a take-over must not queue for a connection behind a burst of reports.
-            control = Some(Pool::MySql(
-                mysql_pool(2)
-                    .acquire_timeout(Duration::from_secs(5))
-                    .connect_lazy_with(opts),
-            ));
+            let control_pool = mysql_pool(2, &members)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_lazy_with(opts);
+            if let Some(members) = &members {
+                members.follow(&pool);
+                members.follow(&control_pool);
+                members.watch();
+            }
+            control = Some(Pool::MySql(control_pool));
             Pool::MySql(pool)
         } else if url.starts_with("sqlite:") {
             let opts = SqliteConnectOptions::from_str(url)?
@@ -503,19 +581,28 @@ impl Store {
             pool,
             control,
             beat_opts,
+            members,
+            galera,
         })
     }
 
     /// The heartbeat's own connection (see [`Beat`]); call it on the runtime that will use it.
     pub async fn beat(&self) -> Result<Beat> {
         let pool = match (&self.beat_opts, &self.pool) {
-            (Some(opts), _) => Pool::MySql(
-                MySqlPoolOptions::new()
-                    .max_connections(1)
+            (Some(opts), _) => {
+                let opts = match &self.members {
+                    Some(members) => members.options(),
+                    None => opts.clone(),
+                };
+                let pool = mysql_pool(1, &self.members)
                     .acquire_timeout(Duration::from_secs(2))
-                    .connect_with(opts.clone())
-                    .await?,
-            ),
+                    .connect_with(opts)
+                    .await?;
+                if let Some(members) = &self.members {
+                    members.follow(&pool);
+                }
+                Pool::MySql(pool)
+            }
             (None, pool) => pool.clone(),
         };
         Ok(Beat { pool })
@@ -592,34 +679,36 @@ impl Store {
     /// before rows are written, so a batch needs no read-back and a run id can travel to the
     /// executor before the run row exists.
     pub async fn allocate_ids(&self, name: &str, n: i64) -> Result<i64> {
-        let n = n.max(1);
-        // One statement, outside any transaction: MySQL hands the new value back through
-        // `LAST_INSERT_ID(expr)` in the statement's answer, SQLite through `RETURNING`.
-        let end: i64 = match &self.pool {
-            Pool::MySql(pool) => {
-                let r = sqlx::query(
-                    "UPDATE sequences SET next_value = LAST_INSERT_ID(next_value + ?) WHERE name = ?",
-                )
-                .bind(n)
-                .bind(name)
-                .execute(pool)
-                .await?;
-                if r.rows_affected() == 0 {
-                    return Err(Error::Corrupt(format!("no sequence `{name}`")));
+        retrying!("allocate_ids", {
+            let n = n.max(1);
+            // One statement, outside any transaction: MySQL hands the new value back through
+            // `LAST_INSERT_ID(expr)` in the statement's answer, SQLite through `RETURNING`.
+            let end: i64 = match &self.pool {
+                Pool::MySql(pool) => {
+                    let r = sqlx::query(
+                        "UPDATE sequences SET next_value = LAST_INSERT_ID(next_value + ?) WHERE name = ?",
+                    )
+                    .bind(n)
+                    .bind(name)
+                    .execute(pool)
+                    .await?;
+                    if r.rows_affected() == 0 {
+                        return Err(Error::Corrupt(format!("no sequence `{name}`")));
+                    }
+                    r.insert_id()
                 }
-                r.insert_id()
-            }
-            Pool::Sqlite(pool) => {
-                sqlx::query_scalar(
-                    "UPDATE sequences SET next_value = next_value + ? WHERE name = ? RETURNING next_value",
-                )
-                .bind(n)
-                .bind(name)
-                .fetch_one(pool)
-                .await?
-            }
-        };
-        Ok(end - n)
+                Pool::Sqlite(pool) => {
+                    sqlx::query_scalar(
+                        "UPDATE sequences SET next_value = next_value + ? WHERE name = ? RETURNING next_value",
+                    )
+                    .bind(n)
+                    .bind(name)
+                    .fetch_one(pool)
+                    .await?
+                }
+            };
+            Ok(end - n)
+        })
     }
 }
 

@@ -42,91 +42,94 @@ impl Store {
     /// Stores a validated plugin under its name. The same bytes under the same name return
     /// the existing version (`false`); new bytes make the next version (`true`).
     pub async fn insert_plugin(&self, new: NewPlugin<'_>, now: Millis) -> Result<(Plugin, bool)> {
-        let NewPlugin { name, sha256, .. } = new;
-        let size = i64::try_from(new.bytes.len()).unwrap_or(i64::MAX);
-        let imports = new.imports.join("\n");
-        for _ in 0..3 {
-            let attempt: Result<(Plugin, bool)> = on_pool!(self, |pool, Db| {
-                let mut tx = pool.begin_write().await?;
-                let existing: Option<PluginRow> = sqlx::query_as(AssertSqlSafe(format!(
-                    "SELECT {PLUGIN_COLUMNS} FROM plugins \
-                     WHERE name = ? AND sha256 = ? ORDER BY version DESC LIMIT 1"
-                )))
-                .bind(name)
-                .bind(sha256)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if let Some(row) = existing {
-                    return Ok((row.into(), false));
-                }
-                let latest: Option<i32> = sqlx::query_scalar(
-                    "SELECT version FROM plugins WHERE name = ? ORDER BY version DESC LIMIT 1",
-                )
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let version = latest.unwrap_or(0) + 1;
-                let stored: Option<i64> =
-                    sqlx::query_scalar("SELECT part FROM plugin_parts WHERE sha256 = ? LIMIT 1")
-                        .bind(sha256)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                if stored.is_none() {
-                    for (part, bytes) in new.bytes.chunks(PART_BYTES).enumerate() {
-                        sqlx::query(
-                            "INSERT INTO plugin_parts (sha256, part, bytes) VALUES (?, ?, ?)",
-                        )
-                        .bind(sha256)
-                        .bind(part as i64)
-                        .bind(bytes)
-                        .execute(&mut *tx)
-                        .await?;
+        retrying!("insert_plugin", {
+            let NewPlugin { name, sha256, .. } = new;
+            let size = i64::try_from(new.bytes.len()).unwrap_or(i64::MAX);
+            let imports = new.imports.join("\n");
+            for _ in 0..3 {
+                let attempt: Result<(Plugin, bool)> = on_pool!(self, |pool, Db| {
+                    let mut tx = pool.begin_write().await?;
+                    let existing: Option<PluginRow> = sqlx::query_as(AssertSqlSafe(format!(
+                        "SELECT {PLUGIN_COLUMNS} FROM plugins \
+                         WHERE name = ? AND sha256 = ? ORDER BY version DESC LIMIT 1"
+                    )))
+                    .bind(name)
+                    .bind(sha256)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some(row) = existing {
+                        return Ok((row.into(), false));
                     }
+                    let latest: Option<i32> = sqlx::query_scalar(
+                        "SELECT version FROM plugins WHERE name = ? ORDER BY version DESC LIMIT 1",
+                    )
+                    .bind(name)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    let version = latest.unwrap_or(0) + 1;
+                    let stored: Option<i64> = sqlx::query_scalar(
+                        "SELECT part FROM plugin_parts WHERE sha256 = ? LIMIT 1",
+                    )
+                    .bind(sha256)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if stored.is_none() {
+                        for (part, bytes) in new.bytes.chunks(PART_BYTES).enumerate() {
+                            sqlx::query(
+                                "INSERT INTO plugin_parts (sha256, part, bytes) VALUES (?, ?, ?)",
+                            )
+                            .bind(sha256)
+                            .bind(part as i64)
+                            .bind(bytes)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                    }
+                    let r = sqlx::query(
+                        "INSERT INTO plugins (name, version, sha256, size, module, created_at, kind, world, imports) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    )
+                    .bind(name)
+                    .bind(version)
+                    .bind(sha256)
+                    .bind(size)
+                    .bind(&[][..])
+                    .bind(now)
+                    .bind(new.kind)
+                    .bind(new.world)
+                    .bind((!imports.is_empty()).then_some(imports.as_str()))
+                    .execute(&mut *tx)
+                    .await;
+                    let id = match r {
+                        Ok(r) => r.insert_id(),
+                        Err(e) => return Err(e.into()),
+                    };
+                    tx.commit().await?;
+                    Ok((
+                        Plugin {
+                            id,
+                            name: name.to_owned(),
+                            version,
+                            sha256: sha256.to_owned(),
+                            size,
+                            created_at: now,
+                            kind: new.kind.to_owned(),
+                            world: new.world.map(str::to_owned),
+                            imports: new.imports.to_vec(),
+                        },
+                        true,
+                    ))
+                });
+                match attempt {
+                    // A concurrent upload took this version number: try the next.
+                    Err(Error::Conflict(_)) => continue,
+                    other => return other,
                 }
-                let r = sqlx::query(
-                    "INSERT INTO plugins (name, version, sha256, size, module, created_at, kind, world, imports) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                )
-                .bind(name)
-                .bind(version)
-                .bind(sha256)
-                .bind(size)
-                .bind(&[][..])
-                .bind(now)
-                .bind(new.kind)
-                .bind(new.world)
-                .bind((!imports.is_empty()).then_some(imports.as_str()))
-                .execute(&mut *tx)
-                .await;
-                let id = match r {
-                    Ok(r) => r.insert_id(),
-                    Err(e) => return Err(e.into()),
-                };
-                tx.commit().await?;
-                Ok((
-                    Plugin {
-                        id,
-                        name: name.to_owned(),
-                        version,
-                        sha256: sha256.to_owned(),
-                        size,
-                        created_at: now,
-                        kind: new.kind.to_owned(),
-                        world: new.world.map(str::to_owned),
-                        imports: new.imports.to_vec(),
-                    },
-                    true,
-                ))
-            });
-            match attempt {
-                // A concurrent upload took this version number: try the next.
-                Err(Error::Conflict(_)) => continue,
-                other => return other,
             }
-        }
-        Err(Error::Conflict(format!(
-            "plugin `{name}` is being uploaded concurrently; try again"
-        )))
+            Err(Error::Conflict(format!(
+                "plugin `{name}` is being uploaded concurrently; try again"
+            )))
+        })
     }
 
     pub async fn list_plugins(&self) -> Result<Vec<Plugin>> {
@@ -167,38 +170,42 @@ impl Store {
     /// Deletes every version of plugin `name`, which no job may use (a conflict naming
     /// them otherwise). Returns the versions deleted.
     pub async fn delete_plugin(&self, name: &str) -> Result<u64> {
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            let users: Vec<String> =
-                sqlx::query_scalar("SELECT name FROM jobs WHERE plugin = ? ORDER BY name LIMIT 6")
-                    .bind(name)
-                    .fetch_all(&mut *tx)
-                    .await?;
-            if !users.is_empty() {
-                let more = if users.len() > 5 { ", …" } else { "" };
-                let listed: Vec<String> = users.iter().take(5).map(|j| format!("`{j}`")).collect();
-                return Err(Error::Conflict(format!(
-                    "plugin `{name}` is used by job {}{more}; change or delete those jobs first",
-                    listed.join(", ")
-                )));
-            }
-            let deleted = sqlx::query("DELETE FROM plugins WHERE name = ?")
+        retrying!("delete_plugin", {
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                let users: Vec<String> = sqlx::query_scalar(
+                    "SELECT name FROM jobs WHERE plugin = ? ORDER BY name LIMIT 6",
+                )
                 .bind(name)
+                .fetch_all(&mut *tx)
+                .await?;
+                if !users.is_empty() {
+                    let more = if users.len() > 5 { ", …" } else { "" };
+                    let listed: Vec<String> =
+                        users.iter().take(5).map(|j| format!("`{j}`")).collect();
+                    return Err(Error::Conflict(format!(
+                        "plugin `{name}` is used by job {}{more}; change or delete those jobs first",
+                        listed.join(", ")
+                    )));
+                }
+                let deleted = sqlx::query("DELETE FROM plugins WHERE name = ?")
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?
+                    .affected();
+                if deleted == 0 {
+                    return Err(Error::NotFound(format!("plugin `{name}`")));
+                }
+                // Bytes no plugin row refers to any more.
+                sqlx::query(
+                    "DELETE FROM plugin_parts WHERE NOT EXISTS \
+                     (SELECT 1 FROM plugins p WHERE p.sha256 = plugin_parts.sha256)",
+                )
                 .execute(&mut *tx)
-                .await?
-                .affected();
-            if deleted == 0 {
-                return Err(Error::NotFound(format!("plugin `{name}`")));
-            }
-            // Bytes no plugin row refers to any more.
-            sqlx::query(
-                "DELETE FROM plugin_parts WHERE NOT EXISTS \
-                 (SELECT 1 FROM plugins p WHERE p.sha256 = plugin_parts.sha256)",
-            )
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(deleted)
+                .await?;
+                tx.commit().await?;
+                Ok(deleted)
+            })
         })
     }
 

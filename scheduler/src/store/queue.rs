@@ -82,8 +82,10 @@ impl Store {
     /// Claimed fires of pull jobs, out of `lease`'s wheel: `ready` for a consumer. Returns
     /// how many moved (a task cancelled or taken over meanwhile does not).
     pub async fn mark_ready(&self, lease: NodeLease, task_ids: &[i64], now: Millis) -> Result<u64> {
-        self.unclaim(lease, task_ids, TaskStatus::Ready, Some(now))
-            .await
+        retrying!("mark_ready", {
+            self.unclaim(lease, task_ids, TaskStatus::Ready, Some(now))
+                .await
+        })
     }
 
     /// Leases up to `run_ids.len()` ready tasks of `job_id` to `consumer` until
@@ -99,78 +101,81 @@ impl Store {
         lease_ms: i64,
         now: Millis,
     ) -> Result<Vec<Leased>> {
-        if run_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let skip_locked = self.skip_locked();
-        let executor = format!("pull:{consumer}");
-        let expires = now.saturating_add(lease_ms);
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            let rows: Vec<ReadyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks \
-                 WHERE job_id = ? AND status = 'ready' \
-                 ORDER BY priority DESC, due_at, id LIMIT ?{skip_locked}"
-            )))
-            .bind(job_id)
-            .bind(run_ids.len() as i64)
-            .fetch_all(&mut *tx)
-            .await?;
-            if rows.is_empty() {
+        retrying!("lease_ready", {
+            if run_ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let leased: Vec<Leased> = rows
-                .into_iter()
-                .zip(run_ids)
-                .map(|(r, &run_id)| Leased {
-                    task_id: r.id,
-                    job_id,
-                    attempt: r.attempt,
-                    run_id,
-                    lease: format!("{run_id}.{:016x}", rand::random::<u64>()),
-                    payload: r.payload,
-                    key: r.idem_key,
-                    priority: r.priority,
-                    due_at: r.due_at,
-                    lease_expires_at: expires,
-                })
-                .collect();
-            let mut qb =
-                QueryBuilder::<Db>::new("UPDATE tasks SET status = 'running', lease_expires_at = ");
-            qb.push_bind(expires)
-                .push(", updated_at = ")
-                .push_bind(now)
-                .push(", lease_token = ");
-            push_case(&mut qb, leased.iter().map(|l| (l.task_id, l.lease.clone())));
-            qb.push(" WHERE status = 'ready' AND id IN ");
-            push_ids(&mut qb, leased.iter().map(|l| l.task_id));
-            let updated = qb.build().execute(&mut *tx).await?.affected();
-            if updated != leased.len() as u64 {
-                // Another pull took some between the read and the write (SQLite has no row
-                // locks to skip): take none, the caller pulls again.
-                tx.rollback().await?;
-                return Err(Error::Conflict("a concurrent pull took these tasks".into()));
-            }
-            let mut qb = QueryBuilder::<Db>::new(
-                "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
-                 scheduled_at, dispatched_at, started_at) ",
-            );
-            qb.push_values(&leased, |mut b, l| {
-                b.push_bind(l.run_id)
-                    .push_bind(job_id)
-                    .push_bind(l.task_id)
-                    .push_bind(l.attempt)
-                    .push_bind(0_i32)
-                    .push_bind(1_i32)
-                    .push_bind(executor.as_str())
-                    .push_bind(RunStatus::Running.as_str())
-                    .push_bind(l.due_at)
+            let skip_locked = self.skip_locked();
+            let executor = format!("pull:{consumer}");
+            let expires = now.saturating_add(lease_ms);
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                let rows: Vec<ReadyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks \
+                     WHERE job_id = ? AND status = 'ready' \
+                     ORDER BY priority DESC, due_at, id LIMIT ?{skip_locked}"
+                )))
+                .bind(job_id)
+                .bind(run_ids.len() as i64)
+                .fetch_all(&mut *tx)
+                .await?;
+                if rows.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let leased: Vec<Leased> = rows
+                    .into_iter()
+                    .zip(run_ids)
+                    .map(|(r, &run_id)| Leased {
+                        task_id: r.id,
+                        job_id,
+                        attempt: r.attempt,
+                        run_id,
+                        lease: format!("{run_id}.{:016x}", rand::random::<u64>()),
+                        payload: r.payload,
+                        key: r.idem_key,
+                        priority: r.priority,
+                        due_at: r.due_at,
+                        lease_expires_at: expires,
+                    })
+                    .collect();
+                let mut qb = QueryBuilder::<Db>::new(
+                    "UPDATE tasks SET status = 'running', lease_expires_at = ",
+                );
+                qb.push_bind(expires)
+                    .push(", updated_at = ")
                     .push_bind(now)
-                    .push_bind(now);
-            });
-            qb.build().execute(&mut *tx).await?;
-            tx.commit().await?;
-            Ok(leased)
+                    .push(", lease_token = ");
+                push_case(&mut qb, leased.iter().map(|l| (l.task_id, l.lease.clone())));
+                qb.push(" WHERE status = 'ready' AND id IN ");
+                push_ids(&mut qb, leased.iter().map(|l| l.task_id));
+                let updated = qb.build().execute(&mut *tx).await?.affected();
+                if updated != leased.len() as u64 {
+                    // Another pull took some between the read and the write (SQLite has no row
+                    // locks to skip): take none, the caller pulls again.
+                    tx.rollback().await?;
+                    return Err(Error::Conflict("a concurrent pull took these tasks".into()));
+                }
+                let mut qb = QueryBuilder::<Db>::new(
+                    "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
+                     scheduled_at, dispatched_at, started_at) ",
+                );
+                qb.push_values(&leased, |mut b, l| {
+                    b.push_bind(l.run_id)
+                        .push_bind(job_id)
+                        .push_bind(l.task_id)
+                        .push_bind(l.attempt)
+                        .push_bind(0_i32)
+                        .push_bind(1_i32)
+                        .push_bind(executor.as_str())
+                        .push_bind(RunStatus::Running.as_str())
+                        .push_bind(l.due_at)
+                        .push_bind(now)
+                        .push_bind(now);
+                });
+                qb.build().execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(leased)
+            })
         })
     }
 
@@ -202,19 +207,21 @@ impl Store {
         expires: Millis,
         now: Millis,
     ) -> Result<bool> {
-        on_pool!(self, |pool, Db| {
-            let r = sqlx::query(
-                "UPDATE tasks SET lease_expires_at = ?, updated_at = ? \
-                 WHERE id = ? AND status = 'running' AND lease_token = ? AND lease_expires_at > ?",
-            )
-            .bind(expires)
-            .bind(now)
-            .bind(task_id)
-            .bind(lease)
-            .bind(now)
-            .execute(pool)
-            .await?;
-            Ok(r.affected() > 0)
+        retrying!("extend_lease", {
+            on_pool!(self, |pool, Db| {
+                let r = sqlx::query(
+                    "UPDATE tasks SET lease_expires_at = ?, updated_at = ? \
+                     WHERE id = ? AND status = 'running' AND lease_token = ? AND lease_expires_at > ?",
+                )
+                .bind(expires)
+                .bind(now)
+                .bind(task_id)
+                .bind(lease)
+                .bind(now)
+                .execute(pool)
+                .await?;
+                Ok(r.affected() > 0)
+            })
         })
     }
 
@@ -223,49 +230,53 @@ impl Store {
     /// lost. (A crash in between leaves them expired without a token; the next call finds
     /// them again.)
     pub async fn expire_leases(&self, now: Millis, limit: u32) -> Result<Vec<HeldLease>> {
-        let ids: Vec<i64> = on_pool!(self, |pool, Db| {
-            sqlx::query_scalar(
-                "SELECT id FROM tasks WHERE lease_expires_at <= ? AND status = 'running' \
-                 ORDER BY lease_expires_at LIMIT ?",
-            )
-            .bind(now)
-            .bind(i64::from(limit))
-            .fetch_all(pool)
-            .await?
-        });
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let held = self.held_leases(&ids).await?;
-        on_pool!(self, |pool, Db| {
-            let mut qb = QueryBuilder::<Db>::new(
-                "UPDATE tasks SET lease_token = NULL WHERE status = 'running' AND lease_expires_at <= ",
-            );
-            qb.push_bind(now).push(" AND id IN ");
-            push_ids(&mut qb, ids.iter().copied());
-            qb.build().execute(pool).await?;
-        });
-        Ok(held
-            .into_iter()
-            .filter(|h| {
-                h.status == TaskStatus::Running.as_str()
-                    && h.lease_expires_at.is_some_and(|at| at <= now)
-            })
-            .collect())
+        retrying!("expire_leases", {
+            let ids: Vec<i64> = on_pool!(self, |pool, Db| {
+                sqlx::query_scalar(
+                    "SELECT id FROM tasks WHERE lease_expires_at <= ? AND status = 'running' \
+                     ORDER BY lease_expires_at LIMIT ?",
+                )
+                .bind(now)
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await?
+            });
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let held = self.held_leases(&ids).await?;
+            on_pool!(self, |pool, Db| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "UPDATE tasks SET lease_token = NULL WHERE status = 'running' AND lease_expires_at <= ",
+                );
+                qb.push_bind(now).push(" AND id IN ");
+                push_ids(&mut qb, ids.iter().copied());
+                qb.build().execute(pool).await?;
+            });
+            Ok(held
+                .into_iter()
+                .filter(|h| {
+                    h.status == TaskStatus::Running.as_str()
+                        && h.lease_expires_at.is_some_and(|at| at <= now)
+                })
+                .collect())
+        })
     }
 
     /// A dead task becomes pending again for a new attempt, due at `due_at`. Conflict if it
     /// is not dead.
     pub async fn redrive_task(&self, id: i64, due_at: Millis, now: Millis) -> Result<Task> {
-        let changed = self.redrive(&[id], due_at, now).await?;
-        let task = self.get_task(id).await?;
-        if changed == 0 {
-            return Err(Error::Conflict(format!(
-                "task {id} is {}; only a dead task can be retried",
-                task.status
-            )));
-        }
-        Ok(task)
+        retrying!("redrive_task", {
+            let changed = self.redrive(&[id], due_at, now).await?;
+            let task = self.get_task(id).await?;
+            if changed == 0 {
+                return Err(Error::Conflict(format!(
+                    "task {id} is {}; only a dead task can be retried",
+                    task.status
+                )));
+            }
+            Ok(task)
+        })
     }
 
     /// Up to `limit` dead tasks of `job_id`, oldest due first, pending again for a new
@@ -277,16 +288,18 @@ impl Store {
         due_at: Millis,
         now: Millis,
     ) -> Result<u64> {
-        let ids: Vec<i64> = on_pool!(self, |pool, Db| {
-            sqlx::query_scalar(
-                "SELECT id FROM tasks WHERE job_id = ? AND status = 'dead' ORDER BY due_at, id LIMIT ?",
-            )
-            .bind(job_id)
-            .bind(i64::from(limit))
-            .fetch_all(pool)
-            .await?
-        });
-        self.redrive(&ids, due_at, now).await
+        retrying!("redrive_dead", {
+            let ids: Vec<i64> = on_pool!(self, |pool, Db| {
+                sqlx::query_scalar(
+                    "SELECT id FROM tasks WHERE job_id = ? AND status = 'dead' ORDER BY due_at, id LIMIT ?",
+                )
+                .bind(job_id)
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await?
+            });
+            self.redrive(&ids, due_at, now).await
+        })
     }
 
     async fn redrive(&self, ids: &[i64], due_at: Millis, now: Millis) -> Result<u64> {
@@ -319,19 +332,22 @@ impl Store {
         payload: Option<Option<&str>>,
         now: Millis,
     ) -> Result<bool> {
-        on_pool!(self, |pool, Db| {
-            let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET status = 'pending', due_at = ");
-            qb.push_bind(due_at).push(", updated_at = ").push_bind(now);
-            if let Some(p) = priority {
-                qb.push(", priority = ").push_bind(p);
-            }
-            if let Some(payload) = payload {
-                qb.push(", payload = ").push_bind(payload);
-            }
-            qb.push(" WHERE id = ")
-                .push_bind(id)
-                .push(" AND status IN ('pending', 'waiting', 'ready')");
-            Ok(qb.build().execute(pool).await?.affected() > 0)
+        retrying!("reschedule_task", {
+            on_pool!(self, |pool, Db| {
+                let mut qb =
+                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'pending', due_at = ");
+                qb.push_bind(due_at).push(", updated_at = ").push_bind(now);
+                if let Some(p) = priority {
+                    qb.push(", priority = ").push_bind(p);
+                }
+                if let Some(payload) = payload {
+                    qb.push(", payload = ").push_bind(payload);
+                }
+                qb.push(" WHERE id = ")
+                    .push_bind(id)
+                    .push(" AND status IN ('pending', 'waiting', 'ready')");
+                Ok(qb.build().execute(pool).await?.affected() > 0)
+            })
         })
     }
 

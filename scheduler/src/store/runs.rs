@@ -86,33 +86,35 @@ impl Store {
         decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
         raise: &Raise<'_>,
     ) -> Result<Applied> {
-        if updates.is_empty() {
-            return Ok(Applied::default());
-        }
-        let changes = most_advanced_per_run(updates);
-        let ended: Vec<&RunUpdate> = changes
-            .iter()
-            .copied()
-            .filter(|u| u.status.is_final())
-            .collect();
-        let mut tx = self.begin().await?;
-        self.upsert_runs(&mut tx, &changes).await?;
-        let verdicts = self.decide_attempts(&mut tx, &ended, now, decide).await?;
-        self.count_finished(&mut tx, &verdicts.counted).await?;
-        let events = raise(&changes, &verdicts.ended);
-        self.insert_alarm_events(&mut tx, &events).await?;
-        self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
-        self.schedule_retries(&mut tx, &verdicts.outcomes, now)
-            .await?;
-        let children = self
-            .insert_children(&mut tx, &verdicts.children, now)
-            .await?;
-        tx.commit().await?;
-        Ok(Applied {
-            written: changes.len(),
-            tasks: verdicts.outcomes,
-            children,
-            freed_limited: verdicts.freed_limited,
+        retrying!("apply_run_updates_raising", {
+            if updates.is_empty() {
+                return Ok(Applied::default());
+            }
+            let changes = most_advanced_per_run(updates);
+            let ended: Vec<&RunUpdate> = changes
+                .iter()
+                .copied()
+                .filter(|u| u.status.is_final())
+                .collect();
+            let mut tx = self.begin().await?;
+            self.upsert_runs(&mut tx, &changes).await?;
+            let verdicts = self.decide_attempts(&mut tx, &ended, now, decide).await?;
+            self.count_finished(&mut tx, &verdicts.counted).await?;
+            let events = raise(&changes, &verdicts.ended);
+            self.insert_alarm_events(&mut tx, &events).await?;
+            self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
+            self.schedule_retries(&mut tx, &verdicts.outcomes, now)
+                .await?;
+            let children = self
+                .insert_children(&mut tx, &verdicts.children, now)
+                .await?;
+            tx.commit().await?;
+            Ok(Applied {
+                written: changes.len(),
+                tasks: verdicts.outcomes,
+                children,
+                freed_limited: verdicts.freed_limited,
+            })
         })
     }
 
@@ -520,114 +522,116 @@ impl Store {
         runs: &[Dispatched],
         now: Millis,
     ) -> Result<usize> {
-        #[derive(FromRow)]
-        struct Held {
-            id: i64,
-            status: String,
-            attempt: i32,
-            owner_node: Option<i64>,
-            owner_epoch: Option<i64>,
-        }
-        if runs.is_empty() {
-            return Ok(0);
-        }
-        let upsert_tail = if self.is_mysql() {
-            " ON DUPLICATE KEY UPDATE dispatched_at = VALUES(dispatched_at), \
-             executor = COALESCE(executor, VALUES(executor))"
-        } else {
-            " ON CONFLICT(id) DO UPDATE SET dispatched_at = excluded.dispatched_at, \
-             executor = COALESCE(runs.executor, excluded.executor) ON CONFLICT DO NOTHING"
-        };
-        // Rows in run-id order, as `apply_run_updates` writes them: two transactions touching
-        // the same runs lock them in the same order and cannot deadlock.
-        let mut runs: Vec<&Dispatched> = runs.iter().collect();
-        runs.sort_by_key(|r| r.run_id);
-        let mut elsewhere = 0;
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            let mut leased = false;
-            for chunk in runs.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT id, status, attempt, owner_node, owner_epoch FROM tasks WHERE id IN ",
-                );
-                push_ids(&mut qb, chunk.iter().map(|r| r.task_id));
-                let tasks: HashMap<i64, Held> = qb
-                    .build_query_as::<Held>()
-                    .fetch_all(&mut *tx)
-                    .await?
-                    .into_iter()
-                    .map(|t| (t.id, t))
-                    .collect();
-                let mut write: Vec<&Dispatched> = Vec::new();
-                for r in chunk {
-                    let Some(t) = tasks.get(&r.task_id) else {
+        retrying!("record_dispatches", {
+            #[derive(FromRow)]
+            struct Held {
+                id: i64,
+                status: String,
+                attempt: i32,
+                owner_node: Option<i64>,
+                owner_epoch: Option<i64>,
+            }
+            if runs.is_empty() {
+                return Ok(0);
+            }
+            let upsert_tail = if self.is_mysql() {
+                " ON DUPLICATE KEY UPDATE dispatched_at = VALUES(dispatched_at), \
+                 executor = COALESCE(executor, VALUES(executor))"
+            } else {
+                " ON CONFLICT(id) DO UPDATE SET dispatched_at = excluded.dispatched_at, \
+                 executor = COALESCE(runs.executor, excluded.executor) ON CONFLICT DO NOTHING"
+            };
+            // Rows in run-id order, as `apply_run_updates` writes them: two transactions touching
+            // the same runs lock them in the same order and cannot deadlock.
+            let mut runs: Vec<&Dispatched> = runs.iter().collect();
+            runs.sort_by_key(|r| r.run_id);
+            let mut elsewhere = 0;
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                let mut leased = false;
+                for chunk in runs.chunks(CHUNK) {
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "SELECT id, status, attempt, owner_node, owner_epoch FROM tasks WHERE id IN ",
+                    );
+                    push_ids(&mut qb, chunk.iter().map(|r| r.task_id));
+                    let tasks: HashMap<i64, Held> = qb
+                        .build_query_as::<Held>()
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .into_iter()
+                        .map(|t| (t.id, t))
+                        .collect();
+                    let mut write: Vec<&Dispatched> = Vec::new();
+                    for r in chunk {
+                        let Some(t) = tasks.get(&r.task_id) else {
+                            continue;
+                        };
+                        let ours = t.owner_node == Some(lease.node_id)
+                            && t.owner_epoch == Some(lease.epoch);
+                        if t.owner_node.is_some() && !ours {
+                            elsewhere += 1;
+                        } else if ours
+                            && t.attempt == r.attempt
+                            && t.status == TaskStatus::Claimed.as_str()
+                        {
+                            write.push(r);
+                        }
+                    }
+                    if write.is_empty() {
                         continue;
-                    };
-                    let ours =
-                        t.owner_node == Some(lease.node_id) && t.owner_epoch == Some(lease.epoch);
-                    if t.owner_node.is_some() && !ours {
-                        elsewhere += 1;
-                    } else if ours
-                        && t.attempt == r.attempt
-                        && t.status == TaskStatus::Claimed.as_str()
-                    {
-                        write.push(r);
+                    }
+                    if !leased {
+                        // The lease is held (a shared lock on this node's fence) until commit:
+                        // no take-over of this node can move the claims read as its own above.
+                        // (Locking the task rows instead would take them before the runs, the
+                        // opposite order of applying reports, and deadlock with it.)
+                        hold_lease!(self, &mut *tx, lease);
+                        leased = true;
+                    }
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
+                         scheduled_at, dispatched_at) ",
+                    );
+                    qb.push_values(write.iter(), |mut b, r| {
+                        b.push_bind(r.run_id)
+                            .push_bind(r.job_id)
+                            .push_bind(r.task_id)
+                            .push_bind(r.attempt)
+                            .push_bind(r.shard_index)
+                            .push_bind(r.shard_total)
+                            .push_bind(r.executor.as_str())
+                            .push_bind(RunStatus::Dispatched.as_str())
+                            .push_bind(r.scheduled_at)
+                            .push_bind(r.dispatched_at);
+                    });
+                    qb.push(upsert_tail);
+                    qb.build().execute(&mut *tx).await?;
+
+                    // Tasks by the attempt that was sent (nearly always one group): only that
+                    // attempt moves on, since a fast failure report may have moved the task to
+                    // its next attempt, claimed again, since it was read.
+                    let mut by_attempt: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+                    for r in &write {
+                        by_attempt.entry(r.attempt).or_default().push(r.task_id);
+                    }
+                    for (attempt, mut task_ids) in by_attempt {
+                        task_ids.sort_unstable();
+                        task_ids.dedup();
+                        let mut qb = QueryBuilder::<Db>::new(
+                            "UPDATE tasks SET status = 'running', updated_at = ",
+                        );
+                        qb.push_bind(now)
+                            .push(" WHERE status = 'claimed' AND attempt = ")
+                            .push_bind(attempt)
+                            .push(" AND id IN ");
+                        push_ids(&mut qb, task_ids.into_iter());
+                        qb.build().execute(&mut *tx).await?;
                     }
                 }
-                if write.is_empty() {
-                    continue;
-                }
-                if !leased {
-                    // The lease is held (a shared lock on this node's fence) until commit:
-                    // no take-over of this node can move the claims read as its own above.
-                    // (Locking the task rows instead would take them before the runs, the
-                    // opposite order of applying reports, and deadlock with it.)
-                    hold_lease!(self, &mut *tx, lease);
-                    leased = true;
-                }
-                let mut qb = QueryBuilder::<Db>::new(
-                    "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
-                     scheduled_at, dispatched_at) ",
-                );
-                qb.push_values(write.iter(), |mut b, r| {
-                    b.push_bind(r.run_id)
-                        .push_bind(r.job_id)
-                        .push_bind(r.task_id)
-                        .push_bind(r.attempt)
-                        .push_bind(r.shard_index)
-                        .push_bind(r.shard_total)
-                        .push_bind(r.executor.as_str())
-                        .push_bind(RunStatus::Dispatched.as_str())
-                        .push_bind(r.scheduled_at)
-                        .push_bind(r.dispatched_at);
-                });
-                qb.push(upsert_tail);
-                qb.build().execute(&mut *tx).await?;
-
-                // Tasks by the attempt that was sent (nearly always one group): only that
-                // attempt moves on, since a fast failure report may have moved the task to
-                // its next attempt, claimed again, since it was read.
-                let mut by_attempt: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-                for r in &write {
-                    by_attempt.entry(r.attempt).or_default().push(r.task_id);
-                }
-                for (attempt, mut task_ids) in by_attempt {
-                    task_ids.sort_unstable();
-                    task_ids.dedup();
-                    let mut qb = QueryBuilder::<Db>::new(
-                        "UPDATE tasks SET status = 'running', updated_at = ",
-                    );
-                    qb.push_bind(now)
-                        .push(" WHERE status = 'claimed' AND attempt = ")
-                        .push_bind(attempt)
-                        .push(" AND id IN ");
-                    push_ids(&mut qb, task_ids.into_iter());
-                    qb.build().execute(&mut *tx).await?;
-                }
-            }
-            tx.commit().await?;
-        });
-        Ok(elsewhere)
+                tx.commit().await?;
+            });
+            Ok(elsewhere)
+        })
     }
 
     pub async fn get_run(&self, id: i64) -> Result<Run> {

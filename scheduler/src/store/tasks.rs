@@ -19,12 +19,14 @@ impl Store {
         claim: Option<(NodeLease, &[bool])>,
         now: Millis,
     ) -> Result<Vec<(i64, bool)>> {
-        match self.insert_tasks_once(tasks, claim, now).await {
-            // A concurrent create took one of the keys between our lookup and our insert: the
-            // second look finds it, and the caller gets the existing task as it should.
-            Err(Error::Conflict(_)) => self.insert_tasks_once(tasks, claim, now).await,
-            other => other,
-        }
+        retrying!("insert_tasks_claiming", {
+            match self.insert_tasks_once(tasks, claim, now).await {
+                // A concurrent create took one of the keys between our lookup and our insert: the
+                // second look finds it, and the caller gets the existing task as it should.
+                Err(Error::Conflict(_)) => self.insert_tasks_once(tasks, claim, now).await,
+                other => other,
+            }
+        })
     }
 
     async fn insert_tasks_once(
@@ -203,25 +205,27 @@ impl Store {
     /// Cancels a task that has not started. Returns the task as it now is and whether this
     /// call cancelled it (false: it was already cancelled). Running or finished → conflict.
     pub async fn cancel_task(&self, id: i64, now: Millis) -> Result<(Task, bool)> {
-        let changed = on_pool!(self, |pool, Db| {
-            sqlx::query(concat!(
-                "UPDATE tasks SET status = 'cancelled', updated_at = ? WHERE id = ? AND status IN ",
-                unstarted!()
-            ))
-            .bind(now)
-            .bind(id)
-            .execute(pool)
-            .await?
-            .affected()
-                > 0
-        });
-        let task = self.get_task(id).await?;
-        match task.status {
-            TaskStatus::Cancelled => Ok((task, changed)),
-            s => Err(Error::Conflict(format!(
-                "task {id} is {s}; only a pending task can be cancelled"
-            ))),
-        }
+        retrying!("cancel_task", {
+            let changed = on_pool!(self, |pool, Db| {
+                sqlx::query(concat!(
+                    "UPDATE tasks SET status = 'cancelled', updated_at = ? WHERE id = ? AND status IN ",
+                    unstarted!()
+                ))
+                .bind(now)
+                .bind(id)
+                .execute(pool)
+                .await?
+                .affected()
+                    > 0
+            });
+            let task = self.get_task(id).await?;
+            match task.status {
+                TaskStatus::Cancelled => Ok((task, changed)),
+                s => Err(Error::Conflict(format!(
+                    "task {id} is {s}; only a pending task can be cancelled"
+                ))),
+            }
+        })
     }
 
     /// One scan, in one transaction: turns the recurring fire times due by `until` into task
@@ -239,32 +243,34 @@ impl Store {
         limit: u32,
         plan: &mut (dyn FnMut(&DueJob) -> JobFires + Send),
     ) -> Result<Claimed> {
-        let mut tx = self.begin().await?;
-        // Claim only under a live lease, holding it for the transaction: a take-over (which
-        // bumps the epoch) waits for this claim and then moves it too, or runs first and
-        // this claim is refused.
-        self.hold_lease_in(&mut tx, lease).await?;
-        let cron_fires = self
-            .plan_recurring(&mut tx, now, until, limit, plan)
-            .await?;
-        // Jobs with `max_concurrency` are claimed one by one, never with the rest.
-        let limited = self.limited_jobs(&mut tx).await?;
-        let mut rows = self.due_unlimited(&mut tx, until, limit, &limited).await?;
-        for (job_id, max) in limited {
-            let room = (i64::from(limit) - rows.len() as i64).min(max);
-            if room <= 0 {
-                break;
+        retrying!("claim_due", {
+            let mut tx = self.begin().await?;
+            // Claim only under a live lease, holding it for the transaction: a take-over (which
+            // bumps the epoch) waits for this claim and then moves it too, or runs first and
+            // this claim is refused.
+            self.hold_lease_in(&mut tx, lease).await?;
+            let cron_fires = self
+                .plan_recurring(&mut tx, now, until, limit, plan)
+                .await?;
+            // Jobs with `max_concurrency` are claimed one by one, never with the rest.
+            let limited = self.limited_jobs(&mut tx).await?;
+            let mut rows = self.due_unlimited(&mut tx, until, limit, &limited).await?;
+            for (job_id, max) in limited {
+                let room = (i64::from(limit) - rows.len() as i64).min(max);
+                if room <= 0 {
+                    break;
+                }
+                rows.extend(self.due_limited(&mut tx, job_id, max, room, until).await?);
             }
-            rows.extend(self.due_limited(&mut tx, job_id, max, room, until).await?);
-        }
-        self.mark_claimed(&mut tx, lease, &rows).await?;
-        tx.commit().await?;
-        Ok(Claimed {
-            tasks: rows
-                .into_iter()
-                .map(DueTask::try_from)
-                .collect::<Result<_>>()?,
-            cron_fires,
+            self.mark_claimed(&mut tx, lease, &rows).await?;
+            tx.commit().await?;
+            Ok(Claimed {
+                tasks: rows
+                    .into_iter()
+                    .map(DueTask::try_from)
+                    .collect::<Result<_>>()?,
+                cron_fires,
+            })
         })
     }
 
@@ -510,30 +516,34 @@ impl Store {
     /// claims just taken over). `Error::Fenced` if this node was itself taken over meanwhile:
     /// the claims are the taker's then, and must not be pulled back.
     pub async fn adopt_claims(&self, lease: NodeLease, task_ids: &[i64]) -> Result<()> {
-        on_pool!(control self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            hold_lease!(self, &mut *tx, lease);
-            for chunk in task_ids.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET owner_node = ");
-                qb.push_bind(lease.node_id)
-                    .push(", owner_epoch = ")
-                    .push_bind(lease.epoch)
-                    .push(" WHERE status = 'claimed' AND owner_node = ")
-                    .push_bind(lease.node_id)
-                    .push(" AND id IN ");
-                push_ids(&mut qb, chunk.iter().copied());
-                qb.build().execute(&mut *tx).await?;
-            }
-            tx.commit().await?;
-        });
-        Ok(())
+        retrying!("adopt_claims", {
+            on_pool!(control self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                hold_lease!(self, &mut *tx, lease);
+                for chunk in task_ids.chunks(CHUNK) {
+                    let mut qb = QueryBuilder::<Db>::new("UPDATE tasks SET owner_node = ");
+                    qb.push_bind(lease.node_id)
+                        .push(", owner_epoch = ")
+                        .push_bind(lease.epoch)
+                        .push(" WHERE status = 'claimed' AND owner_node = ")
+                        .push_bind(lease.node_id)
+                        .push(" AND id IN ");
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+            });
+            Ok(())
+        })
     }
 
     /// Hands claims back (graceful shutdown): the tasks become pending for any node.
     pub async fn release_claims(&self, lease: NodeLease, task_ids: &[i64]) -> Result<()> {
-        self.unclaim(lease, task_ids, TaskStatus::Pending, None)
-            .await
-            .map(|_| ())
+        retrying!("release_claims", {
+            self.unclaim(lease, task_ids, TaskStatus::Pending, None)
+                .await
+                .map(|_| ())
+        })
     }
 
     /// Claims of `lease` leave its wheel for the database with `status`, owned by no node
@@ -572,15 +582,17 @@ impl Store {
     /// ([`Store::wake_waiting`]) or they wait too long ([`Store::claim_expired_waiting`]).
     /// A wait is not an attempt.
     pub async fn park_waiting(&self, lease: NodeLease, task_ids: &[(i64, Millis)]) -> Result<()> {
-        let mut by_since: BTreeMap<Millis, Vec<i64>> = BTreeMap::new();
-        for &(id, since) in task_ids {
-            by_since.entry(since).or_default().push(id);
-        }
-        for (since, ids) in by_since {
-            self.unclaim(lease, &ids, TaskStatus::Waiting, Some(since))
-                .await?;
-        }
-        Ok(())
+        retrying!("park_waiting", {
+            let mut by_since: BTreeMap<Millis, Vec<i64>> = BTreeMap::new();
+            for &(id, since) in task_ids {
+                by_since.entry(since).or_default().push(id);
+            }
+            for (since, ids) in by_since {
+                self.unclaim(lease, &ids, TaskStatus::Waiting, Some(since))
+                    .await?;
+            }
+            Ok(())
+        })
     }
 
     /// Waiting fires of these apps' jobs become pending again (an executor of the app is
@@ -607,113 +619,120 @@ impl Store {
         now: Millis,
         limit: u32,
     ) -> Result<Vec<(DueTask, String, Millis)>> {
-        #[derive(FromRow)]
-        struct Expired {
-            id: i64,
-            app: String,
-            since: i64,
-        }
-        let skip_locked = self.skip_locked();
-        on_pool!(self, |pool, Db| {
-            let mut tx = pool.begin_write().await?;
-            hold_lease!(self, &mut *tx, lease);
-            let expired: Vec<Expired> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT t.id, a.name AS app, t.updated_at AS since FROM tasks t \
-                 JOIN jobs j ON j.id = t.job_id JOIN apps a ON a.id = j.app_id \
-                 WHERE t.status = 'waiting' \
-                 AND t.updated_at < ? - COALESCE(j.no_executor_timeout_ms, {DEFAULT_NO_EXECUTOR_TIMEOUT_MS}) \
-                 ORDER BY t.updated_at LIMIT ?{skip_locked}"
-            )))
-            .bind(now)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await?;
-            if expired.is_empty() {
-                return Ok(Vec::new());
+        retrying!("claim_expired_waiting", {
+            #[derive(FromRow)]
+            struct Expired {
+                id: i64,
+                app: String,
+                since: i64,
             }
-            let mut qb =
-                QueryBuilder::<Db>::new("UPDATE tasks SET status = 'claimed', owner_node = ");
-            qb.push_bind(lease.node_id)
-                .push(", owner_epoch = ")
-                .push_bind(lease.epoch)
-                .push(" WHERE status = 'waiting' AND id IN ");
-            push_ids(&mut qb, expired.iter().map(|e| e.id));
-            qb.build().execute(&mut *tx).await?;
-            let mut qb = QueryBuilder::<Db>::new(concat!(due_select!(), " WHERE id IN "));
-            push_ids(&mut qb, expired.iter().map(|e| e.id));
-            let rows: Vec<DueRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
-            tx.commit().await?;
-            let meta: HashMap<i64, (String, Millis)> = expired
-                .into_iter()
-                .map(|e| (e.id, (e.app, e.since)))
-                .collect();
-            rows.into_iter()
-                .map(|r| {
-                    let (app, since) = meta.get(&r.id).cloned().unwrap_or_default();
-                    Ok((DueTask::try_from(r)?, app, since))
-                })
-                .collect()
+            let skip_locked = self.skip_locked();
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                hold_lease!(self, &mut *tx, lease);
+                let expired: Vec<Expired> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT t.id, a.name AS app, t.updated_at AS since FROM tasks t \
+                     JOIN jobs j ON j.id = t.job_id JOIN apps a ON a.id = j.app_id \
+                     WHERE t.status = 'waiting' \
+                     AND t.updated_at < ? - COALESCE(j.no_executor_timeout_ms, {DEFAULT_NO_EXECUTOR_TIMEOUT_MS}) \
+                     ORDER BY t.updated_at LIMIT ?{skip_locked}"
+                )))
+                .bind(now)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?;
+                if expired.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut qb =
+                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'claimed', owner_node = ");
+                qb.push_bind(lease.node_id)
+                    .push(", owner_epoch = ")
+                    .push_bind(lease.epoch)
+                    .push(" WHERE status = 'waiting' AND id IN ");
+                push_ids(&mut qb, expired.iter().map(|e| e.id));
+                qb.build().execute(&mut *tx).await?;
+                let mut qb = QueryBuilder::<Db>::new(concat!(due_select!(), " WHERE id IN "));
+                push_ids(&mut qb, expired.iter().map(|e| e.id));
+                let rows: Vec<DueRow> = qb.build_query_as().fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                let meta: HashMap<i64, (String, Millis)> = expired
+                    .into_iter()
+                    .map(|e| (e.id, (e.app, e.since)))
+                    .collect();
+                rows.into_iter()
+                    .map(|r| {
+                        let (app, since) = meta.get(&r.id).cloned().unwrap_or_default();
+                        Ok((DueTask::try_from(r)?, app, since))
+                    })
+                    .collect()
+            })
         })
     }
 
     /// Claimed tasks whose job was deleted: cancelled (a forced delete cancelled its
     /// pending tasks; these were created or claimed as it happened).
     pub async fn cancel_orphans(&self, task_ids: &[i64], now: Millis) -> Result<()> {
-        on_pool!(self, |pool, Db| {
-            for chunk in task_ids.chunks(CHUNK) {
-                let mut qb =
-                    QueryBuilder::<Db>::new("UPDATE tasks SET status = 'cancelled', updated_at = ");
-                qb.push_bind(now).push(
-                    ", owner_node = NULL, owner_epoch = NULL WHERE status = 'claimed' \
-                           AND job_id NOT IN (SELECT id FROM jobs) AND id IN ",
-                );
-                push_ids(&mut qb, chunk.iter().copied());
-                qb.build().execute(pool).await?;
-            }
-        });
-        Ok(())
+        retrying!("cancel_orphans", {
+            on_pool!(self, |pool, Db| {
+                for chunk in task_ids.chunks(CHUNK) {
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "UPDATE tasks SET status = 'cancelled', updated_at = ",
+                    );
+                    qb.push_bind(now).push(
+                        ", owner_node = NULL, owner_epoch = NULL WHERE status = 'claimed' \
+                               AND job_id NOT IN (SELECT id FROM jobs) AND id IN ",
+                    );
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.build().execute(pool).await?;
+                }
+            });
+            Ok(())
+        })
     }
 
     /// Deletes up to `limit` finished tasks (succeeded, dead, cancelled) whose last due time
     /// is before `before`, with their runs. Returns how many tasks went. Small batches on an
     /// index range, so retention never holds locks the scan would wait for.
     pub async fn purge_finished(&self, before: Millis, limit: u32) -> Result<usize> {
-        on_pool!(self, |pool, Db| {
-            let mut ids: Vec<i64> = Vec::new();
-            for status in ["succeeded", "dead", "cancelled"] {
-                let room = i64::from(limit) - ids.len() as i64;
-                if room <= 0 {
-                    break;
+        retrying!("purge_finished", {
+            on_pool!(self, |pool, Db| {
+                let mut ids: Vec<i64> = Vec::new();
+                for status in ["succeeded", "dead", "cancelled"] {
+                    let room = i64::from(limit) - ids.len() as i64;
+                    if room <= 0 {
+                        break;
+                    }
+                    let found: Vec<i64> = sqlx::query_scalar(
+                        "SELECT id FROM tasks WHERE status = ? AND due_at < ? ORDER BY due_at LIMIT ?",
+                    )
+                    .bind(status)
+                    .bind(before)
+                    .bind(room)
+                    .fetch_all(pool)
+                    .await?;
+                    ids.extend(found);
                 }
-                let found: Vec<i64> = sqlx::query_scalar(
-                    "SELECT id FROM tasks WHERE status = ? AND due_at < ? ORDER BY due_at LIMIT ?",
-                )
-                .bind(status)
-                .bind(before)
-                .bind(room)
-                .fetch_all(pool)
-                .await?;
-                ids.extend(found);
-            }
-            if ids.is_empty() {
-                return Ok(0);
-            }
-            let mut tx = pool.begin_write().await?;
-            let mut qb = QueryBuilder::<Db>::new("DELETE FROM runs WHERE task_id IN ");
-            push_ids(&mut qb, ids.iter().copied());
-            qb.build().execute(&mut *tx).await?;
-            let mut qb = QueryBuilder::<Db>::new(
-                "DELETE FROM tasks WHERE status IN ('succeeded', 'dead', 'cancelled') AND id IN ",
-            );
-            push_ids(&mut qb, ids.iter().copied());
-            let deleted = qb.build().execute(&mut *tx).await?.affected();
-            // The dashboard's counts go with the runs they counted.
-            sqlx::query("DELETE FROM run_stats WHERE minute < ?")
-                .bind(before)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(deleted as usize)
+                if ids.is_empty() {
+                    return Ok(0);
+                }
+                let mut tx = pool.begin_write().await?;
+                let mut qb = QueryBuilder::<Db>::new("DELETE FROM runs WHERE task_id IN ");
+                push_ids(&mut qb, ids.iter().copied());
+                qb.build().execute(&mut *tx).await?;
+                let mut qb = QueryBuilder::<Db>::new(
+                    "DELETE FROM tasks WHERE status IN ('succeeded', 'dead', 'cancelled') AND id IN ",
+                );
+                push_ids(&mut qb, ids.iter().copied());
+                let deleted = qb.build().execute(&mut *tx).await?.affected();
+                // The dashboard's counts go with the runs they counted.
+                sqlx::query("DELETE FROM run_stats WHERE minute < ?")
+                    .bind(before)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(deleted as usize)
+            })
         })
     }
 }
