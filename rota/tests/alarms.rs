@@ -455,15 +455,7 @@ async fn a_pull_backlog_older_than_the_threshold_alarms_and_clears_once_pulled()
     let got = hook.wait_for(b"k3y", 2).await;
     assert_eq!(got[1]["resolved"], true, "{}", got[1]);
     // The counters say so too.
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", api.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics().await;
     for line in [
         r#"rota_alarms_total{rule="queue-behind",on="backlog",status="raised"} 1"#,
         r#"rota_alarms_total{rule="queue-behind",on="backlog",status="resolved"} 1"#,

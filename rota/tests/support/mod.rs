@@ -2,6 +2,8 @@
 //! the real protocol over real HTTP (signed both ways), and a small API client.
 #![allow(dead_code)]
 
+pub mod chaos;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::io::{BufRead, BufReader};
@@ -81,6 +83,19 @@ impl Api {
             base: base.into(),
             http,
         }
+    }
+
+    /// The node's Prometheus text (`/metrics`).
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the /metrics text")
     }
 
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
