@@ -139,15 +139,7 @@ async fn bench() {
     }
     println!("fires over 100 ms late, per second of the run: {late_by_second:?}");
     // Fires the node held because its heartbeat had not confirmed its lease in time.
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", server.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = Api::new(server.url.clone()).metrics().await;
     let held = metrics
         .lines()
         .find(|l| l.starts_with("rota_fires_held_total"))

@@ -65,7 +65,7 @@ fn main() {
 struct Bed {
     db: Db,
     db_name: &'static str,
-    mariadb_pid: Option<u32>,
+    mariadb_pids: Vec<u32>,
     nodes: Vec<(KillOnDrop, Api)>,
     executor: KillOnDrop,
     job_id: i64,
@@ -98,6 +98,7 @@ impl Bed {
         let floor = plugin_path.extension().is_some_and(|e| e == "wat");
         let mut dirs = Vec::new();
         let (url, db_name) = match std::env::var("ROTA_BENCH_MYSQL_URL") {
+            Ok(url) if url.contains(',') => (url, "Galera, 3 members"),
             Ok(url) if !url.is_empty() => (url, "MariaDB"),
             _ => {
                 let (url, dir) = sqlite_url();
@@ -112,7 +113,8 @@ impl Bed {
             let port = free_port();
             let log = log_dir.path().join(format!("n{i}.log"));
             let child = Command::new(&bin)
-                .args(["server", "--database-url", &url])
+                // On a multi-host URL (Galera) node i starts on member i.
+                .args(["server", "--database-url", &rotated(&url, (i - 1) as usize)])
                 .args([
                     "--listen",
                     &format!("127.0.0.1:{port}"),
@@ -169,11 +171,14 @@ impl Bed {
         dirs.push(exec_dir);
         dirs.push(log_dir);
         let bed = Bed {
-            db: Db::connect(&url).await,
+            db: Db::connect(&first_member(&url)).await,
             db_name,
-            mariadb_pid: std::env::var("ROTA_BENCH_MARIADB_PID")
-                .ok()
-                .and_then(|p| p.trim().parse().ok()),
+            // Galera: every member's pid, comma-separated.
+            mariadb_pids: std::env::var("ROTA_BENCH_MARIADB_PID")
+                .unwrap_or_default()
+                .split(',')
+                .filter_map(|p| p.trim().parse().ok())
+                .collect(),
             nodes,
             executor: KillOnDrop(executor),
             job_id,
@@ -231,7 +236,8 @@ impl Bed {
                 .iter()
                 .map(|(c, _)| cpu_seconds(c.0.id()))
                 .collect(),
-            database: self.mariadb_pid.map(cpu_seconds),
+            database: (!self.mariadb_pids.is_empty())
+                .then(|| self.mariadb_pids.iter().map(|&p| cpu_seconds(p)).sum()),
         }
     }
 
@@ -349,9 +355,9 @@ async fn sweep(bed: &Bed) {
         seconds
     );
     println!(
-        "| offered/s | achieved/s | p50 | p99 | p99.9 | max | early | executor µs/task | scheduler µs/task | database µs/task | statements /1,000 (all) | of which creating | runs left running |"
+        "| offered/s | achieved/s | p50 | p99 | p99.9 | max | early | executor µs/task | scheduler µs/task | database µs/task | statements /1,000 (all) | of which creating | database retries /1,000 | runs left running |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for rate in rates {
         // What creating costs the database alone: the same rate, due in an hour.
         let s0 = bed.db.status().await;
@@ -360,19 +366,20 @@ async fn sweep(bed: &Bed) {
         bed.db.cancel_pending(bed.job_id).await;
 
         let since = now_ms();
-        let (cpu0, s0) = (bed.cpu(), bed.db.status().await);
+        let (cpu0, s0, r0) = (bed.cpu(), bed.db.status().await, db_retries(bed).await);
         let started = Instant::now();
         let created = offer(bed, rate, seconds, || rand::random::<u64>() % 3_000).await;
         let offered_for = started.elapsed();
         bed.drain(created, Duration::from_secs(120)).await;
         let (cpu1, s1) = (bed.cpu(), bed.db.status().await);
+        let retries = (db_retries(bed).await - r0) * 1_000.0 / created as f64;
         let late = bed.db.lateness_ms(bed.job_id, since).await;
         let early = late.iter().filter(|&&l| l < 0).count();
         let (exec, sched, database) = cpu1.per_task(&cpu0, created);
         let (all, kinds) = statements(&diff(&s1, &s0), created);
         let stuck = bed.db.unfinished_runs(bed.job_id).await;
         println!(
-            "| {rate} | {:.0} | {} ms | {} ms | {} ms | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} | {} | {stuck} |",
+            "| {rate} | {:.0} | {} ms | {} ms | {} ms | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} | {} | {retries:.1} | {stuck} |",
             created as f64 / offered_for.as_secs_f64(),
             percentile(&late, 0.5),
             percentile(&late, 0.99),
@@ -394,6 +401,37 @@ async fn sweep(bed: &Bed) {
     }
 }
 
+/// A multi-host URL (`mysql://u@h1,h2,h3/db`) with its host list rotated by `by`, so that
+/// node `by` starts on member `by`; any other URL as it is.
+fn rotated(url: &str, by: usize) -> String {
+    let Some((head, rest)) = url.split_once('@') else {
+        return url.to_owned();
+    };
+    let (hosts, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut hosts: Vec<&str> = hosts.split(',').collect();
+    let n = hosts.len();
+    hosts.rotate_left(by % n);
+    format!("{head}@{}{tail}", hosts.join(","))
+}
+
+/// The first member of a multi-host URL, as a URL of its own (the bench reads from it).
+fn first_member(url: &str) -> String {
+    let Some((head, rest)) = url.split_once('@') else {
+        return url.to_owned();
+    };
+    let (hosts, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    format!("{head}@{}{tail}", hosts.split(',').next().unwrap_or(hosts))
+}
+
+/// `rota_db_retries_total` summed over every node's `/metrics`.
+async fn db_retries(bed: &Bed) -> f64 {
+    let mut sum = 0.0;
+    for (_, api) in &bed.nodes {
+        sum += chaos::retries(api).await;
+    }
+    sum
+}
+
 // ----- a burst ------------------------------------------------------------------------------
 
 async fn burst(bed: &Bed) {
@@ -411,10 +449,11 @@ async fn burst(bed: &Bed) {
     }
     assert!(now_ms() < due - 5_000, "creating the burst took too long");
     tokio::time::sleep(Duration::from_millis((due - now_ms() - 2_000).max(0) as u64)).await;
-    let (cpu0, s0) = (bed.cpu(), bed.db.status().await);
+    let (cpu0, s0, r0) = (bed.cpu(), bed.db.status().await, db_retries(bed).await);
     bed.drain(n, Duration::from_secs(300)).await;
     let done = now_ms();
     let (cpu1, s1) = (bed.cpu(), bed.db.status().await);
+    let retries = (db_retries(bed).await - r0) * 1_000.0 / n as f64;
     // The burst's runs only (not the warm-up run made when the bed started).
     let (first, last, runs, early) = bed.db.run_starts(bed.job_id, due).await;
     let (exec, sched, database) = cpu1.per_task(&cpu0, n);
@@ -424,11 +463,11 @@ async fn burst(bed: &Bed) {
         bed.label()
     );
     println!(
-        "| runs | first → last run | runs/s | due → all succeeded | early | executor µs/run | scheduler µs/run | database µs/run | statements /1,000 fires |"
+        "| runs | first → last run | runs/s | due → all succeeded | early | executor µs/run | scheduler µs/run | database µs/run | statements /1,000 fires | database retries /1,000 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {runs} | {} ms | {:.0} | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} |",
+        "| {runs} | {} ms | {:.0} | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} | {retries:.1} |",
         last - first,
         (runs - 1) as f64 * 1000.0 / (last - first).max(1) as f64,
         done - due,
