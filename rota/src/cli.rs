@@ -89,7 +89,9 @@ struct AppKeyArgs {
 
 #[derive(Args)]
 struct ServerArgs {
-    /// `mysql://user:pass@host:3306/db` or `sqlite:path/to/rota.db`.
+    /// `mysql://user:pass@host:3306/db` or `sqlite:path/to/rota.db`. Several hosts
+    /// (`mysql://user:pass@db1:3306,db2:3306,db3:3306/db`) name the members of one cluster
+    /// (Galera): the node uses the first ready one and moves on when it fails.
     #[arg(long, env = "ROTA_DATABASE_URL")]
     database_url: String,
     /// Address to listen on.

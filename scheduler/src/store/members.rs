@@ -197,26 +197,35 @@ async fn connect_ready(opts: &MySqlConnectOptions) -> std::result::Result<MySqlC
     Ok(conn)
 }
 
-/// Answers, and is ready: a Galera member reports `wsrep_ready` ON (a server without Galera
-/// reports no such status, or OFF with no cluster address, and is ready whenever it answers).
+/// Answers, and is ready to take writes: not read-only (a MySQL Group Replication
+/// secondary, a replica), and on Galera `wsrep_ready` ON (a server without Galera reports no
+/// such status, or OFF while it has no cluster, and is ready whenever it answers).
 async fn check(conn: &mut MySqlConnection) -> std::result::Result<(), String> {
-    let ready = tokio::time::timeout(
-        CHECK_TIMEOUT,
-        sqlx::query_as::<_, (String, String)>(
+    let answer = tokio::time::timeout(CHECK_TIMEOUT, async {
+        let read_only: i64 = sqlx::query_scalar("SELECT CAST(@@global.read_only AS SIGNED)")
+            .fetch_one(&mut *conn)
+            .await?;
+        let status = sqlx::query_as::<_, (String, String)>(
             "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready', 'wsrep_cluster_status')",
         )
-        .fetch_all(&mut *conn),
-    )
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok::<_, sqlx::Error>((read_only, status))
+    })
     .await
     .map_err(|_| "no answer".to_owned())?
     .map_err(|e| e.to_string())?;
-    let status = |name: &str| {
-        ready
+    let (read_only, status) = answer;
+    if read_only != 0 {
+        return Err("read-only (not the primary)".into());
+    }
+    let value = |name: &str| {
+        status
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     };
-    match (status("wsrep_ready"), status("wsrep_cluster_status")) {
+    match (value("wsrep_ready"), value("wsrep_cluster_status")) {
         (Some("OFF"), Some(cluster)) if cluster != "Disconnected" => {
             Err(format!("not ready (cluster status {cluster})"))
         }

@@ -24,8 +24,9 @@ pub(crate) fn retry_reason(e: &sqlx::Error) -> Option<&'static str> {
     };
     if let Some(my) = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
         return match my.number() {
-            // A deadlock, or on Galera a certification conflict with another member.
-            1213 => Some("conflict"),
+            // A deadlock, or on Galera a certification conflict with another member; 3101:
+            // MySQL Group Replication rolled the transaction back at commit (a conflict).
+            1213 | 3101 => Some("conflict"),
             1205 => Some("lock_wait_timeout"),
             _ => None,
         };
