@@ -219,6 +219,7 @@ pub async fn run_with_runtime(
         client: client.clone(),
         reports: reports_tx,
         fetches: Mutex::new(HashMap::new()),
+        warming: AtomicBool::new(false),
         draining: AtomicBool::new(false),
         release: CancellationToken::new(),
         idle: Notify::new(),
@@ -304,6 +305,8 @@ pub struct Node {
     reports: mpsc::Sender<RunReport>,
     /// Plugins being fetched and compiled, by SHA-256: a burst of triggers loads each once.
     fetches: Mutex<HashMap<String, PluginLoad>>,
+    /// Plugins are being compiled ahead of their first run ([`Node::warm`]).
+    warming: AtomicBool,
     draining: AtomicBool,
     /// Cancelled at shutdown: runs that have not started are handed back.
     release: CancellationToken,
@@ -482,6 +485,29 @@ impl Node {
             }
         };
         result.unwrap_or_else(|| Err(stopped()))
+    }
+
+    /// Loads, one after another in the background, the plugins among `shas` this node does
+    /// not hold in memory: the app's jobs bind them (a scheduler said so in its answer to a
+    /// heartbeat), so their first trigger finds them compiled, or at worst waits for the
+    /// load already under way rather than starting its own.
+    pub(crate) fn warm(self: &Arc<Self>, shas: Vec<String>) {
+        let missing: Vec<String> = shas
+            .into_iter()
+            .filter(|sha| self.runtime.cached(sha).is_none())
+            .collect();
+        if missing.is_empty() || self.warming.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            for sha in missing {
+                if let Err(e) = node.plugin(&sha).await {
+                    tracing::warn!(plugin.sha256 = %sha, error = %e, "cannot prepare a plugin ahead of its first run");
+                }
+            }
+            node.warming.store(false, Ordering::Release);
+        });
     }
 
     async fn load_plugin(&self, sha256: &str) -> Result<Plugin, String> {
@@ -823,6 +849,7 @@ async fn heartbeat_loop(node: Arc<Node>, stop: CancellationToken) {
                 }
                 registered = true;
                 backoff = Duration::from_millis(250);
+                node.warm(ack.plugins);
                 if let Ok(ms) = u64::try_from(ack.heartbeat_interval_ms)
                     && ms > 0
                 {

@@ -18,11 +18,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use rota_proto::wire::{
-    PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER,
+    PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER, PATH_WARM,
 };
 use rota_proto::{
     BeatAck, ErrorBody, IdleBeatAck, IdleBeatRequest, KillAck, KillRequest, LogPage, LogRequest,
-    RunsKnownAck, RunsKnownRequest, TriggerBatch, TriggerBatchAck,
+    RunsKnownAck, RunsKnownRequest, TriggerBatch, TriggerBatchAck, WarmRequest,
 };
 use serde::de::DeserializeOwned;
 
@@ -91,6 +91,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(PATH_BEAT, post(beat))
         .route(PATH_IDLE_BEAT, post(idle_beat))
         .route(PATH_RUNS_KNOWN, post(runs_known))
+        .route(PATH_WARM, post(warm))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::disable())
@@ -133,9 +134,18 @@ async fn authenticate(State(node): State<Arc<Node>>, request: Request, next: Nex
     next.run(Request::from_parts(parts, Body::from(body))).await
 }
 
+/// The request body as `T`; a 400 naming the field at fault (`triggers[0].attempt: …`).
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let at = e.path().to_string();
+        let why = e.into_inner();
+        ApiError::BadRequest(if at == "." {
+            format!("invalid JSON body: {why}")
+        } else {
+            format!("invalid JSON body at `{at}`: {why}")
+        })
+    })
 }
 
 /// `POST /trigger`: one ack per trigger, in order.
@@ -207,6 +217,14 @@ async fn beat(State(node): State<Arc<Node>>) -> ApiResult<BeatAck> {
         running: node.running(),
         capacity: node.capacity(),
     }))
+}
+
+/// `POST /plugins/warm`: compile these plugins ahead of their first trigger (in the
+/// background; answered at once).
+async fn warm(State(node): State<Arc<Node>>, body: Bytes) -> ApiResult<serde_json::Value> {
+    let WarmRequest { plugins } = parse(&body)?;
+    node.warm(plugins);
+    Ok(axum::Json(serde_json::json!({})))
 }
 
 /// `POST /idle-beat`: no run of this job is running or queued here.

@@ -21,7 +21,7 @@ use axum::{Json, Router};
 use rota_executor::node::{ExecutorConfig, run};
 use rota_proto::wire::{
     PATH_CALLBACK, PATH_DEREGISTER, PATH_HEARTBEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG,
-    PATH_REGISTER, PATH_RUNS_KNOWN, PATH_TRIGGER,
+    PATH_REGISTER, PATH_RUNS_KNOWN, PATH_TRIGGER, PATH_WARM,
 };
 use rota_proto::{
     BlockStrategy, CallbackAck, CallbackBatch, Deregistration, KillAck, KillRequest, LogPage,
@@ -110,6 +110,7 @@ async fn check_signature(
 fn ack() -> Json<RegistrationAck> {
     Json(RegistrationAck {
         heartbeat_interval_ms: 200,
+        plugins: Vec::new(),
     })
 }
 
@@ -482,6 +483,7 @@ async fn unsigned_requests_are_refused() {
         (PATH_KILL, None),
         (PATH_LOG, None),
         ("/beat", None),
+        (PATH_WARM, None),
         ("/no-such-endpoint", None),
     ] {
         let response = executor.call_raw(path, body.clone(), secret).await;
@@ -501,6 +503,15 @@ async fn unsigned_requests_are_refused() {
         .call_raw(PATH_TRIGGER, b"{\"triggers\": 5}".to_vec(), Some(SECRET))
         .await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let response = executor
+        .call_raw(PATH_WARM, b"{\"plugins\": \"all\"}".to_vec(), Some(SECRET))
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let error: serde_json::Value = response.json().await.unwrap();
+    assert!(
+        error["error"].as_str().unwrap().contains("plugins"),
+        "{error}"
+    );
     executor.shutdown().await;
 }
 

@@ -32,7 +32,7 @@ pub use wire::{
     BeatAck, BlockStrategy, CallbackAck, CallbackBatch, Deregistration, ErrorBody, IdleBeatAck,
     IdleBeatRequest, KillAck, KillRequest, KnownRun, LogPage, LogRequest, PluginRef, Registration,
     RegistrationAck, ReportStatus, RunReport, RunsKnownAck, RunsKnownRequest, TaskAttempt, Trigger,
-    TriggerAck, TriggerBatch, TriggerBatchAck, TriggerOutcome, UnknownBlockStrategy,
+    TriggerAck, TriggerBatch, TriggerBatchAck, TriggerOutcome, UnknownBlockStrategy, WarmRequest,
 };
 
 /// An error with its sources, `outer: inner: …`: HTTP clients hide the useful part

@@ -52,6 +52,9 @@ pub const PATH_BEAT: &str = "/beat";
 pub const PATH_IDLE_BEAT: &str = "/idle-beat";
 /// Scheduler → executor: `POST` a [`RunsKnownRequest`] → [`RunsKnownAck`].
 pub const PATH_RUNS_KNOWN: &str = "/runs/known";
+/// Scheduler → executor: `POST` a [`WarmRequest`] → `{}`, at once: the executor compiles
+/// the plugins it lacks in the background.
+pub const PATH_WARM: &str = "/plugins/warm";
 
 /// Scheduler node → scheduler node: `POST` a [`PeerCancel`] → [`PeerCancelAck`]. A task
 /// claimed by a node is cancelled there, where it sits in the wheel (`docs/cluster.md`).
@@ -108,6 +111,11 @@ pub struct Registration {
 pub struct RegistrationAck {
     /// When to send the next heartbeat.
     pub heartbeat_interval_ms: i64,
+    /// The SHA-256 of the plugin each enabled job of the executor's app binds now (the
+    /// newest version of its name): the executor fetches and compiles those it lacks in
+    /// the background, so a job's first run does not wait for its plugin's compile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<String>,
 }
 
 /// Graceful shutdown: the scheduler stops dispatching to `address` at once.
@@ -396,6 +404,14 @@ pub struct LogPage {
     pub complete: bool,
 }
 
+/// The plugins an app's jobs bind now (SHA-256 each), sent to its executors when a job is
+/// bound to a plugin or a new version of a bound plugin is uploaded, so that they compile
+/// it before the job's first trigger ([`RegistrationAck::plugins`] repeats the list).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmRequest {
+    pub plugins: Vec<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BeatAck {
     pub running: u32,
@@ -613,6 +629,7 @@ mod tests {
         });
         round_trip(RegistrationAck {
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
+            plugins: vec!["ab".repeat(32)],
         });
         round_trip(Deregistration {
             app: "default".into(),

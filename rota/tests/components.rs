@@ -120,3 +120,101 @@ async fn a_component_importing_what_rota_lacks_is_refused_by_name() {
         "{body}"
     );
 }
+
+/// Whether the executor's compiled cache under `dir` holds plugin `sha256`.
+fn compiled(dir: &std::path::Path, sha256: &str) -> bool {
+    let name = format!("{sha256}.cwasm");
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == name.as_str()) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Issue 18: a component is compiled when a job binds it, not at the job's first trigger
+/// (a Python or JavaScript handler takes seconds to compile); a new version of a bound
+/// plugin too. No task exists while the compiled cache fills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_is_compiled_when_a_job_binds_it_before_any_trigger() {
+    let data = tempfile::tempdir().unwrap();
+    let node = Standalone::start(data.path());
+    let api = node.api.clone();
+    wait_ready(&api).await;
+    let newest_sha = |api: Api| async move {
+        let plugins = api.ok("GET", "/api/v1/plugins", None).await;
+        plugins["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .max_by_key(|p| p["version"].as_i64())
+            .unwrap()["sha256"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    api.upload("handler", HANDLER).await;
+    let first = newest_sha(api.clone()).await;
+    assert!(
+        !compiled(data.path(), &first),
+        "nothing binds the plugin yet, so nothing compiled it"
+    );
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "handler", "app": "default", "plugin": "handler",
+                    "schedule": {"kind": "none"}}),
+        ),
+    )
+    .await;
+    eventually(
+        std::time::Duration::from_secs(30),
+        "the executor to compile the plugin the new job binds",
+        || async { compiled(data.path(), &first).then_some(()) },
+    )
+    .await;
+
+    // A new version of the bound plugin is compiled on upload.
+    api.upload(
+        "handler",
+        HANDLER.replace("hello from a wat handler", "hello from version two"),
+    )
+    .await;
+    let second = newest_sha(api.clone()).await;
+    assert_ne!(first, second);
+    eventually(
+        std::time::Duration::from_secs(30),
+        "the executor to compile the new version of a bound plugin",
+        || async { compiled(data.path(), &second).then_some(()) },
+    )
+    .await;
+    let tasks = api.ok("GET", "/api/v1/tasks", None).await;
+    assert_eq!(tasks["items"].as_array().unwrap().len(), 0, "{tasks}");
+
+    // And the first task runs the new version.
+    let task = api
+        .ok(
+            "POST",
+            "/api/v1/tasks",
+            Some(json!({"job": "handler", "payload": "hi"})),
+        )
+        .await;
+    let id = task["id"].as_i64().unwrap();
+    let done = task_reaches_within(&api, id, "succeeded", std::time::Duration::from_secs(30)).await;
+    let run = api
+        .ok(
+            "GET",
+            &format!("/api/v1/runs/{}", done["last_run_id"]),
+            None,
+        )
+        .await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+}

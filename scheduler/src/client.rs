@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rota_proto::error_chain;
 use rota_proto::wire::{
-    PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER,
+    PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER, PATH_WARM,
 };
 use rota_proto::{
     BeatAck, IdleBeatAck, IdleBeatRequest, KillAck, KillRequest, LogPage, LogRequest, RunsKnownAck,
@@ -211,6 +211,24 @@ impl ExecutorClient {
     pub async fn beat(&self, app: &str, address: &str) -> Result<BeatAck, ClientError> {
         self.post(To::App(app), address, PATH_BEAT, &serde_json::json!({}))
             .await
+    }
+
+    /// Asks the executor at `address` to compile these plugins ahead of their first run.
+    pub async fn warm(
+        &self,
+        app: &str,
+        address: &str,
+        plugins: &[String],
+    ) -> Result<serde_json::Value, ClientError> {
+        self.post(
+            To::App(app),
+            address,
+            PATH_WARM,
+            &rota_proto::WarmRequest {
+                plugins: plugins.to_vec(),
+            },
+        )
+        .await
     }
 
     pub async fn idle_beat(

@@ -1365,6 +1365,26 @@ contract!(
             let found = store.app_uses_plugin(app, &sha.repeat(64)).await.unwrap();
             assert_eq!(found, used, "{app} {sha}");
         }
+        // What each app's executors compile ahead: the newest version of each bound plugin.
+        for (app, want) in [
+            ("default", vec!["b".repeat(64)]),
+            ("hr", vec!["c".repeat(64)]),
+            ("nobody", vec![]),
+        ] {
+            assert_eq!(
+                store.plugins_bound_by(app, 64).await.unwrap(),
+                want,
+                "{app}"
+            );
+        }
+        assert_eq!(
+            store.apps_binding("hello").await.unwrap(),
+            vec!["default".to_owned()]
+        );
+        assert_eq!(
+            store.apps_binding("payroll").await.unwrap(),
+            vec!["hr".to_owned()]
+        );
 
         let all = store.console_counts(0, None).await.unwrap();
         assert_eq!((all.jobs, all.tasks_pending), (2, 2));

@@ -79,10 +79,22 @@ fn check_executor(app: &str, address: &str) -> ApiResult<()> {
     Ok(())
 }
 
-fn registration_ack(state: &AppState) -> Json<RegistrationAck> {
-    Json(RegistrationAck {
+/// How many plugins one answer names at most (an app with more compiles the rest at their
+/// first trigger).
+const PLUGINS_TO_WARM: u32 = 64;
+
+/// The answer to a registration or heartbeat: when to beat next, and the plugins the app's
+/// jobs bind, for the executor to compile ahead of their first run.
+async fn registration_ack(state: &AppState, app: &str) -> ApiResult<Json<RegistrationAck>> {
+    let plugins = state
+        .node
+        .store()
+        .plugins_bound_by(app, PLUGINS_TO_WARM)
+        .await?;
+    Ok(Json(RegistrationAck {
         heartbeat_interval_ms: state.node.config().heartbeat_interval_ms,
-    })
+        plugins,
+    }))
 }
 
 /// `POST /api/executor/v1/register`: an executor (re)starting. Runs it was given and no
@@ -97,7 +109,7 @@ pub async fn register(
     signer.check_app(&reg.app)?;
     state.node.executor_registered(&reg, signed_at).await?;
     tracing::info!(app = %reg.app, address = %reg.address, capacity = reg.capacity, "executor registered");
-    Ok(registration_ack(&state))
+    registration_ack(&state, &reg.app).await
 }
 
 /// `POST /api/executor/v1/heartbeat`: the same body as a registration.
@@ -110,7 +122,7 @@ pub async fn heartbeat(
     check_executor(&reg.app, &reg.address)?;
     signer.check_app(&reg.app)?;
     state.node.executor_heartbeat(&reg, signed_at).await?;
-    Ok(registration_ack(&state))
+    registration_ack(&state, &reg.app).await
 }
 
 #[derive(Debug, Serialize)]

@@ -46,6 +46,7 @@ use crate::store::{self, NodeRef, Store};
 pub use crate::pipeline::JobEntry;
 
 mod queue;
+mod warm;
 
 /// How long a node waits for another to acknowledge a job change.
 const PEER_NOTICE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -462,6 +463,7 @@ impl Node {
         let next = first_fire(spec, schedule, now);
         let job = self.cluster.store.insert_job(spec, next, now).await?;
         self.job_changed(job.id).await;
+        self.warm_app(&job.spec);
         Ok(job)
     }
 
@@ -511,6 +513,7 @@ impl Node {
             self.cluster.store.unready(job.id, now).await?;
         }
         self.job_changed(job.id).await;
+        self.warm_app(spec);
         Ok(job)
     }
 
@@ -522,9 +525,11 @@ impl Node {
         self.ready.wake([job_id]);
     }
 
-    /// A plugin got a new version: jobs bound to it must see it.
-    pub fn plugin_changed(&self, _name: &str) {
+    /// A plugin got a new version: jobs bound to it must see it, and their executors
+    /// compile it now.
+    pub fn plugin_changed(&self, name: &str) {
         self.jobs.clear();
+        self.warm_binders(name);
     }
 
     /// Stores new tasks (all or nothing; an existing key yields its task, `false`). Those

@@ -243,6 +243,38 @@ impl Store {
         })
     }
 
+    /// The SHA-256 of the plugin each enabled job of `app` binds now (the newest version of
+    /// its name), at most `limit`: what that app's executors compile ahead of a first run.
+    pub async fn plugins_bound_by(&self, app: &str, limit: u32) -> Result<Vec<String>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_scalar(
+                "SELECT p.sha256 FROM plugins p JOIN (\
+                     SELECT v.name, MAX(v.version) AS version FROM plugins v \
+                     JOIN jobs j ON j.plugin = v.name JOIN apps a ON a.id = j.app_id \
+                     WHERE a.name = ? AND j.enabled = 1 GROUP BY v.name\
+                 ) newest ON newest.name = p.name AND newest.version = p.version \
+                 ORDER BY p.name LIMIT ?",
+            )
+            .bind(app)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    /// The apps with an enabled job bound to plugin `name`.
+    pub async fn apps_binding(&self, name: &str) -> Result<Vec<String>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_scalar(
+                "SELECT DISTINCT a.name FROM jobs j JOIN apps a ON a.id = j.app_id \
+                 WHERE j.plugin = ? AND j.enabled = 1 ORDER BY a.name",
+            )
+            .bind(name)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
     /// Whether a job of `app` binds a plugin with this hash (any version of its name): what
     /// an executor of `app` may download.
     pub async fn app_uses_plugin(&self, app: &str, sha256: &str) -> Result<bool> {
