@@ -218,3 +218,71 @@ async fn a_plugin_is_compiled_when_a_job_binds_it_before_any_trigger() {
         .await;
     assert_eq!(run["status"], "succeeded", "{run}");
 }
+
+/// A preview 1 module that prints `module v1`.
+const MODULE_V1: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 64) "module v1\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 64))
+    (i32.store (i32.const 4) (i32.const 10))
+    (drop (call $write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+/// A live job whose plugin gets a new version that is a component, with tasks already
+/// claimed into the wheel: every run dispatched after the upload runs the component, and
+/// nothing is lost or run twice on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_job_switched_from_a_module_to_a_component_runs_the_component_from_then_on() {
+    let data = tempfile::tempdir().unwrap();
+    let node = Standalone::start(data.path());
+    let api = node.api.clone();
+    wait_ready(&api).await;
+    api.upload("switch", MODULE_V1).await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "switch", "app": "default", "plugin": "switch",
+                    "schedule": {"kind": "none"}}),
+        ),
+    )
+    .await;
+    let before = api
+        .ok(
+            "POST",
+            "/api/v1/tasks",
+            Some(json!({"job": "switch", "payload": "hi"})),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let t = task_reaches(&api, before, "succeeded").await;
+    let lines = run_log(&api, t["last_run_id"].as_i64().unwrap()).await;
+    assert!(lines.iter().any(|l| l == "module v1"), "{lines:?}");
+
+    // Twenty tasks due in 2–4 s (inside the scan window: claimed into the wheel at once),
+    // then the component replaces the module.
+    let later: Vec<_> = (0..20)
+        .map(|i| json!({"job": "switch", "payload": "hi", "delay_ms": 2_000 + i * 100}))
+        .collect();
+    let ids = api.add_tasks(later).await;
+    api.upload("switch", HANDLER).await;
+    for id in ids {
+        let t = task_reaches(&api, id, "succeeded").await;
+        let run = t["last_run_id"].as_i64().unwrap();
+        let lines = run_log(&api, run).await;
+        assert!(
+            lines.iter().any(|l| l == "hello from a wat handler"),
+            "task {id} (run {run}) did not run the component: {lines:?}"
+        );
+        let runs = api
+            .ok("GET", &format!("/api/v1/runs?task={id}"), None)
+            .await;
+        assert_eq!(
+            runs["items"].as_array().unwrap().len(),
+            1,
+            "task {id}: {runs}"
+        );
+    }
+}
