@@ -196,23 +196,36 @@ impl Db {
     }
 }
 
+/// Batches [`post_batch`] sent again after a 503.
+pub static BATCH_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Creates a batch of tasks (`body`: `{"tasks": […]}`) through the node at `base`; their ids.
+/// A 503 (the database could not take it now: a Galera conflict that outlasted the node's
+/// own retries, say) is sent again after a pause, as a client should; the retries are
+/// counted in [`BATCH_RETRIES`].
 pub async fn post_batch(
     http: &reqwest::Client,
     base: &str,
     token: &str,
     body: Vec<u8>,
 ) -> Vec<i64> {
-    let resp = http
-        .post(format!("{base}/api/v1/tasks/batch"))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("creating tasks");
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    let (status, v) = loop {
+        let resp = http
+            .post(format!("{base}/api/v1/tasks/batch"))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("creating tasks");
+        let status = resp.status();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        if status != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+            break (status, v);
+        }
+        BATCH_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert!(status.is_success(), "batch: {status} {v}");
     v["ids"]
         .as_array()

@@ -366,20 +366,21 @@ async fn sweep(bed: &Bed) {
         bed.db.cancel_pending(bed.job_id).await;
 
         let since = now_ms();
+        common::BATCH_RETRIES.store(0, std::sync::atomic::Ordering::Relaxed);
         let (cpu0, s0, r0) = (bed.cpu(), bed.db.status().await, db_retries(bed).await);
         let started = Instant::now();
         let created = offer(bed, rate, seconds, || rand::random::<u64>() % 3_000).await;
         let offered_for = started.elapsed();
         bed.drain(created, Duration::from_secs(120)).await;
         let (cpu1, s1) = (bed.cpu(), bed.db.status().await);
-        let retries = (db_retries(bed).await - r0) * 1_000.0 / created as f64;
+        let retries = retried(bed, r0, created).await;
         let late = bed.db.lateness_ms(bed.job_id, since).await;
         let early = late.iter().filter(|&&l| l < 0).count();
         let (exec, sched, database) = cpu1.per_task(&cpu0, created);
         let (all, kinds) = statements(&diff(&s1, &s0), created);
         let stuck = bed.db.unfinished_runs(bed.job_id).await;
         println!(
-            "| {rate} | {:.0} | {} ms | {} ms | {} ms | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} | {} | {retries:.1} | {stuck} |",
+            "| {rate} | {:.0} | {} ms | {} ms | {} ms | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} | {} | {retries} | {stuck} |",
             created as f64 / offered_for.as_secs_f64(),
             percentile(&late, 0.5),
             percentile(&late, 0.99),
@@ -423,6 +424,16 @@ fn first_member(url: &str) -> String {
     format!("{head}@{}{tail}", hosts.split(',').next().unwrap_or(hosts))
 }
 
+/// Database retries per 1,000 tasks since `before` (the nodes' own), and the batches the
+/// load generator sent again after a 503 since it last asked.
+async fn retried(bed: &Bed, before: f64, tasks: usize) -> String {
+    let per_1000 = (db_retries(bed).await - before) * 1_000.0 / tasks.max(1) as f64;
+    match common::BATCH_RETRIES.swap(0, std::sync::atomic::Ordering::Relaxed) {
+        0 => format!("{per_1000:.1}"),
+        resent => format!("{per_1000:.1} (+{resent} batches re-sent after a 503)"),
+    }
+}
+
 /// `rota_db_retries_total` summed over every node's `/metrics`.
 async fn db_retries(bed: &Bed) -> f64 {
     let mut sum = 0.0;
@@ -453,7 +464,7 @@ async fn burst(bed: &Bed) {
     bed.drain(n, Duration::from_secs(300)).await;
     let done = now_ms();
     let (cpu1, s1) = (bed.cpu(), bed.db.status().await);
-    let retries = (db_retries(bed).await - r0) * 1_000.0 / n as f64;
+    let retries = retried(bed, r0, n).await;
     // The burst's runs only (not the warm-up run made when the bed started).
     let (first, last, runs, early) = bed.db.run_starts(bed.job_id, due).await;
     let (exec, sched, database) = cpu1.per_task(&cpu0, n);
@@ -467,7 +478,7 @@ async fn burst(bed: &Bed) {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {runs} | {} ms | {:.0} | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} | {retries:.1} |",
+        "| {runs} | {} ms | {:.0} | {} ms | {early} | {exec:.0} | {sched:.0} | {} | {} | {retries} |",
         last - first,
         (runs - 1) as f64 * 1000.0 / (last - first).max(1) as f64,
         done - due,

@@ -26,6 +26,9 @@ use crate::schedule::{Misfire, Schedule};
 /// Rows per multi-row statement: under both backends' placeholder limits for our widest rows.
 const CHUNK: usize = 1000;
 
+/// Task ids a node reserves at a time on MySQL ([`Store::task_ids`]).
+const TASK_ID_BLOCK: i64 = 1000;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{0} not found")]
@@ -52,6 +55,26 @@ pub enum Error {
     /// heartbeating), or a newer process runs under its name. It must fire nothing more.
     #[error("this scheduler node was fenced: its claims were taken over")]
     Fenced,
+}
+
+impl Error {
+    /// A failure that says nothing about the request, only that the database could not take
+    /// it now: the connection broke or none was free in time, a member is failing over, or
+    /// a concurrent writer kept rolling it back after every retry. Nothing was stored; the
+    /// same request may simply be sent again (an API answers 503).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Unavailable(_) => true,
+            Error::Database(e) => {
+                is_retryable(e)
+                    || matches!(
+                        e,
+                        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+                    )
+            }
+            _ => false,
+        }
+    }
 }
 
 impl From<sqlx::Error> for Error {
@@ -381,6 +404,8 @@ pub struct Store {
     members: Option<Arc<Members>>,
     /// A MariaDB Galera cluster: row locks are local to a member ([`hold_lease!`]).
     galera: bool,
+    /// The task ids this node reserved and has not handed out: `[next, end)`.
+    task_block: Arc<std::sync::Mutex<(i64, i64)>>,
 }
 
 /// The node heartbeat's own way to the database, made on the thread that beats
@@ -583,6 +608,7 @@ impl Store {
             beat_opts,
             members,
             galera,
+            task_block: Arc::new(std::sync::Mutex::new((0, 0))),
         })
     }
 
@@ -650,11 +676,11 @@ impl Store {
     }
 
     /// `n` consecutive task ids for rows `tx` is about to insert; the first. MySQL: from
-    /// another connection, so the sequence row is never held for the transaction (API
-    /// inserts allocate from it too). SQLite: inside the transaction, on its one connection.
+    /// this node's block ([`Store::task_ids`]), so the sequence row is never held for the
+    /// transaction. SQLite: inside the transaction, on its one connection.
     async fn task_ids_in(&self, tx: &mut Tx, n: i64) -> Result<i64> {
         match tx {
-            Tx::MySql(_) => self.allocate_ids("task", n).await,
+            Tx::MySql(_) => self.task_ids(n).await,
             Tx::Sqlite(tx) => {
                 let end: i64 = sqlx::query_scalar(
                     "UPDATE sequences SET next_value = next_value + ? WHERE name = 'task' RETURNING next_value",
@@ -673,6 +699,29 @@ impl Store {
             sqlx::query("SELECT 1").execute(pool).await?;
         });
         Ok(())
+    }
+
+    /// `n` consecutive new task ids; the first. On MySQL they come from a block of
+    /// [`TASK_ID_BLOCK`] this node reserved: every node updating the one sequence row per
+    /// batch was the busiest conflict between Galera members (and a statement per batch on
+    /// any server). Task ids stay unique; across nodes they are no longer in creation order.
+    async fn task_ids(&self, n: i64) -> Result<i64> {
+        let n = n.max(1);
+        if !self.is_mysql() || n >= TASK_ID_BLOCK {
+            return self.allocate_ids("task", n).await;
+        }
+        {
+            let mut block = self.task_block.lock().unwrap_or_else(|e| e.into_inner());
+            if block.1 - block.0 >= n {
+                block.0 += n;
+                return Ok(block.0 - n);
+            }
+        }
+        let first = self.allocate_ids("task", TASK_ID_BLOCK).await?;
+        let mut block = self.task_block.lock().unwrap_or_else(|e| e.into_inner());
+        // What a concurrent caller left of an older block is dropped: ids may have gaps.
+        *block = (first + n, first + TASK_ID_BLOCK);
+        Ok(first)
     }
 
     /// Reserves `n` consecutive ids of sequence `name` and returns the first. Ids are chosen

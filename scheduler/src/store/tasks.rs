@@ -38,7 +38,7 @@ impl Store {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
-        let first_id = self.allocate_ids("task", tasks.len() as i64).await?;
+        let first_id = self.task_ids(tasks.len() as i64).await?;
         on_pool!(self, |pool, Db| {
             let mut tx = pool.begin_write().await?;
             // Existing keys, looked up in chunks.
@@ -343,7 +343,7 @@ impl Store {
         now: Millis,
     ) -> Result<()> {
         let insert_ignore = self.insert_ignore();
-        let first = self.reserve_task_ids(tx, fires.len() as i64).await?;
+        let first = self.task_ids_in(tx, fires.len() as i64).await?;
         for (chunk_no, chunk) in fires.chunks(CHUNK).enumerate() {
             let base = first + (chunk_no * CHUNK) as i64;
             on_tx!(tx, |tx, Db| {
@@ -371,26 +371,6 @@ impl Store {
             });
         }
         Ok(())
-    }
-
-    /// Reserves `n` task ids for rows `tx` is about to insert; the first of them. MySQL:
-    /// from another connection, so the sequence row is never held for the transaction (API
-    /// inserts allocate from it too). SQLite: inside the transaction, on its one connection.
-    async fn reserve_task_ids(&self, tx: &mut Tx, n: i64) -> Result<i64> {
-        match tx {
-            Tx::MySql(_) => self.allocate_ids("task", n).await,
-            Tx::Sqlite(tx) => {
-                sqlx::query("UPDATE sequences SET next_value = next_value + ? WHERE name = 'task'")
-                    .bind(n)
-                    .execute(&mut **tx)
-                    .await?;
-                let end: i64 =
-                    sqlx::query_scalar("SELECT next_value FROM sequences WHERE name = 'task'")
-                        .fetch_one(&mut **tx)
-                        .await?;
-                Ok(end - n)
-            }
-        }
     }
 
     /// Jobs with `max_concurrency`: (id, the bound).

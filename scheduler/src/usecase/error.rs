@@ -101,6 +101,13 @@ impl From<store::Error> for Error {
             store::Error::Fenced => Self::Unavailable(
                 "this scheduler node was taken over by another; use another node".into(),
             ),
+            e if e.is_transient() => {
+                tracing::warn!(error = %e, "a request met a database it could not use now");
+                Self::Unavailable(format!(
+                    "the database could not take this request now ({e}); it was not acknowledged: \
+                     retry it (a task `key` makes a retry safe)"
+                ))
+            }
             other => Self::Internal(other.into()),
         }
     }
@@ -115,5 +122,25 @@ impl From<NodeError> for Error {
             }
             NodeError::Store(e) => e.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_that_cannot_take_a_request_now_is_a_503_not_a_500() {
+        let broken = store::Error::Database(sqlx::Error::Io(std::io::Error::other("reset")));
+        let e = Error::from(broken);
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE, "{e}");
+        assert!(e.to_string().contains("retry it"), "{e}");
+        let busy = store::Error::Database(sqlx::Error::PoolTimedOut);
+        assert_eq!(Error::from(busy).status(), StatusCode::SERVICE_UNAVAILABLE);
+        let corrupt = store::Error::Corrupt("bad row".into());
+        assert_eq!(
+            Error::from(corrupt).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }
