@@ -58,7 +58,14 @@ async fn a_galera_member_and_a_node_killed_mid_run_lose_nothing_and_send_nothing
         rota_testkit::missing("galera-4 is not installed (apt-get install galera-4 rsync)");
         return;
     }
-    let was_running = String::from_utf8_lossy(&galera(&["status"]).stdout).contains("Synced");
+    // `status` fails while a member is down: here that only means "not running yet".
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/galera");
+    let was_running = std::process::Command::new(&script)
+        .arg("status")
+        .output()
+        .is_ok_and(|out| {
+            out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("not running")
+        });
     tokio::task::spawn_blocking(|| galera(&["start"]))
         .await
         .unwrap();

@@ -178,11 +178,13 @@ impl Members {
 
     fn move_to(&self, to: usize) {
         let previous = self.current.swap(to, Ordering::AcqRel);
-        if previous != to {
-            *self.moved_at.lock().expect("members lock") = Some(Instant::now());
-        }
         for pool in self.pools.lock().expect("members lock").iter() {
             pool.set_connect_options(self.options[to].clone());
+        }
+        // After the pools have the new member: a connection opened meanwhile, to either
+        // member, counts as older and is closed once; none to the old one survives.
+        if previous != to {
+            *self.moved_at.lock().expect("members lock") = Some(Instant::now());
         }
     }
 }
