@@ -18,8 +18,13 @@ use support::*;
 
 const PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
 
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/galera")
+}
+
+/// Runs `scripts/galera ARGS`, which must succeed.
 fn galera(args: &[&str]) -> std::process::Output {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/galera");
+    let script = script();
     let out = std::process::Command::new(&script)
         .args(args)
         .output()
@@ -59,8 +64,7 @@ async fn a_galera_member_and_a_node_killed_mid_run_lose_nothing_and_send_nothing
         return;
     }
     // `status` fails while a member is down: here that only means "not running yet".
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/galera");
-    let was_running = std::process::Command::new(&script)
+    let was_running = std::process::Command::new(script())
         .arg("status")
         .output()
         .is_ok_and(|out| {
