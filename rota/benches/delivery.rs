@@ -127,12 +127,14 @@ impl Bed {
         &self.nodes[self.nodes.len() - 1].1
     }
 
-    /// CPU seconds so far: the nodes together, and the database.
-    fn cpu(&self) -> (f64, Option<f64>) {
-        (
-            self.nodes.iter().map(|(c, _)| cpu_seconds(c.0.id())).sum(),
-            self.mariadb_pid.map(cpu_seconds),
-        )
+    /// CPU seconds so far: the nodes together, the database, and this process (the
+    /// consumers or the webhook receiver, which share the box with both).
+    fn cpu(&self) -> Cpu {
+        Cpu {
+            nodes: self.nodes.iter().map(|(c, _)| cpu_seconds(c.0.id())).sum(),
+            db: self.mariadb_pid.map(cpu_seconds),
+            bench: cpu_seconds(std::process::id()),
+        }
     }
 
     fn label(&self) -> String {
@@ -178,15 +180,23 @@ fn ms_of(v: &Value) -> i64 {
         .timestamp_millis()
 }
 
-fn cpu_line(label: &str, before: (f64, Option<f64>), after: (f64, Option<f64>), n: usize) {
+/// CPU seconds of the processes on the box ([`Bed::cpu`]).
+struct Cpu {
+    nodes: f64,
+    db: Option<f64>,
+    bench: f64,
+}
+
+fn cpu_line(label: &str, before: Cpu, after: Cpu, n: usize) {
     let us = |s: f64| s * 1e6 / n.max(1) as f64;
-    let db = match (before.1, after.1) {
+    let db = match (before.db, after.db) {
         (Some(b), Some(a)) => format!(", database {:.0} µs", us(a - b)),
         _ => String::new(),
     };
     println!(
-        "{label}: CPU per task: scheduler node(s) {:.0} µs{db}",
-        us(after.0 - before.0)
+        "{label}: CPU per task: scheduler node(s) {:.0} µs{db}, this bench process (consumers or receiver) {:.0} µs",
+        us(after.nodes - before.nodes),
+        us(after.bench - before.bench)
     );
 }
 

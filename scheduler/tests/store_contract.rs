@@ -1968,6 +1968,60 @@ contract!(
     }
 );
 
+/// MySQL reads a pull's candidates without locks and then locks them by key, skipping
+/// those another transaction holds: a pull takes the next untaken tasks in order, and
+/// finds the rest of the queue when every candidate it read is held.
+#[tokio::test]
+async fn a_pull_passes_over_tasks_another_transaction_holds_mysql() {
+    use sqlx::Connection;
+
+    let Some(db) = TestDb::mysql().await else {
+        return;
+    };
+    let store = &db.store;
+    let lease = lease(store).await;
+    let job = store
+        .insert_job(&pull_spec("orders"), None, NOW)
+        .await
+        .unwrap();
+    let ids = ready_tasks(store, lease, job.id, &[0; 10]).await;
+    let url = &db.mysql.as_ref().unwrap().url;
+    let mut other = sqlx::MySqlConnection::connect(url).await.unwrap();
+    let mut holding = other.begin().await.unwrap();
+    // One row at a time: a scan would lock every row it passed (repeatable read).
+    for &id in &ids[..4] {
+        sqlx::query("SELECT id FROM tasks WHERE id = ? FOR UPDATE")
+            .bind(id)
+            .fetch_one(&mut *holding)
+            .await
+            .unwrap();
+    }
+    let task_ids = |leased: Vec<rota_scheduler::store::Leased>| -> Vec<i64> {
+        leased.iter().map(|l| l.task_id).collect()
+    };
+
+    // One wanted: its candidates are the first four, all held; the locking scan finds
+    // the fifth.
+    let got = store.lease_ready(job.id, "a", &[100], 30_000, NOW).await;
+    assert_eq!(task_ids(got.unwrap()), vec![ids[4]]);
+    // Two wanted: eight candidates, the first four held (the fifth is leased now).
+    let got = store
+        .lease_ready(job.id, "b", &[101, 102], 30_000, NOW)
+        .await;
+    assert_eq!(task_ids(got.unwrap()), vec![ids[5], ids[6]]);
+
+    // Released, the held ones come first again, in order, then the rest.
+    holding.rollback().await.unwrap();
+    let got = store
+        .lease_ready(job.id, "c", &[103, 104, 105, 106, 107, 108], 30_000, NOW)
+        .await;
+    assert_eq!(
+        task_ids(got.unwrap()),
+        vec![ids[0], ids[1], ids[2], ids[3], ids[7], ids[8]]
+    );
+    db.drop_db().await;
+}
+
 contract!(
     a_lease_ends_once_by_its_ack_or_its_expiry,
     |store: Store| async move {

@@ -294,6 +294,14 @@ impl Tx {
         }
         Ok(())
     }
+
+    async fn rollback(self) -> Result<()> {
+        match self {
+            Tx::MySql(tx) => tx.rollback().await?,
+            Tx::Sqlite(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
 }
 
 // Below the macros, which the submodules use: one file per aggregate.

@@ -68,6 +68,10 @@ impl HeldLease {
     }
 }
 
+/// How many batches' worth of ready tasks a pull on MySQL reads as candidates to lock
+/// ([`Store::lock_ready`]): enough that a few pulls at once each find untaken ones.
+const CANDIDATE_BATCHES: usize = 4;
+
 #[derive(FromRow)]
 struct ReadyRow {
     id: i64,
@@ -91,8 +95,9 @@ impl Store {
     /// Leases up to `run_ids.len()` ready tasks of `job_id` to `consumer` until
     /// `now + lease_ms`, higher priority first, then earlier due: each becomes `running`
     /// with a run of its attempt (`executor` = `pull:<consumer>`), in one transaction.
-    /// Concurrent pulls on any node never lease one task twice (`SKIP LOCKED` on MySQL, the
-    /// one writer on SQLite, and the status check in the update either way).
+    /// Concurrent pulls on any node never lease one task twice (row locks taken with
+    /// `SKIP LOCKED` on MySQL, the one writer on SQLite, and the status check in the update
+    /// either way).
     pub async fn lease_ready(
         &self,
         job_id: i64,
@@ -105,39 +110,30 @@ impl Store {
             if run_ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let skip_locked = self.skip_locked();
             let executor = format!("pull:{consumer}");
             let expires = now.saturating_add(lease_ms);
-            on_pool!(self, |pool, Db| {
-                let mut tx = pool.begin_write().await?;
-                let rows: Vec<ReadyRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks \
-                     WHERE job_id = ? AND status = 'ready' \
-                     ORDER BY priority DESC, due_at, id LIMIT ?{skip_locked}"
-                )))
-                .bind(job_id)
-                .bind(run_ids.len() as i64)
-                .fetch_all(&mut *tx)
-                .await?;
-                if rows.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let leased: Vec<Leased> = rows
-                    .into_iter()
-                    .zip(run_ids)
-                    .map(|(r, &run_id)| Leased {
-                        task_id: r.id,
-                        job_id,
-                        attempt: r.attempt,
-                        run_id,
-                        lease: format!("{run_id}.{:016x}", rand::random::<u64>()),
-                        payload: r.payload,
-                        key: r.idem_key,
-                        priority: r.priority,
-                        due_at: r.due_at,
-                        lease_expires_at: expires,
-                    })
-                    .collect();
+            let mut tx = self.begin().await?;
+            let rows = self.lock_ready(&mut tx, job_id, run_ids.len()).await?;
+            if rows.is_empty() {
+                return Ok(Vec::new());
+            }
+            let leased: Vec<Leased> = rows
+                .into_iter()
+                .zip(run_ids)
+                .map(|(r, &run_id)| Leased {
+                    task_id: r.id,
+                    job_id,
+                    attempt: r.attempt,
+                    run_id,
+                    lease: format!("{run_id}.{:016x}", rand::random::<u64>()),
+                    payload: r.payload,
+                    key: r.idem_key,
+                    priority: r.priority,
+                    due_at: r.due_at,
+                    lease_expires_at: expires,
+                })
+                .collect();
+            let updated = on_tx!(&mut tx, |t, Db| {
                 let mut qb = QueryBuilder::<Db>::new(
                     "UPDATE tasks SET status = 'running', lease_expires_at = ",
                 );
@@ -148,13 +144,15 @@ impl Store {
                 push_case(&mut qb, leased.iter().map(|l| (l.task_id, l.lease.clone())));
                 qb.push(" WHERE status = 'ready' AND id IN ");
                 push_ids(&mut qb, leased.iter().map(|l| l.task_id));
-                let updated = qb.build().execute(&mut *tx).await?.affected();
-                if updated != leased.len() as u64 {
-                    // Another pull took some between the read and the write (SQLite has no row
-                    // locks to skip): take none, the caller pulls again.
-                    tx.rollback().await?;
-                    return Err(Error::Conflict("a concurrent pull took these tasks".into()));
-                }
+                qb.build().execute(&mut **t).await?.affected()
+            });
+            if updated != leased.len() as u64 {
+                // Another pull took some between the read and the write (SQLite has no row
+                // locks to skip): take none, the caller pulls again.
+                tx.rollback().await?;
+                return Err(Error::Conflict("a concurrent pull took these tasks".into()));
+            }
+            on_tx!(&mut tx, |t, Db| {
                 let mut qb = QueryBuilder::<Db>::new(
                     "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
                      scheduled_at, dispatched_at, started_at) ",
@@ -172,10 +170,86 @@ impl Store {
                         .push_bind(now)
                         .push_bind(now);
                 });
-                qb.build().execute(&mut *tx).await?;
-                tx.commit().await?;
-                Ok(leased)
-            })
+                qb.build().execute(&mut **t).await?;
+            });
+            tx.commit().await?;
+            Ok(leased)
+        })
+    }
+
+    /// Up to `want` ready tasks of `job_id` in pull order (higher priority first, then
+    /// earlier due), locked in `tx` on MySQL.
+    ///
+    /// MySQL: a locking scan of the ready index would step over the entries of every task
+    /// leased since InnoDB's last purge (a lease moves a task out of `ready`, which leaves a
+    /// delete-marked entry at the head of the index) and look each one up in the table —
+    /// under a steady pull, thousands of pages per batch. A plain read skips those entries
+    /// at the cost of the index alone, so the candidates are read that way (a few batches'
+    /// worth, as concurrent pulls may hold the first ones) and locked by primary key,
+    /// skipping any another pull holds and any no longer ready. Only when every candidate
+    /// was taken does the locking scan run, so a pull never comes back empty while an
+    /// untaken task is ready.
+    async fn lock_ready(&self, tx: &mut Tx, job_id: i64, want: usize) -> Result<Vec<ReadyRow>> {
+        const ORDER: &str = " ORDER BY priority DESC, due_at, id";
+        on_tx!(tx, |tx, Db| {
+            let scan = |limit: usize, lock: &str| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks WHERE job_id = ",
+                );
+                qb.push_bind(job_id)
+                    .push(" AND status = 'ready'")
+                    .push(ORDER)
+                    .push(" LIMIT ")
+                    .push_bind(limit as i64)
+                    .push(lock.to_owned());
+                qb
+            };
+            if !self.is_mysql() {
+                return Ok(scan(want, "").build_query_as().fetch_all(&mut **tx).await?);
+            }
+            let limit = want * CANDIDATE_BATCHES;
+            let candidates: Vec<i64> = {
+                let mut qb = QueryBuilder::<Db>::new("SELECT id FROM tasks WHERE job_id = ");
+                qb.push_bind(job_id)
+                    .push(" AND status = 'ready'")
+                    .push(ORDER)
+                    .push(" LIMIT ")
+                    .push_bind(limit as i64);
+                qb.build_query_scalar().fetch_all(&mut **tx).await?
+            };
+            let mut rows: Vec<ReadyRow> = Vec::with_capacity(want);
+            let mut next = candidates.iter().copied();
+            while rows.len() < want {
+                let ids: Vec<i64> = next.by_ref().take(want - rows.len()).collect();
+                if ids.is_empty() {
+                    break;
+                }
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks \
+                     WHERE status = 'ready' AND id IN ",
+                );
+                push_ids(&mut qb, ids.into_iter());
+                qb.push(" FOR UPDATE SKIP LOCKED");
+                rows.extend(qb.build_query_as::<ReadyRow>().fetch_all(&mut **tx).await?);
+            }
+            if rows.len() < want && candidates.len() == limit {
+                // Every candidate was held by another pull: the rest of the queue, locked as
+                // it is read.
+                let held: std::collections::HashSet<i64> = rows.iter().map(|r| r.id).collect();
+                let more: Vec<ReadyRow> = scan(want, " FOR UPDATE SKIP LOCKED")
+                    .build_query_as()
+                    .fetch_all(&mut **tx)
+                    .await?;
+                rows.extend(more.into_iter().filter(|r| !held.contains(&r.id)));
+                rows.truncate(want);
+            }
+            rows.sort_by(|a, b| {
+                b.priority
+                    .cmp(&a.priority)
+                    .then(a.due_at.cmp(&b.due_at))
+                    .then(a.id.cmp(&b.id))
+            });
+            Ok(rows)
         })
     }
 
