@@ -219,7 +219,7 @@ pub async fn run_with_runtime(
         client: client.clone(),
         reports: reports_tx,
         fetches: Mutex::new(HashMap::new()),
-        warming: AtomicBool::new(false),
+        warming: Mutex::new(Warming::default()),
         draining: AtomicBool::new(false),
         release: CancellationToken::new(),
         idle: Notify::new(),
@@ -305,8 +305,8 @@ pub struct Node {
     reports: mpsc::Sender<RunReport>,
     /// Plugins being fetched and compiled, by SHA-256: a burst of triggers loads each once.
     fetches: Mutex<HashMap<String, PluginLoad>>,
-    /// Plugins are being compiled ahead of their first run ([`Node::warm`]).
-    warming: AtomicBool,
+    /// Plugins to compile ahead of their first run, one after another ([`Node::warm`]).
+    warming: Mutex<Warming>,
     draining: AtomicBool,
     /// Cancelled at shutdown: runs that have not started are handed back.
     release: CancellationToken,
@@ -316,6 +316,14 @@ pub struct Node {
     unacked: Unacked,
     /// Nonces of the schedulers' requests accepted lately.
     pub(crate) replay: rota_proto::ReplayGuard,
+}
+
+/// The plugins [`Node::warm`] has still to load, and whether its loop is running: a list
+/// that arrives during a long compile joins the queue instead of waiting for the next.
+#[derive(Default)]
+struct Warming {
+    queue: std::collections::VecDeque<String>,
+    busy: bool,
 }
 
 impl Node {
@@ -492,21 +500,35 @@ impl Node {
     /// heartbeat), so their first trigger finds them compiled, or at worst waits for the
     /// load already under way rather than starting its own.
     pub(crate) fn warm(self: &Arc<Self>, shas: Vec<String>) {
-        let missing: Vec<String> = shas
-            .into_iter()
-            .filter(|sha| self.runtime.cached(sha).is_none())
-            .collect();
-        if missing.is_empty() || self.warming.swap(true, Ordering::AcqRel) {
+        let start = {
+            let mut warming = self.warming.lock().unwrap_or_else(|e| e.into_inner());
+            for sha in shas {
+                if self.runtime.cached(&sha).is_none() && !warming.queue.contains(&sha) {
+                    warming.queue.push_back(sha);
+                }
+            }
+            let start = !warming.busy && !warming.queue.is_empty();
+            warming.busy |= start;
+            start
+        };
+        if !start {
+            // Nothing to do, or the loop under way takes what was just queued.
             return;
         }
         let node = self.clone();
         tokio::spawn(async move {
-            for sha in missing {
+            loop {
+                let next = {
+                    let mut warming = node.warming.lock().unwrap_or_else(|e| e.into_inner());
+                    let next = warming.queue.pop_front();
+                    warming.busy = next.is_some();
+                    next
+                };
+                let Some(sha) = next else { return };
                 if let Err(e) = node.plugin(&sha).await {
                     tracing::warn!(plugin.sha256 = %sha, error = %e, "cannot prepare a plugin ahead of its first run");
                 }
             }
-            node.warming.store(false, Ordering::Release);
         });
     }
 

@@ -27,6 +27,7 @@ use rota_proto::{
     BlockStrategy, CallbackAck, CallbackBatch, Deregistration, KillAck, KillRequest, LogPage,
     LogRequest, PluginRef, Registration, RegistrationAck, ReportStatus, RunReport, RunsKnownAck,
     RunsKnownRequest, Secret, TaskAttempt, Trigger, TriggerBatch, TriggerBatchAck, TriggerOutcome,
+    WarmRequest,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -56,6 +57,9 @@ struct Double {
     refuse_callbacks: AtomicBool,
     bad_signatures: AtomicUsize,
     plugin_downloads: AtomicUsize,
+    /// While it holds `Some(sha)`, a download of that plugin waits until it is taken.
+    held_download: std::sync::Mutex<Option<String>>,
+    download_released: tokio::sync::Notify,
     replay: rota_proto::ReplayGuard,
 }
 
@@ -163,6 +167,11 @@ async fn start_double() -> (Arc<Double>, String) {
             get(
                 |State(d): State<Arc<Double>>, UrlPath(sha): UrlPath<String>| async move {
                     d.plugin_downloads.fetch_add(1, Ordering::SeqCst);
+                    let released = d.download_released.notified();
+                    let held = d.held_download.lock().unwrap().as_deref() == Some(sha.as_str());
+                    if held {
+                        released.await;
+                    }
                     match d.plugins.lock().unwrap().get(&sha) {
                         Some(wasm) => wasm.clone().into_response(),
                         None => StatusCode::NOT_FOUND.into_response(),
@@ -512,6 +521,49 @@ async fn unsigned_requests_are_refused() {
         error["error"].as_str().unwrap().contains("plugins"),
         "{error}"
     );
+    executor.shutdown().await;
+}
+
+/// A list of plugins to compile that arrives while the executor compiles another is not
+/// dropped: it is taken when the compile under way ends, with no further request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_to_warm_sent_during_a_compile_are_compiled_after_it() {
+    let (double, scheduler) = start_double().await;
+    let dir = tempfile::tempdir().unwrap();
+    let executor = start_executor(&scheduler, dir.path(), |_| {}).await;
+    let first = double.add_plugin(&common::hello());
+    let second = double.add_plugin(&common::echo());
+    *double.held_download.lock().unwrap() = Some(first.sha256.clone());
+    let warm = |sha: &str| {
+        serde_json::to_vec(&WarmRequest {
+            plugins: vec![sha.to_owned()],
+        })
+        .unwrap()
+    };
+
+    let response = executor
+        .call_raw(PATH_WARM, warm(&first.sha256), Some(SECRET))
+        .await;
+    assert!(response.status().is_success(), "{}", response.status());
+    wait_until(
+        Duration::from_secs(5),
+        "the first plugin's download",
+        || double.plugin_downloads.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    // Sent while the first is still on its way.
+    let response = executor
+        .call_raw(PATH_WARM, warm(&second.sha256), Some(SECRET))
+        .await;
+    assert!(response.status().is_success(), "{}", response.status());
+    assert_eq!(double.plugin_downloads.load(Ordering::SeqCst), 1);
+    double.download_released.notify_waiters();
+    wait_until(
+        Duration::from_secs(10),
+        "the second plugin's download",
+        || double.plugin_downloads.load(Ordering::SeqCst) == 2,
+    )
+    .await;
     executor.shutdown().await;
 }
 
