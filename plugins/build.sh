@@ -2,10 +2,11 @@
 # Builds every example plugin into plugins/target/ and checks each keeps the plugin
 # contract (plugins/check.py checks the preview 1 modules; Rota checks components at upload):
 #   target/hello.wasm, target/close-order.wasm   Rust, Debian's /usr/bin/rustc --target wasm32-wasi
-#   target/echo.wasm                             C, clang --target=wasm32-wasi
+#   target/echo.wasm, target/hello-c.wasm        C, clang --target=wasm32-wasi
 #   target/spin.wat                              WAT, copied as is (Rota compiles .wat at upload)
 #   target/hello.component.wasm                  hello made a wasi:cli command component (jco new)
 #   target/echo.component.wasm                   echo, likewise
+#   target/hello-c.component.wasm                hello-c, likewise
 #   target/hello-py.wasm, target/close-order-py.wasm   Python handlers (componentize-py)
 #   target/hello-js.wasm, target/close-order-js.wasm   JavaScript handlers (componentize-js)
 # The handlers are components of the rota:plugin/handler world (plugins/wit).
@@ -104,9 +105,11 @@ build_js() { # name, file: examples/<name>/<file> -> target/<name>.wasm
 build_rust hello
 build_rust close-order
 build_c echo
+build_c hello-c
 copy_wat spin
 command_component hello
 command_component echo
+command_component hello-c
 build_py hello-py
 build_py close-order-py
 build_js hello-js hello.js
@@ -114,7 +117,7 @@ build_js close-order-js close-order.js
 
 # --- check the plugin contract ----------------------------------------------------------
 if command -v python3 >/dev/null 2>&1; then
-    python3 "$here/check.py" "$out/hello.wasm" "$out/close-order.wasm" "$out/echo.wasm" "$out/spin.wat"
+    python3 "$here/check.py" "$out/hello.wasm" "$out/close-order.wasm" "$out/echo.wasm" "$out/hello-c.wasm" "$out/spin.wat"
 else
     echo "build.sh: python3 not found; skipped the plugin contract check (plugins/check.py)" >&2
 fi

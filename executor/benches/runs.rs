@@ -7,9 +7,10 @@
 //!   what a user's run costs the sandbox, without the HTTP and reports around it (those
 //!   are in `rota/benches/load.rs`).
 //!
-//! - the components `plugins/build.sh` builds, each reading its payload and writing a
-//!   line: `hello` and `echo` made `wasi:cli` command components (Rust and C), and the
-//!   `rota:plugin/handler` hellos in Python and JavaScript — compile time (once per
+//! - the components `plugins/build.sh` builds, each reading its payload and writing its
+//!   lines: `hello` and `hello-c` (the same lines in Rust and in C) made `wasi:cli`
+//!   command components, `echo` (C, a diagnostic plugin that logs 15 lines) likewise, and
+//!   the `rota:plugin/handler` hellos in Python and JavaScript — compile time (once per
 //!   executor), then latency and CPU per run.
 //!
 //! ```text
@@ -250,7 +251,16 @@ fn components(rt: &Runtime, runs: usize, env: &PluginEnv, kill: &CancellationTok
             "`hello`, Rust, `wasi:cli` command",
             1,
         ),
-        ("echo.component.wasm", "`echo`, C, `wasi:cli` command", 1),
+        (
+            "hello-c.component.wasm",
+            "`hello-c`, C, `wasi:cli` command",
+            1,
+        ),
+        (
+            "echo.component.wasm",
+            "`echo`, C, `wasi:cli` command (15 log lines)",
+            1,
+        ),
         ("hello-py.wasm", "`hello-py`, Python handler", 10),
         ("hello-js.wasm", "`hello-js`, JavaScript handler", 10),
     ] {

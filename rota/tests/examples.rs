@@ -378,3 +378,29 @@ async fn a_command_component_keeps_the_preview_1_contract() {
         assert!(lines.iter().any(|l| l == want), "{want:?} in {lines:?}");
     }
 }
+
+/// `hello-c`, the C twin of `hello`, runs as a preview 1 module and as the command
+/// component `plugins/build.sh` makes of it, with the same lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_in_c_runs_as_a_module_and_as_a_component() {
+    for file in ["hello-c.wasm", "hello-c.component.wasm"] {
+        if example(file).is_none() {
+            return;
+        }
+        let dir = std::env::var("ROTA_EXAMPLE_PLUGINS").unwrap();
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(dir)
+            .join(file);
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
+        cmd.arg("plugin").arg("run").arg(&path);
+        cmd.args(["--payload", "hi there"]);
+        let out = tokio::task::spawn_blocking(move || cmd.output().expect("running rota"))
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{file}: {out:?}");
+        assert!(stdout.contains("hello from "), "{file}: {stdout}");
+        assert!(stdout.contains("payload: 8 bytes"), "{file}: {stdout}");
+    }
+}
