@@ -1772,9 +1772,30 @@ async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened()
     t.get("/console/alarms", Some(&b.cookie))
         .await
         .contains("<code>late</code>");
+    // A rule about one job shows the job by its name.
+    t.upload_plugin().await;
+    t.create_job(&b, "nightly-report").await;
+    t.submit(
+        &b,
+        "/console/alarms/rules",
+        &[
+            ("name", "report-failed"),
+            ("app", "default"),
+            ("job", "nightly-report"),
+            ("on", "run_failed"),
+            ("threshold", ""),
+            ("channels", "ops"),
+            ("throttle_s", ""),
+        ],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    t.get("/console/alarms", Some(&b.cookie))
+        .await
+        .contains("<td><code>report-failed</code></td><td>default</td><td>nightly-report</td>");
     // A channel in use is not deleted.
     t.submit(&b, "/console/alarms/channels/ops/delete", &[])
         .await
         .expect(StatusCode::UNPROCESSABLE_ENTITY)
-        .contains("used by rule(s) late");
+        .contains("used by rule(s) late, report-failed");
 }

@@ -133,14 +133,22 @@ async fn page(console: &Console, s: &Session, shown: Shown) -> PageResult {
             secret: c.secret.unwrap_or_default(),
         })
         .collect();
-    let rules = alarms::rules(node, &s.who)
-        .await?
+    let rules = alarms::rules(node, &s.who).await?;
+    // A rule names its job by id; the page shows the name (or the id of a deleted job).
+    let mut job_names = std::collections::HashMap::new();
+    for id in rules.iter().filter_map(|r| r.job_id) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = job_names.entry(id) {
+            let name = node.cached_job(id).await?.map(|j| j.job.spec.name.clone());
+            slot.insert(name.unwrap_or_else(|| format!("#{id}")));
+        }
+    }
+    let rules = rules
         .into_iter()
         .map(|r| RuleRow {
             may_change: s.who.may_change(&r.app),
             job: r
                 .job_id
-                .map(|j| j.to_string())
+                .and_then(|j| job_names.get(&j).cloned())
                 .unwrap_or_else(|| "*".into()),
             threshold: r.threshold.map(|t| format!("{t} ms")).unwrap_or_default(),
             channels: serde_json::from_str::<Vec<String>>(&r.channels)
