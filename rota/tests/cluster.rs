@@ -49,6 +49,27 @@ async fn bed() -> Bed {
         Some(json!({"name": "close-order", "app": "default", "plugin": "noop", "schedule": {"kind": "none"}})),
     )
     .await;
+    // Whoever takes a node's claims over raises `node_taken_over` (the channel's target
+    // need not answer: the alarm is in the history either way).
+    a.ok(
+        "PUT",
+        "/api/v1/apps/default/secrets/alarmsec",
+        Some(json!({"value": "k3y"})),
+    )
+    .await;
+    let nowhere = format!("http://127.0.0.1:{}/alarms", free_port());
+    a.ok(
+        "POST",
+        "/api/v1/alarm-channels",
+        Some(json!({"name": "ops", "kind": "webhook", "url": nowhere, "secret": "alarmsec", "app": "default"})),
+    )
+    .await;
+    a.ok(
+        "POST",
+        "/api/v1/alarm-rules",
+        Some(json!({"name": "taken-over", "app": "default", "on": "node_taken_over", "channels": ["ops"]})),
+    )
+    .await;
     let tasks: Vec<_> = (0..60)
         .map(|i| json!({"job": "close-order", "delay_ms": 500 + i * 50}))
         .collect();
@@ -138,6 +159,21 @@ async fn a_killed_nodes_claims_are_fired_once_by_the_other_node() {
     assert!(
         log_b.contains("took over the claims"),
         "node B took over:\n{log_b}"
+    );
+    let alarm = eventually(Duration::from_secs(15), "a node_taken_over alarm", || {
+        let b = bed.b.clone();
+        async move {
+            let h = b.ok("GET", "/api/v1/alarms?rule=taken-over", None).await;
+            h["items"].as_array().and_then(|i| i.first().cloned())
+        }
+    })
+    .await;
+    assert_eq!(alarm["on"], "node_taken_over", "{alarm}");
+    assert!(
+        alarm["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("node-b took over")),
+        "{alarm}"
     );
     eprintln!(
         "sent before the kill: {before} of 60; first send by the survivor {:.2} s after the kill; all succeeded after {:.2} s",
