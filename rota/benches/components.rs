@@ -41,8 +41,8 @@ fn main() {
                 "`hello`, Rust, `wasi:cli` command component",
             ),
             (
-                "echo.component.wasm",
-                "`echo`, C, `wasi:cli` command component",
+                "hello-c.component.wasm",
+                "`hello-c`, C, `wasi:cli` command component",
             ),
             ("hello-py.wasm", "`hello-py`, Python handler"),
             ("hello-js.wasm", "`hello-js`, JavaScript handler"),
