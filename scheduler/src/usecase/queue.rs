@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::fields::NameOrId;
-use super::jobs::{cached_job, find_job, task_as};
+use super::jobs::{cached_job, task_as};
 use super::validate::{self, invalid};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
@@ -66,7 +66,8 @@ pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Res
             format!("must be at most {MAX_CONSUMER_CHARS} characters"),
         ));
     }
-    let found = find_job(node.store(), job).await?;
+    let entry = queue_job(node, job).await?;
+    let found = &entry.job;
     let spec = &found.spec;
     who.check(&spec.app, Need::Change, &format!("job `{job}`"))?;
     if spec.delivery != Delivery::Pull {
@@ -217,7 +218,8 @@ pub async fn ack_batch(
             items.len()
         )));
     }
-    let job = find_job(node.store(), job).await?;
+    let entry = queue_job(node, job).await?;
+    let job = &entry.job;
     who.check(
         &job.spec.app,
         Need::Change,
@@ -251,6 +253,21 @@ pub async fn ack_batch(
             },
         })
         .collect())
+}
+
+/// The job a queue route names (by id or by name) as the node's job cache has it, so that
+/// a pull or a batch ack reads no job row (a change made through another node reaches the
+/// cache within its refresh, as for task creation).
+async fn queue_job(node: &Node, job: &str) -> Result<std::sync::Arc<crate::pipeline::JobEntry>> {
+    let by_id = match job.parse::<i64>() {
+        Ok(id) => node.cached_job(id).await?,
+        Err(_) => None,
+    };
+    let found = match by_id {
+        Some(entry) => Some(entry),
+        None => node.cached_job_named(job).await?,
+    };
+    found.ok_or_else(|| Error::NotFound(format!("job `{job}` not found")))
 }
 
 /// Task `id`'s lease, if `lease` is it and `who` may end it.
