@@ -251,6 +251,12 @@ async fn close_order_asks_the_order_service(file: &str) {
 /// A built example plugin (`ROTA_EXAMPLE_PLUGINS`, which `scripts/test` sets after building
 /// them with `plugins/build.sh`); `None` (a skip, or a failure under CI) otherwise.
 fn example(file: &str) -> Option<Vec<u8>> {
+    let path = example_path(file)?;
+    Some(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+}
+
+/// Where the built example plugin `file` is ([`example`]).
+fn example_path(file: &str) -> Option<PathBuf> {
     let Some(dir) = std::env::var_os("ROTA_EXAMPLE_PLUGINS").map(PathBuf::from) else {
         rota_testkit::missing(
             "ROTA_EXAMPLE_PLUGINS is not set: the example plugins were not built",
@@ -265,10 +271,7 @@ fn example(file: &str) -> Option<Vec<u8>> {
     } else {
         dir
     };
-    Some(
-        std::fs::read(dir.join(file))
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display())),
-    )
+    Some(dir.join(file))
 }
 
 /// `rota plugin run` runs a component with the flags a module gets: `--allow` is the
@@ -276,14 +279,9 @@ fn example(file: &str) -> Option<Vec<u8>> {
 /// `--param` its `context.params`; off the allow-list a request never leaves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_run_runs_a_python_component_with_the_same_flags() {
-    if example("close-order-py.wasm").is_none() {
+    let Some(file) = example_path("close-order-py.wasm") else {
         return;
-    }
-    let dir = std::env::var("ROTA_EXAMPLE_PLUGINS").unwrap();
-    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(dir)
-        .join("close-order-py.wasm");
+    };
     let service = OrderService::start(&[]).await;
     let run = |allow: bool| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
@@ -384,14 +382,9 @@ async fn a_command_component_keeps_the_preview_1_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hello_in_c_runs_as_a_module_and_as_a_component() {
     for file in ["hello-c.wasm", "hello-c.component.wasm"] {
-        if example(file).is_none() {
+        let Some(path) = example_path(file) else {
             return;
-        }
-        let dir = std::env::var("ROTA_EXAMPLE_PLUGINS").unwrap();
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join(dir)
-            .join(file);
+        };
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
         cmd.arg("plugin").arg("run").arg(&path);
         cmd.args(["--payload", "hi there"]);

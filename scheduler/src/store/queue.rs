@@ -190,33 +190,29 @@ impl Store {
     /// was taken does the locking scan run, so a pull never comes back empty while an
     /// untaken task is ready.
     async fn lock_ready(&self, tx: &mut Tx, job_id: i64, want: usize) -> Result<Vec<ReadyRow>> {
-        const ORDER: &str = " ORDER BY priority DESC, due_at, id";
+        const COLUMNS: &str = "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks";
+        let skip_locked = self.skip_locked();
         on_tx!(tx, |tx, Db| {
-            let scan = |limit: usize, lock: &str| {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks WHERE job_id = ",
-                );
+            // The job's ready tasks in pull order: `columns` of the first `limit`, plus `lock`.
+            let scan = |columns: &str, limit: usize, lock: &str| {
+                let mut qb = QueryBuilder::<Db>::new(format!("{columns} WHERE job_id = "));
                 qb.push_bind(job_id)
-                    .push(" AND status = 'ready'")
-                    .push(ORDER)
-                    .push(" LIMIT ")
+                    .push(" AND status = 'ready' ORDER BY priority DESC, due_at, id LIMIT ")
                     .push_bind(limit as i64)
                     .push(lock.to_owned());
                 qb
             };
             if !self.is_mysql() {
-                return Ok(scan(want, "").build_query_as().fetch_all(&mut **tx).await?);
+                return Ok(scan(COLUMNS, want, "")
+                    .build_query_as()
+                    .fetch_all(&mut **tx)
+                    .await?);
             }
             let limit = want * CANDIDATE_BATCHES;
-            let candidates: Vec<i64> = {
-                let mut qb = QueryBuilder::<Db>::new("SELECT id FROM tasks WHERE job_id = ");
-                qb.push_bind(job_id)
-                    .push(" AND status = 'ready'")
-                    .push(ORDER)
-                    .push(" LIMIT ")
-                    .push_bind(limit as i64);
-                qb.build_query_scalar().fetch_all(&mut **tx).await?
-            };
+            let candidates: Vec<i64> = scan("SELECT id FROM tasks", limit, "")
+                .build_query_scalar()
+                .fetch_all(&mut **tx)
+                .await?;
             let mut rows: Vec<ReadyRow> = Vec::with_capacity(want);
             let mut next = candidates.iter().copied();
             while rows.len() < want {
@@ -224,19 +220,17 @@ impl Store {
                 if ids.is_empty() {
                     break;
                 }
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks \
-                     WHERE status = 'ready' AND id IN ",
-                );
+                let mut qb =
+                    QueryBuilder::<Db>::new(format!("{COLUMNS} WHERE status = 'ready' AND id IN "));
                 push_ids(&mut qb, ids.into_iter());
-                qb.push(" FOR UPDATE SKIP LOCKED");
+                qb.push(skip_locked);
                 rows.extend(qb.build_query_as::<ReadyRow>().fetch_all(&mut **tx).await?);
             }
             if rows.len() < want && candidates.len() == limit {
                 // Every candidate was held by another pull: the rest of the queue, locked as
                 // it is read.
                 let held: std::collections::HashSet<i64> = rows.iter().map(|r| r.id).collect();
-                let more: Vec<ReadyRow> = scan(want, " FOR UPDATE SKIP LOCKED")
+                let more: Vec<ReadyRow> = scan(COLUMNS, want, skip_locked)
                     .build_query_as()
                     .fetch_all(&mut **tx)
                     .await?;
