@@ -99,6 +99,129 @@ async fn a_pulled_task_is_acked_once_and_a_stale_lease_changes_nothing() {
     assert_eq!(runs[0]["status"], "succeeded");
 }
 
+/// Consumers pulling and acking at once: each gets tasks of its own under a lease of its
+/// own (one consumer's lease opens no other's task), and of an ack and a nack of one lease
+/// sent together, one ends the attempt and the other is a 409.
+#[tokio::test]
+async fn pulls_and_acks_that_arrive_together_each_get_their_own() {
+    let (node, _dir) = pull_job(3).await;
+    let api = &node.api;
+    let ids = api
+        .add_tasks(
+            (0..40)
+                .map(|i| json!({"job": "orders", "payload": format!("{i}")}))
+                .collect(),
+        )
+        .await;
+    let mut got: Vec<(String, Value)> = Vec::new();
+    while got.len() < ids.len() {
+        let mut pulls = tokio::task::JoinSet::new();
+        for c in 0..8 {
+            let api = api.clone();
+            pulls.spawn(async move {
+                let consumer = format!("c{c}");
+                let body = json!({"max": 5, "wait_ms": 5_000, "consumer": consumer});
+                (consumer, pull(&api, body).await)
+            });
+        }
+        for (consumer, items) in pulls.join_all().await {
+            got.extend(items.into_iter().map(|i| (consumer.clone(), i)));
+        }
+    }
+    let mut tasks: Vec<i64> = got
+        .iter()
+        .map(|(_, i)| i["task"].as_i64().unwrap())
+        .collect();
+    tasks.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(tasks, want, "each task leased once");
+    for (consumer, item) in &got {
+        let runs = api
+            .ok("GET", &format!("/api/v1/runs?task={}", item["task"]), None)
+            .await;
+        assert_eq!(runs["items"][0]["executor"], format!("pull:{consumer}"));
+    }
+
+    // One consumer's lease of its task, with another's task: not that task's lease.
+    let (c0, c1) = (
+        got.iter()
+            .find(|(c, _)| c == "c0")
+            .expect("c0 pulled")
+            .1
+            .clone(),
+        got.iter()
+            .find(|(c, _)| c != "c0")
+            .expect("another pulled")
+            .1
+            .clone(),
+    );
+    let (status, v) = api
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{}/ack", c1["task"]),
+            Some(json!({"lease": lease(&c0)})),
+        )
+        .await;
+    assert_eq!(status, 409, "{v}");
+
+    // Every consumer acks its own at once, but one: it acks and nacks one lease together.
+    let (contested, rest) = got.split_first().unwrap();
+    let mut acks = tokio::task::JoinSet::new();
+    for c in 0..8 {
+        let mine: Vec<Value> = rest
+            .iter()
+            .filter(|(consumer, _)| *consumer == format!("c{c}"))
+            .map(|(_, i)| json!({"task": i["task"], "lease": i["lease"]}))
+            .collect();
+        let api = api.clone();
+        acks.spawn(async move {
+            let v = api
+                .ok(
+                    "POST",
+                    "/api/v1/jobs/orders/ack",
+                    Some(json!({"acks": mine})),
+                )
+                .await;
+            v["results"].as_array().unwrap().clone()
+        });
+    }
+    let path = |end: &str| format!("/api/v1/tasks/{}/{end}", contested.1["task"]);
+    let body = json!({"lease": lease(&contested.1)});
+    let (ack_path, nack_path) = (path("ack"), path("nack"));
+    let (ack, nack) = tokio::join!(
+        api.call("POST", &ack_path, Some(body.clone())),
+        api.call("POST", &nack_path, Some(body.clone())),
+    );
+    for results in acks.join_all().await {
+        for r in results {
+            assert_eq!(r["status"], "acked", "{r}");
+        }
+    }
+    let mut statuses = [ack.0, nack.0];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [200, 409],
+        "one of them ends the attempt: {ack:?} {nack:?}"
+    );
+    let task = api
+        .ok(
+            "GET",
+            &format!("/api/v1/tasks/{}", contested.1["task"]),
+            None,
+        )
+        .await;
+    let expected = if ack.0 == 200 { "succeeded" } else { "pending" };
+    assert_eq!(task["status"], expected, "{task}");
+    for (_, item) in rest {
+        let task = api
+            .ok("GET", &format!("/api/v1/tasks/{}", item["task"]), None)
+            .await;
+        assert_eq!(task["status"], "succeeded");
+    }
+}
+
 #[tokio::test]
 async fn an_expired_lease_is_redelivered_as_attempt_2_to_another_consumer() {
     let (node, _dir) = pull_job(3).await;

@@ -1968,6 +1968,58 @@ contract!(
     }
 );
 
+contract!(a_lease_opens_its_own_task_only, |store: Store| async move {
+    use rota_scheduler::store::Leased;
+    let lease = lease(&store).await;
+    let job = store
+        .insert_job(&pull_spec("orders"), None, NOW)
+        .await
+        .unwrap();
+    ready_tasks(&store, lease, job.id, &[0, 0, 0]).await;
+    let a = store
+        .lease_ready(job.id, "a", &[100], 30_000, NOW)
+        .await
+        .unwrap();
+    let b = store
+        .lease_ready(job.id, "b", &[101, 102], 30_000, NOW)
+        .await
+        .unwrap();
+    let (a, b, b2) = (&a[0], &b[0], &b[1]);
+    let secret = |l: &Leased| l.lease.split_once('.').unwrap().1.to_owned();
+    let held = store
+        .held_leases(&[b.task_id])
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert!(held.is(&b.lease));
+    let forged = format!("{}.{}", b.run_id, secret(a));
+    assert!(!held.is(&forged), "a's lease opens none of b's tasks");
+    assert!(!held.is(&a.lease));
+    assert!(
+        !held.is(&b2.lease),
+        "a lease names its own attempt's run: b's other lease is not this task's"
+    );
+    assert!(
+        !store
+            .extend_lease(b.task_id, &forged, NOW + 60_000, NOW)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .extend_lease(b.task_id, &b2.lease, NOW + 60_000, NOW)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .extend_lease(b.task_id, &b.lease, NOW + 60_000, NOW)
+            .await
+            .unwrap()
+    );
+});
+
 /// MySQL reads a pull's candidates without locks and then locks them by key, skipping
 /// those another transaction holds: a pull takes the next untaken tasks in order, and
 /// finds the rest of the queue when every candidate it read is held.
