@@ -7,14 +7,15 @@ use sqlx::{FromRow, QueryBuilder};
 
 use super::*;
 
-/// The columns of a task whose attempt ended, read (and locked) with what its job says of
-/// retries; the job's through subqueries, which lock nothing (a join would lock the job's
-/// row too, and a concurrent change of the job would then deadlock with the report).
+/// The columns of a task whose attempt ended, read (and locked).
 const ENDED_SELECT: &str = "SELECT t.id, t.job_id, t.attempt, t.lost_count, t.status, t.max_attempts, \
-     t.backoff, (SELECT j.max_attempts FROM jobs j WHERE j.id = t.job_id) AS job_max_attempts, \
-     (SELECT j.backoff FROM jobs j WHERE j.id = t.job_id) AS job_backoff, \
-     (SELECT j.child_jobs FROM jobs j WHERE j.id = t.job_id) AS child_jobs, \
-     (SELECT j.max_concurrency FROM jobs j WHERE j.id = t.job_id) AS max_concurrency";
+     t.backoff";
+
+/// What the jobs of ended attempts say of retries and children, read apart and without
+/// locks (a join would lock the job's row too, and a concurrent change of the job would
+/// then deadlock with the report): once per job, not once per task.
+const JOB_RULES_SELECT: &str =
+    "SELECT id, max_attempts, backoff, child_jobs, max_concurrency FROM jobs WHERE id IN ";
 
 /// A broadcast attempt ends when its last shard does: how many have.
 const SHARDS_FINAL: &str = ", (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.id \
@@ -33,12 +34,18 @@ struct EndedRow {
     status: String,
     max_attempts: Option<i32>,
     backoff: Option<String>,
-    job_max_attempts: Option<i32>,
-    job_backoff: Option<String>,
-    child_jobs: Option<String>,
-    max_concurrency: Option<i32>,
     #[sqlx(default)]
     shards_final: i64,
+}
+
+/// A job's columns that decide what follows an ended attempt ([`JOB_RULES_SELECT`]).
+#[derive(FromRow, Default)]
+struct JobRules {
+    id: i64,
+    max_attempts: Option<i32>,
+    backoff: Option<String>,
+    child_jobs: Option<String>,
+    max_concurrency: Option<i32>,
 }
 
 /// What the ended attempts of a batch come to.
@@ -65,7 +72,7 @@ impl Store {
     /// report applied twice (a resent callback, two batches in flight) decides once, and
     /// the run rows need no read first: their upsert moves a status only forward.
     /// Statements per batch, whatever its size up to [`CHUNK`]: the runs' upsert, the
-    /// tasks' locking read, the dashboard's count, one update per kind of outcome.
+    /// tasks' locking read, one update per kind of outcome, the dashboard's count.
     pub async fn apply_run_updates(
         &self,
         updates: &[RunUpdate],
@@ -99,7 +106,6 @@ impl Store {
             let mut tx = self.begin().await?;
             self.upsert_runs(&mut tx, &changes).await?;
             let verdicts = self.decide_attempts(&mut tx, &ended, now, decide).await?;
-            self.count_finished(&mut tx, &verdicts.counted).await?;
             let events = raise(&changes, &verdicts.ended);
             self.insert_alarm_events(&mut tx, &events).await?;
             self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
@@ -108,6 +114,9 @@ impl Store {
             let children = self
                 .insert_children(&mut tx, &verdicts.children, now)
                 .await?;
+            // Last: every batch that ends a run this minute updates the same `run_stats`
+            // row, so it is held from here to the commit only.
+            self.count_finished(&mut tx, &verdicts.counted).await?;
             tx.commit().await?;
             Ok(Applied {
                 written: changes.len(),
@@ -246,10 +255,14 @@ impl Store {
                 qb.push(lock);
                 qb.build_query_as().fetch_all(&mut **tx).await?
             });
+            let jobs = self.job_rules(tx, &rows).await?;
+            let deleted = JobRules::default();
             for row in rows {
                 let Some(updates) = by_task.get(&row.id) else {
                     continue;
                 };
+                // A job deleted meanwhile says nothing: the task's own settings, or none.
+                let job = jobs.get(&row.job_id).unwrap_or(&deleted);
                 let status: TaskStatus = parse(&row.status)?;
                 // A report for an older attempt, or for a task cancelled meanwhile, ends nothing.
                 let current: Vec<&RunUpdate> = updates
@@ -282,18 +295,18 @@ impl Store {
                     attempt: row.attempt,
                     lost_count: row.lost_count,
                     status: verdict_status,
-                    max_attempts: row.max_attempts.or(row.job_max_attempts).unwrap_or(1),
-                    backoff: match row.backoff.as_deref().or(row.job_backoff.as_deref()) {
+                    max_attempts: row.max_attempts.or(job.max_attempts).unwrap_or(1),
+                    backoff: match row.backoff.as_deref().or(job.backoff.as_deref()) {
                         Some(s) => parse_json(s)?,
                         None => Backoff::default(),
                     },
-                    child_jobs: match row.child_jobs.as_deref() {
+                    child_jobs: match job.child_jobs.as_deref() {
                         Some(s) => parse_json(s)?,
                         None => Vec::new(),
                     },
                 };
                 let verdict = decide(&view);
-                verdicts.freed_limited |= row.max_concurrency.is_some();
+                verdicts.freed_limited |= job.max_concurrency.is_some();
                 if verdict == TaskNext::Succeeded {
                     verdicts
                         .children
@@ -322,6 +335,26 @@ impl Store {
             }
         }
         Ok(verdicts)
+    }
+
+    /// What the jobs of `rows` say of retries and children, by job id.
+    async fn job_rules(&self, tx: &mut Tx, rows: &[EndedRow]) -> Result<HashMap<i64, JobRules>> {
+        let mut job_ids: Vec<i64> = rows.iter().map(|r| r.job_id).collect();
+        job_ids.sort_unstable();
+        job_ids.dedup();
+        if job_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        Ok(on_tx!(tx, |tx, Db| {
+            let mut qb = QueryBuilder::<Db>::new(JOB_RULES_SELECT);
+            push_ids(&mut qb, job_ids.iter().copied());
+            qb.build_query_as::<JobRules>()
+                .fetch_all(&mut **tx)
+                .await?
+                .into_iter()
+                .map(|j| (j.id, j))
+                .collect()
+        }))
     }
 
     /// The verdict of a broadcast attempt whose shards have all ended.
