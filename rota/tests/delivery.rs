@@ -114,7 +114,13 @@ async fn pulls_and_acks_that_arrive_together_each_get_their_own() {
         )
         .await;
     let mut got: Vec<(String, Value)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
     while got.len() < ids.len() {
+        assert!(
+            Instant::now() < deadline,
+            "40 due tasks were not all pulled within a minute: {} were",
+            got.len()
+        );
         let mut pulls = tokio::task::JoinSet::new();
         for c in 0..8 {
             let api = api.clone();
@@ -144,18 +150,12 @@ async fn pulls_and_acks_that_arrive_together_each_get_their_own() {
     }
 
     // One consumer's lease of its task, with another's task: not that task's lease.
-    let (c0, c1) = (
-        got.iter()
-            .find(|(c, _)| c == "c0")
-            .expect("c0 pulled")
-            .1
-            .clone(),
-        got.iter()
-            .find(|(c, _)| c != "c0")
-            .expect("another pulled")
-            .1
-            .clone(),
-    );
+    let (first, theirs) = &got[0];
+    let (_, other) = got
+        .iter()
+        .find(|(c, _)| c != first)
+        .expect("more than one consumer got tasks");
+    let (c0, c1) = (theirs.clone(), other.clone());
     let (status, v) = api
         .call(
             "POST",
@@ -212,7 +212,8 @@ async fn pulls_and_acks_that_arrive_together_each_get_their_own() {
             None,
         )
         .await;
-    let expected = if ack.0 == 200 { "succeeded" } else { "pending" };
+    // A nacked task waits for its retry: `failed` (at attempt 1 of 3) in the API.
+    let expected = if ack.0 == 200 { "succeeded" } else { "failed" };
     assert_eq!(task["status"], expected, "{task}");
     for (_, item) in rest {
         let task = api

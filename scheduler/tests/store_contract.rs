@@ -2000,6 +2000,11 @@ contract!(a_lease_opens_its_own_task_only, |store: Store| async move {
         !held.is(&b2.lease),
         "a lease names its own attempt's run: b's other lease is not this task's"
     );
+    let other_secret = format!("{}.{}", b.run_id, secret(b2));
+    assert!(
+        !held.is(&other_secret),
+        "each task has its own secret: another task's, under this run id, is not this lease"
+    );
     assert!(
         !store
             .extend_lease(b.task_id, &forged, NOW + 60_000, NOW)
