@@ -72,7 +72,8 @@ impl Store {
     /// report applied twice (a resent callback, two batches in flight) decides once, and
     /// the run rows need no read first: their upsert moves a status only forward.
     /// Statements per batch, whatever its size up to [`CHUNK`]: the runs' upsert, the
-    /// tasks' locking read, one update per kind of outcome, the dashboard's count.
+    /// tasks' locking read, their jobs' read, one update per kind of outcome, the
+    /// dashboard's count.
     pub async fn apply_run_updates(
         &self,
         updates: &[RunUpdate],
