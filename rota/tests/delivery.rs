@@ -139,9 +139,9 @@ async fn pulls_and_acks_that_arrive_together_each_get_their_own() {
         .map(|(_, i)| i["task"].as_i64().unwrap())
         .collect();
     tasks.sort();
-    let mut want = ids.clone();
-    want.sort();
-    assert_eq!(tasks, want, "each task leased once");
+    let mut ids = ids;
+    ids.sort();
+    assert_eq!(tasks, ids, "each task leased once");
     for (consumer, item) in &got {
         let runs = api
             .ok("GET", &format!("/api/v1/runs?task={}", item["task"]), None)
@@ -155,12 +155,11 @@ async fn pulls_and_acks_that_arrive_together_each_get_their_own() {
         .iter()
         .find(|(c, _)| c != first)
         .expect("more than one consumer got tasks");
-    let (c0, c1) = (theirs.clone(), other.clone());
     let (status, v) = api
         .call(
             "POST",
-            &format!("/api/v1/tasks/{}/ack", c1["task"]),
-            Some(json!({"lease": lease(&c0)})),
+            &format!("/api/v1/tasks/{}/ack", other["task"]),
+            Some(json!({"lease": lease(theirs)})),
         )
         .await;
     assert_eq!(status, 409, "{v}");
