@@ -1968,23 +1968,38 @@ contract!(
     }
 );
 
-contract!(a_lease_opens_its_own_task_only, |store: Store| async move {
-    use rota_scheduler::store::Leased;
-    let lease = lease(&store).await;
+/// A pull job `orders` with three ready tasks, leased by consumer `a` (one, run 100) and
+/// consumer `b` (two, runs 101 and 102).
+async fn three_leases(
+    store: &Store,
+) -> (
+    Job,
+    rota_scheduler::store::Leased,
+    rota_scheduler::store::Leased,
+    rota_scheduler::store::Leased,
+) {
+    let lease = lease(store).await;
     let job = store
         .insert_job(&pull_spec("orders"), None, NOW)
         .await
         .unwrap();
-    ready_tasks(&store, lease, job.id, &[0, 0, 0]).await;
-    let a = store
+    ready_tasks(store, lease, job.id, &[0, 0, 0]).await;
+    let mut a = store
         .lease_ready(job.id, "a", &[100], 30_000, NOW)
         .await
         .unwrap();
-    let b = store
+    let mut b = store
         .lease_ready(job.id, "b", &[101, 102], 30_000, NOW)
         .await
         .unwrap();
-    let (a, b, b2) = (&a[0], &b[0], &b[1]);
+    let b2 = b.pop().unwrap();
+    (job, a.remove(0), b.remove(0), b2)
+}
+
+contract!(a_lease_opens_its_own_task_only, |store: Store| async move {
+    use rota_scheduler::store::Leased;
+    let (_, a, b, b2) = three_leases(&store).await;
+    let (a, b, b2) = (&a, &b, &b2);
     let secret = |l: &Leased| l.lease.split_once('.').unwrap().1.to_owned();
     let held = store
         .held_leases(&[b.task_id])
@@ -2024,6 +2039,103 @@ contract!(a_lease_opens_its_own_task_only, |store: Store| async move {
             .unwrap()
     );
 });
+
+contract!(
+    an_ack_or_a_nack_ends_a_live_lease_only,
+    |store: Store| async move {
+        use rota_scheduler::store::LeaseEnding;
+        let (job, a, b, b2) = three_leases(&store).await;
+        let (a, b, b2) = (&a, &b, &b2);
+        let other = store
+            .insert_job(&pull_spec("refunds"), None, NOW)
+            .await
+            .unwrap();
+        let ending =
+            |task_id: i64, lease: &str, status: RunStatus, message: Option<&str>| LeaseEnding {
+                task_id,
+                lease: lease.to_owned(),
+                status,
+                message: message.map(str::to_owned),
+            };
+        let mut decide = |e: &AttemptEnded| match e.status {
+            RunStatus::Succeeded => TaskNext::Succeeded,
+            _ => TaskNext::Dead,
+        };
+        let end = |job_id: i64, endings: Vec<LeaseEnding>| {
+            let store = store.clone();
+            async move {
+                store
+                    .end_leases(Some(job_id), &endings, NOW + 5, &mut decide, &|_, _| {
+                        Vec::new()
+                    })
+                    .await
+                    .unwrap()
+            }
+        };
+        // Another job's leases are not found through this job.
+        let elsewhere = end(
+            other.id,
+            vec![ending(b.task_id, &b.lease, RunStatus::Succeeded, None)],
+        )
+        .await;
+        assert!(elsewhere.found.is_empty() && elsewhere.ended.is_empty());
+        let ended = end(
+            job.id,
+            vec![
+                ending(a.task_id, &a.lease, RunStatus::Succeeded, None),
+                ending(b.task_id, &a.lease, RunStatus::Succeeded, None),
+                ending(b2.task_id, &b2.lease, RunStatus::Failed, Some("no stock")),
+                ending(424_242, &b.lease, RunStatus::Succeeded, None),
+            ],
+        )
+        .await;
+        let want: std::collections::HashSet<(i64, String)> =
+            [(a.task_id, a.lease.clone()), (b2.task_id, b2.lease.clone())].into();
+        assert_eq!(ended.ended, want, "a's lease does not end b's attempt");
+        assert_eq!(
+            ended.found,
+            [a.task_id, b.task_id, b2.task_id].into(),
+            "a task that does not exist is not found"
+        );
+        let run = store.get_run(a.run_id).await.unwrap();
+        assert_eq!(
+            (run.status, run.finished_at),
+            (RunStatus::Succeeded, Some(NOW + 5))
+        );
+        assert_eq!(run.executor.as_deref(), Some("pull:a"));
+        assert_eq!(
+            store.get_task(a.task_id).await.unwrap().status,
+            TaskStatus::Succeeded
+        );
+        let run = store.get_run(b2.run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Failed);
+        assert_eq!(run.message.as_deref(), Some("no stock"));
+        assert_eq!(
+            store.get_task(b2.task_id).await.unwrap().status,
+            TaskStatus::Dead
+        );
+        assert_eq!(
+            store.get_task(b.task_id).await.unwrap().status,
+            TaskStatus::Running
+        );
+        assert_eq!(
+            store.get_run(b.run_id).await.unwrap().status,
+            RunStatus::Running
+        );
+        // The same ack again: the lease ended with its attempt, so it ends nothing.
+        let again = end(
+            job.id,
+            vec![ending(a.task_id, &a.lease, RunStatus::Failed, None)],
+        )
+        .await;
+        assert!(again.ended.is_empty() && again.applied.tasks.is_empty());
+        assert_eq!(again.found, [a.task_id].into());
+        assert_eq!(
+            store.get_run(a.run_id).await.unwrap().status,
+            RunStatus::Succeeded
+        );
+    }
+);
 
 /// MySQL reads a pull's candidates without locks and then locks them by key, skipping
 /// those another transaction holds: a pull takes the next untaken tasks in order, and

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::Node;
-use crate::model::{Millis, RunUpdate, now_ms};
+use crate::model::{Millis, now_ms};
 use crate::pipeline::complete;
 use crate::pipeline::ready::ReadyBoard;
-use crate::store::{self, Applied, NodeRef};
+use crate::store::{self, LeaseEnding, LeasesEnded, NodeRef};
 
 /// How long a node waits for another to take a ready notice (it is a wake-up: a pull that
 /// misses it still looks again when its wait ends).
@@ -34,14 +34,17 @@ impl Node {
         self.completion.run_ids.take(&self.cluster.store, n).await
     }
 
-    /// Ends attempts (acks, nacks) as executor reports do; a retry of a task in
-    /// `retry_after` is due that long from now instead of after the backoff.
-    pub(crate) async fn end_attempts(
+    /// Ends the attempts acks and nacks hold, each only while its lease is the task's live
+    /// one (of `job_id`'s tasks, when given); `job_ids` are the tasks' jobs (for the alarm
+    /// rules), and a retry of a task in `retry_after` is due that long from now.
+    pub(crate) async fn end_leases(
         &self,
-        updates: &[RunUpdate],
+        job_id: Option<i64>,
+        job_ids: &[i64],
+        endings: &[LeaseEnding],
         retry_after: &HashMap<i64, Millis>,
-    ) -> anyhow::Result<Applied> {
-        complete::apply_with(&self.completion, updates, retry_after).await
+    ) -> anyhow::Result<LeasesEnded> {
+        complete::end_leases(&self.completion, job_id, job_ids, endings, retry_after).await
     }
 
     /// Scan now: something became due inside the window (a re-driven or moved task).

@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use super::{Cluster, ExecutorCache, JobCache, RunIds};
 use crate::alarm::{self, On};
 use crate::model::*;
-use crate::store::Applied;
+use crate::store::{AlarmEvent, Applied, LeaseEnding, LeasesEnded};
 
 /// What completion reads and may call: it writes through the cluster's store, numbers the
 /// runs that fail at the scheduler, refreshes the executor registry, and wakes the scan when
@@ -82,7 +82,7 @@ pub(crate) async fn apply(
 }
 
 /// [`apply`], where a retry of a task in `retry_after` is due that long after now instead
-/// of after the backoff (a consumer's nack with `delay_ms`).
+/// of after the backoff.
 pub(crate) async fn apply_with(
     completion: &Completion,
     updates: &[RunUpdate],
@@ -90,34 +90,101 @@ pub(crate) async fn apply_with(
 ) -> anyhow::Result<Applied> {
     let now = now_ms();
     let mut rng = StdRng::from_os_rng();
-    let rules = completion.cluster.alarm_rules.snapshot();
-    let apps = if rules.iter().any(|r| r.enabled && r.on.at_completion()) {
-        job_apps(completion, updates).await
-    } else {
-        HashMap::new()
-    };
+    let alarms = Alarms::read(completion, updates.iter().map(|u| u.job_id)).await;
     let applied = completion
         .cluster
         .store
         .apply_run_updates_raising(
             updates,
             now,
-            &mut |a| match (decide(a, now, &mut rng), retry_after.get(&a.task_id)) {
-                (TaskNext::Retry { lost, .. }, Some(delay)) => TaskNext::Retry {
-                    due_at: now.saturating_add(*delay),
-                    lost,
-                },
-                (next, _) => next,
-            },
-            &|changes, ended| {
-                if apps.is_empty() {
-                    Vec::new()
-                } else {
-                    alarm::raised(&rules, &apps, changes, ended, now)
-                }
-            },
+            &mut policy(now, &mut rng, retry_after),
+            &|changes, ended| alarms.raised(changes, ended, now),
         )
         .await?;
+    react(completion, updates, &applied, now);
+    Ok(applied)
+}
+
+/// Ends the attempts that acks and nacks hold (of `job_id`'s tasks, when given), as
+/// [`apply_with`] ends reported ones: each only while its lease is the task's live one
+/// ([`Store::end_leases`](crate::store::Store::end_leases)). `job_ids`: the jobs the
+/// leases' tasks belong to, for the alarm rules.
+pub(crate) async fn end_leases(
+    completion: &Completion,
+    job_id: Option<i64>,
+    job_ids: &[i64],
+    endings: &[LeaseEnding],
+    retry_after: &HashMap<i64, Millis>,
+) -> anyhow::Result<LeasesEnded> {
+    let now = now_ms();
+    let mut rng = StdRng::from_os_rng();
+    let alarms = Alarms::read(completion, job_ids.iter().copied()).await;
+    let ended = completion
+        .cluster
+        .store
+        .end_leases(
+            job_id,
+            endings,
+            now,
+            &mut policy(now, &mut rng, retry_after),
+            &|changes, ended| alarms.raised(changes, ended, now),
+        )
+        .await?;
+    react(completion, &ended.updates, &ended.applied, now);
+    Ok(ended)
+}
+
+/// The retry policy ([`decide`]), where a retry of a task in `retry_after` is due that
+/// long after `now` (a consumer's nack with `delay_ms`).
+fn policy<'a>(
+    now: Millis,
+    rng: &'a mut StdRng,
+    retry_after: &'a HashMap<i64, Millis>,
+) -> impl FnMut(&AttemptEnded) -> TaskNext + Send + 'a {
+    move |a| match (decide(a, now, rng), retry_after.get(&a.task_id)) {
+        (TaskNext::Retry { lost, .. }, Some(delay)) => TaskNext::Retry {
+            due_at: now.saturating_add(*delay),
+            lost,
+        },
+        (next, _) => next,
+    }
+}
+
+/// The alarm rules an ending batch may meet, with the apps of its jobs (read only when a
+/// rule looks at completions).
+struct Alarms {
+    rules: Arc<Vec<alarm::Rule>>,
+    apps: HashMap<i64, String>,
+}
+
+impl Alarms {
+    async fn read(completion: &Completion, job_ids: impl Iterator<Item = i64>) -> Self {
+        let rules = completion.cluster.alarm_rules.snapshot();
+        let apps = if rules.iter().any(|r| r.enabled && r.on.at_completion()) {
+            job_apps(completion, job_ids.collect()).await
+        } else {
+            HashMap::new()
+        };
+        Alarms { rules, apps }
+    }
+
+    fn raised(
+        &self,
+        changes: &[&RunUpdate],
+        ended: &[EndedAttempt],
+        now: Millis,
+    ) -> Vec<AlarmEvent> {
+        if self.apps.is_empty() {
+            Vec::new()
+        } else {
+            alarm::raised(&self.rules, &self.apps, changes, ended, now)
+        }
+    }
+}
+
+/// After a batch: metrics, and a scan wake-up when a retry or a child is due inside the
+/// window or a concurrency slot was freed.
+fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now: Millis) {
     for u in updates {
         if let (
             Some(started),
@@ -142,12 +209,9 @@ pub(crate) async fn apply_with(
     if wake {
         completion.scan_wake.notify_one();
     }
-    Ok(applied)
 }
 
-/// The apps of the updates' jobs (those still there), from the job cache.
-async fn job_apps(completion: &Completion, updates: &[RunUpdate]) -> HashMap<i64, String> {
-    let ids: HashSet<i64> = updates.iter().map(|u| u.job_id).collect();
+async fn job_apps(completion: &Completion, ids: HashSet<i64>) -> HashMap<i64, String> {
     let mut apps = HashMap::with_capacity(ids.len());
     for id in ids {
         if let Ok(Some(entry)) = completion.jobs.get(&completion.cluster.store, id).await {

@@ -1,11 +1,15 @@
 //! Pull delivery (SPEC §8): fires of a `pull` job that came due wait `ready` for a consumer;
 //! a pull leases them (each leased attempt is a run, `executor` = `pull:<consumer>`); an
-//! ack, a nack or the lease's expiry ends the attempt through [`Store::apply_run_updates`],
-//! like an executor's report. Also the re-drive of dead tasks and the rescheduling of
+//! ack or a nack ends the attempt through [`Store::end_leases`], the lease's expiry through
+//! [`Store::apply_run_updates`] like an executor's report; either way the retry policy and
+//! the rest of completion rule on it. Also the re-drive of dead tasks and the rescheduling of
 //! pending ones, which any delivery shares.
+
+use std::collections::{HashMap, HashSet};
 
 use sqlx::{FromRow, QueryBuilder};
 
+use super::runs::{ENDED_SELECT, EndedRow, Raise, Verdicts};
 use super::*;
 
 /// A task a pull handed to a consumer.
@@ -67,6 +71,34 @@ impl HeldLease {
             && self.lease_token.as_deref() == Some(lease)
     }
 }
+
+/// An ack or a nack: ends the attempt `lease` holds with `status`, if it is still the
+/// task's live lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseEnding {
+    pub task_id: i64,
+    pub lease: String,
+    pub status: RunStatus,
+    pub message: Option<String>,
+}
+
+/// What a batch of [`LeaseEnding`]s came to.
+#[derive(Debug, Default)]
+pub struct LeasesEnded {
+    pub applied: Applied,
+    /// The attempts that ended, as their runs' updates.
+    pub updates: Vec<RunUpdate>,
+    /// The endings that ended an attempt, as `(task, lease)`.
+    pub ended: HashSet<(i64, String)>,
+    /// The tasks that exist (of the job asked for): an ending of one of them that did not
+    /// end its attempt was stale.
+    pub found: HashSet<i64>,
+}
+
+/// A task with its lease and the lease's run, read under the task's lock.
+const LEASE_SELECT: &str = ", t.lease_token, r.id AS run_id, r.executor, r.scheduled_at, \
+     r.dispatched_at FROM tasks t LEFT JOIN runs r \
+     ON r.task_id = t.id AND r.attempt = t.attempt AND r.shard_index = 0 WHERE t.id IN ";
 
 /// How many batches' worth of ready tasks a pull on MySQL reads as candidates to lock
 /// ([`Store::lock_ready`]): enough that a few pulls at once each find untaken ones.
@@ -245,6 +277,114 @@ impl Store {
             });
             Ok(rows)
         })
+    }
+
+    /// Ends the attempts that acks and nacks hold, in one transaction, each only if its
+    /// lease is still the task's live one (of `job_id`, when given): the tasks are read with
+    /// their lease and its run under the tasks' lock, so a lease that expired or ended
+    /// meanwhile ends nothing; the runs move to their final status; then completion goes on
+    /// as for reports ([`Store::apply_run_updates_raising`]: `decide`, `raise`, the tasks'
+    /// next states, children, counts). One read of the tasks instead of a check before the
+    /// transaction and a locked read inside it, and the runs updated rather than upserted.
+    pub async fn end_leases(
+        &self,
+        job_id: Option<i64>,
+        endings: &[LeaseEnding],
+        now: Millis,
+        decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
+        raise: &Raise<'_>,
+    ) -> Result<LeasesEnded> {
+        retrying!("end_leases", {
+            if endings.is_empty() {
+                return Ok(LeasesEnded::default());
+            }
+            let mut task_ids: Vec<i64> = endings.iter().map(|e| e.task_id).collect();
+            task_ids.sort_unstable();
+            task_ids.dedup();
+            let lock = if self.is_mysql() {
+                " ORDER BY t.id FOR UPDATE"
+            } else {
+                ""
+            };
+            let mut tx = self.begin().await?;
+            let mut rows: Vec<EndedRow> = Vec::with_capacity(task_ids.len());
+            for chunk in task_ids.chunks(CHUNK) {
+                rows.extend(on_tx!(&mut tx, |t, Db| {
+                    let mut qb = QueryBuilder::<Db>::new(ENDED_SELECT);
+                    qb.push(LEASE_SELECT);
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.push(lock);
+                    qb.build_query_as::<EndedRow>().fetch_all(&mut **t).await?
+                }));
+            }
+            rows.retain(|r| job_id.is_none_or(|j| r.job_id == j));
+            let found: HashSet<i64> = rows.iter().map(|r| r.id).collect();
+            let mut asked: HashMap<i64, Vec<&LeaseEnding>> = HashMap::new();
+            for e in endings {
+                asked.entry(e.task_id).or_default().push(e);
+            }
+            let mut updates = Vec::with_capacity(rows.len());
+            let mut held = HashMap::with_capacity(rows.len());
+            rows.retain(|row| match live_ending(row, &asked) {
+                Some(e) => {
+                    updates.push(lease_run_update(row, e, now));
+                    held.insert(row.id, e.lease.clone());
+                    true
+                }
+                None => false,
+            });
+            self.finish_runs(&mut tx, &updates, now).await?;
+            let changes: Vec<&RunUpdate> = updates.iter().collect();
+            let by_task: HashMap<i64, Vec<&RunUpdate>> =
+                changes.iter().map(|u| (u.task_id, vec![*u])).collect();
+            let mut verdicts = Verdicts::default();
+            self.rule_on(&mut tx, rows, &by_task, now, decide, &mut verdicts)
+                .await?;
+            let applied = self
+                .conclude(tx, &changes, verdicts, changes.len(), now, raise)
+                .await?;
+            let ended = applied
+                .tasks
+                .iter()
+                .filter_map(|(task, _)| Some((*task, held.remove(task)?)))
+                .collect();
+            Ok(LeasesEnded {
+                applied,
+                updates,
+                ended,
+                found,
+            })
+        })
+    }
+
+    /// Leased attempts' runs, ended: their final status, end and message (one statement per
+    /// kind of ending, mostly one). Only a run still under way moves.
+    async fn finish_runs(&self, tx: &mut Tx, updates: &[RunUpdate], now: Millis) -> Result<()> {
+        let mut kinds: HashMap<(RunStatus, Option<&str>), Vec<i64>> = HashMap::new();
+        for u in updates {
+            kinds
+                .entry((u.status, u.message.as_deref()))
+                .or_default()
+                .push(u.run_id);
+        }
+        for ((status, message), mut ids) in kinds {
+            ids.sort_unstable();
+            let message = message.map(truncate_message);
+            on_tx!(tx, |t, Db| {
+                for chunk in ids.chunks(CHUNK) {
+                    let mut qb = QueryBuilder::<Db>::new("UPDATE runs SET status = ");
+                    qb.push_bind(status.as_str())
+                        .push(", finished_at = ")
+                        .push_bind(now)
+                        .push(", message = ")
+                        .push_bind(message.clone())
+                        .push(" WHERE status IN ('dispatched', 'running') AND id IN ");
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.build().execute(&mut **t).await?;
+                }
+            });
+        }
+        Ok(())
     }
 
     /// The current leases of these tasks (those that exist), with their attempts' runs.
@@ -490,4 +630,40 @@ pub struct QueueFacts {
     pub leased: i64,
     pub dead: i64,
     pub consumers: Vec<String>,
+}
+
+/// The ending asked for `row`'s task that holds its live lease, if any.
+fn live_ending<'a>(
+    row: &EndedRow,
+    asked: &HashMap<i64, Vec<&'a LeaseEnding>>,
+) -> Option<&'a LeaseEnding> {
+    if row.status != TaskStatus::Running.as_str() || row.run_id.is_none() {
+        return None;
+    }
+    let token = row.lease_token.as_deref()?;
+    asked
+        .get(&row.id)?
+        .iter()
+        .copied()
+        .find(|e| e.lease == token)
+}
+
+/// The run update that ends `row`'s leased attempt as `ending` says.
+fn lease_run_update(row: &EndedRow, ending: &LeaseEnding, now: Millis) -> RunUpdate {
+    RunUpdate {
+        run_id: row.run_id.unwrap_or_default(),
+        job_id: row.job_id,
+        task_id: row.id,
+        attempt: row.attempt,
+        shard_index: 0,
+        shard_total: 1,
+        executor: row.executor.clone(),
+        scheduled_at: row.scheduled_at.unwrap_or(now),
+        dispatched_at: row.dispatched_at,
+        started_at: row.dispatched_at,
+        finished_at: Some(now),
+        status: ending.status,
+        exit_code: None,
+        message: ending.message.clone(),
+    }
 }

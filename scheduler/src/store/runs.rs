@@ -8,7 +8,7 @@ use sqlx::{FromRow, QueryBuilder};
 use super::*;
 
 /// The columns of a task whose attempt ended, read (and locked).
-const ENDED_SELECT: &str = "SELECT t.id, t.job_id, t.attempt, t.lost_count, t.status, t.max_attempts, \
+pub(super) const ENDED_SELECT: &str = "SELECT t.id, t.job_id, t.attempt, t.lost_count, t.status, t.max_attempts, \
      t.backoff";
 
 /// What the jobs of ended attempts say of retries and children, read apart and without
@@ -26,16 +26,27 @@ const SHARDS_FINAL: &str = ", (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.i
 pub type Raise<'a> = dyn Fn(&[&RunUpdate], &[EndedAttempt]) -> Vec<AlarmEvent> + Sync + 'a;
 
 #[derive(FromRow)]
-struct EndedRow {
-    id: i64,
-    job_id: i64,
-    attempt: i32,
+pub(super) struct EndedRow {
+    pub id: i64,
+    pub job_id: i64,
+    pub attempt: i32,
     lost_count: i32,
-    status: String,
+    pub status: String,
     max_attempts: Option<i32>,
     backoff: Option<String>,
     #[sqlx(default)]
     shards_final: i64,
+    /// Read by an ack or a nack ([`Store::end_leases`]): the task's lease and its run.
+    #[sqlx(default)]
+    pub lease_token: Option<String>,
+    #[sqlx(default)]
+    pub run_id: Option<i64>,
+    #[sqlx(default)]
+    pub executor: Option<String>,
+    #[sqlx(default)]
+    pub scheduled_at: Option<i64>,
+    #[sqlx(default)]
+    pub dispatched_at: Option<i64>,
 }
 
 /// A job's columns that decide what follows an ended attempt ([`JOB_RULES_SELECT`]).
@@ -50,7 +61,7 @@ struct JobRules {
 
 /// What the ended attempts of a batch come to.
 #[derive(Default)]
-struct Verdicts {
+pub(super) struct Verdicts {
     outcomes: Vec<(i64, TaskNext)>,
     /// The same attempts, told in full (for the alarm rules).
     ended: Vec<EndedAttempt>,
@@ -107,24 +118,41 @@ impl Store {
             let mut tx = self.begin().await?;
             self.upsert_runs(&mut tx, &changes).await?;
             let verdicts = self.decide_attempts(&mut tx, &ended, now, decide).await?;
-            let events = raise(&changes, &verdicts.ended);
-            self.insert_alarm_events(&mut tx, &events).await?;
-            self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
-            self.schedule_retries(&mut tx, &verdicts.outcomes, now)
-                .await?;
-            let children = self
-                .insert_children(&mut tx, &verdicts.children, now)
-                .await?;
-            // Last: every batch that ends a run this minute updates the same `run_stats`
-            // row, so it is held from here to the commit only.
-            self.count_finished(&mut tx, &verdicts.counted).await?;
-            tx.commit().await?;
-            Ok(Applied {
-                written: changes.len(),
-                tasks: verdicts.outcomes,
-                children,
-                freed_limited: verdicts.freed_limited,
-            })
+            let written = changes.len();
+            self.conclude(tx, &changes, verdicts, written, now, raise)
+                .await
+        })
+    }
+
+    /// The rest of a batch that ended attempts, in its transaction, then the commit: the
+    /// alarm events `raise` sees, the tasks' next states, the children of succeeded tasks
+    /// and the dashboard's counts.
+    pub(super) async fn conclude(
+        &self,
+        mut tx: Tx,
+        changes: &[&RunUpdate],
+        verdicts: Verdicts,
+        written: usize,
+        now: Millis,
+        raise: &Raise<'_>,
+    ) -> Result<Applied> {
+        let events = raise(changes, &verdicts.ended);
+        self.insert_alarm_events(&mut tx, &events).await?;
+        self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
+        self.schedule_retries(&mut tx, &verdicts.outcomes, now)
+            .await?;
+        let children = self
+            .insert_children(&mut tx, &verdicts.children, now)
+            .await?;
+        // Last: every batch that ends a run this minute updates the same `run_stats` row,
+        // so it is held from here to the commit only.
+        self.count_finished(&mut tx, &verdicts.counted).await?;
+        tx.commit().await?;
+        Ok(Applied {
+            written,
+            tasks: verdicts.outcomes,
+            children,
+            freed_limited: verdicts.freed_limited,
         })
     }
 
@@ -256,86 +284,102 @@ impl Store {
                 qb.push(lock);
                 qb.build_query_as().fetch_all(&mut **tx).await?
             });
-            let jobs = self.job_rules(tx, &rows).await?;
-            let deleted = JobRules::default();
-            for row in rows {
-                let Some(updates) = by_task.get(&row.id) else {
-                    continue;
-                };
-                // A job deleted meanwhile says nothing: the task's own settings, or none.
-                let job = jobs.get(&row.job_id).unwrap_or(&deleted);
-                let status: TaskStatus = parse(&row.status)?;
-                // A report for an older attempt, or for a task cancelled meanwhile, ends nothing.
-                let current: Vec<&RunUpdate> = updates
-                    .iter()
-                    .copied()
-                    .filter(|u| u.attempt == row.attempt)
-                    .collect();
-                let Some(&last) = current.last() else {
-                    continue;
-                };
-                if !matches!(status, TaskStatus::Claimed | TaskStatus::Running) {
-                    continue;
-                }
-                verdicts.counted.extend(
-                    current
-                        .iter()
-                        .map(|u| (u.finished_at.unwrap_or(now), u.status)),
-                );
-                let verdict_status = if last.shard_total > 1 {
-                    if i64::from(last.shard_total) > row.shards_final {
-                        continue;
-                    }
-                    self.combined_shards(tx, row.id, row.attempt).await?
-                } else {
-                    last.status
-                };
-                let view = AttemptEnded {
-                    task_id: row.id,
-                    job_id: row.job_id,
-                    attempt: row.attempt,
-                    lost_count: row.lost_count,
-                    status: verdict_status,
-                    max_attempts: row.max_attempts.or(job.max_attempts).unwrap_or(1),
-                    backoff: match row.backoff.as_deref().or(job.backoff.as_deref()) {
-                        Some(s) => parse_json(s)?,
-                        None => Backoff::default(),
-                    },
-                    child_jobs: match job.child_jobs.as_deref() {
-                        Some(s) => parse_json(s)?,
-                        None => Vec::new(),
-                    },
-                };
-                let verdict = decide(&view);
-                verdicts.freed_limited |= job.max_concurrency.is_some();
-                if verdict == TaskNext::Succeeded {
-                    verdicts
-                        .children
-                        .extend(view.child_jobs.iter().map(|&child| NewTask {
-                            job_id: child,
-                            kind: TaskKind::Child,
-                            key: None,
-                            payload: None,
-                            params: None,
-                            due_at: now,
-                            max_attempts: None,
-                            backoff: None,
-                            priority: 0,
-                        }));
-                }
-                verdicts.ended.push(EndedAttempt {
-                    task_id: row.id,
-                    job_id: row.job_id,
-                    attempt: row.attempt,
-                    run_id: last.run_id,
-                    status: verdict_status,
-                    next: verdict.clone(),
-                    message: last.message.clone(),
-                });
-                verdicts.outcomes.push((row.id, verdict));
-            }
+            self.rule_on(tx, rows, &by_task, now, decide, &mut verdicts)
+                .await?;
         }
         Ok(verdicts)
+    }
+
+    /// Asks `decide` what comes next for each attempt of `rows` (tasks read under their
+    /// lock) that `by_task` ends and that is still the task's, unfinished.
+    pub(super) async fn rule_on(
+        &self,
+        tx: &mut Tx,
+        rows: Vec<EndedRow>,
+        by_task: &HashMap<i64, Vec<&RunUpdate>>,
+        now: Millis,
+        decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
+        verdicts: &mut Verdicts,
+    ) -> Result<()> {
+        let jobs = self.job_rules(tx, &rows).await?;
+        let deleted = JobRules::default();
+        for row in rows {
+            let Some(updates) = by_task.get(&row.id) else {
+                continue;
+            };
+            // A job deleted meanwhile says nothing: the task's own settings, or none.
+            let job = jobs.get(&row.job_id).unwrap_or(&deleted);
+            let status: TaskStatus = parse(&row.status)?;
+            // A report for an older attempt, or for a task cancelled meanwhile, ends nothing.
+            let current: Vec<&RunUpdate> = updates
+                .iter()
+                .copied()
+                .filter(|u| u.attempt == row.attempt)
+                .collect();
+            let Some(&last) = current.last() else {
+                continue;
+            };
+            if !matches!(status, TaskStatus::Claimed | TaskStatus::Running) {
+                continue;
+            }
+            verdicts.counted.extend(
+                current
+                    .iter()
+                    .map(|u| (u.finished_at.unwrap_or(now), u.status)),
+            );
+            let verdict_status = if last.shard_total > 1 {
+                if i64::from(last.shard_total) > row.shards_final {
+                    continue;
+                }
+                self.combined_shards(tx, row.id, row.attempt).await?
+            } else {
+                last.status
+            };
+            let view = AttemptEnded {
+                task_id: row.id,
+                job_id: row.job_id,
+                attempt: row.attempt,
+                lost_count: row.lost_count,
+                status: verdict_status,
+                max_attempts: row.max_attempts.or(job.max_attempts).unwrap_or(1),
+                backoff: match row.backoff.as_deref().or(job.backoff.as_deref()) {
+                    Some(s) => parse_json(s)?,
+                    None => Backoff::default(),
+                },
+                child_jobs: match job.child_jobs.as_deref() {
+                    Some(s) => parse_json(s)?,
+                    None => Vec::new(),
+                },
+            };
+            let verdict = decide(&view);
+            verdicts.freed_limited |= job.max_concurrency.is_some();
+            if verdict == TaskNext::Succeeded {
+                verdicts
+                    .children
+                    .extend(view.child_jobs.iter().map(|&child| NewTask {
+                        job_id: child,
+                        kind: TaskKind::Child,
+                        key: None,
+                        payload: None,
+                        params: None,
+                        due_at: now,
+                        max_attempts: None,
+                        backoff: None,
+                        priority: 0,
+                    }));
+            }
+            verdicts.ended.push(EndedAttempt {
+                task_id: row.id,
+                job_id: row.job_id,
+                attempt: row.attempt,
+                run_id: last.run_id,
+                status: verdict_status,
+                next: verdict.clone(),
+                message: last.message.clone(),
+            });
+            verdicts.outcomes.push((row.id, verdict));
+        }
+        Ok(())
     }
 
     /// What the jobs of `rows` say of retries and children, by job id.

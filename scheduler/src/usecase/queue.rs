@@ -20,7 +20,7 @@ use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::model::{Delivery, Millis, RunStatus, Task, now_ms};
 use crate::node::Node;
-use crate::store::{HeldLease, Leased};
+use crate::store::{LeaseEnding, Leased};
 
 const MAX_PULL: i64 = 1000;
 const DEFAULT_LEASE_MS: i64 = 30_000;
@@ -147,10 +147,7 @@ pub struct LeaseExtension {
 
 /// Acks task `id`'s attempt: the task has succeeded. The task as it now is.
 pub async fn ack(node: &Node, who: &Principal, id: i64, lease: &str) -> Result<Task> {
-    let held = held_lease(node, who, id, lease).await?;
-    let update = held.ending(RunStatus::Succeeded, now_ms(), None);
-    let ended = end_attempts(node, &[update], &HashMap::new()).await?;
-    confirm(node, id, &ended).await
+    end_one(node, who, id, lease, RunStatus::Succeeded, None, None).await
 }
 
 /// Nacks task `id`'s attempt: a failed attempt, retried after `delay_ms` (or the backoff)
@@ -163,18 +160,23 @@ pub async fn nack(node: &Node, who: &Principal, id: i64, end: LeaseEnd) -> Resul
     if let Some(error) = &end.error {
         validate::max_bytes("error", error, 64 * 1024)?;
     }
-    let held = held_lease(node, who, id, &end.lease).await?;
     let message = end.error.unwrap_or_else(|| "nacked by the consumer".into());
-    let update = held.ending(RunStatus::Failed, now_ms(), Some(message));
-    let delays: HashMap<i64, Millis> = delay.map(|d| (id, d)).into_iter().collect();
-    let ended = end_attempts(node, &[update], &delays).await?;
-    confirm(node, id, &ended).await
+    end_one(
+        node,
+        who,
+        id,
+        &end.lease,
+        RunStatus::Failed,
+        Some(message),
+        delay,
+    )
+    .await
 }
 
 /// Moves the end of task `id`'s lease to `lease_ms` from now; the new end.
 pub async fn extend(node: &Node, who: &Principal, id: i64, ext: LeaseExtension) -> Result<Millis> {
     let lease_ms = validate::within("lease_ms", ext.lease_ms, MIN_LEASE_MS..=MAX_LEASE_MS)?;
-    held_lease(node, who, id, &ext.lease).await?;
+    task_as(node.store(), who, id, Need::Change).await?;
     let now = now_ms();
     let expires = now + lease_ms;
     if node
@@ -186,6 +188,34 @@ pub async fn extend(node: &Node, who: &Principal, id: i64, ext: LeaseExtension) 
     } else {
         Err(stale(id))
     }
+}
+
+/// Ends task `id`'s leased attempt with `status` if `lease` is its live lease and `who`
+/// may; the task as it then is.
+async fn end_one(
+    node: &Node,
+    who: &Principal,
+    id: i64,
+    lease: &str,
+    status: RunStatus,
+    message: Option<String>,
+    retry_after: Option<Millis>,
+) -> Result<Task> {
+    let task = task_as(node.store(), who, id, Need::Change).await?;
+    let ending = LeaseEnding {
+        task_id: id,
+        lease: lease.to_owned(),
+        status,
+        message,
+    };
+    let delays: HashMap<i64, Millis> = retry_after.map(|d| (id, d)).into_iter().collect();
+    let ended = node
+        .end_leases(None, &[task.job_id], &[ending], &delays)
+        .await?;
+    if ended.ended.is_empty() {
+        return Err(stale(id));
+    }
+    Ok(node.store().get_task(id).await?)
 }
 
 /// One item of `POST /api/v1/jobs/{job}/ack`.
@@ -225,31 +255,28 @@ pub async fn ack_batch(
         Need::Change,
         &format!("job `{}`", job.spec.name),
     )?;
-    let ids: Vec<i64> = items.iter().map(|i| i.task).collect();
-    let held: HashMap<i64, HeldLease> = node
-        .store()
-        .held_leases(&ids)
-        .await?
-        .into_iter()
-        .filter(|h| h.job_id == job.id)
-        .map(|h| (h.task_id, h))
-        .collect();
-    let now = now_ms();
-    let updates: Vec<_> = items
+    let endings: Vec<LeaseEnding> = items
         .iter()
-        .filter_map(|i| held.get(&i.task).filter(|h| h.is(&i.lease)))
-        .map(|h| h.ending(RunStatus::Succeeded, now, None))
+        .map(|i| LeaseEnding {
+            task_id: i.task,
+            lease: i.lease.clone(),
+            status: RunStatus::Succeeded,
+            message: None,
+        })
         .collect();
-    let applied = end_attempts(node, &updates, &HashMap::new()).await?;
-    let ended: std::collections::HashSet<i64> = applied.iter().map(|(t, _)| *t).collect();
+    let ended = node
+        .end_leases(Some(job.id), &[job.id], &endings, &HashMap::new())
+        .await?;
     Ok(items
-        .iter()
+        .into_iter()
         .map(|i| AckResult {
             task: i.task,
-            status: match held.get(&i.task) {
-                None => "not_found",
-                Some(h) if h.is(&i.lease) && ended.contains(&i.task) => "acked",
-                Some(_) => "stale",
+            status: if ended.ended.contains(&(i.task, i.lease)) {
+                "acked"
+            } else if ended.found.contains(&i.task) {
+                "stale"
+            } else {
+                "not_found"
             },
         })
         .collect())
@@ -270,47 +297,11 @@ async fn queue_job(node: &Node, job: &str) -> Result<std::sync::Arc<crate::pipel
     found.ok_or_else(|| Error::NotFound(format!("job `{job}` not found")))
 }
 
-/// Task `id`'s lease, if `lease` is it and `who` may end it.
-async fn held_lease(node: &Node, who: &Principal, id: i64, lease: &str) -> Result<HeldLease> {
-    task_as(node.store(), who, id, Need::Change).await?;
-    let held = node
-        .store()
-        .held_leases(&[id])
-        .await?
-        .pop()
-        .ok_or_else(|| Error::NotFound(format!("task {id} not found")))?;
-    if !held.is(lease) {
-        return Err(stale(id));
-    }
-    Ok(held)
-}
-
 fn stale(id: i64) -> Error {
     Error::Conflict(format!(
         "task {id}: this lease is no longer held (it expired and the task was handed out again, \
          or the attempt already ended); nothing was changed"
     ))
-}
-
-/// Ends attempts as completion does; `delays` overrides the backoff of a retry, per task.
-async fn end_attempts(
-    node: &Node,
-    updates: &[crate::model::RunUpdate],
-    delays: &HashMap<i64, Millis>,
-) -> Result<Vec<(i64, crate::model::TaskNext)>> {
-    if updates.is_empty() {
-        return Ok(Vec::new());
-    }
-    Ok(node.end_attempts(updates, delays).await?.tasks)
-}
-
-/// The task after an ack or a nack, if that ended its attempt; else a 409: the lease
-/// expired (and was ended as lost) between the check and the write.
-async fn confirm(node: &Node, id: i64, ended: &[(i64, crate::model::TaskNext)]) -> Result<Task> {
-    if !ended.iter().any(|(task, _)| *task == id) {
-        return Err(stale(id));
-    }
-    Ok(node.store().get_task(id).await?)
 }
 
 /// Re-drives a dead task: a new attempt, due now.
