@@ -90,6 +90,25 @@ async fn a_pulled_task_is_acked_once_and_a_stale_lease_changes_nothing() {
         )
         .await;
     assert_eq!(status, 409, "a second ack of an ended lease");
+    // In a batch, each item says what became of it; nothing is ended.
+    let batch = api
+        .ok(
+            "POST",
+            "/api/v1/jobs/orders/ack",
+            Some(json!({"acks": [
+                {"task": ids[0], "lease": lease(item)},
+                {"task": 424_242, "lease": lease(item)},
+            ]})),
+        )
+        .await;
+    assert_eq!(
+        batch["results"],
+        json!([
+            {"task": ids[0], "status": "stale"},
+            {"task": 424_242, "status": "not_found"},
+        ]),
+        "{batch}"
+    );
     let runs = api
         .ok("GET", &format!("/api/v1/runs?task={}", ids[0]), None)
         .await;

@@ -2057,8 +2057,13 @@ contract!(
                 status,
                 message: message.map(str::to_owned),
             };
+        // Success succeeds, a failure is retried, a loss is the end.
         let mut decide = |e: &AttemptEnded| match e.status {
             RunStatus::Succeeded => TaskNext::Succeeded,
+            RunStatus::Failed => TaskNext::Retry {
+                due_at: NOW + 1_000,
+                lost: false,
+            },
             _ => TaskNext::Dead,
         };
         let end = |job_id: i64, endings: Vec<LeaseEnding>| {
@@ -2110,9 +2115,11 @@ contract!(
         let run = store.get_run(b2.run_id).await.unwrap();
         assert_eq!(run.status, RunStatus::Failed);
         assert_eq!(run.message.as_deref(), Some("no stock"));
+        let retried = store.get_task(b2.task_id).await.unwrap();
         assert_eq!(
-            store.get_task(b2.task_id).await.unwrap().status,
-            TaskStatus::Dead
+            (retried.status, retried.attempt),
+            (TaskStatus::Pending, 2),
+            "a nack with attempts left is retried"
         );
         assert_eq!(
             store.get_task(b.task_id).await.unwrap().status,
@@ -2123,16 +2130,54 @@ contract!(
             RunStatus::Running
         );
         // The same ack again: the lease ended with its attempt, so it ends nothing.
+        // So does a nacked attempt's lease once the task is at its next attempt.
         let again = end(
             job.id,
-            vec![ending(a.task_id, &a.lease, RunStatus::Failed, None)],
+            vec![
+                ending(a.task_id, &a.lease, RunStatus::Failed, None),
+                ending(b2.task_id, &b2.lease, RunStatus::Succeeded, None),
+            ],
         )
         .await;
         assert!(again.ended.is_empty() && again.applied.tasks.is_empty());
-        assert_eq!(again.found, [a.task_id].into());
+        assert_eq!(again.found, [a.task_id, b2.task_id].into());
         assert_eq!(
             store.get_run(a.run_id).await.unwrap().status,
             RunStatus::Succeeded
+        );
+        assert_eq!(
+            store.get_task(b2.task_id).await.unwrap().status,
+            TaskStatus::Pending
+        );
+        // A lease the expiry took (its run not yet ended as lost) ends nothing either, and
+        // the loss then ends the attempt.
+        let expired = store.expire_leases(NOW + 30_000, 10).await.unwrap();
+        assert_eq!(
+            expired.iter().map(|h| h.task_id).collect::<Vec<_>>(),
+            vec![b.task_id]
+        );
+        let late = end(
+            job.id,
+            vec![ending(b.task_id, &b.lease, RunStatus::Succeeded, None)],
+        )
+        .await;
+        assert!(late.ended.is_empty() && late.found.contains(&b.task_id));
+        assert_eq!(
+            store.get_run(b.run_id).await.unwrap().status,
+            RunStatus::Running
+        );
+        let lost = expired[0].ending(RunStatus::Lost, NOW + 30_001, None);
+        store
+            .apply_run_updates(&[lost], NOW + 30_001, &mut |_| TaskNext::Dead)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_run(b.run_id).await.unwrap().status,
+            RunStatus::Lost
+        );
+        assert_eq!(
+            store.get_task(b.task_id).await.unwrap().status,
+            TaskStatus::Dead
         );
     }
 );

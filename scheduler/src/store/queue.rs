@@ -95,10 +95,15 @@ pub struct LeasesEnded {
     pub found: HashSet<i64>,
 }
 
-/// A task with its lease and the lease's run, read under the task's lock.
-const LEASE_SELECT: &str = ", t.lease_token, r.id AS run_id, r.executor, r.scheduled_at, \
-     r.dispatched_at FROM tasks t LEFT JOIN runs r \
-     ON r.task_id = t.id AND r.attempt = t.attempt AND r.shard_index = 0 WHERE t.id IN ";
+/// The run a live lease names, read (without a lock) once its task is locked.
+#[derive(FromRow)]
+struct LeaseRun {
+    id: i64,
+    task_id: i64,
+    executor: Option<String>,
+    scheduled_at: i64,
+    dispatched_at: Option<i64>,
+}
 
 /// How many batches' worth of ready tasks a pull on MySQL reads as candidates to lock
 /// ([`Store::lock_ready`]): enough that a few pulls at once each find untaken ones.
@@ -281,11 +286,12 @@ impl Store {
 
     /// Ends the attempts that acks and nacks hold, in one transaction, each only if its
     /// lease is still the task's live one (of `job_id`, when given): the tasks are read with
-    /// their lease and its run under the tasks' lock, so a lease that expired or ended
-    /// meanwhile ends nothing; the runs move to their final status; then completion goes on
-    /// as for reports ([`Store::apply_run_updates_raising`]: `decide`, `raise`, the tasks'
-    /// next states, children, counts). One read of the tasks instead of a check before the
-    /// transaction and a locked read inside it, and the runs updated rather than upserted.
+    /// their lease under their lock, so a lease that expired or ended meanwhile ends
+    /// nothing; the live leases' runs are read and moved to their final status; then
+    /// completion goes on as for reports ([`Store::apply_run_updates_raising`]: `decide`,
+    /// `raise`, the tasks' next states, children, counts). One read of the tasks instead of
+    /// a check before the transaction and a locked read inside it, and the runs updated
+    /// rather than upserted.
     pub async fn end_leases(
         &self,
         job_id: Option<i64>,
@@ -307,31 +313,56 @@ impl Store {
                 ""
             };
             let mut tx = self.begin().await?;
+            // The tasks alone are locked: their runs are read and written only for the
+            // leases found live under that lock, so this never holds a run while it waits
+            // for a task (the lease's expiry, which ends the run first, takes the token
+            // away before it does).
             let mut rows: Vec<EndedRow> = Vec::with_capacity(task_ids.len());
             for chunk in task_ids.chunks(CHUNK) {
                 rows.extend(on_tx!(&mut tx, |t, Db| {
                     let mut qb = QueryBuilder::<Db>::new(ENDED_SELECT);
-                    qb.push(LEASE_SELECT);
+                    qb.push(", t.lease_token FROM tasks t WHERE ");
+                    if let Some(job_id) = job_id {
+                        qb.push("t.job_id = ").push_bind(job_id).push(" AND ");
+                    }
+                    qb.push("t.id IN ");
                     push_ids(&mut qb, chunk.iter().copied());
                     qb.push(lock);
                     qb.build_query_as::<EndedRow>().fetch_all(&mut **t).await?
                 }));
             }
-            rows.retain(|r| job_id.is_none_or(|j| r.job_id == j));
             let found: HashSet<i64> = rows.iter().map(|r| r.id).collect();
             let mut asked: HashMap<i64, Vec<&LeaseEnding>> = HashMap::new();
             for e in endings {
                 asked.entry(e.task_id).or_default().push(e);
             }
-            let mut updates = Vec::with_capacity(rows.len());
-            let mut held = HashMap::with_capacity(rows.len());
-            rows.retain(|row| match live_ending(row, &asked) {
-                Some(e) => {
-                    updates.push(lease_run_update(row, e, now));
-                    held.insert(row.id, e.lease.clone());
-                    true
-                }
-                None => false,
+            let live: Vec<(i64, &LeaseEnding)> = rows
+                .iter()
+                .filter_map(|row| live_ending(row, &asked).map(|e| (row.id, e)))
+                .collect();
+            let runs = self
+                .lease_runs(
+                    &mut tx,
+                    live.iter().filter_map(|(_, e)| lease_run_id(&e.lease)),
+                )
+                .await?;
+            let mut updates = Vec::with_capacity(live.len());
+            let mut held = HashMap::with_capacity(live.len());
+            let live: HashMap<i64, &LeaseEnding> = live.into_iter().collect();
+            rows.retain(|row| {
+                let Some(e) = live.get(&row.id) else {
+                    return false;
+                };
+                // The run the lease names, of this task (a lease always names its own).
+                let Some(run) = lease_run_id(&e.lease)
+                    .and_then(|id| runs.get(&id))
+                    .filter(|r| r.task_id == row.id)
+                else {
+                    return false;
+                };
+                updates.push(lease_run_update(row, run, e, now));
+                held.insert(row.id, e.lease.clone());
+                true
             });
             self.finish_runs(&mut tx, &updates, now).await?;
             let changes: Vec<&RunUpdate> = updates.iter().collect();
@@ -355,6 +386,28 @@ impl Store {
                 found,
             })
         })
+    }
+
+    /// The runs of these ids, by id.
+    async fn lease_runs(
+        &self,
+        tx: &mut Tx,
+        ids: impl Iterator<Item = i64>,
+    ) -> Result<HashMap<i64, LeaseRun>> {
+        let ids: Vec<i64> = ids.collect();
+        let mut out = HashMap::with_capacity(ids.len());
+        on_tx!(tx, |t, Db| {
+            for chunk in ids.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT id, task_id, executor, scheduled_at, dispatched_at FROM runs WHERE id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().copied());
+                for run in qb.build_query_as::<LeaseRun>().fetch_all(&mut **t).await? {
+                    out.insert(run.id, run);
+                }
+            }
+        });
+        Ok(out)
     }
 
     /// Leased attempts' runs, ended: their final status, end and message (one statement per
@@ -637,7 +690,7 @@ fn live_ending<'a>(
     row: &EndedRow,
     asked: &HashMap<i64, Vec<&'a LeaseEnding>>,
 ) -> Option<&'a LeaseEnding> {
-    if row.status != TaskStatus::Running.as_str() || row.run_id.is_none() {
+    if row.status != TaskStatus::Running.as_str() {
         return None;
     }
     let token = row.lease_token.as_deref()?;
@@ -648,19 +701,29 @@ fn live_ending<'a>(
         .find(|e| e.lease == token)
 }
 
-/// The run update that ends `row`'s leased attempt as `ending` says.
-fn lease_run_update(row: &EndedRow, ending: &LeaseEnding, now: Millis) -> RunUpdate {
+/// The run a lease token names: its part before the dot ([`Leased::lease`]).
+fn lease_run_id(lease: &str) -> Option<i64> {
+    lease.split_once('.')?.0.parse().ok()
+}
+
+/// The run update that ends `row`'s leased attempt, whose run is `run`, as `ending` says.
+fn lease_run_update(
+    row: &EndedRow,
+    run: &LeaseRun,
+    ending: &LeaseEnding,
+    now: Millis,
+) -> RunUpdate {
     RunUpdate {
-        run_id: row.run_id.unwrap_or_default(),
+        run_id: run.id,
         job_id: row.job_id,
         task_id: row.id,
         attempt: row.attempt,
         shard_index: 0,
         shard_total: 1,
-        executor: row.executor.clone(),
-        scheduled_at: row.scheduled_at.unwrap_or(now),
-        dispatched_at: row.dispatched_at,
-        started_at: row.dispatched_at,
+        executor: run.executor.clone(),
+        scheduled_at: run.scheduled_at,
+        dispatched_at: run.dispatched_at,
+        started_at: run.dispatched_at,
         finished_at: Some(now),
         status: ending.status,
         exit_code: None,

@@ -36,17 +36,9 @@ pub(super) struct EndedRow {
     backoff: Option<String>,
     #[sqlx(default)]
     shards_final: i64,
-    /// Read by an ack or a nack ([`Store::end_leases`]): the task's lease and its run.
+    /// Read by an ack or a nack ([`Store::end_leases`]): the task's lease.
     #[sqlx(default)]
     pub lease_token: Option<String>,
-    #[sqlx(default)]
-    pub run_id: Option<i64>,
-    #[sqlx(default)]
-    pub executor: Option<String>,
-    #[sqlx(default)]
-    pub scheduled_at: Option<i64>,
-    #[sqlx(default)]
-    pub dispatched_at: Option<i64>,
 }
 
 /// A job's columns that decide what follows an ended attempt ([`JOB_RULES_SELECT`]).
