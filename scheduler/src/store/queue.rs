@@ -66,9 +66,7 @@ impl HeldLease {
 
     /// Is `lease` this task's live lease?
     pub fn is(&self, lease: &str) -> bool {
-        self.status == TaskStatus::Running.as_str()
-            && self.run_id.is_some()
-            && self.lease_token.as_deref() == Some(lease)
+        self.run_id.is_some() && holds(&self.status, self.lease_token.as_deref(), lease)
     }
 }
 
@@ -336,19 +334,18 @@ impl Store {
             for e in endings {
                 asked.entry(e.task_id).or_default().push(e);
             }
-            let live: Vec<(i64, &LeaseEnding)> = rows
+            let live: HashMap<i64, &LeaseEnding> = rows
                 .iter()
                 .filter_map(|row| live_ending(row, &asked).map(|e| (row.id, e)))
                 .collect();
             let runs = self
                 .lease_runs(
                     &mut tx,
-                    live.iter().filter_map(|(_, e)| lease_run_id(&e.lease)),
+                    live.values().filter_map(|e| lease_run_id(&e.lease)),
                 )
                 .await?;
             let mut updates = Vec::with_capacity(live.len());
             let mut held = HashMap::with_capacity(live.len());
-            let live: HashMap<i64, &LeaseEnding> = live.into_iter().collect();
             rows.retain(|row| {
                 let Some(e) = live.get(&row.id) else {
                     return false;
@@ -685,20 +682,23 @@ pub struct QueueFacts {
     pub consumers: Vec<String>,
 }
 
+/// Does `lease` hold a task whose status is `status` and whose lease token is `token`?
+/// Only the running attempt's current token does: an expired lease's token was taken, an
+/// ended attempt's cleared, and each token is its own task's.
+fn holds(status: &str, token: Option<&str>, lease: &str) -> bool {
+    status == TaskStatus::Running.as_str() && token == Some(lease)
+}
+
 /// The ending asked for `row`'s task that holds its live lease, if any.
 fn live_ending<'a>(
     row: &EndedRow,
     asked: &HashMap<i64, Vec<&'a LeaseEnding>>,
 ) -> Option<&'a LeaseEnding> {
-    if row.status != TaskStatus::Running.as_str() {
-        return None;
-    }
-    let token = row.lease_token.as_deref()?;
     asked
         .get(&row.id)?
         .iter()
         .copied()
-        .find(|e| e.lease == token)
+        .find(|e| holds(&row.status, row.lease_token.as_deref(), &e.lease))
 }
 
 /// The run a lease token names: its part before the dot ([`Leased::lease`]).
