@@ -63,7 +63,8 @@ pub const PATH_PEER_CANCEL: &str = "/api/node/v1/cancel";
 /// forgets its copy of the job and scans at once.
 pub const PATH_PEER_JOB_CHANGED: &str = "/api/node/v1/job-changed";
 /// Scheduler node → scheduler node: `POST` a [`PeerReady`] → `{}`. Tasks of these `pull`
-/// jobs became ready on the sender's wheel: the receiver wakes the pulls waiting for them.
+/// jobs became ready on the sender's wheel: the receiver wakes as many of the pulls waiting
+/// for them as there are tasks.
 pub const PATH_PEER_READY: &str = "/api/node/v1/ready";
 
 /// Where an executor downloads the plugin module with this SHA-256 (lower-case hex).
@@ -554,6 +555,10 @@ pub struct PeerJobChanged {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeerReady {
     pub job_ids: Vec<i64>,
+    /// How many tasks of each job (in `job_ids`' order) became ready: the receiver wakes as
+    /// many of its waiting pulls. Absent (a node from before it was sent): all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<u64>,
 }
 
 #[cfg(test)]
@@ -876,5 +881,21 @@ mod tests {
         ] {
             assert!(path.starts_with("/api/executor/v1/"));
         }
+    }
+
+    #[test]
+    fn a_ready_notice_carries_its_counts_and_one_without_them_still_reads() {
+        round_trip(PeerReady {
+            job_ids: vec![7, 9],
+            tasks: vec![1, 40],
+        });
+        // From a node that sends no counts (its receiver wakes every waiting pull).
+        let old: PeerReady = serde_json::from_value(json!({"job_ids": [7]})).unwrap();
+        assert_eq!(old.tasks, Vec::<u64>::new());
+        assert_eq!(
+            serde_json::to_value(&old).unwrap(),
+            json!({"job_ids": [7]}),
+            "no counts, none sent"
+        );
     }
 }

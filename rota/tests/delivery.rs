@@ -531,6 +531,28 @@ async fn a_pending_task_is_rescheduled_and_its_payload_and_priority_change() {
     assert_eq!(status, 409, "a running task is not moved: {v}");
 }
 
+/// A task that falls due wakes one waiting poll, not every one (SPEC §8's long poll costs
+/// one look per task); no task is left waiting for a poll that was not woken.
+#[tokio::test]
+async fn long_polls_waiting_together_each_get_a_task_as_tasks_fall_due() {
+    let (node, _dir) = pull_job(3).await;
+    let api = &node.api;
+    let polls = long_polls(api, 4);
+    let mut ids = api
+        .add_tasks(vec![json!({"job": "orders", "delay_ms": 1_500})])
+        .await;
+    ids.extend(
+        api.add_tasks(vec![json!({"job": "orders", "delay_ms": 3_000}); 3])
+            .await,
+    );
+    let got = each_got_one(polls).await;
+    assert_eq!(
+        got,
+        sorted(ids),
+        "each of the 4 polls got one of the 4 tasks"
+    );
+}
+
 #[tokio::test]
 async fn a_long_poll_on_one_node_wakes_when_a_task_falls_due_on_another() {
     let db = SharedDb::new().await;
@@ -551,27 +573,58 @@ async fn a_long_poll_on_one_node_wakes_when_a_task_falls_due_on_another() {
         ),
     )
     .await;
-    let poll = tokio::spawn({
-        let b = b.clone();
-        async move {
-            let started = Instant::now();
-            let items = pull(&b, json!({"wait_ms": 30_000})).await;
-            (items, started.elapsed())
-        }
-    });
-    // Node A takes the task into its own wheel as it accepts it, due in 2 s: long after
-    // B's poll began waiting.
-    let ids = a
-        .add_tasks(vec![json!({"job": "orders", "delay_ms": 2_000})])
+    // Three polls wait on B; node A takes each task into its own wheel as it accepts it,
+    // due in 2 s: long after they began waiting. Two tasks fall due first (fewer than the
+    // polls: two are woken, one per task), then one more.
+    let polls = long_polls(&b, 3);
+    let mut ids = a
+        .add_tasks(vec![
+            json!({"job": "orders", "delay_ms": 2_000}),
+            json!({"job": "orders", "delay_ms": 2_000}),
+        ])
         .await;
-    let (items, waited) = poll.await.unwrap();
-    assert_eq!(items.len(), 1, "the poll on B got A's task");
-    assert_eq!(items[0]["task"], ids[0]);
-    assert!(
-        waited < Duration::from_secs(25),
-        "B's poll ran to its end ({waited:?}) instead of being woken"
+    ids.extend(
+        a.add_tasks(vec![json!({"job": "orders", "delay_ms": 4_000})])
+            .await,
     );
+    let got = each_got_one(polls).await;
+    assert_eq!(got, sorted(ids), "the polls on B got A's tasks, one each");
     db.drop_db().await;
+}
+
+/// `n` long polls of `orders` on `api`, each for one task, waiting up to 30 s.
+fn long_polls(api: &Api, n: usize) -> Vec<tokio::task::JoinHandle<(Vec<Value>, Duration)>> {
+    (0..n)
+        .map(|i| {
+            let api = api.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let body = json!({"max": 1, "wait_ms": 30_000, "consumer": format!("c{i}")});
+                let items = pull(&api, body).await;
+                (items, started.elapsed())
+            })
+        })
+        .collect()
+}
+
+/// The tasks the polls got, sorted, once each got exactly one before its wait ended.
+async fn each_got_one(polls: Vec<tokio::task::JoinHandle<(Vec<Value>, Duration)>>) -> Vec<i64> {
+    let mut got = Vec::new();
+    for (i, poll) in polls.into_iter().enumerate() {
+        let (items, waited) = poll.await.unwrap();
+        assert_eq!(items.len(), 1, "poll {i} got {items:?}");
+        assert!(
+            waited < Duration::from_secs(25),
+            "poll {i} ran to its end ({waited:?}) instead of being woken"
+        );
+        got.push(items[0]["task"].as_i64().expect("a task id"));
+    }
+    sorted(got)
+}
+
+fn sorted(mut ids: Vec<i64>) -> Vec<i64> {
+    ids.sort_unstable();
+    ids
 }
 
 fn parse_time(v: &Value) -> i64 {

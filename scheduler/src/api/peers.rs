@@ -50,6 +50,6 @@ pub async fn ready(
     Json(req): Json<PeerReady>,
 ) -> ApiResult<axum::Json<serde_json::Value>> {
     signer.check_peer()?;
-    state.node.ready_elsewhere(&req.job_ids);
+    state.node.ready_elsewhere(&req);
     Ok(axum::Json(serde_json::json!({})))
 }

@@ -522,7 +522,7 @@ impl Node {
         self.jobs.invalidate(job_id);
         self.scan_wake.notify_one();
         // A pull job enabled again: its waiting pulls look now.
-        self.ready.wake([job_id]);
+        self.ready.wake_all([job_id]);
     }
 
     /// A plugin got a new version: jobs bound to it must see it, and their executors

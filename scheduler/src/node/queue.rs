@@ -10,6 +10,7 @@ use crate::model::{Millis, now_ms};
 use crate::pipeline::complete;
 use crate::pipeline::ready::ReadyBoard;
 use crate::store::{self, LeaseEnding, LeasesEnded, NodeRef};
+use rota_proto::wire::PeerReady;
 
 /// How long a node waits for another to take a ready notice (it is a wake-up: a pull that
 /// misses it still looks again when its wait ends).
@@ -25,8 +26,18 @@ impl Node {
     }
 
     /// Tasks of these pull jobs became ready on another node.
-    pub fn ready_elsewhere(&self, job_ids: &[i64]) {
-        self.ready.wake(job_ids.iter().copied());
+    pub fn ready_elsewhere(&self, notice: &PeerReady) {
+        if notice.tasks.len() == notice.job_ids.len() {
+            let ready: Vec<(i64, u64)> = notice
+                .job_ids
+                .iter()
+                .copied()
+                .zip(notice.tasks.iter().copied())
+                .collect();
+            self.ready.wake(&ready);
+        } else {
+            self.ready.wake_all(notice.job_ids.iter().copied());
+        }
     }
 
     /// `n` fresh run ids, for the attempts a pull leases.
@@ -69,8 +80,8 @@ pub(super) async fn announce_loop(node: Node) {
     let mut peers: Vec<NodeRef> = Vec::new();
     let mut read_at: Option<Instant> = None;
     loop {
-        let job_ids = tokio::select! {
-            jobs = node.ready.next_announcements() => jobs,
+        let ready = tokio::select! {
+            ready = node.ready.next_announcements() => ready,
             _ = shutdown.wait_for(|s| *s) => return,
         };
         if read_at.is_none_or(|at| at.elapsed() >= PEERS_TTL) {
@@ -86,7 +97,8 @@ pub(super) async fn announce_loop(node: Node) {
                 }
             }
         }
-        let notice = &rota_proto::wire::PeerReady { job_ids };
+        let (job_ids, tasks) = ready.into_iter().unzip();
+        let notice = &PeerReady { job_ids, tasks };
         let client = &node.client;
         let calls = peers.iter().map(|NodeRef { address, .. }| async move {
                 let call = client.node_ready(address, notice);

@@ -1,13 +1,20 @@
 //! The ready board: where a long poll of a `pull` job waits for the job's tasks to fall due.
 //!
 //! Dispatch puts a pull job's due fires in the database as `ready` and then posts the job
-//! here ([`ReadyBoard::announce`]): every pull waiting on this node for that job wakes and
-//! looks again, and the job goes out to the other nodes (their pulls wait on their own
-//! boards) through [`ReadyBoard::next_announcements`], which the node's notice loop drains.
-//! So a consumer's long poll costs no database reads while nothing falls due, whichever
-//! node's wheel holds the task.
+//! and how many fires became ready here ([`ReadyBoard::announce`]): as many pulls waiting
+//! on this node for that job wake and look again — one per task, all of them when there are
+//! at least as many tasks as pulls — and the job goes out to the other nodes (their pulls
+//! wait on their own boards) through [`ReadyBoard::next_announcements`], which the node's
+//! notice loop drains. So a consumer's long poll costs no database reads while nothing
+//! falls due, whichever node's wheel holds the task, and a task falling due costs one
+//! look per node, not one per waiting pull.
+//!
+//! A pull woken for a task that another pull took first finds nothing and waits again; a
+//! pull woken one by one that leaves (its own look found tasks, or its wait ended) passes
+//! the wake on to the next waiting pull ([`Notify::notify_one`] does), so no task waits
+//! for a wake that went to a pull no longer listening.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
@@ -16,7 +23,8 @@ use tokio::sync::Notify;
 #[derive(Default)]
 pub(crate) struct ReadyBoard {
     waiting: Mutex<HashMap<i64, Weak<Notify>>>,
-    outbox: Mutex<BTreeSet<i64>>,
+    /// Jobs to announce to the other nodes, with how many tasks became ready.
+    outbox: Mutex<BTreeMap<i64, u64>>,
     posted: Notify,
 }
 
@@ -34,20 +42,43 @@ impl ReadyBoard {
         signal
     }
 
-    /// Tasks of these jobs became ready here: wake this node's pulls and tell the others.
-    pub(crate) fn announce(&self, jobs: impl IntoIterator<Item = i64> + Clone) {
-        self.wake(jobs.clone());
+    /// `(job, tasks)`: this many tasks of these jobs became ready here: wake as many of this
+    /// node's pulls and tell the others.
+    pub(crate) fn announce(&self, ready: &[(i64, u64)]) {
+        self.wake(ready);
         let mut outbox = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
-        let before = outbox.len();
-        outbox.extend(jobs);
-        if outbox.len() > before {
+        let was_empty = outbox.is_empty();
+        for &(job, tasks) in ready {
+            *outbox.entry(job).or_default() += tasks;
+        }
+        if was_empty && !outbox.is_empty() {
             self.posted.notify_one();
         }
     }
 
-    /// Tasks of these jobs became ready (on another node, or this one): wake the pulls that
-    /// wait for them here.
-    pub(crate) fn wake(&self, jobs: impl IntoIterator<Item = i64>) {
+    /// `(job, tasks)`: this many tasks of these jobs became ready (on another node, or this
+    /// one): wake that many of the pulls that wait for them here, one per task.
+    pub(crate) fn wake(&self, ready: &[(i64, u64)]) {
+        let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        for &(job, tasks) in ready {
+            let Some(signal) = waiting.get(&job).and_then(Weak::upgrade) else {
+                continue;
+            };
+            // Every pull of the job holds the signal (less the one just upgraded).
+            let pulls = Arc::strong_count(&signal) as u64 - 1;
+            if tasks >= pulls {
+                signal.notify_waiters();
+            } else {
+                for _ in 0..tasks {
+                    signal.notify_one();
+                }
+            }
+        }
+    }
+
+    /// Every pull waiting for these jobs looks again (a job enabled again, or a node that
+    /// did not say how many tasks).
+    pub(crate) fn wake_all(&self, jobs: impl IntoIterator<Item = i64>) {
         let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         for job in jobs {
             if let Some(signal) = waiting.get(&job).and_then(Weak::upgrade) {
@@ -56,9 +87,10 @@ impl ReadyBoard {
         }
     }
 
-    /// The jobs announced since the last call, once there is one: the notice loop sends
-    /// them to the other nodes in one request each (while it sends, new ones gather).
-    pub(crate) async fn next_announcements(&self) -> Vec<i64> {
+    /// The jobs announced since the last call with their tasks, once there is one: the
+    /// notice loop sends them to the other nodes in one request each (while it sends, new
+    /// ones gather).
+    pub(crate) async fn next_announcements(&self) -> Vec<(i64, u64)> {
         loop {
             let posted = self.posted.notified();
             {
@@ -74,45 +106,107 @@ impl ReadyBoard {
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
     use std::time::Duration;
 
+    use tokio::sync::futures::OwnedNotified;
+
     use super::*;
+
+    /// A pull of `job` listening on `board`, as the pull route listens (the future holds the
+    /// job's signal).
+    struct Listener {
+        woken: Pin<Box<OwnedNotified>>,
+    }
+
+    fn listen(board: &ReadyBoard, job: i64) -> Listener {
+        let mut woken = Box::pin(board.subscribe(job).notified_owned());
+        woken.as_mut().enable();
+        Listener { woken }
+    }
+
+    impl Listener {
+        async fn woken_within(&mut self, ms: u64) -> bool {
+            tokio::time::timeout(Duration::from_millis(ms), self.woken.as_mut())
+                .await
+                .is_ok()
+        }
+    }
 
     #[tokio::test]
     async fn a_pull_waiting_on_a_job_wakes_when_the_job_is_announced_and_not_for_another() {
         let board = ReadyBoard::default();
-        let signal = board.subscribe(7);
-        let woken = signal.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
-        board.announce([8]);
+        let mut pull = listen(&board, 7);
+        board.announce(&[(8, 1)]);
         assert!(
-            tokio::time::timeout(Duration::from_millis(20), &mut woken)
-                .await
-                .is_err(),
+            !pull.woken_within(20).await,
             "another job's announcement woke the pull"
         );
-        board.announce([7]);
-        tokio::time::timeout(Duration::from_secs(5), woken)
-            .await
-            .expect("the pull was not woken");
-        assert_eq!(board.next_announcements().await, vec![7, 8]);
+        board.announce(&[(7, 1)]);
+        assert!(pull.woken_within(5_000).await, "the pull was not woken");
+        assert_eq!(board.next_announcements().await, vec![(7, 1), (8, 1)]);
     }
 
     #[tokio::test]
-    async fn announcements_gather_while_none_is_taken() {
+    async fn one_ready_task_wakes_one_waiting_pull_and_as_many_as_pulls_wake_all() {
+        let board = ReadyBoard::default();
+        let mut pulls: Vec<Listener> = (0..4).map(|_| listen(&board, 7)).collect();
+        board.wake(&[(7, 1)]);
+        let mut woken = 0;
+        for pull in &mut pulls {
+            woken += usize::from(pull.woken_within(20).await);
+        }
+        assert_eq!(woken, 1, "one task woke {woken} of 4 waiting pulls");
+
+        let mut pulls: Vec<Listener> = (0..4).map(|_| listen(&board, 9)).collect();
+        board.wake(&[(9, 4)]);
+        for (i, pull) in pulls.iter_mut().enumerate() {
+            assert!(
+                pull.woken_within(5_000).await,
+                "pull {i} of 4 slept through 4 tasks"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_woken_pull_that_leaves_passes_its_wake_on() {
+        let board = ReadyBoard::default();
+        let first = listen(&board, 7);
+        let mut second = listen(&board, 7);
+        board.wake(&[(7, 1)]);
+        // The first in line got the wake; it leaves without looking (its own look found
+        // tasks, or its wait ended).
+        drop(first);
+        assert!(
+            second.woken_within(5_000).await,
+            "the wake went with a pull that left"
+        );
+    }
+
+    #[tokio::test]
+    async fn wake_all_wakes_every_waiting_pull() {
+        let board = ReadyBoard::default();
+        let mut pulls: Vec<Listener> = (0..3).map(|_| listen(&board, 7)).collect();
+        board.wake_all([7]);
+        for (i, pull) in pulls.iter_mut().enumerate() {
+            assert!(pull.woken_within(5_000).await, "pull {i} was not woken");
+        }
+    }
+
+    #[tokio::test]
+    async fn announcements_gather_with_their_counts_while_none_is_taken() {
         let board = Arc::new(ReadyBoard::default());
         let taker = tokio::spawn({
             let board = board.clone();
             async move { board.next_announcements().await }
         });
         tokio::task::yield_now().await;
-        board.announce([3, 1]);
+        board.announce(&[(3, 2), (1, 1)]);
         let first = taker.await.expect("the taker panicked");
-        assert_eq!(first, vec![1, 3]);
-        board.announce([5]);
-        board.announce([5, 4]);
-        assert_eq!(board.next_announcements().await, vec![4, 5]);
+        assert_eq!(first, vec![(1, 1), (3, 2)]);
+        board.announce(&[(5, 1)]);
+        board.announce(&[(5, 3), (4, 1)]);
+        assert_eq!(board.next_announcements().await, vec![(4, 1), (5, 4)]);
     }
 
     #[test]

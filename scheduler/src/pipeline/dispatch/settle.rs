@@ -1,6 +1,8 @@
 //! Fires that end at the scheduler: those that will not go out (an orphan, a voided
 //! recurring fire, no executor yet) and the triggers that failed, recorded as failed runs.
 
+use std::collections::BTreeMap;
+
 use super::*;
 
 /// Fires a dispatch takes no run for.
@@ -128,10 +130,12 @@ async fn make_ready(dispatcher: &Dispatcher, ready: Vec<DueTask>, now: Millis) {
             dispatcher
                 .ring
                 .fired(ready.iter().map(|t| (t.task_id, t.attempt)));
-            let mut jobs: Vec<i64> = ready.iter().map(|t| t.job_id).collect();
-            jobs.sort_unstable();
-            jobs.dedup();
-            dispatcher.ready.announce(jobs);
+            let mut jobs: BTreeMap<i64, u64> = BTreeMap::new();
+            for t in &ready {
+                *jobs.entry(t.job_id).or_default() += 1;
+            }
+            let jobs: Vec<(i64, u64)> = jobs.into_iter().collect();
+            dispatcher.ready.announce(&jobs);
         }
         Err(e) => {
             tracing::warn!(error = %e, "making a pull job's fires ready failed; holding them");
