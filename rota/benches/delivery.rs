@@ -327,6 +327,8 @@ async fn pickup(bed: &Bed) {
     )
     .await;
     let total = (rate * seconds) as usize;
+    let statements_before = bed.db.status().await;
+    let cpu_before = bed.cpu();
     let pickups: Arc<Mutex<Vec<i64>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut handles = Vec::new();
@@ -406,6 +408,21 @@ async fn pickup(bed: &Bed) {
         percentile(&late, 0.999),
         late.last().copied().unwrap_or(0)
     );
+    // The whole run: creating the tasks, making them ready, the pulls (those that found
+    // nothing too) and the acks.
+    cpu_line("pickup run", cpu_before, bed.cpu(), late.len());
+    let d = diff(&bed.db.status().await, &statements_before);
+    if !d.is_empty() {
+        let per = |k: &str| d.get(k).copied().unwrap_or(0) as f64 / late.len().max(1) as f64;
+        println!(
+            "statements per task: select {:.1}, insert {:.1}, update {:.1}, commit {:.1}, rollback {:.1}",
+            per("Com_select"),
+            per("Com_insert"),
+            per("Com_update"),
+            per("Com_commit"),
+            per("Com_rollback")
+        );
+    }
 }
 
 // ----- webhooks -----------------------------------------------------------------------------

@@ -11,10 +11,11 @@ variants with each other, several runs each (docs/benchmarks.md, "Delivery").
 VARIANT: `base` (the statements of dc45e0e) or a `+`-joined set of changes: `upd` (the
 ack much as in Store::end_leases: one locked read of the tasks — without its join to the runs — and the runs updated), `nolease` (no lease index),
 `keeplease` (the ack leaves lease_expires_at), `char` (status CHAR(9)), `gen` (virtual
-generated-column keys). Leaves a database `replay_<variant>`; drop it after.
+generated-column keys), `sgen` (stored generated keys for the scan's and the pull's indexes,
+as migration 0012). REPLAY_BATCH sets the batch (100). Leaves a database `replay_<variant>`; drop it after.
 """
 import os, subprocess, sys, time, random
-V = sys.argv[1]; N = int(sys.argv[2]) if len(sys.argv) > 2 else 40000; B = 100
+V = sys.argv[1]; N = int(sys.argv[2]) if len(sys.argv) > 2 else 40000; B = int(os.environ.get("REPLAY_BATCH", 100))
 DIR = os.environ.get('ROTA_BENCH_MARIADB_DIR', '/tmp/rota-bench-mariadb')
 PID = int(open(f'{DIR}/mariadbd.pid').read())
 MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../migrations/mysql')
@@ -38,6 +39,10 @@ ddl = {
      ADD COLUMN lease_end BIGINT AS (IF(status = 'running', lease_expires_at, NULL)) VIRTUAL,
      ADD INDEX ix_tasks_due (scan_status, due_at), ADD INDEX ix_tasks_ready (ready_job, priority DESC, due_at),
      ADD INDEX ix_tasks_lease (lease_end);""",
+  'sgen': """ALTER TABLE tasks DROP INDEX ix_tasks_due, DROP INDEX ix_tasks_ready,
+     ADD COLUMN scan_status VARCHAR(16) AS (IF(status IN ('pending','claimed','waiting'), status, NULL)) STORED,
+     ADD COLUMN ready_job BIGINT AS (IF(status = 'ready', job_id, NULL)) STORED,
+     ADD INDEX ix_tasks_due (scan_status, due_at), ADD INDEX ix_tasks_ready (ready_job, priority DESC, due_at);""",
 }
 for k in V.split('+'):
     sq(db, ddl.get(k, ''))
@@ -63,6 +68,8 @@ ack_upd = 'upd' in V.split('+')
 keep_lease = 'keeplease' in V.split('+')
 stmts = []
 now = 5000
+candidates = ("SELECT id FROM tasks WHERE ready_job = 1 ORDER BY priority DESC, due_at, id LIMIT 400;" if 'sgen' in V.split('+')
+              else "SELECT id FROM tasks WHERE job_id = 1 AND status = 'ready' ORDER BY priority DESC, due_at, id LIMIT 400;")
 for b in range(N // B):
     ids = list(range(300001 + b*B, 300001 + (b+1)*B))
     idl = ','.join(map(str, ids))
@@ -70,7 +77,7 @@ for b in range(N // B):
     tok = {i: f"{10_000_000+i}.{random.getrandbits(64):016x}" for i in ids}
     case = 'CASE id ' + ' '.join(f"WHEN {i} THEN '{tok[i]}'" for i in ids) + ' END'
     stmts.append(f"""BEGIN;
-SELECT id FROM tasks WHERE job_id = 1 AND status = 'ready' ORDER BY priority DESC, due_at, id LIMIT 400;
+{candidates}
 SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks WHERE status = 'ready' AND id IN ({idl}) FOR UPDATE SKIP LOCKED;
 UPDATE tasks SET status = 'running', lease_expires_at = {now+30000}, updated_at = {now}, lease_token = {case} WHERE status = 'ready' AND id IN ({idl});
 INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, scheduled_at, dispatched_at, started_at) VALUES """ +
