@@ -11,8 +11,8 @@ variants with each other, several runs each (docs/benchmarks.md, "Delivery").
 VARIANT: `base` (the statements of dc45e0e) or a `+`-joined set of changes: `upd` (the
 ack much as in Store::end_leases: one locked read of the tasks — without its join to the runs — and the runs updated), `nolease` (no lease index),
 `keeplease` (the ack leaves lease_expires_at), `char` (status CHAR(9)), `gen` (virtual
-generated-column keys), `sgen` (stored generated keys for the scan's and the pull's indexes,
-as migration 0012). REPLAY_BATCH sets the batch (100). Leaves a database `replay_<variant>`; drop it after.
+generated-column keys), `sgen` (stored generated keys for the scan's and the pull's indexes:
+priced, not built). REPLAY_BATCH sets the batch (100). Leaves a database `replay_<variant>`; drop it after.
 """
 import os, subprocess, sys, time, random
 V = sys.argv[1]; N = int(sys.argv[2]) if len(sys.argv) > 2 else 40000; B = int(os.environ.get("REPLAY_BATCH", 100))

@@ -79,12 +79,8 @@ impl ReadyBoard {
     /// Every pull waiting for these jobs looks again (a job enabled again, or a node that
     /// did not say how many tasks).
     pub(crate) fn wake_all(&self, jobs: impl IntoIterator<Item = i64>) {
-        let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        for job in jobs {
-            if let Some(signal) = waiting.get(&job).and_then(Weak::upgrade) {
-                signal.notify_waiters();
-            }
-        }
+        let every: Vec<(i64, u64)> = jobs.into_iter().map(|job| (job, u64::MAX)).collect();
+        self.wake(&every);
     }
 
     /// The jobs announced since the last call with their tasks, once there is one: the
