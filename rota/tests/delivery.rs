@@ -554,6 +554,75 @@ async fn long_polls_waiting_together_each_get_a_task_as_tasks_fall_due() {
 }
 
 #[tokio::test]
+async fn tasks_falling_due_are_handed_straight_to_a_poll_waiting_on_the_node_that_fires_them() {
+    let (node, _dir) = pull_job(3).await;
+    let api = &node.api;
+    let poll = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let body = json!({"max": 10, "wait_ms": 30_000, "consumer": "billing-1"});
+            pull(&api, body).await
+        })
+    };
+    // Accepted together, due together (long after the poll began waiting): the poll gets
+    // all three at once, higher priority first.
+    let ids = api
+        .add_tasks(vec![
+            json!({"job": "orders", "delay_ms": 1_500, "priority": 0, "payload": "p0", "key": "k0"}),
+            json!({"job": "orders", "delay_ms": 1_500, "priority": 5, "payload": "p5"}),
+            json!({"job": "orders", "delay_ms": 1_500, "priority": -1, "payload": "p-1"}),
+        ])
+        .await;
+    let items = poll.await.unwrap();
+    let got: Vec<(i64, &str)> = items
+        .iter()
+        .map(|i| (i["task"].as_i64().unwrap(), i["payload"].as_str().unwrap()))
+        .collect();
+    assert_eq!(got, vec![(ids[1], "p5"), (ids[0], "p0"), (ids[2], "p-1")]);
+    assert_eq!(items[1]["key"], "k0");
+    assert_eq!(items[0]["attempt"], 1);
+    // Leased by the node's dispatch itself, not looked up by the poll.
+    let metrics = api.metrics().await;
+    assert!(
+        metrics.contains("rota_fires_handed_total 3"),
+        "the fires were not handed over: {}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("rota_fires_"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Leases like any other: the run is the consumer's, and the acks end the attempts.
+    let runs = api
+        .ok("GET", &format!("/api/v1/runs?task={}", ids[1]), None)
+        .await;
+    assert_eq!(runs["items"][0]["executor"], "pull:billing-1");
+    assert_eq!(runs["items"][0]["status"], "running");
+    let acks: Vec<Value> = items
+        .iter()
+        .map(|i| json!({"task": i["task"], "lease": lease(i)}))
+        .collect();
+    let batch = api
+        .ok(
+            "POST",
+            "/api/v1/jobs/orders/ack",
+            Some(json!({ "acks": acks })),
+        )
+        .await;
+    let statuses: Vec<&str> = batch["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, vec!["acked"; 3], "{batch}");
+    for id in ids {
+        let task = api.ok("GET", &format!("/api/v1/tasks/{id}"), None).await;
+        assert_eq!(task["status"], "succeeded");
+    }
+}
+
+#[tokio::test]
 async fn a_long_poll_on_one_node_wakes_when_a_task_falls_due_on_another() {
     let db = SharedDb::new().await;
     let dir = tempfile::tempdir().unwrap();

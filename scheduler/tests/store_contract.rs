@@ -1968,6 +1968,121 @@ contract!(
     }
 );
 
+contract!(
+    claimed_fires_are_leased_straight_to_waiting_pulls_and_given_back_unspent,
+    |store: Store| async move {
+        use rota_scheduler::store::{Handover, Leased, lease_token};
+        let lease = lease(&store).await;
+        let job = store
+            .insert_job(&pull_spec("orders"), None, NOW)
+            .await
+            .unwrap();
+        let ids: Vec<i64> = store
+            .insert_tasks(
+                &[
+                    task(job.id, NOW - 30, Some("order-1")),
+                    task(job.id, NOW - 20, None),
+                    task(job.id, NOW - 10, None),
+                ],
+                NOW,
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let claimed = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(claimed.tasks.len(), 3);
+        // Cancelled while in the wheel: it is no longer the node's to hand out.
+        store.cancel_task(ids[2], NOW).await.unwrap();
+        let leases: Vec<Leased> = claimed
+            .tasks
+            .iter()
+            .zip(200..)
+            .map(|(t, run_id)| Leased {
+                task_id: t.task_id,
+                job_id: t.job_id,
+                attempt: t.attempt,
+                run_id,
+                lease: lease_token(run_id),
+                payload: t.payload.clone(),
+                key: None,
+                priority: t.priority,
+                due_at: t.due_at,
+                lease_expires_at: NOW + 30_000,
+            })
+            .collect();
+        let handovers = vec![
+            Handover {
+                consumer: "a".into(),
+                leases: leases[..2].to_vec(),
+            },
+            Handover {
+                consumer: "b".into(),
+                leases: leases[2..].to_vec(),
+            },
+        ];
+        let got = store.lease_claimed(lease, &handovers, NOW).await.unwrap();
+        let a: Vec<(i64, Option<&str>)> = got[0]
+            .leases
+            .iter()
+            .map(|l| (l.task_id, l.key.as_deref()))
+            .collect();
+        assert_eq!(a, vec![(ids[0], Some("order-1")), (ids[1], None)]);
+        assert!(
+            got[1].leases.is_empty(),
+            "a cancelled fire was leased: {got:?}"
+        );
+        let run = store.get_run(200).await.unwrap();
+        assert_eq!(run.executor.as_deref(), Some("pull:a"));
+        assert_eq!(run.status, RunStatus::Running);
+        assert!(
+            store.get_run(202).await.is_err(),
+            "the cancelled fire got a run"
+        );
+        let task = store.get_task(ids[0]).await.unwrap();
+        assert_eq!(task.status, TaskStatus::Running);
+        assert_eq!(
+            store.get_task(ids[2]).await.unwrap().status,
+            TaskStatus::Cancelled
+        );
+        // Leased once only: a second hand-over of the same fires leases nothing.
+        let again = store.lease_claimed(lease, &handovers, NOW).await.unwrap();
+        assert!(again.iter().all(|h| h.leases.is_empty()), "{again:?}");
+
+        // The pull left before it got them: back to ready, unspent, leased again as the
+        // same attempt.
+        assert_eq!(
+            store.release_leases(&got[0].leases, NOW + 5).await.unwrap(),
+            2
+        );
+        assert!(
+            store.get_run(200).await.is_err(),
+            "a released lease kept its run"
+        );
+        let task = store.get_task(ids[0]).await.unwrap();
+        assert_eq!((task.status, task.attempt), (TaskStatus::Ready, 1));
+        let pulled = store
+            .lease_ready(job.id, "c", &[300, 301], 30_000, NOW + 10)
+            .await
+            .unwrap();
+        let pulled: Vec<(i64, i32)> = pulled.iter().map(|l| (l.task_id, l.attempt)).collect();
+        assert_eq!(pulled, vec![(ids[0], 1), (ids[1], 1)]);
+        // A released lease cannot be given back twice, nor end the new one's run.
+        assert_eq!(
+            store
+                .release_leases(&got[0].leases, NOW + 20)
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(store.get_run(300).await.unwrap().status, RunStatus::Running);
+    }
+);
+
 /// A pull job `orders` with three ready tasks, leased by consumer `a` (one, run 100) and
 /// consumer `b` (two, runs 101 and 102).
 async fn three_leases(

@@ -13,11 +13,20 @@
 //! pull woken one by one that leaves (its own look found tasks, or its wait ended) passes
 //! the wake on to the next waiting pull ([`Notify::notify_one`] does), so no task waits
 //! for a wake that went to a pull no longer listening.
+//!
+//! A pull that waits also stands on the board as a *taker* ([`ReadyBoard::wait_to_take`]):
+//! a fire of its job that falls due on this node's wheel is leased straight to it by
+//! dispatch (one transaction, no `ready` step, no look of its own), the takers served in
+//! the order they came. Only the fires no taker here wants become `ready` and are
+//! announced as above.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
+
+use crate::store::Leased;
 
 /// Waiting pulls by job, and the jobs to announce to the other nodes.
 #[derive(Default)]
@@ -26,6 +35,69 @@ pub(crate) struct ReadyBoard {
     /// Jobs to announce to the other nodes, with how many tasks became ready.
     outbox: Mutex<BTreeMap<i64, u64>>,
     posted: Notify,
+    /// Pulls waiting on this node to be handed fires as they fall due here, by job, in the
+    /// order they came.
+    takers: Mutex<HashMap<i64, VecDeque<Taker>>>,
+    next_taker: AtomicU64,
+}
+
+/// What a waiting pull takes, should its job's fires fall due on this node.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Want {
+    pub consumer: String,
+    pub max: usize,
+    pub lease_ms: i64,
+}
+
+/// A pull on the board waiting to be handed fires; dispatch takes it off the board with
+/// [`ReadyBoard::takers`], leases it fires and hands them over ([`Taker::hand`]).
+#[derive(Debug)]
+pub(crate) struct Taker {
+    id: u64,
+    pub want: Want,
+    give: oneshot::Sender<Vec<Leased>>,
+}
+
+impl Taker {
+    /// Gives the pull its leases; they come back if it is gone (its consumer left, or its
+    /// wait ended as dispatch leased them).
+    pub(crate) fn hand(self, leased: Vec<Leased>) -> Result<(), Vec<Leased>> {
+        self.give.send(leased)
+    }
+}
+
+/// A pull's place among the takers; it leaves the board when dropped.
+pub(crate) struct Waiting<'a> {
+    board: &'a ReadyBoard,
+    job_id: i64,
+    id: u64,
+    /// The leases dispatch hands this pull; closed without any when dispatch took the pull
+    /// but could not lease it a fire (the pull looks again).
+    pub handed: oneshot::Receiver<Vec<Leased>>,
+}
+
+impl Waiting<'_> {
+    /// Leaves the board. False when dispatch has already taken this pull: its leases (or
+    /// the word that there are none) are on their way through `handed`.
+    pub(crate) fn withdraw(&mut self) -> bool {
+        let mut takers = self.board.takers.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(queue) = takers.get_mut(&self.job_id) else {
+            return false;
+        };
+        let before = queue.len();
+        queue.retain(|t| t.id != self.id);
+        let left = queue.len() < before;
+        if queue.is_empty() {
+            takers.remove(&self.job_id);
+        }
+        left
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.withdraw();
+    }
 }
 
 impl ReadyBoard {
@@ -81,6 +153,49 @@ impl ReadyBoard {
     pub(crate) fn wake_all(&self, jobs: impl IntoIterator<Item = i64>) {
         let every: Vec<(i64, u64)> = jobs.into_iter().map(|job| (job, u64::MAX)).collect();
         self.wake(&every);
+    }
+
+    /// Puts a pull of `job_id` on the board as a taker of the job's fires that fall due
+    /// here, until the returned place is withdrawn or dropped.
+    pub(crate) fn wait_to_take(&self, job_id: i64, want: Want) -> Waiting<'_> {
+        let id = self.next_taker.fetch_add(1, Ordering::Relaxed);
+        let (give, handed) = oneshot::channel();
+        let mut takers = self.takers.lock().unwrap_or_else(|e| e.into_inner());
+        takers
+            .entry(job_id)
+            .or_default()
+            .push_back(Taker { id, want, give });
+        Waiting {
+            board: self,
+            job_id,
+            id,
+            handed,
+        }
+    }
+
+    /// Takes off the board the pulls of `job_id` that `fires` fires are handed to: the
+    /// first come first, each taking up to its `max`, until the fires are all taken.
+    pub(crate) fn takers(&self, job_id: i64, fires: usize) -> Vec<Taker> {
+        let mut takers = self.takers.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(queue) = takers.get_mut(&job_id) else {
+            return Vec::new();
+        };
+        let mut taken = Vec::new();
+        let mut left = fires;
+        while left > 0 {
+            let Some(taker) = queue.pop_front() else {
+                break;
+            };
+            if taker.give.is_closed() {
+                continue;
+            }
+            left = left.saturating_sub(taker.want.max);
+            taken.push(taker);
+        }
+        if queue.is_empty() {
+            takers.remove(&job_id);
+        }
+        taken
     }
 
     /// The jobs announced since the last call with their tasks, once there is one: the
@@ -203,6 +318,74 @@ mod tests {
         board.announce(&[(5, 1)]);
         board.announce(&[(5, 3), (4, 1)]);
         assert_eq!(board.next_announcements().await, vec![(4, 1), (5, 4)]);
+    }
+
+    fn want(consumer: &str, max: usize) -> Want {
+        Want {
+            consumer: consumer.into(),
+            max,
+            lease_ms: 30_000,
+        }
+    }
+
+    fn consumers(takers: &[Taker]) -> Vec<&str> {
+        takers.iter().map(|t| t.want.consumer.as_str()).collect()
+    }
+
+    #[test]
+    fn fires_go_to_the_first_pulls_that_came_each_up_to_its_max() {
+        let board = ReadyBoard::default();
+        let _a = board.wait_to_take(7, want("a", 2));
+        let _b = board.wait_to_take(7, want("b", 1));
+        let _c = board.wait_to_take(7, want("c", 5));
+        let _other = board.wait_to_take(8, want("x", 5));
+        // Three fires: a takes two, b the third; c waits on.
+        assert_eq!(consumers(&board.takers(7, 3)), vec!["a", "b"]);
+        assert_eq!(consumers(&board.takers(7, 100)), vec!["c"]);
+        assert!(board.takers(7, 1).is_empty(), "a pull was taken twice");
+        assert_eq!(consumers(&board.takers(8, 1)), vec!["x"]);
+    }
+
+    #[test]
+    fn a_pull_that_withdrew_or_left_is_not_handed_fires() {
+        let board = ReadyBoard::default();
+        let mut a = board.wait_to_take(7, want("a", 1));
+        assert!(a.withdraw(), "a waiting pull could not withdraw");
+        drop(board.wait_to_take(7, want("b", 1)));
+        let c = board.wait_to_take(7, want("c", 1));
+        assert_eq!(consumers(&board.takers(7, 3)), vec!["c"]);
+        drop(c);
+        assert!(board.takers.lock().expect("poisoned").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_pull_taken_by_dispatch_cannot_withdraw_and_gets_its_leases() {
+        let board = ReadyBoard::default();
+        let mut waiting = board.wait_to_take(7, want("a", 1));
+        let taker = board.takers(7, 1).pop().expect("the pull was not taken");
+        assert!(!waiting.withdraw(), "a taken pull withdrew");
+        let lease = Leased {
+            task_id: 1,
+            job_id: 7,
+            attempt: 1,
+            run_id: 10,
+            lease: "10.1".into(),
+            payload: None,
+            key: None,
+            priority: 0,
+            due_at: 0,
+            lease_expires_at: 30_000,
+        };
+        taker.hand(vec![lease.clone()]).expect("the pull is there");
+        assert_eq!(
+            (&mut waiting.handed).await.expect("handed"),
+            vec![lease.clone()]
+        );
+        // A pull that left gives its leases back.
+        let gone = board.wait_to_take(7, want("b", 1));
+        let taker = board.takers(7, 1).pop().expect("the pull was not taken");
+        drop(gone);
+        assert_eq!(taker.hand(vec![lease.clone()]), Err(vec![lease]));
     }
 
     #[test]

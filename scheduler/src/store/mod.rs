@@ -326,7 +326,7 @@ pub use alarms::{
 };
 use members::Members;
 pub use plugins::{NewPlugin, PART_BYTES};
-pub use queue::{HeldLease, LeaseEnding, Leased, LeasesEnded, QueueFacts};
+pub use queue::{Handover, HeldLease, LeaseEnding, Leased, LeasesEnded, QueueFacts, lease_token};
 use retry::is_retryable;
 use rows::*;
 pub use rows::{

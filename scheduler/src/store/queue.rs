@@ -28,6 +28,18 @@ pub struct Leased {
     pub lease_expires_at: Millis,
 }
 
+/// A fresh lease's token: `<run id>.<random>`.
+pub fn lease_token(run_id: i64) -> String {
+    format!("{run_id}.{:016x}", rand::random::<u64>())
+}
+
+/// A waiting pull's share of the fires leased straight to it ([`Store::lease_claimed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handover {
+    pub consumer: String,
+    pub leases: Vec<Leased>,
+}
+
 /// What a task's current lease is, read to check an ack, a nack or an extension.
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct HeldLease {
@@ -160,7 +172,7 @@ impl Store {
                     job_id,
                     attempt: r.attempt,
                     run_id,
-                    lease: format!("{run_id}.{:016x}", rand::random::<u64>()),
+                    lease: lease_token(run_id),
                     payload: r.payload,
                     key: r.idem_key,
                     priority: r.priority,
@@ -187,28 +199,135 @@ impl Store {
                 tx.rollback().await?;
                 return Err(Error::Conflict("a concurrent pull took these tasks".into()));
             }
-            on_tx!(&mut tx, |t, Db| {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
-                     scheduled_at, dispatched_at, started_at) ",
-                );
-                qb.push_values(&leased, |mut b, l| {
-                    b.push_bind(l.run_id)
-                        .push_bind(job_id)
-                        .push_bind(l.task_id)
-                        .push_bind(l.attempt)
-                        .push_bind(0_i32)
-                        .push_bind(1_i32)
-                        .push_bind(executor.as_str())
-                        .push_bind(RunStatus::Running.as_str())
-                        .push_bind(l.due_at)
-                        .push_bind(now)
-                        .push_bind(now);
-                });
-                qb.build().execute(&mut **t).await?;
-            });
+            insert_lease_runs(&mut tx, leased.iter().map(|l| (l, executor.as_str())), now).await?;
             tx.commit().await?;
             Ok(leased)
+        })
+    }
+
+    /// Claimed fires of pull jobs, out of `node`'s wheel, leased straight to pulls waiting
+    /// on that node (each [`Handover`] a pull's share): each fire becomes `running` with its
+    /// lease and a run of its attempt (`executor` = `pull:<consumer>`), in one transaction
+    /// — the `ready` step and the pull's own transaction in one. A fire no longer claimed by
+    /// `node` (cancelled, taken over) is left out of its handover; the others' `key` is
+    /// filled in. The handovers as leased.
+    pub async fn lease_claimed(
+        &self,
+        node: NodeLease,
+        handovers: &[Handover],
+        now: Millis,
+    ) -> Result<Vec<Handover>> {
+        retrying!("lease_claimed", {
+            let all: Vec<&Leased> = handovers.iter().flat_map(|h| &h.leases).collect();
+            if all.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut tx = self.begin().await?;
+            let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
+            // The fires this node still holds, with their keys; then they are leased.
+            let mut leased: HashMap<i64, Option<String>> = HashMap::with_capacity(all.len());
+            for chunk in all.chunks(CHUNK) {
+                let held: Vec<(i64, Option<String>)> = on_tx!(&mut tx, |t, Db| {
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "SELECT id, idem_key FROM tasks WHERE status = 'claimed' AND owner_node = ",
+                    );
+                    qb.push_bind(node.node_id)
+                        .push(" AND owner_epoch = ")
+                        .push_bind(node.epoch)
+                        .push(" AND id IN ");
+                    push_ids(&mut qb, chunk.iter().map(|l| l.task_id));
+                    qb.push(lock);
+                    qb.build_query_as().fetch_all(&mut **t).await?
+                });
+                let held_ids: HashSet<i64> = held.iter().map(|(id, _)| *id).collect();
+                let chunk: Vec<&&Leased> = chunk
+                    .iter()
+                    .filter(|l| held_ids.contains(&l.task_id))
+                    .collect();
+                if chunk.is_empty() {
+                    continue;
+                }
+                on_tx!(&mut tx, |t, Db| {
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "UPDATE tasks SET status = 'running', owner_node = NULL, owner_epoch = NULL, updated_at = ",
+                    );
+                    qb.push_bind(now).push(", lease_expires_at = ");
+                    push_case(
+                        &mut qb,
+                        chunk.iter().map(|l| (l.task_id, l.lease_expires_at)),
+                    );
+                    qb.push(", lease_token = ");
+                    push_case(&mut qb, chunk.iter().map(|l| (l.task_id, l.lease.clone())));
+                    qb.push(" WHERE id IN ");
+                    push_ids(&mut qb, chunk.iter().map(|l| l.task_id));
+                    qb.build().execute(&mut **t).await?;
+                });
+                leased.extend(held);
+            }
+            let kept: Vec<Handover> = handovers
+                .iter()
+                .map(|h| Handover {
+                    consumer: h.consumer.clone(),
+                    leases: h
+                        .leases
+                        .iter()
+                        .filter_map(|l| {
+                            let key = leased.get(&l.task_id)?;
+                            Some(Leased {
+                                key: key.clone(),
+                                ..l.clone()
+                            })
+                        })
+                        .collect(),
+                })
+                .collect();
+            let runs: Vec<(&Leased, String)> = kept
+                .iter()
+                .flat_map(|h| h.leases.iter().map(|l| (l, format!("pull:{}", h.consumer))))
+                .collect();
+            if !runs.is_empty() {
+                insert_lease_runs(&mut tx, runs.iter().map(|(l, e)| (*l, e.as_str())), now).await?;
+            }
+            tx.commit().await?;
+            Ok(kept)
+        })
+    }
+
+    /// Leases that were never handed to their pull (it left while they were being leased)
+    /// go back to `ready` as if never leased: their runs are deleted and the attempt is not
+    /// spent. How many went back.
+    pub async fn release_leases(&self, leases: &[Leased], now: Millis) -> Result<u64> {
+        retrying!("release_leases", {
+            if leases.is_empty() {
+                return Ok(0);
+            }
+            let mut tx = self.begin().await?;
+            let mut released = 0;
+            for chunk in leases.chunks(CHUNK) {
+                released += on_tx!(&mut tx, |t, Db| {
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "UPDATE tasks SET status = 'ready', lease_token = NULL, lease_expires_at = NULL, updated_at = ",
+                    );
+                    qb.push_bind(now)
+                        .push(" WHERE status = 'running' AND lease_token IN ");
+                    let mut tokens = qb.separated(", ");
+                    tokens.push_unseparated("(");
+                    for l in chunk {
+                        tokens.push_bind(l.lease.as_str());
+                    }
+                    tokens.push_unseparated(")");
+                    let released = qb.build().execute(&mut **t).await?.affected();
+                    // A run is `running` only while its lease is live: these were released.
+                    let mut qb = QueryBuilder::<Db>::new(
+                        "DELETE FROM runs WHERE status = 'running' AND id IN ",
+                    );
+                    push_ids(&mut qb, chunk.iter().map(|l| l.run_id));
+                    qb.build().execute(&mut **t).await?;
+                    released
+                });
+            }
+            tx.commit().await?;
+            Ok(released)
         })
     }
 
@@ -729,4 +848,36 @@ fn lease_run_update(
         exit_code: None,
         message: ending.message.clone(),
     }
+}
+
+/// The runs of freshly leased attempts, each with its executor (`pull:<consumer>`).
+async fn insert_lease_runs<'a>(
+    tx: &mut Tx,
+    runs: impl Iterator<Item = (&'a Leased, &'a str)>,
+    now: Millis,
+) -> Result<()> {
+    let runs: Vec<(&Leased, &str)> = runs.collect();
+    for chunk in runs.chunks(CHUNK) {
+        on_tx!(&mut *tx, |t, Db| {
+            let mut qb = QueryBuilder::<Db>::new(
+                "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, status, \
+                 scheduled_at, dispatched_at, started_at) ",
+            );
+            qb.push_values(chunk, |mut b, (l, executor)| {
+                b.push_bind(l.run_id)
+                    .push_bind(l.job_id)
+                    .push_bind(l.task_id)
+                    .push_bind(l.attempt)
+                    .push_bind(0_i32)
+                    .push_bind(1_i32)
+                    .push_bind(*executor)
+                    .push_bind(RunStatus::Running.as_str())
+                    .push_bind(l.due_at)
+                    .push_bind(now)
+                    .push_bind(now);
+            });
+            qb.build().execute(&mut **t).await?;
+        });
+    }
+    Ok(())
 }

@@ -20,6 +20,7 @@ use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::model::{Delivery, Millis, RunStatus, Task, now_ms};
 use crate::node::Node;
+use crate::pipeline::ready::Want;
 use crate::store::{LeaseEnding, Leased};
 
 const MAX_PULL: i64 = 1000;
@@ -33,6 +34,8 @@ pub const MAX_ACKS: usize = 1000;
 /// Most tasks one bulk re-drive moves.
 const MAX_REDRIVE: i64 = 10_000;
 const MAX_NACK_DELAY_MS: i64 = 7 * 86_400_000;
+/// How long a pull whose wait ended waits for the leases dispatch took it for.
+const HANDOVER_GRACE: Duration = Duration::from_secs(2);
 
 /// `POST /api/v1/jobs/{job}/pull`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -78,10 +81,11 @@ pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Res
     }
     let job_id = found.id;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms as u64);
+    let board = node.ready_board();
     loop {
         // Listen before looking, so a task that becomes ready in between wakes this pull.
-        let board = node.ready_board().subscribe(job_id);
-        let woken = board.notified();
+        let signal = board.subscribe(job_id);
+        let woken = signal.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
         // A disabled job hands out nothing (its tasks wait, §8), but a long poll waits on.
@@ -98,10 +102,41 @@ pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Res
         if tokio::time::Instant::now() >= deadline {
             return Ok(Vec::new());
         }
-        tokio::select! {
-            _ = &mut woken => {}
-            _ = tokio::time::sleep_until(deadline) => {}
-            _ = node.stopping() => return Ok(Vec::new()),
+        // While it waits, a task falling due on this node's wheel is leased straight to it.
+        let want = Want {
+            consumer: consumer.clone(),
+            max: max as usize,
+            lease_ms,
+        };
+        let mut waiting = enabled.then(|| board.wait_to_take(job_id, want));
+        let handed = async {
+            match waiting.as_mut() {
+                Some(w) => (&mut w.handed).await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        let stop = tokio::select! {
+            handed = handed => match handed {
+                Some(leased) => return Ok(leased),
+                // Dispatch took this pull but had no lease for it: look again.
+                None => continue,
+            },
+            _ = &mut woken => false,
+            _ = tokio::time::sleep_until(deadline) => false,
+            _ = node.stopping() => true,
+        };
+        if stop {
+            // Leases dispatch may be handing this pull go back to `ready` unspent.
+            return Ok(Vec::new());
+        }
+        if let Some(w) = waiting.as_mut()
+            && !w.withdraw()
+        {
+            // Dispatch took this pull as it woke: its leases are on their way (given back
+            // unspent should they come after the grace).
+            if let Ok(Ok(leased)) = tokio::time::timeout(HANDOVER_GRACE, &mut w.handed).await {
+                return Ok(leased);
+            }
         }
     }
 }

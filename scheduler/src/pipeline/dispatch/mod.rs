@@ -35,6 +35,7 @@ use crate::lateness::RecentLateness;
 use crate::model::*;
 use crate::route::{Route, Router};
 
+mod handoff;
 mod record;
 mod round;
 mod send;

@@ -152,6 +152,9 @@ impl Dispatch {
         let spec = &job.job.spec;
         match spec.delivery {
             Delivery::Wasm => {}
+            // Handed to a pull waiting on this node, else `ready` for any consumer.
+            Delivery::Pull if spec.enabled => return self.unsent.to_pull.push(task),
+            // A disabled pull job hands out nothing: its fires wait `ready`.
             Delivery::Pull => return self.unsent.ready.push(task),
             // A disabled http job's fires wait `ready` (out of every wheel) until it is
             // enabled again (SPEC §8): nothing is POSTed meanwhile.

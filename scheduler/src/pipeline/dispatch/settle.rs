@@ -17,7 +17,9 @@ pub(super) struct Unsendable {
     pub(super) no_executor: Vec<DueTask>,
     /// Whose app's every executor is registered but unreachable: they wait in the wheel.
     pub(super) unreachable: Vec<DueTask>,
-    /// Of `pull` jobs: they wait in the database, ready for a consumer.
+    /// Of enabled `pull` jobs: handed to the pulls waiting on this node, the rest `ready`.
+    pub(super) to_pull: Vec<DueTask>,
+    /// Of disabled `pull` and `http` jobs: they wait in the database, `ready`.
     pub(super) ready: Vec<DueTask>,
 }
 
@@ -104,8 +106,12 @@ pub(super) async fn settle_unsent(dispatcher: &Dispatcher, u: Unsendable) {
             }
         }
     }
-    if !u.ready.is_empty() {
-        make_ready(dispatcher, u.ready, now).await;
+    let mut ready = u.ready;
+    if !u.to_pull.is_empty() {
+        ready.extend(handoff::hand_over(dispatcher, u.to_pull, now).await);
+    }
+    if !ready.is_empty() {
+        make_ready(dispatcher, ready, now).await;
     }
     if !u.unreachable.is_empty() {
         metrics::counter!("rota_fires_waiting_total").increment(u.unreachable.len() as u64);
