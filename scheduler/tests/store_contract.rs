@@ -119,8 +119,22 @@ async fn ready_tasks(store: &Store, lease: NodeLease, job: i64, priorities: &[i3
             ..task(job, NOW - 10_000 + i as i64, None)
         })
         .collect();
+    let (ids, _) = claimed_tasks(store, lease, &tasks).await;
+    assert_eq!(
+        store.mark_ready(lease, &ids, NOW).await.unwrap(),
+        ids.len() as u64
+    );
+    ids
+}
+
+/// `tasks`, all due, claimed by `lease` (in its wheel): their ids in order, and the fires.
+async fn claimed_tasks(
+    store: &Store,
+    lease: NodeLease,
+    tasks: &[NewTask],
+) -> (Vec<i64>, Vec<DueTask>) {
     let ids: Vec<i64> = store
-        .insert_tasks(&tasks, NOW)
+        .insert_tasks(tasks, NOW)
         .await
         .unwrap()
         .into_iter()
@@ -131,11 +145,7 @@ async fn ready_tasks(store: &Store, lease: NodeLease, job: i64, priorities: &[i3
         .await
         .unwrap();
     assert_eq!(claimed.tasks.len(), ids.len());
-    assert_eq!(
-        store.mark_ready(lease, &ids, NOW).await.unwrap(),
-        ids.len() as u64
-    );
-    ids
+    (ids, claimed.tasks)
 }
 
 fn task(job_id: i64, due_at: Millis, key: Option<&str>) -> NewTask {
@@ -1977,29 +1987,19 @@ contract!(
             .insert_job(&pull_spec("orders"), None, NOW)
             .await
             .unwrap();
-        let ids: Vec<i64> = store
-            .insert_tasks(
-                &[
-                    task(job.id, NOW - 30, Some("order-1")),
-                    task(job.id, NOW - 20, None),
-                    task(job.id, NOW - 10, None),
-                ],
-                NOW,
-            )
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
-        let claimed = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
-        assert_eq!(claimed.tasks.len(), 3);
+        let (ids, fires) = claimed_tasks(
+            &store,
+            lease,
+            &[
+                task(job.id, NOW - 30, Some("order-1")),
+                task(job.id, NOW - 20, None),
+                task(job.id, NOW - 10, None),
+            ],
+        )
+        .await;
         // Cancelled while in the wheel: it is no longer the node's to hand out.
         store.cancel_task(ids[2], NOW).await.unwrap();
-        let leases: Vec<Leased> = claimed
-            .tasks
+        let leases: Vec<Leased> = fires
             .iter()
             .zip(200..)
             .map(|(t, run_id)| Leased {

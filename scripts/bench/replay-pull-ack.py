@@ -12,7 +12,10 @@ VARIANT: `base` (the statements of dc45e0e) or a `+`-joined set of changes: `upd
 ack much as in Store::end_leases: one locked read of the tasks — without its join to the runs — and the runs updated), `nolease` (no lease index),
 `keeplease` (the ack leaves lease_expires_at), `char` (status CHAR(9)), `gen` (virtual
 generated-column keys), `sgen` (stored generated keys for the scan's and the pull's indexes:
-priced, not built). REPLAY_BATCH sets the batch (100). Leaves a database `replay_<variant>`; drop it after.
+priced, not built). `floor` replays only the two writes §8 cannot do without — the lease's
+`UPDATE tasks` and the ack's, each committed — no reads, no runs, no counts: a lower bound
+for any design that keeps leases in the database; `floor+bare` also drops every index of
+`tasks` but the pull's. REPLAY_BATCH sets the batch (100). Leaves a database `replay_<variant>`; drop it after.
 """
 import os, subprocess, sys, time, random
 V = sys.argv[1]; N = int(sys.argv[2]) if len(sys.argv) > 2 else 40000; B = int(os.environ.get("REPLAY_BATCH", 100))
@@ -39,6 +42,8 @@ ddl = {
      ADD COLUMN lease_end BIGINT AS (IF(status = 'running', lease_expires_at, NULL)) VIRTUAL,
      ADD INDEX ix_tasks_due (scan_status, due_at), ADD INDEX ix_tasks_ready (ready_job, priority DESC, due_at),
      ADD INDEX ix_tasks_lease (lease_end);""",
+  'floor': '',
+  'bare': "ALTER TABLE tasks DROP INDEX uk_tasks_job_key, DROP INDEX ix_tasks_due, DROP INDEX ix_tasks_job, DROP INDEX ix_tasks_job_status, DROP INDEX ix_tasks_lease;",
   'sgen': """ALTER TABLE tasks DROP INDEX ix_tasks_due, DROP INDEX ix_tasks_ready,
      ADD COLUMN scan_status VARCHAR(16) AS (IF(status IN ('pending','claimed','waiting'), status, NULL)) STORED,
      ADD COLUMN ready_job BIGINT AS (IF(status = 'ready', job_id, NULL)) STORED,
@@ -76,6 +81,15 @@ for b in range(N // B):
     runs = [10_000_000 + i for i in ids]
     tok = {i: f"{10_000_000+i}.{random.getrandbits(64):016x}" for i in ids}
     case = 'CASE id ' + ' '.join(f"WHEN {i} THEN '{tok[i]}'" for i in ids) + ' END'
+    if 'floor' in V.split('+'):
+        stmts.append(f"""BEGIN;
+UPDATE tasks SET status = 'running', lease_expires_at = {now+30000}, updated_at = {now}, lease_token = {case} WHERE status = 'ready' AND id IN ({idl});
+COMMIT;
+BEGIN;
+UPDATE tasks SET status = 'succeeded', updated_at = {now}, lease_token = NULL, lease_expires_at = NULL WHERE id IN ({idl});
+COMMIT;""")
+        now += 7
+        continue
     stmts.append(f"""BEGIN;
 {candidates}
 SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks WHERE status = 'ready' AND id IN ({idl}) FOR UPDATE SKIP LOCKED;
