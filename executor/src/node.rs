@@ -100,6 +100,10 @@ pub struct ExecutorConfig {
     pub heartbeat_interval: Duration,
     /// HTTPS for the schedulers' calls, and whom this node's clients trust.
     pub tls: rota_net::Tls,
+    /// Where plugins' HTTP may connect (`--egress-allow`, `--egress-deny`), whatever a
+    /// job's allow-list says; [`ExecutorConfig::seal_egress`] adds this node's own port and
+    /// its schedulers.
+    pub egress: rota_net::egress::Policy,
     /// How long running runs get to finish at shutdown before they are killed.
     pub drain_grace: Duration,
 }
@@ -125,6 +129,7 @@ impl ExecutorConfig {
             logs: LogLimits::default(),
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             tls: rota_net::Tls::default(),
+            egress: rota_net::egress::Policy::default(),
             drain_grace: DEFAULT_DRAIN_GRACE,
         }
     }
@@ -137,7 +142,26 @@ impl ExecutorConfig {
             max_instances: u32::try_from(self.capacity.saturating_add(4)).unwrap_or(u32::MAX),
             memory_cap_mb: self.memory_cap_mb,
             tls: self.tls.clone(),
+            egress: self.egress.clone(),
             ..RuntimeConfig::default()
+        }
+    }
+
+    /// Adds what a plugin must never reach, whatever the admin opened: this node's own
+    /// listen socket and its schedulers (their API and the executor protocol). Call it
+    /// before [`ExecutorConfig::runtime_config`]; [`run`] does.
+    pub async fn seal_egress(&mut self, listen: std::net::SocketAddr) {
+        self.egress
+            .deny_own_port(listen, "this executor's own port");
+        for scheduler in &self.schedulers {
+            let Ok(url) = reqwest::Url::parse(scheduler) else {
+                continue; // `check` says why
+            };
+            if let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) {
+                self.egress
+                    .deny_service(host, port, "a scheduler of this executor")
+                    .await;
+            }
         }
     }
 
@@ -178,6 +202,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let mut config = config;
+    config.seal_egress(listener.local_addr()?).await;
     let runtime =
         Runtime::new(config.runtime_config()).context("starting the WebAssembly runtime")?;
     run_with_runtime(config, runtime, listener, shutdown).await

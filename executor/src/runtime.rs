@@ -63,6 +63,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use rota_net::egress::Egress;
 use rota_proto::ReportStatus;
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -123,6 +124,9 @@ pub struct RuntimeConfig {
     /// Whom the plugins' `http_request` trusts for `https://` (the system's roots, plus
     /// `--tls-ca`).
     pub tls: rota_net::Tls,
+    /// Where the plugins' HTTP may connect, whatever a job's allow-list says
+    /// (`--egress-allow`, `--egress-deny`; [`rota_net::egress`]).
+    pub egress: rota_net::egress::Policy,
 }
 
 impl Default for RuntimeConfig {
@@ -133,6 +137,7 @@ impl Default for RuntimeConfig {
             memory_cap_mb: DEFAULT_MEMORY_CAP_MB,
             max_cached_modules: DEFAULT_MAX_CACHED_MODULES,
             tls: rota_net::Tls::default(),
+            egress: rota_net::egress::Policy::default(),
         }
     }
 }
@@ -311,8 +316,9 @@ struct Inner {
     linker: Linker<Ctx>,
     /// What components are linked against (`component::linker`).
     components: wasmtime::component::Linker<ComponentCtx>,
-    /// The plugins' HTTP client (the `rota` import `http_request`), shared by every run.
-    http: reqwest::Client,
+    /// The plugins' HTTP clients (the `rota` import `http_request`, `wasi:http`) under the
+    /// egress policy, shared by every run.
+    http: Arc<Egress>,
     /// The runtime the process was started on, if any: the imports' network calls run
     /// there (`host::on_io`).
     io: Option<tokio::runtime::Handle>,
@@ -355,16 +361,14 @@ impl Runtime {
         host::add_to_linker(&mut linker).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let components = component::linker(&component_engine)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
-        // Redirects are followed by `host` itself, each checked against the allow-list.
-        let http = config
-            .tls
-            .client()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| {
-                RuntimeError::Engine(format!("cannot build the plugins' HTTP client: {e}"))
-            })?;
+        // Redirects are followed by `host` itself, each hop checked against the allow-list
+        // and the egress policy.
+        let tls = config.tls.clone();
+        let http = Arc::new(Egress::new(Arc::new(config.egress), move || {
+            tls.client()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(Duration::from_secs(5))
+        }));
 
         let cache_dir = match config.module_cache_dir {
             Some(dir) => {

@@ -14,12 +14,20 @@ use axum::routing::{get, post};
 use rota_executor::logs::RunLog;
 use rota_executor::runtime::host::{HostAccess, LocalServices, Services};
 use rota_executor::runtime::{Invocation, PluginEnv, RunStatus, Runtime, RuntimeConfig};
+use rota_net::egress::Policy;
 use rota_proto::allow::AllowList;
 use tokio_util::sync::CancellationToken;
 
+/// A runtime whose egress policy opens 127.0.0.1, where this file's server listens: the
+/// explicit, test-only allowance (the policy itself is tested with [`runtime_with`]).
 fn runtime() -> Runtime {
+    runtime_with(Policy::new(&["127.0.0.1".into()], &[]).unwrap())
+}
+
+fn runtime_with(egress: Policy) -> Runtime {
     Runtime::new(RuntimeConfig {
         max_instances: 4,
+        egress,
         ..RuntimeConfig::default()
     })
     .unwrap()
@@ -110,6 +118,15 @@ async fn server() -> Server {
             }),
         )
         .route(
+            "/redirect-meta",
+            get(|| async {
+                (
+                    StatusCode::FOUND,
+                    [(header::LOCATION, "http://169.254.169.254/latest/meta-data/")],
+                )
+            }),
+        )
+        .route(
             "/big",
             get(move || async move {
                 big();
@@ -131,6 +148,95 @@ async fn server() -> Server {
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     Server { base, requests }
+}
+
+/// The egress policy bounds every job's allow-list: under the defaults, a job that lists
+/// loopback, a name that resolves to it, the metadata address or an IPv6 link-local one
+/// reaches none of them, and the log names the rule; an admin's exception opens exactly
+/// one destination, and a redirect from it to a denied address is refused at that hop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_egress_policy_bounds_the_allow_list_at_every_hop() {
+    let s = server().await;
+    let services = local(&[]);
+    let port = s.base.rsplit(':').next().unwrap().to_owned();
+    let by_name = format!("http://localhost:{port}");
+    let listed = [
+        s.base.clone(),
+        by_name.clone(),
+        "http://169.254.169.254".to_owned(),
+        "http://[fe80::1]:8080".to_owned(),
+    ];
+    let job = access(&listed, &services);
+
+    let defaults = runtime_with(Policy::default());
+    for (url, rule) in [
+        (format!("{}/orders/42", s.base), "loopback (127.0.0.0/8"),
+        (format!("{by_name}/orders/42"), "loopback ("),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "the cloud metadata address (169.254.169.254/32",
+        ),
+        ("http://[fe80::1]:8080/".to_owned(), "link-local (fe80::/10"),
+    ] {
+        let (status, lines) = run(
+            &defaults,
+            common::http_plugin("GET", &url, ""),
+            vec![],
+            Some(job.clone()),
+        )
+        .await;
+        assert_eq!(status, RunStatus::Succeeded, "{url}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "[rota] http GET {url} refused: the egress policy refuses "
+            )) && lines[0].contains(rule),
+            "{url}: {lines:?}"
+        );
+        assert_eq!(lines[1], "-1", "DENIED, for {url}: {lines:?}");
+    }
+    assert!(
+        s.requests.lock().unwrap().is_empty(),
+        "nothing reached the server"
+    );
+
+    // The admin opens exactly this port of 127.0.0.1.
+    let exception = runtime_with(Policy::new(&[format!("127.0.0.1:{port}")], &[]).unwrap());
+    let (_, lines) = run(
+        &exception,
+        common::http_plugin("GET", &format!("{}/orders/42", s.base), ""),
+        vec![],
+        Some(job.clone()),
+    )
+    .await;
+    assert_eq!(lines[1..], ["200", "unpaid"], "{lines:?}");
+    let (_, lines) = run(
+        &exception,
+        common::http_plugin("GET", &format!("{}/redirect-meta", s.base), ""),
+        vec![],
+        Some(job.clone()),
+    )
+    .await;
+    assert!(
+        lines[0].contains("/redirect-meta -> 302"),
+        "the first hop went out: {lines:?}"
+    );
+    assert!(
+        lines[1].starts_with(
+            "[rota] http GET http://169.254.169.254/latest/meta-data/ refused: the egress \
+             policy refuses 169.254.169.254:80: the cloud metadata address"
+        ),
+        "the second hop is refused: {lines:?}"
+    );
+    assert_eq!(lines[2], "-1", "{lines:?}");
+    let other = format!("http://127.0.0.1:{}/", port.parse::<u16>().unwrap() ^ 1);
+    let (_, lines) = run(
+        &exception,
+        common::http_plugin("GET", &other, ""),
+        vec![],
+        Some(access(std::slice::from_ref(&other), &services)),
+    )
+    .await;
+    assert!(lines[0].contains("refused: the egress policy"), "{lines:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,13 @@
 //! rustls with aws-lc does the cryptography; nothing here is hand-rolled. Handshakes run
 //! off the accept loop, bounded by [`HANDSHAKE_TIMEOUT`], so a client that connects and
 //! says nothing holds up no one else.
+//!
+//! Layout:
+//! - this file: [`Tls`], the HTTPS [`Listener`] and the clients' roots;
+//! - [`egress`]: the admin's egress policy, and the clients that obey it, for every
+//!   request a node makes on a job's behalf (webhooks, alarm channels, plugins' HTTP).
+
+pub mod egress;
 
 use std::collections::HashMap;
 use std::fmt;

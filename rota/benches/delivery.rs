@@ -95,6 +95,8 @@ impl Bed {
                 .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
                 .env("ROTA_API_TOKEN", TOKEN)
                 .env("ROTA_LOG", "warn")
+                // The webhook receiver listens on 127.0.0.1, which the egress policy denies.
+                .env("ROTA_EGRESS_ALLOW", "127.0.0.1")
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(log_dir.path().join(format!("n{i}.log"))).unwrap())
                 .spawn()

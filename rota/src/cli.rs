@@ -77,6 +77,36 @@ impl TlsArgs {
     }
 }
 
+/// The egress policy: where jobs' HTTP — webhook deliveries, alarm channels, plugins'
+/// requests — may connect, whatever a job's `http_allow` says.
+#[derive(Args)]
+#[command(next_help_heading = "Egress")]
+pub struct EgressArgs {
+    /// Open a destination the policy denies (loopback, link-local, metadata, unspecified,
+    /// multicast are denied by default): an address or range, with a port if it should be
+    /// that port alone (127.0.0.1:18282, 169.254.0.0/16, [::1]:8080), or a host name
+    /// (hooks.corp.example, *.corp.example:443). Repeat, or separate with commas. The most
+    /// specific rule decides; the node's own ports and its database stay denied.
+    #[arg(
+        long = "egress-allow",
+        env = "ROTA_EGRESS_ALLOW",
+        value_delimiter = ','
+    )]
+    egress_allow: Vec<String>,
+    /// Close a destination the policy allows (private ranges are allowed by default):
+    /// 10.0.0.0/8, 192.168.0.0/16, *.internal, db.corp.example:5432. Repeat, or separate
+    /// with commas.
+    #[arg(long = "egress-deny", env = "ROTA_EGRESS_DENY", value_delimiter = ',')]
+    egress_deny: Vec<String>,
+}
+
+impl EgressArgs {
+    pub fn policy(&self) -> anyhow::Result<rota_net::egress::Policy> {
+        rota_net::egress::Policy::new(&self.egress_allow, &self.egress_deny)
+            .map_err(anyhow::Error::msg)
+    }
+}
+
 #[derive(Args)]
 struct AppKeyArgs {
     /// The app whose key to print.
@@ -144,6 +174,8 @@ struct ServerArgs {
     max_payload_bytes: usize,
     #[command(flatten)]
     tls: TlsArgs,
+    #[command(flatten)]
+    egress: EgressArgs,
 }
 
 impl ServerArgs {
@@ -161,6 +193,7 @@ impl ServerArgs {
             .clone()
             .unwrap_or_else(|| format!("{}:{}", hostname(), self.listen.port()));
         c.tls = self.tls.load()?;
+        c.egress = self.egress.policy()?;
         c.advertise_url = self
             .advertise_url
             .clone()

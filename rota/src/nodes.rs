@@ -35,6 +35,8 @@ pub struct StandaloneArgs {
     capacity: usize,
     #[command(flatten)]
     logs: LogArgs,
+    #[command(flatten)]
+    egress: crate::cli::EgressArgs,
 }
 
 #[derive(Args)]
@@ -69,6 +71,8 @@ pub struct ExecutorArgs {
     memory_cap_mb: u32,
     #[command(flatten)]
     tls: crate::cli::TlsArgs,
+    #[command(flatten)]
+    egress: crate::cli::EgressArgs,
 }
 
 /// Where run logs stop growing: old segments are deleted whole, by age and by total size.
@@ -122,6 +126,10 @@ pub struct PluginRunArgs {
     /// NAME=VALUE (repeatable).
     #[arg(long = "secret", value_parser = parse_secret)]
     secrets: Vec<(String, String)>,
+    /// The egress policy applies here as on an executor: a service on this machine
+    /// (loopback) needs `--egress-allow 127.0.0.1:PORT` as well as `--allow`.
+    #[command(flatten)]
+    egress: crate::cli::EgressArgs,
 }
 
 fn parse_secret(s: &str) -> Result<(String, String), String> {
@@ -181,6 +189,13 @@ pub async fn standalone(
     config.admin_password = std::env::var("ROTA_ADMIN_PASSWORD")
         .ok()
         .filter(|p| !p.is_empty());
+    // One policy for both halves; each also denies the other's port (and its own, added
+    // where it starts), so no job reaches either through the other.
+    let egress = args.egress.policy()?;
+    config.egress = egress.clone();
+    config
+        .egress
+        .deny_own_port(executor_listener.local_addr()?, "the embedded executor");
 
     // The embedded executor holds its app's key, like any executor.
     let mut executor = ExecutorConfig::new(
@@ -192,6 +207,8 @@ pub async fn standalone(
     );
     executor.capacity = args.capacity;
     executor.logs = args.logs.limits();
+    executor.egress = egress;
+    executor.seal_egress(executor_listener.local_addr()?).await;
 
     say(format!(
         "Rota standalone: console and API on {scheduler_url}, data in {}",
@@ -288,6 +305,7 @@ pub async fn executor(
     config.logs = args.logs.limits();
     config.memory_cap_mb = args.memory_cap_mb;
     config.tls = tls;
+    config.egress = args.egress.policy()?;
     tracing::info!(listen = %args.listen, "rota executor listening");
     rota_executor::node::run(config, listener, shutdown).await
 }
@@ -308,8 +326,11 @@ pub fn plugin_run(args: PluginRunArgs) -> anyhow::Result<i32> {
         .and_then(|s| s.to_str())
         .unwrap_or("plugin")
         .to_owned();
-    let runtime =
-        Runtime::new(RuntimeConfig::default()).context("starting the WebAssembly runtime")?;
+    let runtime = Runtime::new(RuntimeConfig {
+        egress: args.egress.policy()?,
+        ..RuntimeConfig::default()
+    })
+    .context("starting the WebAssembly runtime")?;
     let allow = AllowList::parse(&args.allow).map_err(|e| anyhow::anyhow!("--allow: {e}"))?;
     let access = HostAccess {
         allow,

@@ -286,6 +286,7 @@ async fn plugin_run_runs_a_python_component_with_the_same_flags() {
     let run = |allow: bool| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
         cmd.arg("plugin").arg("run").arg(&file);
+        cmd.env("ROTA_EGRESS_ALLOW", TEST_EGRESS_ALLOW);
         cmd.args(["--payload", r#"{"order_id": 42}"#, "--param", &service.url]);
         cmd.args(["--secret", "ORDER_SERVICE_TOKEN=tok-7"]);
         if allow {

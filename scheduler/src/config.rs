@@ -77,6 +77,10 @@ pub struct Config {
     pub smtp_url: Option<String>,
     /// The sender of email alarms (`ROTA_ALARM_FROM`).
     pub alarm_from: String,
+    /// Where webhook deliveries and alarm channels may connect (`--egress-allow`,
+    /// `--egress-deny`), and what every job's `http_allow` is bounded by. [`crate::run`]
+    /// adds this node's own listen port and its database.
+    pub egress: rota_net::egress::Policy,
     /// The wasmtime engine uploads are validated with: `rota standalone` passes its
     /// embedded executor's, so the process has one engine; `None` makes one.
     pub engine: Option<wasmtime::Engine>,
@@ -114,6 +118,7 @@ impl Config {
             tls: rota_net::Tls::default(),
             smtp_url: None,
             alarm_from: "Rota <rota@localhost>".into(),
+            egress: rota_net::egress::Policy::default(),
             engine: None,
         }
     }
@@ -172,6 +177,7 @@ impl std::fmt::Debug for Config {
             .field("admin_password", &hidden(self.admin_password.is_some()))
             .field("secrets_key", &hidden(self.secrets_key.is_some()))
             .field("tls", &self.tls)
+            .field("egress", &self.egress.admin_rules())
             .field("engine", &self.engine.as_ref().map(|_| "shared"))
             .finish()
     }

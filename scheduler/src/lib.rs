@@ -62,6 +62,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let mut config = config;
+    seal_egress(&mut config, listener.local_addr()?).await;
     let store = Store::connect(&config.database_url)
         .await
         .context("opening the database")?;
@@ -83,4 +85,18 @@ pub async fn run(
     node.stopped().await;
     node.store().close().await;
     Ok(())
+}
+
+/// Adds this node's own door and its database to the admin's egress policy: whatever the
+/// admin opened, a job's HTTP never reaches them.
+async fn seal_egress(config: &mut Config, listen: std::net::SocketAddr) {
+    config
+        .egress
+        .deny_own_port(listen, "this node's API and console");
+    for (host, port) in store::database_endpoints(&config.database_url) {
+        config
+            .egress
+            .deny_service(&host, port, "this node's database")
+            .await;
+    }
 }

@@ -1677,48 +1677,55 @@ async fn a_pull_jobs_queue_shows_and_its_tasks_are_re_driven_and_moved_from_the_
 
 #[tokio::test]
 async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened() {
-    let t = start().await;
+    // The channel below points at a port of 127.0.0.1: an explicit, test-only allowance.
+    let t = TestApp::start_with(|config| {
+        config.admin_password = Some(PASSWORD.into());
+        config.egress = rota_net::egress::Policy::new(&["127.0.0.1".to_owned()], &[]).unwrap();
+    })
+    .await;
     let b = t.sign_in().await;
     t.get("/console/alarms", Some(&b.cookie))
         .await
         .expect(StatusCode::OK)
         .contains("No channels.");
     // A bad URL is shown above the channel form, and nothing is created.
-    t.submit(
-        &b,
-        "/console/alarms/channels",
-        &[
+    // The slack channel form, with its URL.
+    let slack = |url: &str| {
+        [
             ("name", "ops"),
             ("kind", "slack"),
             ("app", ""),
-            ("url", "ftp://x/"),
+            ("url", url),
             ("to", ""),
             ("secret", ""),
-        ],
-    )
-    .await
-    .expect(StatusCode::UNPROCESSABLE_ENTITY)
-    .contains("url: must be an http:// or https:// URL");
+        ]
+        .map(|(k, v)| (k, v.to_owned()))
+    };
+    let (app, browser) = (&t, &b);
+    let submit_slack = |url: &str| {
+        let form = slack(url);
+        async move {
+            let fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            app.submit(browser, "/console/alarms/channels", &fields)
+                .await
+        }
+    };
+    submit_slack("ftp://x/")
+        .await
+        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains("url: must be an http:// or https:// URL");
+    // A destination the node's egress policy refuses is refused here, naming the rule.
+    submit_slack("http://169.254.169.254/latest/meta-data/")
+        .await
+        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .contains("the egress policy refuses 169.254.169.254:80: the cloud metadata address");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let down = format!("http://127.0.0.1:{port}/hook?token=hidden");
-    t.submit(
-        &b,
-        "/console/alarms/channels",
-        &[
-            ("name", "ops"),
-            ("kind", "slack"),
-            ("app", ""),
-            ("url", &down),
-            ("to", ""),
-            ("secret", ""),
-        ],
-    )
-    .await
-    .expect(StatusCode::SEE_OTHER);
+    submit_slack(&down).await.expect(StatusCode::SEE_OTHER);
     let page = t.get("/console/alarms", Some(&b.cookie)).await;
     page.contains("<code>ops</code>");
     assert!(

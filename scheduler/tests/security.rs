@@ -586,6 +586,148 @@ async fn child_jobs_must_be_the_users_to_change() {
     t.stop().await;
 }
 
+/// An operator writes its job's allow-list, but the admin's egress policy bounds it: a job
+/// that lists loopback, the node's own port, a name that resolves to loopback, the cloud
+/// metadata address or an IPv6 link-local address is a 422 naming the rule, and so is an
+/// alarm channel pointed at one; what the policy allows is accepted.
+#[tokio::test]
+async fn an_operator_cannot_allow_what_the_egress_policy_denies() {
+    let t = start().await;
+    let operator = t.token_of("olga", "operator").await;
+    let create = |body: Value, path: &'static str| {
+        let body = body.to_string().into_bytes();
+        t.request(
+            As::Bearer(&operator),
+            Method::POST,
+            path,
+            Some("application/json"),
+            body,
+        )
+    };
+    let hook = |allow: &str, url: &str| {
+        json!({"name": "hook", "app": "default", "schedule": {"kind": "none"},
+               "http_allow": [allow], "delivery": {"kind": "http", "url": url}})
+    };
+    for (allow, url, rule) in [
+        (
+            "http://127.0.0.1:18282/",
+            "http://127.0.0.1:18282/api/v1/jobs",
+            "refuses 127.0.0.1:18282: loopback (127.0.0.0/8",
+        ),
+        (
+            "http://localhost:18282",
+            "http://localhost:18282/x",
+            "refuses localhost:18282 (resolves to ",
+        ),
+        (
+            "http://169.254.169.254/",
+            "http://169.254.169.254/latest/meta-data/",
+            "refuses 169.254.169.254:80: the cloud metadata address",
+        ),
+        (
+            "http://[fe80::1]:8080",
+            "http://[fe80::1]:8080/",
+            "refuses [fe80::1]:8080: link-local (fe80::/10",
+        ),
+        (
+            "http://[::ffff:127.0.0.1]:9000",
+            "http://[::ffff:127.0.0.1]:9000/",
+            "refuses 127.0.0.1:9000: loopback",
+        ),
+    ] {
+        let res = create(hook(allow, url), "/api/v1/jobs").await;
+        assert_eq!(
+            res.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{allow}: {}",
+            res.body
+        );
+        let error = res.error();
+        assert!(
+            error.starts_with("http_allow: entry 0 (`")
+                && error.contains(&format!("the egress policy {rule}"))
+                && error.ends_with("only an admin can open it (--egress-allow)"),
+            "{allow}: {error}"
+        );
+    }
+    let channel = json!({"name": "ops", "kind": "webhook", "url": "http://127.0.0.1:9/alarm"});
+    let res = t
+        .api(Method::POST, "/api/v1/alarm-channels", Some(channel))
+        .await;
+    assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", res.body);
+    assert!(
+        res.error()
+            .contains("the egress policy refuses 127.0.0.1:9: loopback")
+    );
+    // A private address is allowed by default (the admin may deny it).
+    let res = create(
+        hook("http://10.20.30.40:8080", "http://10.20.30.40:8080/close"),
+        "/api/v1/jobs",
+    )
+    .await;
+    assert_eq!(res.status, StatusCode::CREATED, "{}", res.body);
+    t.stop().await;
+}
+
+/// An admin who denies a private range closes it to every job; one who opens a single
+/// destination opens exactly that one.
+#[tokio::test]
+async fn the_admins_egress_rules_narrow_and_open_exactly_what_they_name() {
+    let t = TestApp::start_with(|c| {
+        c.egress = rota_net::egress::Policy::new(
+            &["127.0.0.1:18282".to_owned()],
+            &["10.0.0.0/8".to_owned()],
+        )
+        .unwrap();
+    })
+    .await;
+    let job = |name: &str, allow: &str| {
+        json!({"name": name, "app": "default", "schedule": {"kind": "none"},
+               "http_allow": [allow], "delivery": {"kind": "http", "url": allow}})
+    };
+    let res = t
+        .api(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(job("a", "http://10.1.2.3/")),
+        )
+        .await;
+    assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", res.body);
+    assert!(
+        res.error()
+            .contains("the egress policy refuses 10.1.2.3:80: --egress-deny 10.0.0.0/8"),
+        "{}",
+        res.body
+    );
+    let res = t
+        .api(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(job("b", "http://127.0.0.1:18282/")),
+        )
+        .await;
+    assert_eq!(
+        res.status,
+        StatusCode::CREATED,
+        "the exception: {}",
+        res.body
+    );
+    let res = t
+        .api(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(job("c", "http://127.0.0.1:18283/")),
+        )
+        .await;
+    assert_eq!(
+        res.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "only that port: {}",
+        res.body
+    );
+    t.stop().await;
+}
+
 /// A POST from an executor of app `default`, with exactly these signing headers.
 fn as_default_executor(
     path: &str,
@@ -737,7 +879,11 @@ fn job(fields: &str) -> String {
 #[tokio::test]
 async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
     use Method as M;
-    let t = start().await;
+    // Its alarm channel points at 127.0.0.1: an explicit, test-only egress allowance.
+    let t = TestApp::start_with(|c| {
+        c.egress = rota_net::egress::Policy::new(&["127.0.0.1".to_owned()], &[]).unwrap();
+    })
+    .await;
     t.upload_echo().await;
     let created = t.api(M::POST, "/api/v1/jobs", Some(json!({"name": "base", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}))).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);

@@ -1,15 +1,17 @@
 //! A component's outgoing HTTP (`wasi:http/outgoing-handler`), under the same rules as
 //! the `rota` import `http_request` of a preview 1 plugin ([`super::host`]): the URL must
-//! be on the job's allow-list (a request off it is refused with `HTTP-request-denied`
-//! before any connection is made), a request takes at most the run's remaining time and
+//! be on the job's allow-list and inside the executor's egress policy (a request refused
+//! by either gets `HTTP-request-denied`, and no address the policy denies is ever
+//! connected to), a request takes at most the run's remaining time and
 //! [`REQUEST_TIMEOUT`], bodies are capped both ways at [`BODY_MAX`], and each request —
 //! or its denial — is a `[rota]` line of the run's log, its URL without the query.
 //!
-//! The request is sent by the process's one HTTP client (the plugins' `reqwest` client:
-//! its connection pool and `--tls-ca` roots), on the process's runtime. Redirects are the
+//! The request is sent by the process's plugin HTTP clients ([`Egress`]: their connection
+//! pools, `--tls-ca` roots and the policy's resolver), on the process's runtime. Redirects are the
 //! guest's to follow: a 3xx is its answer, as `wasi:http` expects.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -17,8 +19,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use rota_proto::allow::AllowList;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
-use super::host::{BODY_MAX, Body, REQUEST_TIMEOUT, exchange, on_io, redacted};
+use super::host::{BODY_MAX, Body, NoAnswer, REQUEST_TIMEOUT, exchange, on_io, redacted};
 use crate::logs::RunLog;
+use rota_net::egress::Egress;
 
 type Sent = wasmtime_wasi_http::Result<(
     http::Response<WasiBody>,
@@ -29,7 +32,7 @@ type Sent = wasmtime_wasi_http::Result<(
 pub(super) struct HttpGate {
     /// The job's allow-list; `None` (no job) refuses everything.
     pub(super) allow: Option<AllowList>,
-    pub(super) client: reqwest::Client,
+    pub(super) egress: Arc<Egress>,
     pub(super) io: Option<tokio::runtime::Handle>,
     pub(super) log: RunLog,
     pub(super) deadline: Instant,
@@ -43,7 +46,7 @@ impl WasiHttpHooks for HttpGate {
         _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn Future<Output = Sent> + Send> {
         let allow = self.allow.clone();
-        let client = self.client.clone();
+        let egress = self.egress.clone();
         let io = self.io.clone();
         let log = self.log.clone();
         let deadline = self.deadline;
@@ -61,6 +64,16 @@ impl WasiHttpHooks for HttpGate {
                 ));
                 return Err(HttpError::HttpRequestDenied);
             }
+            let client = match egress.client(&url) {
+                Ok(client) => client,
+                Err(refused) => {
+                    log.note(&format!(
+                        "http {method} {} refused: {refused}",
+                        redacted(&url)
+                    ));
+                    return Err(HttpError::HttpRequestDenied);
+                }
+            };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(HttpError::ConnectionTimeout);
@@ -87,12 +100,19 @@ impl WasiHttpHooks for HttpGate {
             let sent = Instant::now();
             let answer = on_io(&io, exchange(req))
                 .await
-                .map_err(|refused| refused.1)
+                .map_err(|refused| NoAnswer::Failed(refused.1))
                 .and_then(|r| r);
             let ms = sent.elapsed().as_millis();
             let (status, _, headers, body) = match answer {
                 Ok(answer) => answer,
-                Err(why) => {
+                Err(NoAnswer::Denied(denied)) => {
+                    log.note(&format!(
+                        "http {method} {} refused: {denied}",
+                        redacted(&url)
+                    ));
+                    return Err(HttpError::HttpRequestDenied);
+                }
+                Err(NoAnswer::Failed(why)) => {
                     log.note(&format!(
                         "http {method} {} failed after {ms} ms: {why}",
                         redacted(&url)

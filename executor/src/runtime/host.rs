@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use rota_net::egress::{Denied, Egress, denied_in};
 use rota_proto::allow::AllowList;
 use rota_proto::error_chain;
 use rota_proto::wire::{
@@ -125,7 +126,8 @@ type Answer = Result<Vec<u8>, Refused>;
 /// One run's side of the imports (in its store's data).
 pub(super) struct Host {
     access: Option<HostAccess>,
-    http: reqwest::Client,
+    /// The plugins' HTTP clients, under the executor's egress policy.
+    http: Arc<Egress>,
     /// The process's runtime, where network calls run ([`on_io`]).
     io: Option<tokio::runtime::Handle>,
     log: RunLog,
@@ -139,7 +141,7 @@ pub(super) struct Host {
 impl Host {
     pub(super) fn new(
         access: Option<HostAccess>,
-        http: reqwest::Client,
+        http: Arc<Egress>,
         io: Option<tokio::runtime::Handle>,
         log: RunLog,
         deadline: Instant,
@@ -180,7 +182,7 @@ impl Host {
     pub(super) fn http_gate(&self) -> HttpGate {
         HttpGate {
             allow: self.access.as_ref().map(|a| a.allow.clone()),
-            client: self.http.clone(),
+            egress: self.http.clone(),
             io: self.io.clone(),
             log: self.log.clone(),
             deadline: self.deadline,
@@ -359,12 +361,19 @@ impl Host {
                 self.log.note(&line);
                 return Err(Refused(DENIED, line));
             }
+            let client = match self.http.client(&url) {
+                Ok(client) => client,
+                Err(refused) => {
+                    let line = format!("http {method} {} refused: {refused}", redacted(&url));
+                    self.log.note(&line);
+                    return Err(Refused(DENIED, line));
+                }
+            };
             let left = self.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Refused(FAILED, "the run's time is up".into()));
             }
-            let mut req = self
-                .http
+            let mut req = client
                 .request(method.clone(), url.clone())
                 .timeout(left.min(REQUEST_TIMEOUT));
             for (k, v) in &headers {
@@ -379,7 +388,12 @@ impl Host {
             let exchange = on_io(&self.io, exchange(req)).await?;
             let elapsed = sent.elapsed().as_millis();
             let (status, location, headers, out) = match exchange {
-                Err(why) => {
+                Err(NoAnswer::Denied(denied)) => {
+                    let line = format!("http {method} {} refused: {denied}", redacted(&url));
+                    self.log.note(&line);
+                    return Err(Refused(DENIED, line));
+                }
+                Err(NoAnswer::Failed(why)) => {
                     self.log.note(&format!(
                         "http {method} {} failed after {elapsed} ms: {why}",
                         redacted(&url)
@@ -456,6 +470,14 @@ pub(super) enum Body {
     Broken(String),
 }
 
+/// Why an exchange brought no answer.
+pub(super) enum NoAnswer {
+    /// The egress policy refused every address the name resolved to: nothing was sent.
+    Denied(Denied),
+    /// No connection, a timeout, a broken exchange: its causes on one line.
+    Failed(String),
+}
+
 /// One request and its response: status, `Location`, headers and body (up to
 /// [`BODY_MAX`]); `Err` if no response came. Runs on the I/O runtime ([`on_io`]).
 pub(super) async fn exchange(
@@ -467,9 +489,12 @@ pub(super) async fn exchange(
         Vec<(String, String)>,
         Body,
     ),
-    String,
+    NoAnswer,
 > {
-    let mut resp = req.send().await.map_err(|e| error_chain(&e))?;
+    let mut resp = req.send().await.map_err(|e| match denied_in(&e) {
+        Some(denied) => NoAnswer::Denied(denied.clone()),
+        None => NoAnswer::Failed(error_chain(&e)),
+    })?;
     let status = resp.status();
     let location = resp
         .headers()

@@ -620,6 +620,8 @@ impl TestServer {
         config.api_token = Some(TOKEN.into());
         config.advertise_url = url.clone();
         config.node_name = url.clone();
+        config.egress =
+            rota_net::egress::Policy::new(&[TEST_EGRESS_ALLOW.to_owned()], &[]).unwrap();
         tweak(&mut config);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let handle = tokio::spawn(rota_scheduler::run(config, listener, async move {
@@ -683,6 +685,13 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The explicit, test-only egress allowance every node these tests start is given: their
+/// receivers (webhook sinks, alarm hooks, the order service plugins call) listen on
+/// 127.0.0.1, which the policy denies by default. The node's own ports and its database
+/// stay denied whatever it opens; the egress tests (`rota/tests/egress.rs`) start nodes
+/// without it, or with an exception of their own, by passing `ROTA_EGRESS_ALLOW` in `env`.
+pub const TEST_EGRESS_ALLOW: &str = "127.0.0.1";
+
 /// `rota standalone` (the real binary) on port 0 with its own data directory.
 pub struct Standalone {
     pub child: KillOnDrop,
@@ -702,6 +711,7 @@ impl Standalone {
             .args(["--listen", "127.0.0.1:0"])
             .env("ROTA_API_TOKEN", TOKEN)
             .env("ROTA_LOG", "warn")
+            .env("ROTA_EGRESS_ALLOW", TEST_EGRESS_ALLOW)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -780,6 +790,7 @@ pub fn spawn_server_env(
         .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
         .env("ROTA_API_TOKEN", TOKEN)
         .env("ROTA_LOG", "info")
+        .env("ROTA_EGRESS_ALLOW", TEST_EGRESS_ALLOW)
         .envs(env.iter().copied())
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -969,6 +980,7 @@ pub fn spawn_executor(
         .arg("--data-dir")
         .arg(data_dir)
         .env("ROTA_EXECUTOR_SECRET", app_key_text("default"))
+        .env("ROTA_EGRESS_ALLOW", TEST_EGRESS_ALLOW)
         .env("ROTA_LOG", log.map_or("warn", |(_, level)| level))
         .stdout(Stdio::null());
     match log {

@@ -14,15 +14,20 @@
 //! - `email`: over SMTP (`ROTA_SMTP_URL`, e.g. `smtp://user:pass@mail.example.com:587?tls=required`
 //!   for STARTTLS), to the channel's recipients.
 //!
-//! The HTTP client and the SMTP transport are built on first use: a channel that cannot be
-//! reached never delays start-up, and is only ever waited on by its own sends.
+//! The HTTP clients and the SMTP transport are built on first use: a channel that cannot be
+//! reached never delays start-up, and is only ever waited on by its own sends. Every HTTP
+//! channel's URL is bounded by the node's egress policy ([`rota_net::egress`]), like a
+//! webhook job's: a refused send sends nothing and its error names the rule. The SMTP
+//! server is the admin's own setting (`ROTA_SMTP_URL`), not a channel's, and is not.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, KeyInit, Mac};
 use reqwest::header::CONTENT_TYPE;
+use rota_net::egress::{Egress, denied_in};
 use serde::Serialize;
 use serde_json::json;
 use sha2::Sha256;
@@ -216,10 +221,10 @@ pub fn accepted(kind: Kind, status: u16, body: &[u8]) -> Result<(), String> {
     }
 }
 
-/// Sends alarms: the HTTP client and the SMTP transport, each built on first use.
+/// Sends alarms: the HTTP clients (under the egress policy) and the SMTP transport, built
+/// on first use.
 pub struct Sender {
-    tls: rota_net::Tls,
-    http: OnceCell<reqwest::Client>,
+    http: Egress,
     smtp_url: Option<String>,
     smtp: OnceCell<Result<lettre::AsyncSmtpTransport<lettre::Tokio1Executor>, String>>,
     /// The sender address of email alarms.
@@ -227,10 +232,18 @@ pub struct Sender {
 }
 
 impl Sender {
-    pub fn new(tls: rota_net::Tls, smtp_url: Option<String>, from: String) -> Self {
+    pub fn new(
+        tls: rota_net::Tls,
+        egress: Arc<rota_net::egress::Policy>,
+        smtp_url: Option<String>,
+        from: String,
+    ) -> Self {
         Sender {
-            tls,
-            http: OnceCell::new(),
+            http: Egress::new(egress, move || {
+                tls.client()
+                    .timeout(SEND_TIMEOUT)
+                    .redirect(reqwest::redirect::Policy::none())
+            }),
             smtp_url,
             smtp: OnceCell::new(),
             from,
@@ -243,17 +256,11 @@ impl Sender {
             return self.email(target, m).await;
         }
         let req = request(target, m, now)?;
+        let url = reqwest::Url::parse(&req.url).map_err(|e| format!("url: {e}"))?;
         let http = self
             .http
-            .get_or_init(|| async {
-                self.tls
-                    .client()
-                    .timeout(SEND_TIMEOUT)
-                    .redirect(reqwest::redirect::Policy::none())
-                    .build()
-                    .unwrap_or_default()
-            })
-            .await;
+            .client(&url)
+            .map_err(|refused| format!("nothing was sent: {refused}"))?;
         let mut call = http
             .post(&req.url)
             .header(CONTENT_TYPE, "application/json")
@@ -306,6 +313,9 @@ impl Sender {
 /// A failed request, with its cause (reqwest's top line alone says little) and without
 /// its URL (a bot's token may be in it; the error is kept in the history).
 fn describe(e: reqwest::Error) -> String {
+    if let Some(denied) = denied_in(&e) {
+        return format!("nothing was sent: {denied}");
+    }
     let e = e.without_url();
     let mut text = e.to_string();
     let mut source = std::error::Error::source(&e);

@@ -140,6 +140,17 @@ impl Node {
         crate::console::seed_admin(&node.cluster.store, config.admin_password.as_deref())
             .await
             .context("seeding the console's admin user")?;
+        // Only the admin's configuration can change where jobs' HTTP may go: each start
+        // says so in the audit log, with the rules it runs with.
+        for rule in config.egress.admin_rules() {
+            tracing::info!(%rule, "egress policy");
+            node.audit(
+                &format!("config of node {}", config.node_name),
+                "egress policy",
+                rule,
+            )
+            .await;
+        }
         node.start_loops(scan, dispatcher, recorder_rx).await?;
         Ok(node)
     }
@@ -170,6 +181,7 @@ impl Node {
             alarm_rules.clone(),
             alarm::channel::Sender::new(
                 config.tls.clone(),
+                Arc::new(config.egress.clone()),
                 config.smtp_url.clone(),
                 config.alarm_from.clone(),
             ),
@@ -249,7 +261,11 @@ impl Node {
             recorder,
             lateness: self.lateness.clone(),
             ready: self.ready.clone(),
-            webhooks: Webhooks::new(&config.tls, self.secrets.clone()),
+            webhooks: Webhooks::new(
+                &config.tls,
+                Arc::new(config.egress.clone()),
+                self.secrets.clone(),
+            ),
             slow: SlowTracker::new(config.slow_dispatch_ms, config.slow_dispatch_count),
             rooms: Rooms::default(),
             in_flight: AtomicUsize::new(0),

@@ -61,6 +61,24 @@ pub(super) fn split_hosts(url: &str) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// The `host`, `port` of every server a `mysql://` URL names (3306 when it gives none);
+/// nothing for SQLite. The egress policy denies them to jobs' HTTP.
+pub fn database_endpoints(url: &str) -> Vec<(String, u16)> {
+    if !url.starts_with("mysql:") {
+        return Vec::new();
+    }
+    let Ok(hosts) = split_hosts(url) else {
+        return Vec::new();
+    };
+    hosts
+        .iter()
+        .filter_map(|(_, one)| {
+            let opts = one.parse::<MySqlConnectOptions>().ok()?;
+            Some((opts.get_host().to_owned(), opts.get_port()))
+        })
+        .collect()
+}
+
 impl Members {
     /// The members of `url`, or `None` when it names one host.
     pub(super) fn of(url: &str) -> Result<Option<Arc<Members>>> {

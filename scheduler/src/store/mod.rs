@@ -325,6 +325,7 @@ pub use alarms::{
     WaitingEvents,
 };
 use members::Members;
+pub use members::database_endpoints;
 pub use plugins::{NewPlugin, PART_BYTES};
 pub use queue::{Handover, HeldLease, LeaseEnding, Leased, LeasesEnded, QueueFacts, lease_token};
 use retry::is_retryable;

@@ -132,6 +132,13 @@ pub async fn create_channel(
             if !matches!(parsed.scheme(), "http" | "https") {
                 return Err(invalid("url", "must be an http:// or https:// URL"));
             }
+            // Alarm channels go where the admin's egress policy lets jobs' HTTP go.
+            if let Err(denied) = node.config().egress.check_url_now(&parsed).await {
+                return Err(invalid(
+                    "url",
+                    format!("{denied}; only an admin can open it (--egress-allow)"),
+                ));
+            }
             (Some(url.clone()), Some(url_hint(&parsed)))
         }
     };

@@ -340,13 +340,44 @@ impl Collect {
         backoff
     }
 
+    /// Every entry of the allow-list must be inside the node's egress policy: a job cannot
+    /// open what the admin closed (the policy is checked again at every connection).
+    async fn egress(&mut self, policy: &rota_net::egress::Policy, allow: &[String]) {
+        for (i, entry) in allow.iter().enumerate() {
+            let Ok(url) = reqwest::Url::parse(entry.trim()) else {
+                continue; // `http_allow` already says why
+            };
+            if let Err(denied) = policy.check_url_now(&url).await {
+                self.0.push(invalid(
+                    "http_allow",
+                    format!(
+                        "entry {i} (`{}`): {denied}; only an admin can open it \
+                         (--egress-allow)",
+                        validate::excerpt(entry)
+                    ),
+                ));
+            }
+        }
+    }
+
     /// Where the plugin may send HTTP requests: as sent, else the changed job's, else
-    /// nowhere.
-    fn http_allow(&mut self, sent: Option<Vec<String>>, old: Option<Vec<String>>) -> Vec<String> {
+    /// nowhere. A list sent is checked against the egress policy; one kept from before is
+    /// not, so a job whose list the admin has since closed can still be changed (its
+    /// requests are refused when they are made).
+    async fn http_allow(
+        &mut self,
+        sent: Option<Vec<String>>,
+        old: Option<Vec<String>>,
+        policy: &rota_net::egress::Policy,
+    ) -> Vec<String> {
+        let check_egress = sent.is_some();
         let allow = sent.or(old).unwrap_or_default();
         self.check(
             rota_proto::allow::AllowList::parse(&allow).map_err(|e| invalid("http_allow", e)),
         );
+        if check_egress {
+            self.egress(policy, &allow).await;
+        }
         allow
     }
 }
@@ -418,7 +449,13 @@ pub async fn build_spec(
     );
 
     let backoff = bad.backoff(f.backoff, old.map(|s| s.backoff.clone()));
-    let http_allow = bad.http_allow(f.http_allow, old.map(|s| s.http_allow.clone()));
+    let http_allow = bad
+        .http_allow(
+            f.http_allow,
+            old.map(|s| s.http_allow.clone()),
+            &node.config().egress,
+        )
+        .await;
     bad.webhook(&delivery, &http_allow);
     let child_jobs = match f.child_jobs {
         Some(refs) => bad.take(child_jobs(store, who, &refs, base.map(|j| j.id)).await),

@@ -12,12 +12,15 @@
 //! team that only wants webhooks runs `rota server`), a delivery is one hop instead of two,
 //! and the run is recorded by the node that sent it. The price — the control plane opens
 //! connections to your services — is bounded by the job's `http_allow` list, which the URL
-//! must be on (`docs/architecture.md`, §5b).
+//! must be on (`docs/architecture.md`, §5b), and by the node's egress policy
+//! ([`rota_net::egress`]), which the admin owns: a delivery refused by it sends nothing and
+//! its run's message names the rule.
 
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, KeyInit, Mac};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use rota_net::egress::{Egress, denied_in};
 use sha2::Sha256;
 use tokio::sync::Semaphore;
 
@@ -36,9 +39,9 @@ const MAX_RETRY_AFTER_MS: i64 = 3_600_000;
 /// A signing secret as read at a moment (`None`: it did not exist).
 type OpenedSecret = (Instant, Option<Vec<u8>>);
 
-/// The HTTP client of deliveries, the signing secrets lately opened, and each job's bound.
+/// The HTTP clients of deliveries, the signing secrets lately opened, and each job's bound.
 pub(crate) struct Webhooks {
-    http: reqwest::Client,
+    http: Egress,
     secrets: Mutex<HashMap<(String, String), OpenedSecret>>,
     /// Each job's bound and its permits (a new bound, after a change of the job, starts
     /// a new semaphore).
@@ -48,14 +51,18 @@ pub(crate) struct Webhooks {
 }
 
 impl Webhooks {
-    pub(crate) fn new(tls: &rota_net::Tls, box_: Arc<crate::secrets::SecretBox>) -> Self {
-        let http = tls
-            .client()
-            .pool_max_idle_per_host(PER_JOB)
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+    pub(crate) fn new(
+        tls: &rota_net::Tls,
+        egress: Arc<rota_net::egress::Policy>,
+        box_: Arc<crate::secrets::SecretBox>,
+    ) -> Self {
+        let tls = tls.clone();
+        let http = Egress::new(egress, move || {
+            tls.client()
+                .pool_max_idle_per_host(PER_JOB)
+                .tcp_nodelay(true)
+                .redirect(reqwest::redirect::Policy::none())
+        });
         Webhooks {
             http,
             secrets: Mutex::new(HashMap::new()),
@@ -271,9 +278,15 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
     }
     let timeout =
         Duration::from_millis(timeout_ms.unwrap_or(spec.timeout_ms).clamp(1, 300_000) as u64);
-    let sent = dispatcher
-        .webhooks
-        .http
+    let http = match reqwest::Url::parse(url) {
+        Ok(parsed) => dispatcher.webhooks.http.client(&parsed),
+        Err(e) => return failed(format!("`{url}` is not a URL: {e}")),
+    };
+    let http = match http {
+        Ok(http) => http,
+        Err(refused) => return failed(format!("nothing was sent to {url}: {refused}")),
+    };
+    let sent = http
         .post(url)
         .headers(headers)
         .body(body)
@@ -288,7 +301,10 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
                 timeout.as_millis()
             ));
         }
-        Err(e) => return failed(format!("could not deliver to {url}: {}", error_chain(&e))),
+        Err(e) => match denied_in(&e) {
+            Some(denied) => return failed(format!("nothing was sent to {url}: {denied}")),
+            None => return failed(format!("could not deliver to {url}: {}", error_chain(&e))),
+        },
     };
     let status = resp.status();
     if status.is_success() {
