@@ -166,6 +166,11 @@ struct ServerArgs {
     #[arg(long, env = "ROTA_NODE_DEAD_AFTER_MS", default_value_t = 3_000,
           value_parser = clap::value_parser!(i64).range(600..=600_000))]
     node_dead_after_ms: i64,
+    /// A clock further than this (ms) off the database's makes `/readyz` answer 503 and is
+    /// logged; due times stay right, corrected by the measured offset.
+    #[arg(long, env = "ROTA_MAX_CLOCK_OFFSET_MS", default_value_t = 500,
+          value_parser = clap::value_parser!(i64).range(1..=3_600_000))]
+    max_clock_offset_ms: i64,
     /// Executors are dead after this long without a heartbeat (ms).
     #[arg(long, env = "ROTA_EXECUTOR_DEAD_AFTER_MS", default_value_t = 90_000)]
     executor_dead_after_ms: i64,
@@ -205,6 +210,7 @@ impl ServerArgs {
         c.slow_dispatch_ms = self.slow_dispatch_ms;
         c.slow_dispatch_count = self.slow_dispatch_count;
         c.executor_dead_after_ms = self.executor_dead_after_ms;
+        c.max_clock_offset_ms = self.max_clock_offset_ms;
         c.node_dead_after_ms = self.node_dead_after_ms;
         c.max_payload_bytes = self.max_payload_bytes;
         if let Some(key) = self.secrets_key.as_deref().filter(|k| !k.is_empty()) {

@@ -459,7 +459,28 @@ async fn plugin_run_provides_the_host_imports() {
     };
     let url = format!("{}/orders/42", service.url);
     let http = file("http.wat", fixtures::http_plugin("GET", &url, ""));
-    let allowed = rota_with(&[], &["plugin", "run", &http, "--allow", &service.url]).await;
+    // The service listens on loopback, which the egress policy denies unless opened.
+    let exception = service.url.trim_start_matches("http://");
+    let refused = rota_with(&[], &["plugin", "run", &http, "--allow", &service.url]).await;
+    assert!(
+        refused.stdout.contains(&format!(
+            "[rota] http GET {url} refused: the egress policy refuses {exception}: loopback"
+        )),
+        "{refused:?}"
+    );
+    let allowed = rota_with(
+        &[],
+        &[
+            "plugin",
+            "run",
+            &http,
+            "--allow",
+            &service.url,
+            "--egress-allow",
+            exception,
+        ],
+    )
+    .await;
     assert_eq!(allowed.code, 0, "{allowed:?}");
     assert!(allowed.stdout.contains("\n200\n"), "{allowed:?}");
     assert!(

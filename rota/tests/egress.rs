@@ -97,8 +97,7 @@ async fn a_job_cannot_reach_the_node_itself_even_where_the_admin_opened_loopback
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_cannot_reach_the_nodes_database() {
     let Some(db) = rota_testkit::MysqlDb::create("rota_eg").await else {
-        rota_testkit::missing("egress: the database port (MariaDB/MySQL)");
-        return;
+        return; // `create` reported what is missing
     };
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();

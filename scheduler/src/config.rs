@@ -46,6 +46,10 @@ pub struct Config {
     /// of this, and fires only while its last heartbeat is younger than half of it.
     pub node_dead_after_ms: i64,
 
+    /// A clock further than this off the database's is reported (a log line, `/readyz`,
+    /// `rota_clock_offset_seconds`); due times stay right, corrected by the offset.
+    pub max_clock_offset_ms: i64,
+
     /// Interval executors are told to heartbeat at.
     pub heartbeat_interval_ms: i64,
     /// An executor silent this long is dead and its runs are lost.
@@ -106,6 +110,7 @@ impl Config {
             slow_dispatch_count: 10,
             dispatch_timeout_ms: 3_000,
             node_dead_after_ms: 3_000,
+            max_clock_offset_ms: 500,
             heartbeat_interval_ms: rota_proto::wire::DEFAULT_HEARTBEAT_INTERVAL_MS,
             executor_dead_after_ms: rota_proto::wire::DEFAULT_EXECUTOR_DEAD_AFTER_MS,
             executors_die_with_node: false,
@@ -167,6 +172,7 @@ impl std::fmt::Debug for Config {
             .field("slow_dispatch_count", &self.slow_dispatch_count)
             .field("dispatch_timeout_ms", &self.dispatch_timeout_ms)
             .field("node_dead_after_ms", &self.node_dead_after_ms)
+            .field("max_clock_offset_ms", &self.max_clock_offset_ms)
             .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
             .field("executor_dead_after_ms", &self.executor_dead_after_ms)
             .field("executors_die_with_node", &self.executors_die_with_node)

@@ -17,12 +17,35 @@ use crate::schedule::{Misfire, Schedule};
 /// Epoch milliseconds.
 pub type Millis = i64;
 
-/// The wall clock, in epoch milliseconds.
+/// How far the database's clock is ahead of this machine's, ms: added to every reading of
+/// [`now_ms`], so a node whose wall clock is seconds off still computes due times, leases
+/// and take-overs in the database's time (SPEC §4 "Clocks"). Measured by the heartbeat
+/// (`pipeline::lease`); 0 on SQLite, whose clock is this machine's. One per process: a
+/// process is one node (or nodes of one database, in tests).
+static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Now, epoch milliseconds, in the database's time: this machine's wall clock corrected
+/// by the measured offset.
 pub fn now_ms() -> Millis {
+    wall_ms().saturating_add(clock_offset_ms())
+}
+
+/// This machine's wall clock, epoch milliseconds, uncorrected.
+pub fn wall_ms() -> Millis {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The offset [`now_ms`] adds to the wall clock.
+pub fn clock_offset_ms() -> Millis {
+    CLOCK_OFFSET_MS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets the offset [`now_ms`] adds (the heartbeat's measurement).
+pub(crate) fn set_clock_offset_ms(ms: Millis) {
+    CLOCK_OFFSET_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
 }
 
 named_enum! {

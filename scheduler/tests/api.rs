@@ -206,13 +206,20 @@ fn now() -> i64 {
 }
 
 #[tokio::test]
-async fn healthz_is_open() {
+async fn healthz_and_readyz_are_open() {
     let t = start().await;
     let res = t
         .send(Request::get("/healthz").body(Body::empty()).unwrap())
         .await;
     res.expect(StatusCode::OK);
     assert_eq!(res.json(), json!({"status": "ok"}));
+    // Ready, too: the node wrote its heartbeat (the unready story, a full disk, is in
+    // rota/tests/resources.rs).
+    let res = t
+        .send(Request::get("/readyz").body(Body::empty()).unwrap())
+        .await;
+    res.expect(StatusCode::OK);
+    assert_eq!(res.json(), json!({"status": "ready"}));
     t.stop().await;
 }
 
@@ -959,6 +966,94 @@ async fn runs_and_executors() {
 }
 
 /// Changes made through the API are in the audit log, which only admins read.
+/// Changing a task through the API is audited as through the console (one door: the use
+/// case audits, whichever adapter called it): reschedule, cancel, retry of a dead task,
+/// a bulk retry and a cancel by key. A cancel that changes nothing is not.
+#[tokio::test]
+async fn task_changes_through_the_api_are_audited() {
+    let t = start().await;
+    t.post(
+        "/api/v1/jobs",
+        json!({"name": "q", "app": "default", "schedule": {"kind": "none"},
+               "delivery": {"kind": "pull"}, "max_attempts": 1}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    let task = |body: Value| async {
+        let res = t.post("/api/v1/tasks", body).await;
+        res.expect(StatusCode::CREATED);
+        res.json()["id"].as_i64().unwrap()
+    };
+    let later = task(json!({"job": "q", "delay_ms": 3_600_000})).await;
+    t.patch(
+        &format!("/api/v1/tasks/{later}"),
+        json!({"delay_ms": 7_200_000}),
+    )
+    .await
+    .expect(StatusCode::OK);
+    t.delete(&format!("/api/v1/tasks/{later}"))
+        .await
+        .expect(StatusCode::OK);
+    t.delete(&format!("/api/v1/tasks/{later}"))
+        .await
+        .expect(StatusCode::OK);
+    let keyed = task(json!({"job": "q", "delay_ms": 3_600_000, "key": "k1"})).await;
+    t.delete("/api/v1/tasks?job=q&key=k1")
+        .await
+        .expect(StatusCode::OK);
+    // Two tasks die (one attempt each, nacked); one is retried alone, then the rest.
+    let dead = [
+        task(json!({"job": "q"})).await,
+        task(json!({"job": "q"})).await,
+    ];
+    for _ in 0..2 {
+        let pulled = t
+            .post(
+                "/api/v1/jobs/q/pull",
+                json!({"max": 1, "wait_ms": 10_000, "lease_ms": 60_000}),
+            )
+            .await
+            .json();
+        let item = &pulled["items"][0];
+        let id = item["task"].as_i64().unwrap();
+        t.post(
+            &format!("/api/v1/tasks/{id}/nack"),
+            json!({"lease": item["lease"], "error": "no"}),
+        )
+        .await
+        .expect(StatusCode::OK);
+    }
+    t.post(&format!("/api/v1/tasks/{}/retry", dead[0]), json!({}))
+        .await
+        .expect(StatusCode::OK);
+    t.post("/api/v1/tasks/retry", json!({"job": "q", "status": "dead"}))
+        .await
+        .expect(StatusCode::OK);
+
+    let log = t.get("/api/v1/audit?limit=6").await.json();
+    let entries: Vec<(String, String)> = log["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            assert_eq!(e["user"], "root", "{e}");
+            let text = |k: &str| e[k].as_str().unwrap().to_owned();
+            (text("action"), text("target"))
+        })
+        .collect();
+    let expected = [
+        ("retry dead tasks", "1 dead task(s) of job `q`".to_owned()),
+        ("retry task", dead[0].to_string()),
+        ("cancel task", keyed.to_string()),
+        ("cancel task", later.to_string()),
+        ("reschedule task", later.to_string()),
+        ("create job", "q".to_owned()),
+    ]
+    .map(|(a, target)| (a.to_owned(), target));
+    assert_eq!(entries, expected);
+    t.stop().await;
+}
+
 #[tokio::test]
 async fn api_changes_are_audited() {
     let t = start().await;

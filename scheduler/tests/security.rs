@@ -169,6 +169,7 @@ async fn every_route_refuses_callers_without_proper_credentials() {
             "GET /healthz",
             "GET /lang/{tag}",
             "GET /login",
+            "GET /readyz",
             "GET /static/console.css",
             "GET /static/console.js",
             "GET /static/favicon.svg",
@@ -899,6 +900,19 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
         )
         .await;
     assert_eq!(rule.status, StatusCode::CREATED, "{}", rule.body);
+    // A job is named by its name or its id, here as everywhere (SPEC §6).
+    let q_id = serde_json::from_str::<Value>(&pulled.body).unwrap()["id"].clone();
+    let by_id = t
+        .api(
+            M::POST,
+            "/api/v1/alarm-rules",
+            Some(
+                json!({"name": "by-id", "app": "default", "job": q_id, "on": "backlog",
+                        "threshold": 1000, "channels": ["ops"]}),
+            ),
+        )
+        .await;
+    assert_eq!(by_id.status, StatusCode::CREATED, "{}", by_id.body);
     let acks_over = format!(
         r#"{{"acks": [{}]}}"#,
         vec![r#"{"task": 1, "lease": "x"}"#; 1_001].join(",")

@@ -4,6 +4,7 @@
 //! | routes | who may call | decided by |
 //! |---|---|---|
 //! | `GET /healthz` | anyone | — |
+//! | `GET /readyz` | anyone | — |
 //! | `/api/v1/*`, `GET /metrics` | holders of the API token | [`auth::require_token`] |
 //! | `/api/executor/v1/*` | executors (requests signed with their app's key) | [`auth::require_signature`] |
 //! | `/api/node/v1/*` | other scheduler nodes (signed with the master secret) | [`auth::require_signature`] |
@@ -96,6 +97,7 @@ pub fn router(state: AppState) -> Router {
         .merge(executor_protocol)
         .merge(crate::console::router(state.node.clone()))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
@@ -142,7 +144,7 @@ fn signed_routes() -> Vec<(Method, String, MethodRouter<AppState>)> {
 /// What a caller must show to reach a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guard {
-    /// Nothing: `/healthz`, the login page and its assets.
+    /// Nothing: `/healthz`, `/readyz`, the login page and its assets.
     Open,
     /// An API token ([`auth::require_token`]).
     Token,
@@ -157,6 +159,7 @@ pub enum Guard {
 pub fn route_table() -> Vec<(Method, String, Guard)> {
     let mut table = vec![
         (Method::GET, "/healthz".to_owned(), Guard::Open),
+        (Method::GET, "/readyz".to_owned(), Guard::Open),
         (Method::GET, "/metrics".to_owned(), Guard::Token),
     ];
     table.extend(api_routes().into_iter().map(|(m, p)| (m, p, Guard::Token)));
@@ -273,6 +276,20 @@ async fn healthz(State(state): State<AppState>) -> Response {
         Err(e) => {
             tracing::warn!(error = %e, "health check: the database does not answer");
             let body = json!({"status": "unavailable", "error": "the database does not answer"});
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+        }
+    }
+}
+
+/// `GET /readyz`: open to all, for load balancers and Kubernetes probes. 200 when this node
+/// can write to its database (its heartbeat was written within half the dead-after time;
+/// it serves only once its migrations are done); else 503 with the reason — the
+/// database's disk is full, it is read-only, it does not answer, or the node was taken over.
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.node.readiness() {
+        Ok(()) => axum::Json(json!({"status": "ready"})).into_response(),
+        Err(reason) => {
+            let body = json!({"status": "unready", "reason": reason});
             (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
         }
     }

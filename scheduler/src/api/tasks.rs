@@ -16,7 +16,7 @@ use super::views::{PageView, TASK_STATUSES, TaskPage, TaskView, parse_rfc3339};
 use crate::access::{Need, Principal};
 use crate::model::{Millis, TaskFilter, TaskState, TaskStatus};
 use crate::usecase;
-use crate::usecase::jobs::{find_job, task_as};
+use crate::usecase::jobs::task_as;
 use crate::usecase::tasks::{Reschedule, TaskFields};
 
 /// `POST /api/v1/tasks`: 201 with the new task, or 200 with the existing one when a task
@@ -154,8 +154,7 @@ pub async fn cancel(
     Extension(who): Extension<Principal>,
     PathId(id): PathId,
 ) -> ApiResult<Json<TaskView>> {
-    task_as(state.node.store(), &who, id, Need::Change).await?;
-    let (task, _) = state.node.cancel_task(id).await?;
+    let task = usecase::tasks::cancel(&state.node, &who, id).await?;
     Ok(Json(task.into()))
 }
 
@@ -196,11 +195,7 @@ pub async fn cancel_by_key(
             "query parameters `job` and `key` are required: DELETE /api/v1/tasks?job=…&key=… (or DELETE /api/v1/tasks/{id})".into(),
         ));
     };
-    let store = state.node.store();
-    let found = find_job(store, &job).await?;
-    who.check(&found.spec.app, Need::Change, &format!("job `{job}`"))?;
-    let task = store.get_task_by_key(found.id, &key).await?;
-    let (task, _) = state.node.cancel_task(task.id).await?;
+    let task = usecase::tasks::cancel_by_key(&state.node, &who, &job, &key).await?;
     Ok(Json(task.into()))
 }
 

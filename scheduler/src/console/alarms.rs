@@ -16,6 +16,7 @@ use crate::alarm::On;
 use crate::alarm::channel::Kind;
 use crate::usecase::Error;
 use crate::usecase::alarms::{self, ChannelFields, RuleFields};
+use crate::usecase::fields::NameOrId;
 
 /// Alarms in the history table.
 const HISTORY: u32 = 50;
@@ -211,7 +212,7 @@ fn empty() -> Shown {
 /// Shows a user's mistake above the form (`key`); anything else is the error page's.
 fn shown_error(key: &str, e: Error) -> Result<Errors, Error> {
     match e {
-        Error::Internal(_) | Error::Unavailable(_) => Err(e),
+        Error::Internal(_) | Error::Unavailable(_) | Error::InsufficientStorage(_) => Err(e),
         other => Ok(Errors::from([(key.to_owned(), other.to_string())])),
     }
 }
@@ -309,7 +310,7 @@ pub async fn create_rule(
         let fields = RuleFields {
             name: form.name.trim().to_owned(),
             app: form.app.trim().to_owned(),
-            job: empty_none(&form.job).map(str::to_owned),
+            job: empty_none(&form.job).map(|j| NameOrId::Name(j.to_owned())),
             on: form.on.clone(),
             threshold,
             channels: words(&form.channels),

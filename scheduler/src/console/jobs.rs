@@ -315,7 +315,9 @@ pub(super) fn file_error(errors: &mut Errors, e: Error) -> Result<(), Error> {
             errors.insert("name".into(), "a job with this name already exists".into());
             return Ok(());
         }
-        Error::Internal(_) | Error::Unavailable(_) => return Err(e),
+        Error::Internal(_) | Error::Unavailable(_) | Error::InsufficientStorage(_) => {
+            return Err(e);
+        }
         other => other.to_string(),
     };
     match message.split_once(": ") {

@@ -194,9 +194,7 @@ pub async fn cancel_task(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    task_as(console.node.store(), &s.who, id, Need::Change).await?;
-    console.node.cancel_task(id).await?;
-    audit(&console, &s.user.name, "cancel task", &id.to_string()).await;
+    usecase::tasks::cancel(&console.node, &s.who, id).await?;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
 }
 
@@ -206,7 +204,6 @@ pub async fn retry_task(
     Path(id): Path<i64>,
 ) -> PageResult {
     usecase::queue::retry(&console.node, &s.who, id).await?;
-    audit(&console, &s.user.name, "retry task", &id.to_string()).await;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
 }
 
@@ -238,6 +235,5 @@ pub async fn reschedule_task(
         ..usecase::tasks::Reschedule::default()
     };
     usecase::tasks::reschedule(&console.node, &s.who, id, change).await?;
-    audit(&console, &s.user.name, "reschedule task", &id.to_string()).await;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
 }

@@ -115,6 +115,8 @@ impl Node {
         store: Store,
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<Node> {
+        // Due times, leases and take-overs are in the database's time from the start.
+        crate::pipeline::measure_clock(store.database_time(), config.max_clock_offset_ms).await;
         wait_for_name(&store, &config.node_name, config.node_dead_after_ms).await?;
         let now = now_ms();
         let lease = store
@@ -871,6 +873,22 @@ impl Node {
             max_lines,
         };
         Ok(self.client.log(&app, address, &req).await?)
+    }
+
+    /// Whether this node can serve now, else why not (`GET /readyz`): it writes its
+    /// heartbeat, and its clock is within `max_clock_offset_ms` of the database's.
+    pub fn readiness(&self) -> Result<(), String> {
+        let cluster = &self.cluster;
+        cluster.fire_lease.readiness(cluster.clock.now_ms())?;
+        let offset = crate::model::clock_offset_ms();
+        let max = cluster.config.max_clock_offset_ms;
+        if offset.abs() > max {
+            return Err(format!(
+                "this node's clock is {offset} ms off the database's (more than \
+                 max_clock_offset_ms, {max} ms): its times are corrected, but fix its time sync"
+            ));
+        }
+        Ok(())
     }
 
     pub fn render_metrics(&self) -> String {

@@ -58,6 +58,8 @@ impl Lease {
 pub(crate) struct FireLease {
     until: AtomicI64,
     half_dead_after: Millis,
+    /// Why the last heartbeat was not written, until one is: what `/readyz` says.
+    last_failure: std::sync::Mutex<Option<String>>,
 }
 
 impl FireLease {
@@ -66,7 +68,38 @@ impl FireLease {
         FireLease {
             until: AtomicI64::new(now + dead_after_ms / 2),
             half_dead_after: dead_after_ms / 2,
+            last_failure: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Whether this node can serve at `now` (`/readyz`): it wrote its heartbeat to the
+    /// database recently enough to fire. Else why not, in words — the database's last
+    /// answer to the heartbeat (its disk is full, it is read-only, it does not answer) or
+    /// that the node was fenced and is rejoining.
+    pub(crate) fn readiness(&self, now: Millis) -> Result<(), String> {
+        if self.holds_at(now) {
+            return Ok(());
+        }
+        let until = self.until();
+        if until == 0 {
+            return Err("this node was taken over by another and is rejoining".into());
+        }
+        let since = now - (until - self.half_dead_after);
+        let why = self
+            .last_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| "it took too long".into());
+        Err(format!(
+            "this node's heartbeat has not been written to the database for {since} ms: {why}"
+        ))
+    }
+
+    /// Notes why a heartbeat failed (`None`: one was written).
+    pub(crate) fn note_failure(&self, why: Option<String>) {
+        metrics::gauge!("rota_node_ready").set(if why.is_none() { 1.0 } else { 0.0 });
+        *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     /// A heartbeat sent at `sent` was written: the lease runs from then (the database
@@ -156,11 +189,77 @@ async fn heartbeat_loop(cluster: Arc<Cluster>, fenced: Arc<Notify>, stopped: imp
         match outcome {
             Ok(true) => {
                 cluster.fire_lease.confirmed(sent);
+                cluster.fire_lease.note_failure(None);
+                measure_clock(beat.database_time(), cluster.config.max_clock_offset_ms).await;
             }
             Ok(false) => fenced.notify_one(),
-            Err(e) => tracing::warn!(error = %e, "node heartbeat failed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "node heartbeat failed");
+                let why = match e.exhausted() {
+                    Some(exhausted) => exhausted.to_string(),
+                    None => e.to_string(),
+                };
+                cluster.fire_lease.note_failure(Some(why));
+            }
         }
     }
+}
+
+/// One reading of the database's clock taken between two of this machine's: how far the
+/// database is ahead (NTP-style, its reading against the midpoint of ours) and the
+/// error of that, half the round trip.
+pub(crate) fn offset_of(before: Millis, database: Millis, after: Millis) -> (Millis, Millis) {
+    let round_trip = (after - before).max(0);
+    (database - (before + round_trip / 2), (round_trip + 1) / 2)
+}
+
+/// Reads the database's clock (`read`) between two wall-clock readings and corrects this
+/// node's time by the offset (`model::now_ms`) when it moved by more than the reading's
+/// error; a clock off by more than `max_offset_ms` is logged. The metric
+/// `rota_clock_offset_seconds` shows the offset. SQLite's clock is this machine's: no
+/// reading, no offset.
+pub(crate) async fn measure_clock<F>(read: F, max_offset_ms: Millis)
+where
+    F: std::future::Future<Output = crate::store::Result<Option<Millis>>>,
+{
+    let before = crate::model::wall_ms();
+    let database = read.await;
+    let after = crate::model::wall_ms();
+    follow_database_clock(
+        database.map(|d| d.map(|d| (before, d, after))),
+        max_offset_ms,
+    );
+}
+
+fn follow_database_clock(
+    reading: crate::store::Result<Option<(Millis, Millis, Millis)>>,
+    max_offset_ms: Millis,
+) {
+    let (before, database, after) = match reading {
+        Ok(Some(reading)) => reading,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading the database's clock failed");
+            return;
+        }
+    };
+    let (offset, error) = offset_of(before, database, after);
+    let current = crate::model::clock_offset_ms();
+    if (offset - current).abs() > error + 1 {
+        crate::model::set_clock_offset_ms(offset);
+        if offset.abs() > max_offset_ms {
+            tracing::warn!(
+                offset_ms = offset,
+                error_ms = error,
+                max_clock_offset_ms = max_offset_ms,
+                "this node's clock is off the database's by more than max_clock_offset_ms; its \
+                 due times, leases and take-overs are corrected by the offset, but fix its time \
+                 sync (NTP)"
+            );
+        }
+    }
+    metrics::gauge!("rota_clock_offset_seconds")
+        .set(crate::model::clock_offset_ms() as f64 / 1000.0);
 }
 
 #[cfg(test)]
@@ -193,6 +292,38 @@ mod tests {
         assert!(lease.holds_at(clock.now_ms()));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(!lease.holds_at(clock.now_ms()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readiness_says_why_the_heartbeat_has_not_been_written() {
+        let clock = Clock::tokio_from(10_000_000);
+        let lease = FireLease::new(clock.now_ms(), DEAD_AFTER);
+        assert_eq!(lease.readiness(clock.now_ms()), Ok(()));
+        lease.note_failure(Some("the database's disk is full".into()));
+        assert_eq!(
+            lease.readiness(clock.now_ms()),
+            Ok(()),
+            "still within the lease"
+        );
+        tokio::time::advance(Duration::from_millis(2_000)).await;
+        assert_eq!(
+            lease.readiness(clock.now_ms()),
+            Err(
+                "this node's heartbeat has not been written to the database for 2000 ms: \
+                 the database's disk is full"
+                    .into()
+            )
+        );
+        lease.confirmed(clock.now_ms());
+        lease.note_failure(None);
+        assert_eq!(lease.readiness(clock.now_ms()), Ok(()));
+        lease.lapse();
+        assert!(
+            lease
+                .readiness(clock.now_ms())
+                .unwrap_err()
+                .contains("taken over")
+        );
     }
 
     #[tokio::test(start_paused = true)]

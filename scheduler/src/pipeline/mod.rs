@@ -45,4 +45,4 @@ pub mod wheel;
 
 pub use caches::JobEntry;
 pub(crate) use caches::{ExecutorCache, JobCache, RunIds};
-pub(crate) use lease::{Cluster, FireLease, Lease, spawn_heartbeat};
+pub(crate) use lease::{Cluster, FireLease, Lease, measure_clock, spawn_heartbeat};

@@ -57,7 +57,51 @@ pub enum Error {
     Fenced,
 }
 
+/// A resource the database ran out of: what a request refused for it is answered with
+/// (507 for space, 503 for a read-only database), and what `/readyz` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exhausted {
+    /// The database's disk is full (SQLite `SQLITE_FULL`; MySQL "table is full", "disk
+    /// full", or errno 28 from the storage engine).
+    Space,
+    /// The database takes no writes (a read-only file or file system; MySQL `read_only`).
+    ReadOnly,
+}
+
+impl std::fmt::Display for Exhausted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Exhausted::Space => "the database's disk is full",
+            Exhausted::ReadOnly => "the database is read-only",
+        })
+    }
+}
+
 impl Error {
+    /// Which resource the database ran out of, when that is why it failed.
+    pub fn exhausted(&self) -> Option<Exhausted> {
+        let Error::Database(sqlx::Error::Database(d)) = self else {
+            return None;
+        };
+        let code = d.code()?;
+        let code: i64 = code.parse().ok()?;
+        if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+            // Extended result codes keep the primary code in their low byte.
+            return match code & 0xff {
+                13 => Some(Exhausted::Space),
+                8 => Some(Exhausted::ReadOnly),
+                _ => None,
+            };
+        }
+        let mysql = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()?;
+        match mysql.number() {
+            1021 | 1114 => Some(Exhausted::Space),
+            1030 if mysql.message().contains("28") => Some(Exhausted::Space),
+            1290 | 1792 | 1836 => Some(Exhausted::ReadOnly),
+            _ => None,
+        }
+    }
+
     /// A failure that says nothing about the request, only that the database could not take
     /// it now: the connection broke or none was free in time, a member is failing over, or
     /// a concurrent writer kept rolling it back after every retry. Nothing was stored; the
@@ -431,6 +475,25 @@ impl Beat {
     pub async fn heartbeat_node(&self, lease: NodeLease, now: Millis) -> Result<bool> {
         heartbeat_on(&self.pool, lease, now).await
     }
+
+    /// The database server's clock, epoch ms; `None` on SQLite, whose clock is this
+    /// machine's own.
+    pub async fn database_time(&self) -> Result<Option<Millis>> {
+        database_time_on(&self.pool).await
+    }
+}
+
+async fn database_time_on(pool: &Pool) -> Result<Option<Millis>> {
+    match pool {
+        Pool::MySql(pool) => {
+            let ms: i64 =
+                sqlx::query_scalar("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+                    .fetch_one(pool)
+                    .await?;
+            Ok(Some(ms))
+        }
+        Pool::Sqlite(_) => Ok(None),
+    }
 }
 
 async fn heartbeat_on(pool: &Pool, lease: NodeLease, now: Millis) -> Result<bool> {
@@ -445,7 +508,6 @@ async fn heartbeat_on(pool: &Pool, lease: NodeLease, now: Millis) -> Result<bool
     })
 }
 
-/// MySQL pool options with the session settings every connection needs.
 /// Whether Rota is correct on the MySQL-protocol server that reports `version`
 /// (`SELECT VERSION()`). Claims rest on `SELECT … FOR UPDATE SKIP LOCKED`: MySQL has it
 /// from 8.0.1, MariaDB from 10.6. TiDB does not support `SKIP LOCKED` and (v8.5) drops
@@ -490,8 +552,31 @@ pub fn server_support(version: &str) -> std::result::Result<(), String> {
     }
 }
 
+/// Whether a connection released to its pool may be used again: only outside a
+/// transaction. After a failed COMMIT or ROLLBACK sqlx still counts the transaction open —
+/// SQLite rolls a transaction back by itself on `SQLITE_FULL` or an I/O error, so the
+/// ROLLBACK sent when it is dropped fails too — and every later BEGIN on that connection
+/// would fail ("non-zero transaction depth"): the node would be wedged until restarted.
+/// Such a connection is closed instead, and the pool opens a fresh one. The ping first
+/// lets a ROLLBACK still queued on the connection (a dropped transaction's) run.
+fn reusable<C: sqlx::Connection>(
+    conn: &mut C,
+) -> futures_util::future::BoxFuture<'_, std::result::Result<bool, sqlx::Error>> {
+    Box::pin(async move {
+        if conn.is_in_transaction() {
+            let _ = conn.ping().await;
+        }
+        let clean = !conn.is_in_transaction();
+        if !clean {
+            tracing::warn!("closing a database connection left inside a failed transaction");
+        }
+        Ok(clean)
+    })
+}
+
+/// MySQL pool options with the session settings every connection needs.
 fn mysql_pool(max_connections: u32, members: &Option<Arc<Members>>) -> MySqlPoolOptions {
-    let options = MySqlPoolOptions::new();
+    let options = MySqlPoolOptions::new().after_release(|conn, _| reusable(conn));
     // After a move to another member, connections to the one left behind are closed.
     let options = match members {
         Some(members) => {
@@ -592,6 +677,7 @@ impl Store {
             let mut attempt = 0;
             let pool = loop {
                 match SqlitePoolOptions::new()
+                    .after_release(|conn, _| reusable(conn))
                     .max_connections(1)
                     .acquire_timeout(Duration::from_secs(30))
                     .connect_with(opts.clone())
@@ -619,6 +705,11 @@ impl Store {
             galera,
             task_block: Arc::new(std::sync::Mutex::new((0, 0))),
         })
+    }
+
+    /// The database server's clock, epoch ms; `None` on SQLite ([`Beat::database_time`]).
+    pub async fn database_time(&self) -> Result<Option<Millis>> {
+        database_time_on(&self.pool).await
     }
 
     /// The heartbeat's own connection (see [`Beat`]); call it on the runtime that will use it.

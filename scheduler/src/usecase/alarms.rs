@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::fields::NameOrId;
 use super::jobs::find_job;
 use super::validate::{self, invalid};
 use super::{Error, Result};
@@ -46,7 +47,7 @@ pub struct RuleFields {
     pub name: String,
     pub app: String,
     /// Only this job's runs and tasks (by name or id); none: every job of the app.
-    pub job: Option<String>,
+    pub job: Option<NameOrId>,
     /// `run_failed`, `task_dead`, `run_timeout`, `lateness`, `no_executor`,
     /// `executor_lost`, `node_taken_over` or `backlog`.
     pub on: String,
@@ -316,20 +317,24 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
             ));
         }
         Some(job) => {
-            let j = find_job(node.store(), job).await.map_err(|e| match e {
+            let found = match job {
+                NameOrId::Id(id) => find_job(node.store(), &id.to_string()).await,
+                NameOrId::Name(name) => find_job(node.store(), name).await,
+            };
+            let j = found.map_err(|e| match e {
                 Error::NotFound(m) => invalid("job", m),
                 other => other,
             })?;
             if j.spec.app != f.app {
                 return Err(invalid(
                     "job",
-                    format!("job `{job}` is in app `{}`, not `{}`", j.spec.app, f.app),
+                    format!("job {job} is in app `{}`, not `{}`", j.spec.app, f.app),
                 ));
             }
             if on == On::Backlog && j.spec.delivery != Delivery::Pull {
                 return Err(invalid(
                     "job",
-                    format!("job `{job}` is not pulled: only a pull job has a backlog"),
+                    format!("job {job} is not pulled: only a pull job has a backlog"),
                 ));
             }
             Some(j.id)
@@ -435,7 +440,7 @@ pub async fn update_rule(
     let fields = RuleFields {
         name: old.name.clone(),
         app: old.app.clone(),
-        job: old.job_id.map(|j| j.to_string()),
+        job: old.job_id.map(NameOrId::Id),
         on: old.on_event.clone(),
         threshold: p.threshold.or(old.threshold),
         channels: match p.channels {

@@ -30,9 +30,13 @@ pub enum Error {
     /// parse, a reference to something that does not exist.
     #[error("{0}")]
     Unprocessable(String),
-    /// Something Rota depends on (an executor) did not answer; trying later may work.
+    /// Something Rota depends on (an executor, the database) cannot take the request now;
+    /// trying later may work.
     #[error("{0}")]
     Unavailable(String),
+    /// The database's disk is full: nothing was stored; retrying once space is freed works.
+    #[error("{0}")]
+    InsufficientStorage(String),
     /// Something Rota called for the user (an alarm channel's endpoint) refused or failed;
     /// the message says how.
     #[error("{0}")]
@@ -56,6 +60,7 @@ impl Error {
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -73,6 +78,7 @@ impl Error {
             Self::PayloadTooLarge(_) => Self::PayloadTooLarge(message),
             Self::Unprocessable(_) => Self::Unprocessable(message),
             Self::Unavailable(_) => Self::Unavailable(message),
+            Self::InsufficientStorage(_) => Self::InsufficientStorage(message),
             Self::BadGateway(_) => Self::BadGateway(message),
             Self::Internal(e) => Self::Internal(e),
         }
@@ -101,6 +107,18 @@ impl From<store::Error> for Error {
             store::Error::Fenced => Self::Unavailable(
                 "this scheduler node was taken over by another; use another node".into(),
             ),
+            e if e.exhausted().is_some() => {
+                tracing::warn!(error = %e, "a request met a database out of a resource");
+                let not_stored = "it was not stored: retry it once the database can write \
+                                  again (a task `key` makes a retry safe)";
+                match e.exhausted() {
+                    Some(store::Exhausted::Space) => Self::InsufficientStorage(format!(
+                        "{}; {not_stored}",
+                        store::Exhausted::Space
+                    )),
+                    _ => Self::Unavailable(format!("{}; {not_stored}", store::Exhausted::ReadOnly)),
+                }
+            }
             e if e.is_transient() => {
                 tracing::warn!(error = %e, "a request met a database it could not use now");
                 Self::Unavailable(format!(

@@ -340,6 +340,21 @@ impl Collect {
         backoff
     }
 
+    /// The job's params: as sent (`null` clears them), else the changed job's; at most
+    /// `max` bytes.
+    fn params(
+        &mut self,
+        sent: Option<Option<String>>,
+        old: Option<&JobSpec>,
+        max: usize,
+    ) -> Option<String> {
+        let params = sent.unwrap_or_else(|| old.and_then(|s| s.params.clone()));
+        if let Some(p) = &params {
+            self.check(validate::max_bytes("params", p, max));
+        }
+        params
+    }
+
     /// Every entry of the allow-list must be inside the node's egress policy: a job cannot
     /// open what the admin closed (the policy is checked again at every connection).
     async fn egress(&mut self, policy: &rota_net::egress::Policy, allow: &[String]) {
@@ -403,13 +418,7 @@ pub async fn build_spec(
         Some(s) => bad.take(s.compile().map_err(|e| invalid("schedule", e))),
         None => None,
     };
-    let params = f
-        .params
-        .unwrap_or_else(|| old.and_then(|s| s.params.clone()));
-    if let Some(p) = &params {
-        let max = node.config().max_payload_bytes;
-        bad.check(validate::max_bytes("params", p, max));
-    }
+    let params = bad.params(f.params, old, node.config().max_payload_bytes);
     let route = bad.word("route", f.route, old.map(|s| s.route));
     let block = bad.word::<BlockStrategy>("block", f.block, old.map(|s| s.block));
     let misfire = bad.word("misfire", f.misfire, old.map(|s| s.misfire));

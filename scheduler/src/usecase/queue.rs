@@ -345,6 +345,7 @@ pub async fn retry(node: &Node, who: &Principal, id: i64) -> Result<Task> {
     let now = now_ms();
     let task = node.store().redrive_task(id, now, now).await?;
     node.wake_scan();
+    node.audit(&who.name, "retry task", &id.to_string()).await;
     Ok(task)
 }
 
@@ -377,6 +378,8 @@ pub async fn retry_dead(node: &Node, who: &Principal, f: BulkRetry) -> Result<u6
         .await?;
     if n > 0 {
         node.wake_scan();
+        let target = format!("{n} dead task(s) of job `{}`", job.job.spec.name);
+        node.audit(&who.name, "retry dead tasks", &target).await;
     }
     Ok(n)
 }

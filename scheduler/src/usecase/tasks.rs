@@ -1,5 +1,6 @@
 //! Tasks: creating them (one, or a batch all or nothing) with the checks every way of
-//! making one goes through — the REST API and the console's "schedule a task" form.
+//! making one goes through — the REST API and the console's "schedule a task" form — and
+//! changing them (cancel, reschedule), each checked and audited here for both adapters.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -8,7 +9,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::fields::{NameOrId, nullable};
-use super::jobs::{cached_job, job_filter, task_as};
+use super::jobs::{cached_job, find_job, job_filter, task_as};
 use super::validate::{self, invalid};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
@@ -247,6 +248,26 @@ pub struct Reschedule {
     pub payload: Option<Option<String>>,
 }
 
+/// Cancels a task that has not started, on whichever node holds it (`DELETE
+/// /api/v1/tasks/{id}`, the console's Cancel); audited when it cancelled it (a second
+/// cancel answers the task, unchanged).
+pub async fn cancel(node: &Node, who: &Principal, id: i64) -> Result<Task> {
+    task_as(node.store(), who, id, Need::Change).await?;
+    let (task, cancelled) = node.cancel_task(id).await?;
+    if cancelled {
+        node.audit(&who.name, "cancel task", &id.to_string()).await;
+    }
+    Ok(task)
+}
+
+/// Cancels the task of `job` (a name or an id) created with `key`, as [`cancel`] does.
+pub async fn cancel_by_key(node: &Node, who: &Principal, job: &str, key: &str) -> Result<Task> {
+    let found = find_job(node.store(), job).await?;
+    who.check(&found.spec.app, Need::Change, &format!("job `{job}`"))?;
+    let task = node.store().get_task_by_key(found.id, key).await?;
+    cancel(node, who, task.id).await
+}
+
 /// Moves a pending task (not yet in a scheduler's wheel, or waiting for an executor or a
 /// consumer) to a new due time, and optionally a new priority or payload.
 pub async fn reschedule(node: &Node, who: &Principal, id: i64, f: Reschedule) -> Result<Task> {
@@ -287,5 +308,7 @@ pub async fn reschedule(node: &Node, who: &Principal, id: i64, f: Reschedule) ->
     if due_at - now <= node.config().window_ms {
         node.wake_scan();
     }
+    node.audit(&who.name, "reschedule task", &id.to_string())
+        .await;
     Ok(task)
 }
