@@ -107,7 +107,8 @@ pub async fn document() -> Json<&'static utoipa::openapi::OpenApi> {
 
 /// What the layers in front of the handlers answer, documented where they are decided
 /// rather than on each handler: the bearer token of [`super::auth::require_token`] (a 401
-/// on every operation) and the router's body limit (a 413 wherever there is a body).
+/// on every operation), the router's body limit (a 413 wherever there is a body), and the
+/// database's bad days (`usecase::Error`: 503 on every operation, 507 where it writes).
 struct CommonAnswers;
 
 impl Modify for CommonAnswers {
@@ -124,15 +125,29 @@ impl Modify for CommonAnswers {
             .add_security_scheme(API_TOKEN, SecurityScheme::Http(scheme));
         for item in doc.paths.paths.values_mut() {
             let operations = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
+                (&mut item.get, false),
+                (&mut item.put, true),
+                (&mut item.post, true),
+                (&mut item.delete, true),
+                (&mut item.patch, true),
             ];
-            for operation in operations.into_iter().flatten() {
+            for (operation, writes) in operations {
+                let Some(operation) = operation else {
+                    continue;
+                };
                 let has_body = operation.request_body.is_some();
                 let responses = &mut operation.responses.responses;
+                responses.entry("503".into()).or_insert_with(|| {
+                    error_response(
+                        "The database cannot take the request now (it does not answer, is \
+                         read-only, or this node was taken over): nothing was changed; retry",
+                    )
+                });
+                if writes {
+                    responses.entry("507".into()).or_insert_with(|| {
+                        error_response("The database's disk is full: nothing was stored; retry")
+                    });
+                }
                 responses.entry("401".into()).or_insert_with(|| {
                     error_response("The `Authorization: Bearer <token>` header is missing or wrong")
                 });
