@@ -98,7 +98,13 @@ fn main() {
     };
     // Inside the runtime: the imports' network calls run on it, as in an executor.
     let _guard = tokio.enter();
-    let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+    // The egress policy denies loopback: open exactly this server's port, as an admin would.
+    let port = base.rsplit(':').next().unwrap_or_default();
+    let rt = Runtime::new(RuntimeConfig {
+        egress: rota_net::egress::Policy::new(&[format!("127.0.0.1:{port}")], &[]).unwrap(),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
 
     let per_call = |n: u64, data: &str, body: &str| {
         let empty = run(&rt, &looping(n, "", ""), &access);
