@@ -29,11 +29,13 @@
 //! reaches a denied address. A resolver sees a name but not a port, so [`Egress`] keeps
 //! one client per destination port, each with a resolver that knows it. Clients built
 //! here connect directly, never through an HTTP proxy from the environment (a proxy would
-//! hide the destination's address from the policy). Redirects are not followed by these
-//! clients: whoever follows one asks [`Egress::client`] again for the next hop.
+//! hide the destination's address from the policy). Redirects are never followed by these
+//! clients (they are built so): whoever follows one asks [`Egress::client`] again for the
+//! next hop. The node's own denials hold even for a host name the admin allowed.
 //!
 //! IPv4-mapped IPv6 addresses (`::ffff:127.0.0.1`) are checked as the IPv4 address they
-//! carry.
+//! carry; NAT64, 6to4 and IPv4-compatible addresses as both the IPv6 address and the IPv4
+//! one inside.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -230,6 +232,7 @@ const DEFAULT_DENIED: &[(&str, &str)] = &[
     ("169.254.169.254/32", "the cloud metadata address"),
     ("fd00:ec2::254/128", "the cloud metadata address"),
     ("100.100.100.200/32", "the cloud metadata address"),
+    ("168.63.129.16/32", "the cloud metadata address"),
     ("0.0.0.0/8", "unspecified"),
     ("::/128", "unspecified"),
     ("224.0.0.0/4", "multicast"),
@@ -325,6 +328,17 @@ impl Policy {
         let why = format!("{what} ({host}:{port}, always denied)");
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let addrs: Vec<IpAddr> = match host.parse::<IpAddr>() {
+            // A service listening on 0.0.0.0 answers on every address of this host.
+            Ok(ip) if ip.is_unspecified() => {
+                self.rules.push(Rule {
+                    target: Target::ThisHost,
+                    port: Some(port),
+                    action: Action::Deny,
+                    tier: Tier::Node,
+                    why: why.clone(),
+                });
+                Vec::new()
+            }
             Ok(ip) => vec![ip],
             Err(_) => {
                 self.rules.push(Rule {
@@ -355,8 +369,17 @@ impl Policy {
         }
     }
 
-    /// Whether a connection to `ip`:`port` is allowed.
+    /// Whether a connection to `ip`:`port` is allowed. An IPv6 address that carries an
+    /// IPv4 one (NAT64 `64:ff9b::/96`, 6to4 `2002::/16`, IPv4-compatible `::/96`) must be
+    /// allowed as both: a gateway would take it to the IPv4 address.
     pub fn check_ip(&self, ip: IpAddr, port: u16) -> Result<(), Denied> {
+        if let Some(v4) = embedded_ipv4(ip) {
+            self.check_one(IpAddr::V4(v4), port)?;
+        }
+        self.check_one(ip, port)
+    }
+
+    fn check_one(&self, ip: IpAddr, port: u16) -> Result<(), Denied> {
         let ip = ip.to_canonical();
         let decisive = self
             .rules
@@ -370,6 +393,20 @@ impl Policy {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// The node's own denial of `ip`:`port` (its ports, its database, its schedulers), which
+    /// no admin rule opens — not even an allowed host name.
+    fn node_denies(&self, ip: IpAddr, port: u16) -> Option<Denied> {
+        let ip = ip.to_canonical();
+        let rule = self
+            .rules
+            .iter()
+            .find(|r| r.tier == Tier::Node && r.action == Action::Deny && r.matches_ip(ip, port))?;
+        Some(Denied {
+            to: SocketAddr::new(ip, port).to_string(),
+            rule: rule.why.clone(),
+        })
     }
 
     /// What the name rules say of `host`:`port`, if any matches.
@@ -442,6 +479,24 @@ impl Policy {
         }
         refused.map_or(Ok(()), Err)
     }
+}
+
+/// The IPv4 address an IPv6 one carries for a translator or tunnel: NAT64's well-known
+/// prefix `64:ff9b::/96`, 6to4's `2002:AABB:CCDD::/48`, and the deprecated IPv4-compatible
+/// `::a.b.c.d` (not `::` or `::1`). IPv4-mapped addresses are canonicalised elsewhere.
+fn embedded_ipv4(ip: IpAddr) -> Option<Ipv4Addr> {
+    let IpAddr::V6(v6) = ip else {
+        return None;
+    };
+    let bits = u128::from(v6);
+    let low32 = Ipv4Addr::from(bits as u32);
+    if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 {
+        return Some(low32);
+    }
+    if bits >> 112 == 0x2002 {
+        return Some(Ipv4Addr::from((bits >> 80) as u32));
+    }
+    (bits >> 32 == 0 && bits > 1).then_some(low32)
 }
 
 /// A host name as rules compare it: lower case, without a trailing dot.
@@ -574,23 +629,29 @@ impl Egress {
     pub fn client(&self, url: &Url) -> Result<reqwest::Client, Refused> {
         self.policy.check_url(url).map_err(Refused::Denied)?;
         let port = url.port_or_known_default().unwrap_or(0);
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(client) = clients.get(&port) {
+        if let Some(client) = self.lock().get(&port) {
             return Ok(client.clone());
         }
+        // Built outside the lock (it loads the TLS roots); a race builds one twice.
         let client = (self.build)()
             .no_proxy()
+            // A redirect's next hop is checked only by asking here again.
+            .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(Guard {
                 policy: self.policy.clone(),
                 port,
             }))
             .build()
             .map_err(|e| Refused::Client(e.to_string()))?;
+        let mut clients = self.lock();
         if clients.len() >= MAX_PORTS {
             clients.clear();
         }
-        clients.insert(port, client.clone());
-        Ok(client)
+        Ok(clients.entry(port).or_insert(client).clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u16, reqwest::Client>> {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -614,13 +675,15 @@ impl Resolve for Guard {
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
                 .await?
                 .collect();
-            if vouched {
-                return Ok(Box::new(found.into_iter()) as _);
-            }
             let mut refused = None;
             let mut kept = Vec::with_capacity(found.len());
             for addr in found {
-                match policy.check_ip(addr.ip(), port) {
+                // An allowed name vouches for its addresses, but never for the node's own.
+                let verdict = match vouched {
+                    true => policy.node_denies(addr.ip(), port).map_or(Ok(()), Err),
+                    false => policy.check_ip(addr.ip(), port),
+                };
+                match verdict {
                     Ok(()) => kept.push(addr),
                     Err(d) => {
                         refused.get_or_insert(Denied {
@@ -778,6 +841,59 @@ mod tests {
         assert!(refused.rule.contains("metadata"), "{refused}");
         assert!(p.check_url(&url("http://127.0.0.1:1/")).is_err());
         assert!(p.check_url(&url("https://10.0.0.1/")).is_ok());
+    }
+
+    #[test]
+    fn ipv6_that_carries_ipv4_is_checked_as_that_ipv4_too() {
+        let p = policy(&[], &["10.0.0.0/8"]);
+        for addr in ["64:ff9b::a00:5", "2002:a00:5::1", "::10.0.0.5"] {
+            let why = refused_by(&p, addr, 80).unwrap_or_else(|| panic!("{addr} allowed"));
+            assert_eq!(why, "--egress-deny 10.0.0.0/8", "{addr}");
+        }
+        assert!(
+            refused_by(&p, "64:ff9b::7f00:1", 80)
+                .unwrap()
+                .starts_with("loopback")
+        );
+        assert!(refused_by(&p, "::", 80).unwrap().starts_with("unspecified"));
+        assert_eq!(refused_by(&p, "2001:db8::1", 80), None);
+        assert!(
+            refused_by(&p, "168.63.129.16", 80)
+                .unwrap()
+                .contains("metadata")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_allowed_name_never_opens_the_nodes_own_denials() {
+        let mut p = policy(&["localhost"], &[]);
+        p.deny_service("0.0.0.0", 8080, "a scheduler of this executor")
+            .await;
+        assert_eq!(
+            p.check_name("localhost", 8080),
+            Some(Ok(())),
+            "the name is allowed"
+        );
+        let denied = p.node_denies("127.0.0.1".parse().unwrap(), 8080).unwrap();
+        assert!(
+            denied.rule.starts_with("a scheduler of this executor"),
+            "{denied}"
+        );
+        assert_eq!(p.node_denies("127.0.0.1".parse().unwrap(), 8081), None);
+        let egress = Egress::new(Arc::new(p), reqwest::Client::builder);
+        let url = Url::parse("http://localhost:8080/").unwrap();
+        let e = egress
+            .client(&url)
+            .unwrap()
+            .get(url)
+            .send()
+            .await
+            .unwrap_err();
+        let denied = denied_in(&e).expect("refused by the resolver");
+        assert!(
+            denied.rule.starts_with("a scheduler of this executor"),
+            "{denied}"
+        );
     }
 
     #[test]

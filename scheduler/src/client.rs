@@ -15,7 +15,7 @@ use rota_proto::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::model::now_ms;
+use crate::model::wall_ms;
 
 /// Why a call to an executor did not get an answer.
 #[derive(Debug, thiserror::Error)]
@@ -140,7 +140,10 @@ impl ExecutorClient {
             ),
             To::Peer => (self.master.clone(), signed_path),
         };
-        let signed = rota_proto::sign_now(key.as_bytes(), "POST", &signed_target, now_ms(), &body);
+        // Wall time: the receiver checks it against its own wall clock (±60 s), not the
+        // database's.
+        let signed_at = wall_ms();
+        let signed = rota_proto::sign_now(key.as_bytes(), "POST", &signed_target, signed_at, &body);
         let mut request = self.http.post(&url);
         for (name, value) in signed.pairs() {
             request = request.header(name, value);

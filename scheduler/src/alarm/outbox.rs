@@ -216,7 +216,8 @@ impl Alarms {
         let result = match self.target(&row).await {
             Ok(target) => {
                 let m = self.message(&alarm).await;
-                self.sender.send(&target, &m, now_ms()).await
+                // Bots check a signature's timestamp against their own wall clocks.
+                self.sender.send(&target, &m, wall_ms()).await
             }
             Err(e) => Err(e),
         };

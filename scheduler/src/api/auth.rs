@@ -23,7 +23,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::validate;
 use crate::access::Principal;
-use crate::model::now_ms;
+use crate::model::wall_ms;
 
 pub async fn require_token(
     State(state): State<AppState>,
@@ -190,7 +190,8 @@ pub async fn require_signature(
         target,
         &received,
         &bytes,
-        now_ms(),
+        // The signer's timestamp is its wall clock; so is ours (not the database's).
+        wall_ms(),
     )
     .map_err(|e| {
         tracing::debug!(error = %e, path = target, signer = ?signer, "refused a signed request");

@@ -283,11 +283,15 @@ async fn healthz(State(state): State<AppState>) -> Response {
 
 /// `GET /readyz`: open to all, for load balancers and Kubernetes probes. 200 when this node
 /// can write to its database (its heartbeat was written within half the dead-after time;
-/// it serves only once its migrations are done); else 503 with the reason — the
-/// database's disk is full, it is read-only, it does not answer, or the node was taken over.
+/// it serves only once its migrations are done), with a `warning` when its clock is beyond
+/// `max_clock_offset_ms` of the database's; else 503 with the reason — the database's disk
+/// is full, it is read-only, it does not answer, or the node was taken over.
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.node.readiness() {
-        Ok(()) => axum::Json(json!({"status": "ready"})).into_response(),
+        Ok(None) => axum::Json(json!({"status": "ready"})).into_response(),
+        Ok(Some(warning)) => {
+            axum::Json(json!({"status": "ready", "warning": warning})).into_response()
+        }
         Err(reason) => {
             let body = json!({"status": "unready", "reason": reason});
             (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()

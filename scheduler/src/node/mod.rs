@@ -875,20 +875,22 @@ impl Node {
         Ok(self.client.log(&app, address, &req).await?)
     }
 
-    /// Whether this node can serve now, else why not (`GET /readyz`): it writes its
-    /// heartbeat, and its clock is within `max_clock_offset_ms` of the database's.
-    pub fn readiness(&self) -> Result<(), String> {
+    /// Whether this node can serve now (`GET /readyz`): it writes its heartbeat — else why
+    /// not. Ready, it may carry a warning: its clock is further than `max_clock_offset_ms`
+    /// from the database's. That alone does not make it unready: its times are corrected,
+    /// and when the database's own clock is the one that is off, every node sees the same
+    /// offset — a probe that failed them all would drain the whole cluster for nothing.
+    pub fn readiness(&self) -> Result<Option<String>, String> {
         let cluster = &self.cluster;
         cluster.fire_lease.readiness(cluster.clock.now_ms())?;
         let offset = crate::model::clock_offset_ms();
         let max = cluster.config.max_clock_offset_ms;
-        if offset.abs() > max {
-            return Err(format!(
+        Ok((offset.abs() > max).then(|| {
+            format!(
                 "this node's clock is {offset} ms off the database's (more than \
-                 max_clock_offset_ms, {max} ms): its times are corrected, but fix its time sync"
-            ));
-        }
-        Ok(())
+                 max_clock_offset_ms, {max} ms): its times are corrected, but fix the time sync"
+            )
+        }))
     }
 
     pub fn render_metrics(&self) -> String {

@@ -64,10 +64,14 @@ pub(super) fn split_hosts(url: &str) -> Result<Vec<(String, String)>> {
 /// The `host`, `port` of every server a `mysql://` URL names (3306 when it gives none);
 /// nothing for SQLite. The egress policy denies them to jobs' HTTP.
 pub fn database_endpoints(url: &str) -> Vec<(String, u16)> {
+    let url = match url.strip_prefix("mariadb:") {
+        Some(rest) => format!("mysql:{rest}"),
+        None => url.to_owned(),
+    };
     if !url.starts_with("mysql:") {
         return Vec::new();
     }
-    let Ok(hosts) = split_hosts(url) else {
+    let Ok(hosts) = split_hosts(&url) else {
         return Vec::new();
     };
     hosts
@@ -256,6 +260,19 @@ async fn check(conn: &mut MySqlConnection) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_database_endpoints_are_every_member_with_its_port() {
+        assert_eq!(
+            database_endpoints("mysql://u:p@db1:3316,db2/rota"),
+            [("db1".to_owned(), 3316), ("db2".to_owned(), 3306)]
+        );
+        assert_eq!(
+            database_endpoints("mariadb://u@10.0.0.7:3307/rota"),
+            [("10.0.0.7".to_owned(), 3307)]
+        );
+        assert!(database_endpoints("sqlite:rota.db").is_empty());
+    }
 
     #[test]
     fn a_host_list_becomes_one_url_per_member() {

@@ -83,9 +83,8 @@ impl Error {
         let Error::Database(sqlx::Error::Database(d)) = self else {
             return None;
         };
-        let code = d.code()?;
-        let code: i64 = code.parse().ok()?;
         if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+            let code: i64 = d.code()?.parse().ok()?;
             // Extended result codes keep the primary code in their low byte.
             return match code & 0xff {
                 13 => Some(Exhausted::Space),
@@ -93,10 +92,12 @@ impl Error {
                 _ => None,
             };
         }
+        // MySQL's `code()` is the SQLSTATE (HY000 for most of these): go by the number.
         let mysql = d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()?;
+        let errno_28 = |m: &str| m.contains("error 28 ") || m.contains("Errcode: 28");
         match mysql.number() {
             1021 | 1114 => Some(Exhausted::Space),
-            1030 if mysql.message().contains("28") => Some(Exhausted::Space),
+            1030 if errno_28(mysql.message()) => Some(Exhausted::Space),
             1290 | 1792 | 1836 => Some(Exhausted::ReadOnly),
             _ => None,
         }

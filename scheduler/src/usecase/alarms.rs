@@ -287,7 +287,7 @@ pub async fn test_channel(node: &Node, who: &Principal, name: &str) -> Result<()
     };
     node.alarms()
         .sender
-        .send(&target, &m, now)
+        .send(&target, &m, crate::model::wall_ms())
         .await
         .map_err(|e| {
             Error::BadGateway(format!(

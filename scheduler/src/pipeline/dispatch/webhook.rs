@@ -240,6 +240,8 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
         return failed("the job is no longer delivered by http".into());
     };
     let body = d.task.input(spec.params.as_deref());
+    // The receiver checks the signature's timestamp against its own wall clock.
+    let signed_at = crate::model::wall_ms();
     let mut headers = HeaderMap::new();
     let content_type = if serde_json::from_str::<serde_json::Value>(&body).is_ok() {
         "application/json"
@@ -252,7 +254,7 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
         ("x-rota-attempt", d.task.attempt.to_string()),
         ("x-rota-run", run_id.to_string()),
         ("x-rota-scheduled-at", d.task.due_at.to_string()),
-        ("x-rota-timestamp", started_at.to_string()),
+        ("x-rota-timestamp", signed_at.to_string()),
     ] {
         if let Ok(v) = HeaderValue::from_str(&value) {
             headers.insert(name, v);
@@ -262,7 +264,7 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
         let store = &dispatcher.cluster.store;
         match dispatcher.webhooks.secret(store, &spec.app, name).await {
             Ok(Some(secret)) => {
-                let sig = signature(&secret, started_at, body.as_bytes());
+                let sig = signature(&secret, signed_at, body.as_bytes());
                 if let Ok(v) = HeaderValue::from_str(&sig) {
                     headers.insert("x-rota-signature", v);
                 }
