@@ -15,7 +15,7 @@ use rota_proto::{HEADER_APP, Secret};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::node::now_ms;
+use crate::clock::wall_ms;
 
 /// Time for one request to one scheduler.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -230,7 +230,7 @@ impl SchedulerClient {
             self.secret.as_bytes(),
             method.as_str(),
             &target,
-            now_ms(),
+            wall_ms(),
             &body,
         );
         let mut request = self

@@ -28,10 +28,12 @@
 //! - `client`: signed HTTP calls to the schedulers (register, heartbeat, callback,
 //!   plugin download), first one that answers.
 //! - `workers`: the threads runs execute on, fed in batches from one queue.
+//! - [`clock`]: the wall clock corrected by the measured offset from the schedulers'.
 //! - `shell` → argv words, split like a shell would.
 //! - [`local`]: `rota plugin run`: one run of a plugin file without a scheduler.
 
 mod client;
+pub mod clock;
 pub mod local;
 pub mod logs;
 pub mod module;

@@ -31,7 +31,9 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::now_ms;
 
 use anyhow::Context as _;
 use rota_proto::wire::{PATH_DEREGISTER, PATH_HEARTBEAT, PATH_REGISTER};
@@ -886,12 +888,16 @@ async fn heartbeat_loop(node: Arc<Node>, stop: CancellationToken) {
             PATH_REGISTER
         };
         let registration = node.registration();
-        let wait = match node
+        let sent = crate::clock::wall_ms();
+        let answer = node
             .client
             .post::<_, RegistrationAck>(path, &registration)
-            .await
-        {
+            .await;
+        let wait = match answer {
             Ok(ack) => {
+                if let Some(at) = ack.scheduler_time_ms {
+                    crate::clock::follow(sent, at, crate::clock::wall_ms());
+                }
                 if !registered {
                     tracing::info!(app = %registration.app, address = %registration.address, "registered with a scheduler");
                 }
@@ -938,11 +944,4 @@ async fn sweep_loop(logs: LogStore, stop: CancellationToken) {
             _ = tokio::time::sleep(SWEEP_EVERY) => {}
         }
     }
-}
-
-/// The wall clock in epoch milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

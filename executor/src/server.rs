@@ -26,7 +26,8 @@ use rota_proto::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::node::{Node, now_ms};
+use crate::clock::wall_ms;
+use crate::node::Node;
 use crate::runtime::RunStatus;
 
 /// Largest request body (a trigger batch with big payloads).
@@ -123,7 +124,7 @@ async fn authenticate(State(node): State<Arc<Node>>, request: Request, next: Nex
         &signed_target,
         &rota_proto::Received::from_headers(header),
         &body,
-        now_ms(),
+        wall_ms(),
     ) {
         tracing::debug!(error = %e, path = target, "refused an unsigned or badly signed request");
         if e.is_overload() {

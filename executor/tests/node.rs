@@ -115,6 +115,7 @@ fn ack() -> Json<RegistrationAck> {
     Json(RegistrationAck {
         heartbeat_interval_ms: 200,
         plugins: Vec::new(),
+        scheduler_time_ms: None,
     })
 }
 

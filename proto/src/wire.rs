@@ -117,6 +117,10 @@ pub struct RegistrationAck {
     /// the background, so a job's first run does not wait for its plugin's compile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<String>,
+    /// The scheduler's clock when it answered (epoch ms, itself corrected by the
+    /// database's): the executor measures its own offset from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_time_ms: Option<i64>,
 }
 
 /// Graceful shutdown: the scheduler stops dispatching to `address` at once.
@@ -635,6 +639,7 @@ mod tests {
         round_trip(RegistrationAck {
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
             plugins: vec!["ab".repeat(32)],
+            scheduler_time_ms: Some(1_700_000_000_000),
         });
         round_trip(Deregistration {
             app: "default".into(),

@@ -962,6 +962,16 @@ async fn runs_and_executors() {
         t.get("/api/v1/executors").await.json(),
         json!({"items": [], "next": null})
     );
+    // The node itself: live, its clock the database's (SQLite's is this machine's).
+    let nodes = t.get("/api/v1/nodes").await;
+    nodes.expect(StatusCode::OK);
+    let nodes = nodes.json();
+    let items = nodes["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{nodes}");
+    assert_eq!(items[0]["live"], true, "{nodes}");
+    assert_eq!(items[0]["clock_offset_ms"], 0, "{nodes}");
+    assert_eq!(items[0]["clock_off"], false, "{nodes}");
+    assert!(items[0]["last_heartbeat_at"].is_string(), "{nodes}");
     t.stop().await;
 }
 

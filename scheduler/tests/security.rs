@@ -1801,6 +1801,20 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
         bad(
             M::POST,
             "/api/v1/alarm-rules",
+            r#"{"name": "x", "app": "default", "job": "base", "on": "clock_skew", "channels": ["ops"]}"#,
+            422,
+            "`clock_skew` is about the cluster, not one job",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/alarm-rules",
+            r#"{"name": "x", "app": "default", "on": "clock_skew", "threshold": -1, "channels": ["ops"]}"#,
+            422,
+            "threshold",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/alarm-rules",
             r#"{"name": "x", "app": "default", "on": "task_dead", "channels": ["ops"], "throttle_ms": -1}"#,
             422,
             "throttle_ms",

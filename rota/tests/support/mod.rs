@@ -967,6 +967,18 @@ pub fn spawn_executor(
     data_dir: &std::path::Path,
     log: Option<(&std::path::Path, &str)>,
 ) -> KillOnDrop {
+    spawn_executor_env(netns, scheduler, listen, data_dir, log, &[])
+}
+
+/// [`spawn_executor`] with extra environment variables.
+pub fn spawn_executor_env(
+    netns: Option<&str>,
+    scheduler: &str,
+    listen: &str,
+    data_dir: &std::path::Path,
+    log: Option<(&std::path::Path, &str)>,
+    env: &[(&str, &str)],
+) -> KillOnDrop {
     let mut cmd = match netns {
         Some(ns) => {
             let mut c = Command::new("ip");
@@ -982,6 +994,7 @@ pub fn spawn_executor(
         .env("ROTA_EXECUTOR_SECRET", app_key_text("default"))
         .env("ROTA_EGRESS_ALLOW", TEST_EGRESS_ALLOW)
         .env("ROTA_LOG", log.map_or("warn", |(_, level)| level))
+        .envs(env.iter().copied())
         .stdout(Stdio::null());
     match log {
         Some((path, _)) => cmd.stderr(std::fs::File::create(path).unwrap()),

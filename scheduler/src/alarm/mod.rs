@@ -56,6 +56,9 @@ named_enum! {
         NodeTakenOver => "node_taken_over",
         /// A pull job's oldest due task waits longer than `threshold` ms.
         Backlog => "backlog",
+        /// A live scheduler node's clock is off the database's by more than `threshold`
+        /// ms (by default the cluster's `max_clock_offset_ms`).
+        ClockSkew => "clock_skew",
     }
 }
 
@@ -72,7 +75,7 @@ impl On {
 
     /// Whether a rule on it may watch one job (else it is about the app, or the cluster).
     pub fn takes_job(self) -> bool {
-        !matches!(self, On::ExecutorLost | On::NodeTakenOver)
+        !matches!(self, On::ExecutorLost | On::NodeTakenOver | On::ClockSkew)
     }
 
     /// Whether completion raises it, from the run updates and ended attempts of a batch.

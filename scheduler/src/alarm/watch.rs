@@ -1,7 +1,8 @@
 //! The watcher: conditions no single event tells of, looked at every [`EVERY`] on every
 //! node — fires waiting for an executor (`no_executor`), a pull job's backlog older than
-//! the threshold (`backlog`), and whether a lost executor's app has one again (the
-//! `resolved` of `executor_lost`). A condition raises an event when it holds and its rule
+//! the threshold (`backlog`), a live scheduler node whose clock is off the database's
+//! (`clock_skew`, from the offsets the nodes write with their heartbeats), and whether a
+//! lost executor's app has one again (the `resolved` of `executor_lost`). A condition raises an event when it holds and its rule
 //! is not open, and a resolve when it no longer holds and the rule is open; events several
 //! nodes raise at once fold into one message.
 
@@ -18,12 +19,22 @@ use crate::store::AlarmEvent;
 /// How often the watcher looks.
 pub const EVERY: Duration = Duration::from_secs(2);
 
+/// What the watcher asks of the node it runs on.
+pub struct Watching {
+    /// Whether `app` has a live executor.
+    pub has_executor: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// The cluster's bound on a node's clock offset: a `clock_skew` rule's default.
+    pub max_clock_offset_ms: Millis,
+    /// A node whose heartbeat is older than this is not live.
+    pub node_dead_after_ms: Millis,
+}
+
 /// What one look finds for one rule: `Some((holds, message))`, or `None` if the rule is
 /// not the watcher's.
 async fn look(
     alarms: &Alarms,
     rule: &Rule,
-    has_executor: &(dyn Fn(&str) -> bool + Sync),
+    watching: &Watching,
     now: Millis,
 ) -> crate::store::Result<Option<(bool, String)>> {
     Ok(match rule.on {
@@ -55,8 +66,35 @@ async fn look(
                 ),
             ))
         }
+        On::ClockSkew => {
+            let bound = rule.threshold.unwrap_or(watching.max_clock_offset_ms);
+            let skewed = alarms
+                .store
+                .skewed_nodes(now - watching.node_dead_after_ms, bound)
+                .await?;
+            let message = if skewed.is_empty() {
+                format!("every live scheduler node's clock is within {bound} ms of the database's")
+            } else {
+                let nodes: Vec<String> = skewed
+                    .iter()
+                    .map(|(name, offset)| {
+                        let (by, way) = (
+                            offset.abs(),
+                            if *offset > 0 { "behind" } else { "ahead of" },
+                        );
+                        format!("`{name}` is {by} ms {way} the database's")
+                    })
+                    .collect();
+                format!(
+                    "scheduler node clocks are off by more than {bound} ms: {}; their times are \
+                     corrected, but fix their time sync (NTP)",
+                    nodes.join(", ")
+                )
+            };
+            Some((!skewed.is_empty(), message))
+        }
         On::ExecutorLost if rule.open => Some((
-            !has_executor(&rule.app),
+            !(watching.has_executor)(&rule.app),
             format!("app `{}` has an executor again", rule.app),
         )),
         _ => None,
@@ -66,13 +104,13 @@ async fn look(
 /// One look at every rule the watcher keeps; the events it raised.
 pub async fn look_all(
     alarms: &Alarms,
-    has_executor: &(dyn Fn(&str) -> bool + Sync),
+    watching: &Watching,
     now: Millis,
 ) -> crate::store::Result<usize> {
     let rules = alarms.rules.snapshot();
     let mut events: Vec<AlarmEvent> = Vec::new();
     for rule in rules.iter().filter(|r| r.enabled) {
-        let Some((holds, message)) = look(alarms, rule, has_executor, now).await? else {
+        let Some((holds, message)) = look(alarms, rule, watching, now).await? else {
             continue;
         };
         if holds == rule.open {
@@ -98,7 +136,7 @@ pub async fn look_all(
 /// The watcher loop of a node, until shutdown.
 pub async fn watch_loop(
     alarms: Arc<Alarms>,
-    has_executor: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    watching: Watching,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(EVERY);
@@ -110,11 +148,11 @@ pub async fn watch_loop(
         }
         if !alarms
             .rules
-            .watch_any(&[On::NoExecutor, On::Backlog, On::ExecutorLost])
+            .watch_any(&[On::NoExecutor, On::Backlog, On::ExecutorLost, On::ClockSkew])
         {
             continue;
         }
-        if let Err(e) = look_all(&alarms, has_executor.as_ref(), now_ms()).await {
+        if let Err(e) = look_all(&alarms, &watching, now_ms()).await {
             tracing::warn!(error = %e, "watching alarm conditions failed");
         }
     }

@@ -1,4 +1,4 @@
-//! Executors: the API's list of live executors, and the signed executor protocol
+//! Executors: the API's lists of live executors and of scheduler nodes, and the signed executor protocol
 //! (`/api/executor/v1/*`: register, heartbeat, deregister, callback, plugin download).
 //! `docs/protocol.md` describes the protocol end to end.
 
@@ -18,7 +18,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PathParam, Query};
 use super::openapi::ErrorBody;
 use super::validate::{self, invalid};
-use super::views::{ExecutorPage, ExecutorView, PageView};
+use super::views::{ExecutorPage, ExecutorView, NodePage, NodeView, PageView};
 use crate::model::now_ms;
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -61,6 +61,23 @@ pub async fn list(
     )))
 }
 
+/// `GET /api/v1/nodes`: every scheduler node that ran on this database, live or not, with
+/// its measured clock offset.
+#[utoipa::path(
+    get,
+    path = "/api/v1/nodes",
+    operation_id = "list_nodes",
+    responses(
+        (status = 200, description = "The scheduler nodes, by name, on one page", body = NodePage),
+    )
+)]
+pub async fn nodes(State(state): State<AppState>) -> ApiResult<Json<NodePage>> {
+    let nodes = crate::usecase::cluster::nodes(&state.node).await?;
+    Ok(Json(PageView::all(
+        nodes.into_iter().map(NodeView::from).collect(),
+    )))
+}
+
 /// Longest executor address accepted.
 const MAX_ADDRESS_LEN: usize = 2048;
 
@@ -94,6 +111,7 @@ async fn registration_ack(state: &AppState, app: &str) -> ApiResult<Json<Registr
     Ok(Json(RegistrationAck {
         heartbeat_interval_ms: state.node.config().heartbeat_interval_ms,
         plugins,
+        scheduler_time_ms: Some(crate::model::now_ms()),
     }))
 }
 

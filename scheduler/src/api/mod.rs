@@ -219,6 +219,7 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
         .route(M::GET, "/runs/{id}/log", runs::log)
         .route(M::POST, "/runs/{id}/kill", runs::kill)
         .route(M::GET, "/executors", executors::list)
+        .route(M::GET, "/nodes", executors::nodes)
         .route(M::GET, "/apps/{app}/secrets", plugin_host::list)
         .route(M::PUT, "/apps/{app}/secrets/{name}", plugin_host::set)
         .route(M::DELETE, "/apps/{app}/secrets/{name}", plugin_host::delete)

@@ -68,6 +68,7 @@ const API_TOKEN: &str = "api_token";
         runs::log,
         runs::kill,
         executors::list,
+        executors::nodes,
         plugin_host::list,
         plugin_host::set,
         plugin_host::delete,

@@ -33,6 +33,7 @@ pub type JobPage = PageView<JobView>;
 pub type TaskPage = PageView<TaskView>;
 pub type RunPage = PageView<RunView>;
 pub type ExecutorPage = PageView<ExecutorView>;
+pub type NodePage = PageView<NodeView>;
 
 impl<T> PageView<T> {
     pub fn of<M>(page: Page<M>, view: impl Fn(M) -> T) -> Self {
@@ -258,6 +259,39 @@ pub struct ExecutorView {
     pub last_heartbeat_at: String,
     pub running: i32,
     pub capacity: i32,
+}
+
+/// A scheduler node of the cluster.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeView {
+    pub name: String,
+    pub address: String,
+    #[schema(format = DateTime)]
+    pub started_at: String,
+    /// Its last heartbeat; absent once it stopped or was taken over.
+    #[schema(format = DateTime)]
+    pub last_heartbeat_at: Option<String>,
+    /// It heartbeat within `node_dead_after_ms`.
+    pub live: bool,
+    /// How far the database's clock is ahead of the node's (ms), as the node last
+    /// measured it; its times are corrected by it.
+    pub clock_offset_ms: i64,
+    /// The offset is beyond the cluster's `max_clock_offset_ms`: fix the node's time sync.
+    pub clock_off: bool,
+}
+
+impl From<crate::usecase::cluster::NodeState> for NodeView {
+    fn from(n: crate::usecase::cluster::NodeState) -> Self {
+        NodeView {
+            name: n.name,
+            address: n.address,
+            started_at: rfc3339(n.started_at),
+            last_heartbeat_at: rfc3339_opt(n.heartbeat_at),
+            live: n.live,
+            clock_offset_ms: n.clock_offset_ms,
+            clock_off: n.clock_off,
+        }
+    }
 }
 
 impl From<Executor> for ExecutorView {

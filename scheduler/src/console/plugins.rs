@@ -146,11 +146,23 @@ pub struct ExecutorRow {
     heartbeat: When,
 }
 
+/// A scheduler node on the executors page: live or gone, and its clock.
+pub struct NodeRow {
+    name: String,
+    address: String,
+    started: When,
+    heartbeat: Option<When>,
+    live: bool,
+    clock_offset_ms: i64,
+    clock_off: bool,
+}
+
 #[derive(Template)]
 #[template(path = "executors.html")]
 struct ExecutorsPage {
     chrome: Chrome,
     executors: Vec<ExecutorRow>,
+    nodes: Vec<NodeRow>,
 }
 
 pub async fn executors(
@@ -164,8 +176,21 @@ pub async fn executors(
         .list_executors(None, alive_after)
         .await
         .map_err(Error::from)?;
+    let nodes = crate::usecase::cluster::nodes(&console.node).await?;
     render(&ExecutorsPage {
         chrome: Chrome::of(&s, "executors"),
+        nodes: nodes
+            .into_iter()
+            .map(|n| NodeRow {
+                name: n.name,
+                address: n.address,
+                started: When::of(n.started_at),
+                heartbeat: When::opt(n.heartbeat_at),
+                live: n.live,
+                clock_offset_ms: n.clock_offset_ms,
+                clock_off: n.clock_off,
+            })
+            .collect(),
         executors: executors
             .into_iter()
             .filter(|e| s.who.sees(&e.app))

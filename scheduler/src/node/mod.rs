@@ -312,9 +312,14 @@ impl Node {
         ));
         let executors = self.executors.clone();
         let has_executor = Arc::new(move |app: &str| !executors.of_app(app).is_empty());
+        let watching = alarm::watch::Watching {
+            has_executor,
+            max_clock_offset_ms: self.cluster.config.max_clock_offset_ms,
+            node_dead_after_ms: self.cluster.config.node_dead_after_ms,
+        };
         tasks.spawn(alarm::watch::watch_loop(
             self.alarms.clone(),
-            has_executor,
+            watching,
             shutdown,
         ));
         tasks.spawn(async move {

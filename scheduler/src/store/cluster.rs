@@ -157,6 +157,38 @@ impl Store {
         })
     }
 
+    /// Every scheduler node that ever ran on this database, by name.
+    pub async fn nodes(&self) -> Result<Vec<NodeRow>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT name, address, started_at, heartbeat_at, clock_offset_ms FROM nodes \
+                 ORDER BY name",
+            )
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
+    /// The live nodes (heartbeat after `alive_after`) whose clock is off the database's
+    /// by more than `beyond_ms`: their names and offsets.
+    pub async fn skewed_nodes(
+        &self,
+        alive_after: Millis,
+        beyond_ms: Millis,
+    ) -> Result<Vec<(String, Millis)>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT name, clock_offset_ms FROM nodes WHERE heartbeat_at > ? \
+                 AND (clock_offset_ms > ? OR clock_offset_ms < ?) ORDER BY name",
+            )
+            .bind(alive_after)
+            .bind(beyond_ms)
+            .bind(-beyond_ms)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
     /// The last heartbeat of the node called `name`, if it ever ran.
     pub async fn node_heartbeat_at(&self, name: &str) -> Result<Option<Millis>> {
         on_pool!(self, |pool, Db| {

@@ -376,8 +376,8 @@ pub use queue::{Handover, HeldLease, LeaseEnding, Leased, LeasesEnded, QueueFact
 use retry::is_retryable;
 use rows::*;
 pub use rows::{
-    ApiToken, Applied, AuditEntry, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef, PluginUser,
-    ReportOwners, RunStat, SecretMeta, TokenUser, User,
+    ApiToken, Applied, AuditEntry, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef, NodeRow,
+    PluginUser, ReportOwners, RunStat, SecretMeta, TokenUser, User,
 };
 
 /// The id of the row an `INSERT` created, on either backend.
@@ -499,9 +499,12 @@ async fn database_time_on(pool: &Pool) -> Result<Option<Millis>> {
 
 async fn heartbeat_on(pool: &Pool, lease: NodeLease, now: Millis) -> Result<bool> {
     on_pool!(@match pool, |pool, Db| {
-        let r = sqlx::query("UPDATE nodes SET heartbeat_at = ? WHERE id = ? AND epoch = ?")
-            .bind(now)
-            .bind(lease.node_id)
+        let r = sqlx::query(
+            "UPDATE nodes SET heartbeat_at = ?, clock_offset_ms = ? WHERE id = ? AND epoch = ?",
+        )
+        .bind(now)
+        .bind(crate::model::clock_offset_ms())
+        .bind(lease.node_id)
             .bind(lease.epoch)
             .execute(pool)
             .await?;

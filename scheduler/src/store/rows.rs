@@ -387,6 +387,18 @@ pub struct NodeRef {
     pub address: String,
 }
 
+/// A scheduler node as the node list shows it.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct NodeRow {
+    pub name: String,
+    pub address: String,
+    pub started_at: Millis,
+    /// 0 once it stopped (a graceful stop or a take-over clears it).
+    pub heartbeat_at: Millis,
+    /// Its clock's offset from the database's (database minus node), as last measured.
+    pub clock_offset_ms: Millis,
+}
+
 /// A job using a plugin.
 #[derive(Debug, Clone, PartialEq, Eq, FromRow)]
 pub struct PluginUser {

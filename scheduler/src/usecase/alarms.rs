@@ -49,10 +49,12 @@ pub struct RuleFields {
     /// Only this job's runs and tasks (by name or id); none: every job of the app.
     pub job: Option<NameOrId>,
     /// `run_failed`, `task_dead`, `run_timeout`, `lateness`, `no_executor`,
-    /// `executor_lost`, `node_taken_over` or `backlog`.
+    /// `executor_lost`, `node_taken_over`, `backlog` or `clock_skew`.
     pub on: String,
     /// Milliseconds: `lateness` (run start − due) and `backlog` (the oldest due task's
-    /// wait) need it; `no_executor` may have it (how long a fire waits before it counts).
+    /// wait) need it; `no_executor` may have it (how long a fire waits before it counts);
+    /// `clock_skew` may have it (a node's offset beyond it counts; by default the
+    /// cluster's `max_clock_offset_ms`).
     pub threshold: Option<i64>,
     /// Channel names.
     pub channels: Vec<String>,
@@ -313,7 +315,14 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
         Some(_) if !on.takes_job() => {
             return Err(invalid(
                 "job",
-                format!("`{on}` is about the app, not one job: remove `job`"),
+                format!(
+                    "`{on}` is about the {}, not one job: remove `job`",
+                    if matches!(on, On::ClockSkew | On::NodeTakenOver) {
+                        "cluster"
+                    } else {
+                        "app"
+                    }
+                ),
             ));
         }
         Some(job) => {
@@ -347,7 +356,7 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
                 format!("a `{on}` rule needs a threshold in ms"),
             ));
         }
-        (Some(t), On::Lateness | On::Backlog | On::NoExecutor) => {
+        (Some(t), On::Lateness | On::Backlog | On::NoExecutor | On::ClockSkew) => {
             validate::within("threshold", t, 1..=MAX_THRESHOLD_MS)?;
         }
         (Some(_), _) => {
