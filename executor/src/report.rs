@@ -268,6 +268,19 @@ impl Batch {
     }
 }
 
+/// Adds to each final report's message that lines of its run's log were dropped, and
+/// why (a full disk), so a short log is not taken for the whole of it.
+fn tell_log_losses(logs: &LogStore, reports: &mut [RunReport]) {
+    for r in reports.iter_mut().filter(|r| r.status.is_final()) {
+        if let Some(loss) = logs.loss(r.run_id) {
+            r.message = Some(match r.message.take() {
+                Some(m) if !m.is_empty() => format!("{m} ({loss})"),
+                _ => loss.to_string(),
+            });
+        }
+    }
+}
+
 /// `running` reports held back for [`RUNNING_HOLD`], oldest first.
 #[derive(Default)]
 struct Postponed {
@@ -434,7 +447,8 @@ impl Reporter {
         // The lines of the runs reported here reach the OS first (one `write` for the
         // whole batch): what is reported survives a SIGKILL of the executor.
         self.logs.flush();
-        let batch = batch.into_callback();
+        let mut batch = batch.into_callback();
+        tell_log_losses(&self.logs, &mut batch.reports);
         if self.has_backlog() {
             self.stash(batch);
             return;

@@ -47,6 +47,20 @@ const ECHO: &str = r#"(module
     (i32.store (i32.const 4) (i32.const 5))
     (drop (call $write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
 
+/// Prints a 60-byte line 200 times: 12 KiB, more than a page of disk.
+const CHATTY: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 100) "chatty plugin line ........................................\0a")
+  (func (export "_start")
+    (local $i i32)
+    (i32.store (i32.const 0) (i32.const 100))
+    (i32.store (i32.const 4) (i32.const 60))
+    (loop $again
+      (drop (call $write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $again (i32.lt_u (local.get $i) (i32.const 200))))))"#;
+
 async fn log_page(api: &Api, run: i64) -> Value {
     api.ok("GET", &format!("/api/v1/runs/{run}/log?from_line=1"), None)
         .await
@@ -213,5 +227,80 @@ async fn ten_thousand_runs_create_no_file_each() {
         files.len(),
         &files[..files.len().min(30)]
     );
+    server.stop().await;
+}
+
+/// The executor's disk fills: a run's lines cannot be written, and its log does not read
+/// as an empty, complete log — it ends with a note of how many lines were dropped and
+/// why, and the run's message says the same. Once there is room again, logs are written
+/// by themselves. Needs root (a tmpfs); under `CI=true` a missing prerequisite fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_on_the_executor_drops_lines_and_says_so() {
+    let Some(disk) = SmallDisk::mount(16) else {
+        rota_testkit::missing("mounting a tmpfs (needs root)");
+        return;
+    };
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    let data = disk.path().join("executor");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let _executor = spawn_executor(None, &server.url, &listen, &data, None);
+    wait_executors(api, 1).await;
+    api.upload("echo", ECHO).await;
+    job(api, "echo", "echo").await;
+    let run_of = |payload: String| async move {
+        let ids = api
+            .add_tasks(vec![json!({"job": "echo", "payload": payload})])
+            .await;
+        let task = task_reaches(api, ids[0], "succeeded").await;
+        task["last_run_id"].as_i64().unwrap()
+    };
+    // Compiled and cached, its log segment created, while there is room.
+    let first = run_of("order 1\n".into()).await;
+    assert_eq!(
+        log_page(api, first).await["lines"],
+        json!(["order 1", "done"])
+    );
+
+    // Fill the disk to the last byte.
+    let filler = disk.path().join("filler");
+    let filled = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "status=none"])
+        .arg(format!("of={}", filler.display()))
+        .status()
+        .unwrap();
+    assert!(!filled.success(), "dd stops when the disk is full");
+    // More than the page the segment's last record left room in (tmpfs allocates pages).
+    api.upload("chatty", CHATTY).await;
+    job(api, "chatty", "chatty").await;
+    let ids = api.add_tasks(vec![json!({"job": "chatty"})]).await;
+    let lost = task_reaches(api, ids[0], "succeeded").await["last_run_id"]
+        .as_i64()
+        .unwrap();
+    let page = log_page(api, lost).await;
+    let note = "[rota] 200 lines of this run's log were dropped: writing them failed: No space \
+                left on device (os error 28)";
+    assert_eq!(page["lines"], json!([note]), "{page}");
+    assert_eq!(page["complete"], true, "{page}");
+    let run = api.ok("GET", &format!("/api/v1/runs/{lost}"), None).await;
+    let message = run["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("200 lines of this run's log were dropped") && message.contains("space"),
+        "the run's message says so: {run}"
+    );
+
+    // Room again: the next run's log is whole, and the earlier ones are as they were.
+    std::fs::remove_file(&filler).unwrap();
+    let after = run_of("order 3\n".into()).await;
+    assert_eq!(
+        log_page(api, after).await["lines"],
+        json!(["order 3", "done"])
+    );
+    assert_eq!(
+        log_page(api, first).await["lines"],
+        json!(["order 1", "done"])
+    );
+    assert_eq!(log_page(api, lost).await["lines"], json!([note]));
     server.stop().await;
 }

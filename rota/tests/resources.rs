@@ -8,51 +8,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
 use support::*;
-
-/// A tmpfs of its own, unmounted when dropped.
-struct SmallDisk {
-    dir: tempfile::TempDir,
-}
-
-impl SmallDisk {
-    fn mount(mib: u32) -> Option<SmallDisk> {
-        let dir = tempfile::tempdir().unwrap();
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .is_ok_and(|s| s.success());
-        mounted.then_some(SmallDisk { dir })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn grow(&self, mib: u32) {
-        let ok = Command::new("mount")
-            .args(["-o", &format!("remount,size={mib}m")])
-            .arg(self.dir.path())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "growing the tmpfs");
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
-}
 
 async fn readyz(api: &Api) -> (u16, serde_json::Value) {
     let res = reqwest::get(format!("{}/readyz", api.base)).await.unwrap();

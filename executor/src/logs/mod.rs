@@ -41,6 +41,14 @@
 //! [`LogStore::read`] first pushes the run's gathered lines to the file, so a live tail
 //! sees every complete line, and serves any line range.
 //!
+//! # A full disk
+//!
+//! Lines whose write fails (no space, an I/O error) are dropped, the file is cut back to
+//! its last whole record, and the loss is remembered by run ([`LogStore::loss`]): the
+//! run's log ends with `[rota] N lines of this run's log were dropped: writing them
+//! failed: No space left on device (os error 28)`, and its final report's message says
+//! the same. Writing resumes by itself once there is room.
+//!
 //! # Crash safety
 //!
 //! On open, a segment without a valid index (the one active when the process died, or
@@ -63,6 +71,7 @@
 //! A `RunLog` can also keep its lines in memory (`rota plugin run`) or discard them
 //! (benchmarks).
 
+mod losses;
 mod run_log;
 mod segment;
 #[cfg(test)]
@@ -79,6 +88,8 @@ use std::time::{Duration, SystemTime};
 
 use rota_proto::LogPage;
 
+pub use losses::Loss;
+use losses::Losses;
 use run_log::*;
 pub use run_log::{RunLog, Stream};
 use segment::*;
@@ -316,12 +327,28 @@ impl LogStore {
             }
             before += count;
         }
+        // Lines the disk refused end the log with a note saying so (the note is the line
+        // after the last one stored), so it never reads as complete without them.
+        let loss = self.loss(run_id);
+        let total = total + u64::from(loss.is_some());
+        if let Some(loss) = loss
+            && lines.len() < max_lines
+            && from_line + lines.len() as u64 == total
+        {
+            lines.push(format!("{NOTE_PREFIX}{loss}"));
+        }
         let next_line = from_line + lines.len() as u64;
         Ok(LogPage {
             complete: !live && next_line > total,
             lines,
             next_line,
         })
+    }
+
+    /// The lines of a run that could not be written, and why; `None` if it lost none
+    /// (or lost them too long ago to remember: see [`losses::MAX_RUNS`]).
+    pub fn loss(&self, run_id: i64) -> Option<Loss> {
+        self.inner.writer().losses.get(run_id)
     }
 
     /// Bytes of a run's lines on disk (newlines included; 0 for a run that wrote

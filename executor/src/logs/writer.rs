@@ -196,6 +196,8 @@ pub(super) struct Writer {
     /// Segments dropped from the index whose files are still to be deleted, outside the
     /// locks.
     pub(super) doomed: Vec<u64>,
+    /// Lines that could not be written, by run.
+    pub(super) losses: Losses,
 }
 
 /// The segment being appended to.
@@ -310,6 +312,7 @@ impl Writer {
             live: HashMap::new(),
             legacy,
             doomed: Vec::new(),
+            losses: Losses::default(),
         }
     }
 
@@ -355,6 +358,7 @@ impl Writer {
                 Ok(active) => self.active = Some(active),
                 Err(e) => {
                     tracing::warn!(dir = %self.dir.display(), error = %e, "creating a run log segment failed; dropping log lines");
+                    self.losses.add(run_id, u64::from(lines), &e);
                     return None;
                 }
             }
@@ -462,6 +466,14 @@ impl Writer {
             return;
         };
         let lost = active.end - active.written;
+        let written = active.written;
+        for e in active
+            .entries
+            .iter()
+            .filter(|e| u64::from(e.offset) >= written)
+        {
+            self.losses.add(e.run_id, u64::from(e.lines), error);
+        }
         active.drop_unwritten();
         let reset = active
             .file
