@@ -1,8 +1,10 @@
 //! A MariaDB restart under load. The test installs a MariaDB of its own (`mariadb-install-db`
 //! into a temporary directory, its own port), runs two `rota server` nodes and an executor
 //! double on it, and keeps creating delayed tasks through both nodes while it stops the
-//! database (SIGTERM to its pid) for 5 s and starts it again. The nodes reconnect, and every
-//! task whose creation was acknowledged succeeds, each attempt with one run and sent once.
+//! database (SIGTERM to its pid) for 5 s and starts it again. A create the outage catches is
+//! refused with a 503 that says why (never a bare 500), `/readyz` turns 503 with the reason
+//! and back to 200 by itself; the nodes reconnect, and every task whose creation was
+//! acknowledged succeeds, each attempt with one run and sent once.
 //!
 //! Needs `mariadb-install-db` and `mariadbd` (CI installs `mariadb-server`); skipped with a
 //! message where they are missing.
@@ -211,6 +213,24 @@ async fn nodes_reconnect_after_a_mariadb_restart_and_lose_nothing_acknowledged()
             mariadb
         })
     };
+    // A load balancer's probe of r1 all along: what `/readyz` answered, in order.
+    let probe = {
+        let base = apis[0].base.clone();
+        tokio::spawn(async move {
+            let mut seen: Vec<(u16, String)> = Vec::new();
+            while started.elapsed() < end_at {
+                if let Ok(res) = reqwest::get(format!("{base}/readyz")).await {
+                    let status = res.status().as_u16();
+                    let body = res.text().await.unwrap_or_default();
+                    if seen.last().is_none_or(|(s, _)| *s != status) {
+                        seen.push((status, body));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            seen
+        })
+    };
     let mut requests = tokio::task::JoinSet::new();
     let mut round = 0usize;
     while started.elapsed() < end_at {
@@ -247,8 +267,8 @@ async fn nodes_reconnect_after_a_mariadb_restart_and_lose_nothing_acknowledged()
             acknowledged.extend(ids);
         } else {
             assert!(
-                (500..600).contains(&status) && body["error"].is_string(),
-                "a refused create says why with a 5xx: {status} {body}"
+                status == 503 && body["error"].is_string(),
+                "a create the outage refused says why with a 503, never a bare 500: {status} {body}"
             );
             *refused.entry(status).or_default() += 1;
         }
@@ -260,6 +280,23 @@ async fn nodes_reconnect_after_a_mariadb_restart_and_lose_nothing_acknowledged()
         acknowledged_after_restart > 0,
         "no create succeeded after the restart: the nodes did not reconnect"
     );
+
+    // The probe saw the node unready while the database was away, with the reason, and
+    // ready again once it was back — without a restart.
+    let probed = probe.await.unwrap();
+    eprintln!("/readyz of r1 over the outage: {probed:?}");
+    let statuses: Vec<u16> = probed.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses.first(), Some(&200), "{probed:?}");
+    assert!(statuses.contains(&503), "never unready: {probed:?}");
+    let unready = &probed.iter().find(|(s, _)| *s == 503).unwrap().1;
+    assert!(unready.contains("database"), "the reason: {unready}");
+    eventually(Duration::from_secs(30), "r1 ready again", || async {
+        let res = reqwest::get(format!("{}/readyz", apis[0].base))
+            .await
+            .ok()?;
+        (res.status() == 200).then_some(())
+    })
+    .await;
 
     // Every acknowledged task succeeds.
     let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
