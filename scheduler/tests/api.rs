@@ -1300,3 +1300,221 @@ async fn openapi_document_describes_every_route() {
     }
     t.stop().await;
 }
+
+/// SPEC §4: anywhere a body, path or query names a job or a plugin, it takes the name or
+/// the id. The test walks every route whose path names one (checked against the router's
+/// own list, so a route added later must join the walk) and every body field the OpenAPI
+/// document types as such a reference, once with names and once with ids.
+#[tokio::test]
+async fn every_reference_to_a_job_or_plugin_takes_its_name_or_its_id() {
+    let t = start().await;
+    let mut walked: BTreeSet<(Method, &str)> = BTreeSet::new();
+    t.post(
+        "/api/v1/alarm-channels",
+        json!({"name": "ops", "kind": "webhook", "url": "http://192.0.2.1/alarms"}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    for by_id in [false, true] {
+        let form = if by_id { "id" } else { "name" };
+        // A reference in a body (a JSON string or number) and in a path or query.
+        let body_ref = |name: &str, id: i64| if by_id { json!(id) } else { json!(name) };
+        let path_ref = |name: &str, id: i64| {
+            if by_id {
+                id.to_string()
+            } else {
+                name.to_owned()
+            }
+        };
+        let plugin = format!("echo-{form}");
+        let uploaded = t.upload(&plugin, START).await;
+        uploaded.expect(StatusCode::CREATED);
+        let plugin_id = uploaded.json()["id"].as_i64().unwrap();
+        let (q, w) = (format!("q-{form}"), format!("w-{form}"));
+        let made = t
+            .post(
+                "/api/v1/jobs",
+                json!({"name": q, "app": "default", "schedule": {"kind": "none"},
+                       "delivery": {"kind": "pull"}}),
+            )
+            .await;
+        made.expect(StatusCode::CREATED);
+        let q_id = made.json()["id"].as_i64().unwrap();
+        let made = t
+            .post(
+                "/api/v1/jobs",
+                json!({"name": w, "app": "default", "schedule": {"kind": "none"},
+                       "plugin": body_ref(&plugin, plugin_id),
+                       "child_jobs": [body_ref(&q, q_id)]}),
+            )
+            .await;
+        made.expect(StatusCode::CREATED);
+        walked.insert((Method::POST, "/api/v1/jobs"));
+        let w_id = made.json()["id"].as_i64().unwrap();
+        assert_eq!(made.json()["plugin"], plugin.as_str(), "{form}");
+        assert_eq!(made.json()["child_jobs"], json!([q_id]), "{form}");
+        let (qp, wp) = (path_ref(&q, q_id), path_ref(&w, w_id));
+
+        let got = t.get(&format!("/api/v1/jobs/{qp}")).await;
+        got.expect(StatusCode::OK);
+        assert_eq!(got.json()["id"], q_id, "{form}");
+        walked.insert((Method::GET, "/api/v1/jobs/{id}"));
+        t.patch(&format!("/api/v1/jobs/{wp}"), json!({"child_jobs": []}))
+            .await
+            .expect(StatusCode::OK);
+        walked.insert((Method::PATCH, "/api/v1/jobs/{id}"));
+        let fired = t
+            .call(Method::POST, &format!("/api/v1/jobs/{wp}/trigger"), None)
+            .await;
+        assert!(fired.status.is_success(), "{form}: {}", fired.status);
+        walked.insert((Method::POST, "/api/v1/jobs/{id}/trigger"));
+
+        // Tasks of the pull job, named every way a task names its job.
+        t.post(
+            "/api/v1/tasks",
+            json!({"job": body_ref(&q, q_id), "key": "k", "delay_ms": 3_600_000}),
+        )
+        .await
+        .expect(StatusCode::CREATED);
+        t.delete(&format!("/api/v1/tasks?job={qp}&key=k"))
+            .await
+            .expect(StatusCode::OK);
+        walked.insert((Method::DELETE, "/api/v1/tasks"));
+        t.post(
+            "/api/v1/tasks/batch",
+            json!({"tasks": [{"job": body_ref(&q, q_id)}, {"job": body_ref(&q, q_id)}]}),
+        )
+        .await
+        .expect(StatusCode::CREATED);
+        let listed = t.get(&format!("/api/v1/tasks?job={qp}")).await;
+        listed.expect(StatusCode::OK);
+        assert_eq!(
+            listed.json()["items"].as_array().unwrap().len(),
+            3,
+            "{form}"
+        );
+        walked.insert((Method::GET, "/api/v1/tasks"));
+        let pulled = t
+            .post(
+                &format!("/api/v1/jobs/{qp}/pull"),
+                json!({"max": 10, "wait_ms": 0}),
+            )
+            .await;
+        pulled.expect(StatusCode::OK);
+        walked.insert((Method::POST, "/api/v1/jobs/{id}/pull"));
+        let acks: Vec<Value> = pulled.json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| json!({"task": i["task"], "lease": i["lease"]}))
+            .collect();
+        assert_eq!(acks.len(), 2, "{form}: {}", pulled.json());
+        let acked = t
+            .post(&format!("/api/v1/jobs/{qp}/ack"), json!({"acks": acks}))
+            .await;
+        acked.expect(StatusCode::OK);
+        assert!(
+            acked.json()["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["status"] == "acked"),
+            "{form}: {}",
+            acked.json()
+        );
+        walked.insert((Method::POST, "/api/v1/jobs/{id}/ack"));
+        t.post(
+            "/api/v1/tasks/retry",
+            json!({"job": body_ref(&q, q_id), "status": "dead"}),
+        )
+        .await
+        .expect(StatusCode::OK);
+        walked.insert((Method::POST, "/api/v1/tasks/retry"));
+        let runs = t.get(&format!("/api/v1/runs?job={qp}")).await;
+        runs.expect(StatusCode::OK);
+        assert_eq!(runs.json()["items"].as_array().unwrap().len(), 2, "{form}");
+        walked.insert((Method::GET, "/api/v1/runs"));
+
+        let rule = format!("r-{form}");
+        let made = t
+            .post(
+                "/api/v1/alarm-rules",
+                json!({"name": rule, "app": "default", "job": body_ref(&w, w_id),
+                       "on": "run_failed", "channels": ["ops"]}),
+            )
+            .await;
+        made.expect(StatusCode::CREATED);
+        assert_eq!(made.json()["job"], w_id, "{form}: {}", made.json());
+        walked.insert((Method::POST, "/api/v1/alarm-rules"));
+        t.delete(&format!("/api/v1/alarm-rules/{rule}"))
+            .await
+            .expect(StatusCode::NO_CONTENT);
+
+        for job in [&wp, &qp] {
+            t.delete(&format!("/api/v1/jobs/{job}?force=true"))
+                .await
+                .expect(StatusCode::NO_CONTENT);
+        }
+        walked.insert((Method::DELETE, "/api/v1/jobs/{id}"));
+        t.delete(&format!("/api/v1/plugins/{}", path_ref(&plugin, plugin_id)))
+            .await
+            .expect(StatusCode::NO_CONTENT);
+        walked.insert((Method::DELETE, "/api/v1/plugins/{name}"));
+        t.get(&format!("/api/v1/jobs/{qp}"))
+            .await
+            .expect(StatusCode::NOT_FOUND);
+    }
+
+    // Every route whose path names a job or a plugin was walked.
+    for (method, path) in api_routes() {
+        if path.starts_with("/api/v1/jobs/") || path.starts_with("/api/v1/plugins/") {
+            assert!(
+                walked.contains(&(method.clone(), path.as_str())),
+                "{method} {path} names a job or plugin and is not walked"
+            );
+        }
+    }
+    // Every body field that names a job or plugin is typed as a name or an id, and each
+    // was walked above.
+    let doc = t.get("/api/v1/openapi.json").await.json();
+    fn names_or_ids(spec: &Value) -> bool {
+        spec.is_object()
+            && (spec["$ref"] == "#/components/schemas/NameOrId"
+                || names_or_ids(&spec["items"])
+                || ["oneOf", "anyOf"].iter().any(|k| {
+                    spec[k]
+                        .as_array()
+                        .is_some_and(|alts| alts.iter().any(names_or_ids))
+                }))
+    }
+    let mut fields = BTreeSet::new();
+    for (schema, body) in doc["components"]["schemas"].as_object().unwrap() {
+        let Some(props) = body["properties"].as_object() else {
+            continue;
+        };
+        for (field, spec) in props {
+            if !["job", "plugin", "child_jobs"].contains(&field.as_str()) {
+                continue;
+            }
+            // A request body's field (views answer with the name or id they hold).
+            if schema.ends_with("View") || schema.starts_with("PageView") {
+                continue;
+            }
+            let typed = names_or_ids(spec);
+            assert!(
+                typed,
+                "{schema}.{field} does not take a name or an id: {spec}"
+            );
+            fields.insert(format!("{schema}.{field}"));
+        }
+    }
+    assert!(
+        fields.len() >= 5,
+        "the job, child_jobs, plugin, task and rule fields: {fields:?}"
+    );
+    eprintln!(
+        "walked {} routes; reference fields: {fields:?}",
+        walked.len()
+    );
+    t.stop().await;
+}

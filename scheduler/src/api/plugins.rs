@@ -56,15 +56,16 @@ pub async fn upload(
     Ok((status, Json(plugin.into())))
 }
 
-/// `DELETE /api/v1/plugins/{name}`: every version of a plugin no job uses (admins only).
+/// `DELETE /api/v1/plugins/{name}`: every version of a plugin no job uses (admins only),
+/// named by its name or the id of any of its versions.
 #[utoipa::path(
     delete,
     path = "/api/v1/plugins/{name}",
     operation_id = "delete_plugin",
-    params(("name" = String, Path, description = "The plugin's name")),
+    params(("name" = String, Path, description = "The plugin's name, or the id of any of its versions")),
     responses(
         (status = 204, description = "Deleted, every version"),
-        (status = 404, description = "No plugin has this name", body = ErrorBody),
+        (status = 404, description = "No plugin has this name or version id", body = ErrorBody),
         (status = 409, description = "Jobs use it (the message names them)", body = ErrorBody),
     )
 )]
@@ -73,11 +74,7 @@ pub async fn delete(
     Extension(who): Extension<Principal>,
     PathParam(name): PathParam,
 ) -> ApiResult<StatusCode> {
-    who.check_admin("deleting a plugin")?;
-    let versions = state.node.store().delete_plugin(&name).await?;
-    state.node.plugin_changed(&name);
-    tracing::info!(plugin = %name, versions, by = %who.name, "plugin deleted");
-    state.node.audit(&who.name, "delete plugin", &name).await;
+    crate::usecase::plugins::delete(&state.node, &who, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

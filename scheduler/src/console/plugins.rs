@@ -98,10 +98,7 @@ pub async fn delete_plugin(
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
 ) -> PageResult {
-    s.who.check_admin("deleting a plugin")?;
-    console.node.store().delete_plugin(&name).await?;
-    console.node.plugin_changed(&name);
-    audit(&console, &s.user.name, "delete plugin", &name).await;
+    crate::usecase::plugins::delete(&console.node, &s.who, &name).await?;
     Ok(Redirect::to(&format!("{PREFIX}/plugins")).into_response())
 }
 

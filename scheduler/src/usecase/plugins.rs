@@ -1,5 +1,5 @@
 //! Plugins: uploading a module or component (validated by the same wasmtime engine that
-//! runs it).
+//! runs it), and deleting one by its name or the id of any of its versions.
 
 use bytes::Bytes;
 use rota_executor::PluginKind;
@@ -8,7 +8,7 @@ use super::{Error, Result, validate};
 use crate::access::Principal;
 use crate::model::{Plugin, now_ms};
 use crate::node::Node;
-use crate::store::NewPlugin;
+use crate::store::{self, NewPlugin};
 
 /// Validates and stores `wasm` (binary or text) as plugin `name`; new bytes under a known
 /// name make a new version. Returns the plugin and whether it is new (the same bytes
@@ -54,4 +54,28 @@ pub async fn upload(
         node.plugin_changed(&name);
     }
     Ok((plugin, created))
+}
+
+/// The name of the plugin `id_or_name` refers to: the id of any of its versions, or its
+/// name. A number that is no version's id is tried as a name.
+pub async fn find_plugin(node: &Node, id_or_name: &str) -> Result<String> {
+    if let Ok(id) = id_or_name.parse::<i64>() {
+        match node.store().get_plugin(id).await {
+            Err(store::Error::NotFound(_)) => {}
+            other => return Ok(other?.name),
+        }
+    }
+    Ok(id_or_name.to_owned())
+}
+
+/// Deletes every version of the plugin `id_or_name` (its name, or the id of any version);
+/// refused while a job uses it. Admins only. Returns its name and the versions deleted.
+pub async fn delete(node: &Node, who: &Principal, id_or_name: &str) -> Result<(String, u64)> {
+    who.check_admin("deleting a plugin")?;
+    let name = find_plugin(node, id_or_name).await?;
+    let versions = node.store().delete_plugin(&name).await?;
+    node.plugin_changed(&name);
+    tracing::info!(plugin = %name, versions, by = %who.name, "plugin deleted");
+    node.audit(&who.name, "delete plugin", &name).await;
+    Ok((name, versions))
 }
