@@ -19,7 +19,7 @@ pub const MAX_FACTOR: f64 = 100.0;
 
 /// How long to wait before retrying a failed attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Backoff {
     /// The same delay after every failure.
     Fixed { delay_ms: i64 },

@@ -63,7 +63,12 @@ const CRON_MISFIRE_COUNT_BUDGET: u32 = 64;
 
 /// When a job fires, as the API and the store carry it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    from = "ScheduleFields"
+)]
 pub enum Schedule {
     /// A Quartz-style cron expression, evaluated in `time_zone` (IANA name, default UTC).
     Cron {
@@ -75,6 +80,33 @@ pub enum Schedule {
     FixedRate { every_ms: i64 },
     /// Never on its own: fired only through the API or the console.
     None,
+}
+
+/// A [`Schedule`] as read: serde lets a unit variant of a tagged enum (`none`) carry
+/// unknown fields, which every other body refuses; here it is an empty struct, so
+/// `{"kind": "none", "every_ms": 5}` is refused too.
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum ScheduleFields {
+    Cron {
+        expr: String,
+        #[serde(default)]
+        time_zone: Option<String>,
+    },
+    FixedRate {
+        every_ms: i64,
+    },
+    None {},
+}
+
+impl From<ScheduleFields> for Schedule {
+    fn from(f: ScheduleFields) -> Self {
+        match f {
+            ScheduleFields::Cron { expr, time_zone } => Schedule::Cron { expr, time_zone },
+            ScheduleFields::FixedRate { every_ms } => Schedule::FixedRate { every_ms },
+            ScheduleFields::None {} => Schedule::None,
+        }
+    }
 }
 
 named_enum! {
@@ -112,6 +144,8 @@ pub enum ScheduleError {
     NeverFires(String),
     #[error("every_ms must be at least 1 (got {0})")]
     EveryMsTooSmall(i64),
+    #[error("every_ms must be at most {FIRE_HORIZON_MS} (10 years) (got {0})")]
+    EveryMsTooLarge(i64),
 }
 
 impl Schedule {
@@ -136,6 +170,10 @@ impl Schedule {
             Self::Cron { expr, time_zone } => compile_cron(expr, time_zone.as_deref(), now_ms)?,
             Self::FixedRate { every_ms } if *every_ms < 1 => {
                 return Err(ScheduleError::EveryMsTooSmall(*every_ms));
+            }
+            // A rate beyond the fire horizon would put the next fire past any date.
+            Self::FixedRate { every_ms } if *every_ms > FIRE_HORIZON_MS => {
+                return Err(ScheduleError::EveryMsTooLarge(*every_ms));
             }
             Self::FixedRate { every_ms } => CompiledSchedule(Compiled::FixedRate {
                 every_ms: *every_ms,

@@ -527,7 +527,12 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
             MALFORMED,
             "schedule",
         ),
-        (with("plugin", json!("nope")), INVALID, "plugin"),
+        // A reference to nothing is a 404 naming the field (SPEC §6: 404 missing).
+        (
+            with("plugin", json!("nope")),
+            StatusCode::NOT_FOUND,
+            "plugin",
+        ),
         (
             with(
                 "http_allow",
@@ -546,7 +551,7 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
             MALFORMED,
             "http_allow",
         ),
-        (with("plugin", json!(999)), INVALID, "plugin"),
+        (with("plugin", json!(999)), StatusCode::NOT_FOUND, "plugin"),
         (with("route", json!("sideways")), INVALID, "route"),
         (with("block", json!("maybe")), INVALID, "block"),
         (with("misfire", json!("panic")), INVALID, "misfire"),
@@ -568,7 +573,11 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
             INVALID,
             "factor",
         ),
-        (with("child_jobs", json!([12345])), INVALID, "child_jobs[0]"),
+        (
+            with("child_jobs", json!([12345])),
+            StatusCode::NOT_FOUND,
+            "child_jobs[0]",
+        ),
         (with("name", json!("x".repeat(201))), INVALID, "name"),
         (with("name", json!("two\nlines")), INVALID, "control"),
         (with("app", json!("")), INVALID, "app"),
@@ -812,7 +821,7 @@ async fn bad_task_input() {
             INVALID,
             "backoff",
         ),
-        (json!({"job": 424242}), INVALID, "job"),
+        (json!({"job": 424242}), StatusCode::NOT_FOUND, "job"),
         (json!({"job": true}), MALFORMED, "job"),
         (json!({"payload": "x"}), MALFORMED, "job"),
         (
@@ -922,7 +931,7 @@ async fn task_batches_are_all_or_nothing() {
         json!({"tasks": [{"job": job}, {"job": "nope"}]}),
     )
     .await
-    .expect_error(INVALID, "tasks[1].job");
+    .expect_error(StatusCode::NOT_FOUND, "tasks[1].job");
     t.post(
         "/api/v1/tasks/batch",
         json!({"tasks": [{"job": job}, {"job": job, "delay_ms": "x"}]}),

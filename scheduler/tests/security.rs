@@ -1001,7 +1001,7 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             M::POST,
             "/api/v1/jobs",
             r#"{"name": "j", "app": "default", "plugin": "no-such-plugin", "schedule": {"kind": "none"}}"#,
-            422,
+            404,
             "plugin",
         ),
         bad(
@@ -1106,7 +1106,7 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             M::POST,
             "/api/v1/jobs",
             &job(r#", "child_jobs": [987654]"#),
-            422,
+            404,
             "987654",
         ),
         bad(
@@ -1226,7 +1226,7 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             M::POST,
             "/api/v1/tasks",
             r#"{"job": "x' OR '1'='1", "delay_ms": 5}"#,
-            422,
+            404,
             "does not exist",
         ),
         bad(
@@ -1598,7 +1598,7 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             M::POST,
             "/api/v1/tasks/retry",
             r#"{"job": "nope", "status": "dead"}"#,
-            422,
+            404,
             "nope",
         ),
         bad(M::POST, "/api/v1/tasks/999999/retry", "", 404, "task"),
@@ -1767,14 +1767,14 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             M::POST,
             "/api/v1/alarm-rules",
             r#"{"name": "x", "app": "default", "on": "task_dead", "channels": ["nope"]}"#,
-            422,
+            404,
             "nope",
         ),
         bad(
             M::POST,
             "/api/v1/alarm-rules",
             r#"{"name": "x", "app": "default", "job": "nope", "on": "task_dead", "channels": ["ops"]}"#,
-            422,
+            404,
             "nope",
         ),
         bad(

@@ -73,6 +73,14 @@ impl On {
         matches!(self, On::Lateness | On::Backlog)
     }
 
+    /// Whether a rule on it may have a `threshold` (ms).
+    pub fn takes_threshold(self) -> bool {
+        matches!(
+            self,
+            On::Lateness | On::Backlog | On::NoExecutor | On::ClockSkew
+        )
+    }
+
     /// Whether a rule on it may watch one job (else it is about the app, or the cluster).
     pub fn takes_job(self) -> bool {
         !matches!(self, On::ExecutorLost | On::NodeTakenOver | On::ClockSkew)

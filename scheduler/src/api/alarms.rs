@@ -292,6 +292,7 @@ pub async fn test_channel(
         (status = 400, description = "Malformed JSON or an unknown field", body = ErrorBody),
         (status = 403, description = "Not an operator of the app", body = ErrorBody),
         (status = 409, description = "A rule of that name exists", body = ErrorBody),
+        (status = 404, description = "`job` or a channel names nothing that exists", body = ErrorBody),
         (status = 422, description = "A bad event, job, threshold, channel or throttle", body = ErrorBody),
     )
 )]

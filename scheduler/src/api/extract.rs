@@ -52,8 +52,8 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
-/// A JSON body that may be left out: an empty body is `None`; anything else is read like
-/// [`Json`].
+/// A JSON body that may be left out: an empty body (or JSON `null`) is `None`; anything
+/// else is read like [`Json`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OptionalJson<T>(pub Option<T>);
 
@@ -73,12 +73,62 @@ where
         if !json {
             return Err(ApiError::BadRequest(NOT_JSON.into()));
         }
+        if bytes.trim_ascii() == b"null" {
+            return Ok(OptionalJson(None));
+        }
         Ok(OptionalJson(Some(parse_json(&bytes)?)))
     }
 }
 
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    Ok(axum::Json::<T>::from_bytes(bytes)?.0)
+    // Every body is an object: serde would also read a struct from an array of its
+    // fields' values (`[null]`), which no client means.
+    if bytes.trim_ascii_start().first() != Some(&b'{') {
+        return Err(ApiError::BadRequest(
+            "invalid JSON body: it must be a JSON object (`{…}`)".into(),
+        ));
+    }
+    let error = match axum::Json::<T>::from_bytes(bytes) {
+        Ok(json) => return Ok(json.0),
+        Err(e) => e,
+    };
+    // JSON Schema counts `30.0` as the integer 30, and so do the clients generated from the
+    // OpenAPI document: read such numbers as integers (only on this slow path, so the
+    // common body is parsed once).
+    if error.body_text().contains("invalid type: floating point")
+        && let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(bytes)
+        && integral_floats_to_integers(&mut value)
+    {
+        // What is wrong with the body once its integers read as integers, by path.
+        return serde_path_to_error::deserialize(value).map_err(|e| {
+            ApiError::BadRequest(format!("invalid JSON body: {}: {}", e.path(), e.inner()))
+        });
+    }
+    Err(error.into())
+}
+
+/// Rewrites every number with no fraction that fits an `i64` (`30.0`, `-1e3`) as an
+/// integer; whether any was.
+fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            // Strictly inside: a literal beyond `i64` is read as the float at its bound.
+            let fits = f.fract() == 0.0 && f > i64::MIN as f64 && f < i64::MAX as f64;
+            if fits {
+                *value = Value::from(f as i64);
+            }
+            fits
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |any, v| integral_floats_to_integers(v) | any),
+        Value::Object(fields) => fields
+            .values_mut()
+            .fold(false, |any, v| integral_floats_to_integers(v) | any),
+        _ => false,
+    }
 }
 
 /// `application/json` or any `application/*+json`, parameters allowed.
@@ -177,6 +227,26 @@ pub fn query_param<T: FromStr>(
     }
 }
 
+/// A count from 1 in a query parameter, capped at `max`: any larger integer, however
+/// large, reads as `max` (the document states no maximum, and a client need not know
+/// the cap). `None` when absent.
+pub fn capped_count(name: &str, value: Option<&str>, max: u32) -> Result<Option<u32>, ApiError> {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    if !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ApiError::BadRequest(format!(
+            "query parameter `{name}` must be a positive integer, not `{v}`"
+        )));
+    }
+    if v.bytes().all(|b| b == b'0') {
+        return Err(ApiError::BadRequest(format!(
+            "query parameter `{name}` must be at least 1"
+        )));
+    }
+    Ok(Some(v.parse::<u32>().map_or(max, |n| n.min(max))))
+}
+
 /// A query parameter that must be `true` or `false`.
 pub fn query_flag(name: &str, value: Option<&str>) -> Result<bool, ApiError> {
     Ok(query_param(name, value, "`true` or `false`")?.unwrap_or(false))
@@ -188,9 +258,10 @@ pub fn query_flag(name: &str, value: Option<&str>) -> Result<bool, ApiError> {
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Items per page: 50 by default; a limit over 1,000 is capped.
-    #[param(value_type = Option<u32>, minimum = 1, default = 50)]
+    #[param(value_type = Option<u64>, minimum = 1, default = 50)]
     limit: Option<String>,
     /// The `next` cursor of the previous page.
+    #[param(pattern = "^[0-9]{1,18}$")]
     after: Option<String>,
 }
 
@@ -213,16 +284,15 @@ impl PageParams {
 
     /// Default 50; over 1,000 is capped; 0 is a 400.
     pub fn parse(limit: Option<&str>, after: Option<&str>) -> Result<Self, ApiError> {
-        let limit = match query_param::<u64>("limit", limit, "a positive integer")? {
-            None => Self::DEFAULT_LIMIT,
-            Some(0) => {
-                return Err(ApiError::BadRequest(
-                    "query parameter `limit` must be at least 1".into(),
-                ));
-            }
-            Some(n) => n.min(u64::from(Self::MAX_LIMIT)) as u32,
-        };
-        let before_id = query_param("after", after, "the `next` cursor of a previous page")?;
+        let limit = capped_count("limit", limit, Self::MAX_LIMIT)?.unwrap_or(Self::DEFAULT_LIMIT);
+        let cursor = after.filter(|a| !a.is_empty());
+        if cursor.is_some_and(|a| a.len() > 18 || !a.bytes().all(|b| b.is_ascii_digit())) {
+            return Err(ApiError::BadRequest(format!(
+                "query parameter `after` must be the `next` cursor of a previous page, not `{}`",
+                cursor.unwrap_or_default()
+            )));
+        }
+        let before_id = query_param("after", cursor, "the `next` cursor of a previous page")?;
         Ok(PageParams { limit, before_id })
     }
 }

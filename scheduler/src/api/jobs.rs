@@ -30,7 +30,8 @@ const JOB_ID: &str = "The job's id, or its name";
         (status = 201, description = "The new job", body = JobView),
         (status = 400, description = "Malformed JSON, or a required field is missing", body = ErrorBody),
         (status = 409, description = "A job with this name exists", body = ErrorBody),
-        (status = 422, description = "An invalid value, or a plugin or child job that does not exist", body = ErrorBody),
+        (status = 404, description = "`plugin` or a child job names nothing that exists", body = ErrorBody),
+        (status = 422, description = "An invalid value", body = ErrorBody),
     )
 )]
 pub async fn create(
@@ -82,7 +83,7 @@ pub async fn get(
     responses(
         (status = 200, description = "The changed job", body = JobView),
         (status = 400, description = "Malformed JSON, or `force` is not `true` or `false`", body = ErrorBody),
-        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 404, description = "No such job, or `plugin` or a child job names nothing that exists", body = ErrorBody),
         (status = 409, description = "Another job has this name, or its delivery changes while tasks are on their way (without `force`)", body = ErrorBody),
         (status = 422, description = "An invalid value", body = ErrorBody),
     )
@@ -111,6 +112,7 @@ pub async fn update(
 #[into_params(parameter_in = Query)]
 pub struct UpdateQuery {
     /// Change the delivery even while tasks are on their way to the old receivers.
+    #[param(value_type = Option<bool>)]
     force: Option<String>,
 }
 

@@ -35,6 +35,7 @@
 pub mod alarms;
 pub mod audit;
 pub mod auth;
+mod constraints;
 pub mod error;
 pub mod executors;
 pub mod extract;

@@ -92,7 +92,15 @@ const API_TOKEN: &str = "api_token";
 pub struct ApiDoc;
 
 /// Built once: the document does not change while the process runs.
-static DOCUMENT: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(ApiDoc::openapi);
+static DOCUMENT: LazyLock<serde_json::Value> = LazyLock::new(document_value);
+
+/// The document: what the handlers' annotations say, with the constraints the use cases
+/// check ([`super::constraints`]).
+pub fn document_value() -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document is JSON");
+    super::constraints::apply(&mut doc);
+    doc
+}
 
 /// `GET /api/v1/openapi.json`: this document.
 #[utoipa::path(
@@ -102,13 +110,14 @@ static DOCUMENT: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(ApiDoc::open
     tag = "meta",
     responses((status = 200, description = "The OpenAPI 3.1 document of this API", body = Object))
 )]
-pub async fn document() -> Json<&'static utoipa::openapi::OpenApi> {
+pub async fn document() -> Json<&'static serde_json::Value> {
     Json(&DOCUMENT)
 }
 
 /// What the layers in front of the handlers answer, documented where they are decided
-/// rather than on each handler: the bearer token of [`super::auth::require_token`] (a 401
-/// on every operation), the router's body limit (a 413 wherever there is a body), and the
+/// rather than on each handler: the extractors' 400 for a malformed path, query or body
+/// (`super::extract`), the bearer token of [`super::auth::require_token`] (a 401 on every
+/// operation), the router's body limit (a 413 wherever there is a body), and the
 /// database's bad days (`usecase::Error`: 503 on every operation, 507 where it writes).
 struct CommonAnswers;
 
@@ -138,6 +147,11 @@ impl Modify for CommonAnswers {
                 };
                 let has_body = operation.request_body.is_some();
                 let responses = &mut operation.responses.responses;
+                responses.entry("400".into()).or_insert_with(|| {
+                    error_response(
+                        "A malformed path parameter, query string or body (the message names it)",
+                    )
+                });
                 responses.entry("503".into()).or_insert_with(|| {
                     error_response(
                         "The database cannot take the request now (it does not answer, is \
@@ -364,6 +378,8 @@ schema!(
                 .property(
                     "every_ms",
                     integer("Milliseconds between fires", KnownFormat::Int64)
+                        .minimum(Some(1))
+                        .maximum(Some(crate::schedule::FIRE_HORIZON_MS))
                 )
                 .required("every_ms")
         )
@@ -378,7 +394,7 @@ schema!(
         .description(Some("How long a failed attempt waits before the next"))
         .item(
             variant("fixed", "The same delay every time")
-                .property("delay_ms", integer("Milliseconds", KnownFormat::Int64))
+                .property("delay_ms", delay())
                 .required("delay_ms")
         )
         .item(
@@ -386,14 +402,19 @@ schema!(
                 "exponential",
                 "`base_ms × factor^(attempt−1)`, at most `max_ms`, optionally jittered"
             )
-            .property("base_ms", integer("Milliseconds", KnownFormat::Int64))
+            .property("base_ms", delay())
             .property(
                 "factor",
                 ObjectBuilder::new()
                     .schema_type(Type::Number)
                     .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+                    .minimum(Some(1))
+                    .maximum(Some(crate::backoff::MAX_FACTOR))
             )
-            .property("max_ms", integer("Milliseconds", KnownFormat::Int64))
+            .property(
+                "max_ms",
+                delay().description(Some("Milliseconds; at least `base_ms`"))
+            )
             .property(
                 "jitter",
                 boolean("Randomise each delay; `false` by default")
@@ -429,6 +450,13 @@ fn integer(description: &str, format: KnownFormat) -> ObjectBuilder {
         .schema_type(Type::Integer)
         .format(Some(SchemaFormat::KnownFormat(format)))
         .description(Some(description))
+}
+
+/// A backoff's delay: 0 to ten years, in milliseconds.
+fn delay() -> ObjectBuilder {
+    integer("Milliseconds", KnownFormat::Int64)
+        .minimum(Some(0))
+        .maximum(Some(crate::backoff::MAX_DELAY_MS))
 }
 
 fn boolean(description: &str) -> ObjectBuilder {

@@ -201,6 +201,7 @@ fn secret_view(app: &str, meta: SecretMeta) -> SecretView {
     responses(
         (status = 200, description = "The app's secrets (names and times only)", body = SecretPage),
         (status = 404, description = "The app is not visible to this token", body = ErrorBody),
+        (status = 422, description = "`app` is not a valid app name", body = ErrorBody),
     )
 )]
 pub async fn list(
@@ -236,7 +237,7 @@ pub async fn list(
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = "Setting secrets needs the operator or admin role", body = ErrorBody),
         (status = 413, description = "The value is over 64 KiB", body = ErrorBody),
-        (status = 422, description = "An invalid name", body = ErrorBody),
+        (status = 422, description = "An invalid app or secret name", body = ErrorBody),
     )
 )]
 pub async fn set(
@@ -262,6 +263,7 @@ pub async fn set(
         (status = 204, description = "Deleted"),
         (status = 403, description = "Deleting secrets needs the operator or admin role", body = ErrorBody),
         (status = 404, description = "No such secret", body = ErrorBody),
+        (status = 422, description = "An invalid app or secret name", body = ErrorBody),
     )
 )]
 pub async fn delete(

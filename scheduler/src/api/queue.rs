@@ -238,7 +238,8 @@ pub struct Retried {
     responses(
         (status = 200, description = "How many were re-driven", body = Retried),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 422, description = "A status other than `dead`, a limit out of range, or no such job", body = ErrorBody),
+        (status = 404, description = "`job` names no job", body = ErrorBody),
+        (status = 422, description = "A status other than `dead`, or a limit out of range", body = ErrorBody),
     )
 )]
 pub async fn retry_dead(

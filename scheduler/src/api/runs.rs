@@ -10,7 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Json, PageQuery, PathId, Query, query_param};
+use super::extract::{Json, PageQuery, PathId, Query, capped_count, query_param};
 use super::openapi::{self, ErrorBody};
 use super::views::{PageView, RunPage, RunView};
 use crate::access::{Need, Principal};
@@ -103,7 +103,7 @@ pub struct LogQuery {
     #[param(value_type = Option<u64>, minimum = 1)]
     from_line: Option<String>,
     /// Lines to return at most: 1,000 by default, capped at 10,000.
-    #[param(value_type = Option<u32>, minimum = 1)]
+    #[param(value_type = Option<u64>, minimum = 1)]
     limit: Option<String>,
 }
 
@@ -134,12 +134,16 @@ pub async fn log(
             "query parameter `from_line` is 1-based: the first line is 1".into(),
         ));
     }
-    let max_lines = query_param::<u32>("limit", q.limit.as_deref(), "a positive integer")?
-        .unwrap_or(DEFAULT_LOG_LINES)
-        .clamp(1, MAX_LOG_LINES);
+    let max_lines =
+        capped_count("limit", q.limit.as_deref(), MAX_LOG_LINES)?.unwrap_or(DEFAULT_LOG_LINES);
     let run = run_as(state.node.store(), &who, id, Need::Read).await?;
-    if run.executor.is_none() {
-        // Not dispatched yet (or lost before it was): no log anywhere.
+    let on_an_executor = run
+        .executor
+        .as_deref()
+        .is_some_and(|e| e.starts_with("http://") || e.starts_with("https://"));
+    if !on_an_executor {
+        // Not dispatched yet (or lost before it was), or pulled by a consumer or delivered
+        // to a webhook (`pull:…`, `webhook:…`; its outcome is the run's message): no log.
         return Ok(Json(LogPage {
             lines: Vec::new(),
             next_line: from_line,

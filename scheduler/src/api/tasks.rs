@@ -31,7 +31,8 @@ use crate::usecase::tasks::{Reschedule, TaskFields};
         (status = 200, description = "The task of the job that already has this `key`", body = TaskView),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 413, description = "`payload` is too large", body = ErrorBody),
-        (status = 422, description = "An invalid value, or a job that does not exist", body = ErrorBody),
+        (status = 404, description = "`job` names no job", body = ErrorBody),
+        (status = 422, description = "An invalid value", body = ErrorBody),
     )
 )]
 pub async fn create(
@@ -72,6 +73,7 @@ pub struct BatchCreated {
         (status = 201, description = "Every task was created (or already existed)", body = BatchCreated),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 413, description = "Too many tasks, or a payload too large", body = ErrorBody),
+        (status = 404, description = "An item's `job` names no job (the item is named by its index); nothing was created", body = ErrorBody),
         (status = 422, description = "An invalid item (named by its index); nothing was created", body = ErrorBody),
     )
 )]
@@ -162,10 +164,10 @@ pub async fn cancel(
 #[into_params(parameter_in = Query)]
 pub struct CancelByKeyQuery {
     /// The job's name or id.
-    #[param(required = true)]
+    #[param(required = true, min_length = 1)]
     job: Option<String>,
     /// The key the task was created with.
-    #[param(required = true)]
+    #[param(required = true, min_length = 1)]
     key: Option<String>,
 }
 
@@ -210,8 +212,10 @@ pub struct ListQuery {
     /// Only the task with this key.
     key: Option<String>,
     /// Only tasks due at or after this time (RFC 3339).
+    #[param(format = DateTime)]
     due_after: Option<String>,
     /// Only tasks due before this time (RFC 3339).
+    #[param(format = DateTime)]
     due_before: Option<String>,
 }
 

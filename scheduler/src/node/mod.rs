@@ -848,9 +848,11 @@ impl Node {
     /// The app and address of the executor a run went to: the app its address is registered
     /// under (whose key it checks), else its job's.
     async fn executor_of<'r>(&self, run: &'r Run) -> Result<(String, &'r str), NodeError> {
+        // A pulled or webhook-delivered run (`pull:…`, `webhook:…`) is on no executor.
         let address = run
             .executor
             .as_deref()
+            .filter(|e| e.starts_with("http://") || e.starts_with("https://"))
             .ok_or(NodeError::NoExecutor(run.id))?;
         let app = match self
             .cluster

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::fields::NameOrId;
 use super::jobs::find_job;
-use super::validate::{self, invalid};
+use super::validate::{self, invalid, missing};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::alarm::channel::{Kind, Message};
@@ -16,11 +16,11 @@ use crate::model::{Delivery, Page, now_ms, rfc3339};
 use crate::node::Node;
 use crate::store::{AlarmChannelRow, AlarmDelivery, AlarmRow, AlarmRuleRow};
 
-const MAX_NAME: usize = 100;
-const MAX_RECIPIENTS: usize = 20;
-const MAX_CHANNELS: usize = 10;
-const MAX_THRESHOLD_MS: i64 = 7 * 86_400_000;
-const MAX_THROTTLE_MS: i64 = 86_400_000;
+pub const MAX_NAME: usize = 100;
+pub const MAX_RECIPIENTS: usize = 20;
+pub const MAX_CHANNELS: usize = 10;
+pub const MAX_THRESHOLD_MS: i64 = 7 * 86_400_000;
+pub const MAX_THROTTLE_MS: i64 = 86_400_000;
 
 /// `POST /api/v1/alarm-channels`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -331,7 +331,7 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
                 NameOrId::Name(name) => find_job(node.store(), name).await,
             };
             let j = found.map_err(|e| match e {
-                Error::NotFound(m) => invalid("job", m),
+                Error::NotFound(m) => missing("job", m),
                 other => other,
             })?;
             if j.spec.app != f.app {
@@ -356,7 +356,7 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
                 format!("a `{on}` rule needs a threshold in ms"),
             ));
         }
-        (Some(t), On::Lateness | On::Backlog | On::NoExecutor | On::ClockSkew) => {
+        (Some(t), on) if on.takes_threshold() => {
             validate::within("threshold", t, 1..=MAX_THRESHOLD_MS)?;
         }
         (Some(_), _) => {
@@ -375,7 +375,7 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
     }
     for (i, name) in f.channels.iter().enumerate() {
         let c = node.store().alarm_channel(name).await?.ok_or_else(|| {
-            invalid(
+            missing(
                 &format!("channels[{i}]"),
                 format!("alarm channel `{name}` not found"),
             )

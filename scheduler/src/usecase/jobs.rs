@@ -11,7 +11,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::fields::{NameOrId, nullable};
-use super::validate::{self, invalid};
+use super::validate::{self, invalid, missing};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::api::openapi::BlockName;
@@ -23,14 +23,16 @@ use crate::schedule::{CompiledSchedule, Misfire, Schedule};
 use crate::store::{self, Store};
 
 const DEFAULT_TIMEOUT_MS: i64 = 300_000;
-const MAX_TIMEOUT_MS: i64 = 86_400_000;
+pub const MAX_TIMEOUT_MS: i64 = 86_400_000;
 const DEFAULT_MAX_ATTEMPTS: i64 = 1;
-const MAX_ATTEMPTS: i64 = 100;
+pub const MAX_ATTEMPTS: i64 = 100;
 const DEFAULT_MEMORY_MB: i64 = 64;
-const MAX_MEMORY_MB: i64 = 4096;
-const MAX_CONCURRENCY: i64 = 1_000_000;
-const MAX_CHILD_JOBS: usize = 100;
-const MAX_NO_EXECUTOR_TIMEOUT_MS: i64 = 7 * 86_400_000;
+pub const MAX_MEMORY_MB: i64 = 4096;
+pub const MAX_CONCURRENCY: i64 = 1_000_000;
+pub const MAX_CHILD_JOBS: usize = 100;
+pub const MAX_NO_EXECUTOR_TIMEOUT_MS: i64 = 7 * 86_400_000;
+/// Longest one HTTP delivery may take.
+pub const MAX_DELIVERY_TIMEOUT_MS: i64 = 300_000;
 
 /// A job's settings as sent to `POST` (name, app, plugin and schedule required) or `PATCH`
 /// (any subset, merged onto the stored job). Integers are read as `i64` so that an
@@ -150,7 +152,7 @@ pub async fn job_filter(store: &Store, job: Option<&str>) -> Result<Option<i64>>
     }
 }
 
-/// A job referenced from a body (`job`, `child_jobs`): one that does not exist is a 422
+/// A job referenced from a body (`job`, `child_jobs`): one that does not exist is a 404
 /// about `field`.
 pub async fn job_ref(store: &Store, field: &str, r: &NameOrId) -> Result<Job> {
     let found = match r {
@@ -158,7 +160,7 @@ pub async fn job_ref(store: &Store, field: &str, r: &NameOrId) -> Result<Job> {
         NameOrId::Name(name) => store.get_job_by_name(name).await,
     };
     match found {
-        Err(store::Error::NotFound(_)) => Err(invalid(field, format!("job {r} does not exist"))),
+        Err(store::Error::NotFound(_)) => Err(missing(field, format!("job {r} does not exist"))),
         other => Ok(other?),
     }
 }
@@ -272,7 +274,11 @@ impl Collect {
             )),
         }
         if let Some(ms) = timeout_ms {
-            self.check(validate::within("delivery.timeout_ms", *ms, 1..=300_000));
+            self.check(validate::within(
+                "delivery.timeout_ms",
+                *ms,
+                1..=MAX_DELIVERY_TIMEOUT_MS,
+            ));
         }
         if let Some(name) = signing_secret {
             self.check(validate::name("delivery.signing_secret", name));
@@ -528,7 +534,7 @@ async fn plugin_ref(store: &Store, r: &NameOrId) -> Result<String> {
     };
     match found {
         Ok(plugin) => Ok(plugin.name),
-        Err(store::Error::NotFound(_)) => Err(invalid(
+        Err(store::Error::NotFound(_)) => Err(missing(
             "plugin",
             format!("plugin {r} does not exist; upload it first with POST /api/v1/plugins?name=…"),
         )),
@@ -640,7 +646,7 @@ pub async fn trigger(
 }
 
 /// A job referenced from a task (`job`) as the node's job cache has it: one that does not
-/// exist is a 422 about `field`.
+/// exist is a 404 about `field`.
 pub async fn cached_job(
     node: &Node,
     field: &str,
@@ -650,5 +656,5 @@ pub async fn cached_job(
         NameOrId::Id(id) => node.cached_job(*id).await?,
         NameOrId::Name(name) => node.cached_job_named(name).await?,
     };
-    found.ok_or_else(|| invalid(field, format!("job {r} does not exist")))
+    found.ok_or_else(|| missing(field, format!("job {r} does not exist")))
 }

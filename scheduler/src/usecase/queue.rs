@@ -23,17 +23,17 @@ use crate::node::Node;
 use crate::pipeline::ready::Want;
 use crate::store::{LeaseEnding, Leased};
 
-const MAX_PULL: i64 = 1000;
+pub const MAX_PULL: i64 = 1000;
 const DEFAULT_LEASE_MS: i64 = 30_000;
-const MIN_LEASE_MS: i64 = 1_000;
-const MAX_LEASE_MS: i64 = 43_200_000;
-const MAX_WAIT_MS: i64 = 30_000;
-const MAX_CONSUMER_CHARS: usize = 100;
+pub const MIN_LEASE_MS: i64 = 1_000;
+pub const MAX_LEASE_MS: i64 = 43_200_000;
+pub const MAX_WAIT_MS: i64 = 30_000;
+pub const MAX_CONSUMER_CHARS: usize = 100;
 /// Most acks in one batch.
 pub const MAX_ACKS: usize = 1000;
 /// Most tasks one bulk re-drive moves.
-const MAX_REDRIVE: i64 = 10_000;
-const MAX_NACK_DELAY_MS: i64 = 7 * 86_400_000;
+pub const MAX_REDRIVE: i64 = 10_000;
+pub const MAX_NACK_DELAY_MS: i64 = 7 * 86_400_000;
 /// How long a pull whose wait ended waits for the leases dispatch took it for.
 const HANDOVER_GRACE: Duration = Duration::from_secs(2);
 

@@ -23,8 +23,8 @@ use crate::schedule::FIRE_HORIZON_MS;
 
 /// Most tasks in one batch.
 pub const MAX_BATCH: usize = 10_000;
-const MAX_ATTEMPTS: i64 = 100;
-const MAX_PRIORITY: i64 = 1000;
+pub const MAX_ATTEMPTS: i64 = 100;
+pub const MAX_PRIORITY: i64 = 1000;
 
 /// One task to create. Integers are read as `i64` so an out-of-range value is a 422 naming
 /// its range rather than a serde overflow.

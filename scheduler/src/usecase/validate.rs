@@ -126,6 +126,12 @@ pub fn invalid(field: &str, message: impl std::fmt::Display) -> Error {
     Error::Unprocessable(format!("{field}: {message}"))
 }
 
+/// A 404 about `field`: it names a job, plugin or channel that does not exist (SPEC §6:
+/// 404 missing, whether the name is in the path or the body).
+pub fn missing(field: &str, message: impl std::fmt::Display) -> Error {
+    Error::NotFound(format!("{field}: {message}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
