@@ -17,35 +17,65 @@ use crate::schedule::{Misfire, Schedule};
 /// Epoch milliseconds.
 pub type Millis = i64;
 
-/// How far the database's clock is ahead of this machine's, ms: added to every reading of
-/// [`now_ms`], so a node whose wall clock is seconds off still computes due times, leases
-/// and take-overs in the database's time (SPEC §4 "Clocks"). Measured by the heartbeat
-/// (`pipeline::lease`); 0 on SQLite, whose clock is this machine's. One per process: a
-/// process is one node (or nodes of one database, in tests).
-static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+/// Where [`now_ms`] counts from: the database's time, in µs, at the zero of this process's
+/// monotonic clock. Each heartbeat measures it again (`pipeline::lease`): on MySQL against
+/// the database server's clock, NTP-style; on SQLite, whose clock is this machine's, against
+/// the wall clock. Between measurements time runs on the monotonic clock, so a wall clock
+/// stepped by seconds (NTP, an operator, a VM resumed) moves no due time, lease or
+/// take-over before the next heartbeat sees it (SPEC §4 "Clocks"). `i64::MIN` until the
+/// first measurement: the wall clock. One per process: a process is one node (or nodes of
+/// one database, in tests).
+static TIME_BASE_US: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MIN);
 
-/// Now, epoch milliseconds, in the database's time: this machine's wall clock corrected
-/// by the measured offset.
+/// The zero of [`monotonic_us`].
+static MONOTONIC_ZERO: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
+/// Now, epoch milliseconds, in the database's time.
 pub fn now_ms() -> Millis {
-    wall_ms().saturating_add(clock_offset_ms())
+    now_us().div_euclid(1000)
 }
 
-/// This machine's wall clock, epoch milliseconds, uncorrected.
+/// Now, epoch microseconds, in the database's time (the wheel sleeps to the microsecond).
+pub fn now_us() -> i64 {
+    match TIME_BASE_US.load(std::sync::atomic::Ordering::Relaxed) {
+        i64::MIN => wall_us(),
+        base => base.saturating_add(monotonic_us()),
+    }
+}
+
+/// This machine's wall clock, epoch milliseconds, uncorrected (signatures use it).
 pub fn wall_ms() -> Millis {
+    wall_us().div_euclid(1000)
+}
+
+fn wall_us() -> i64 {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// The offset [`now_ms`] adds to the wall clock.
+/// This process's monotonic clock, µs since its first reading.
+pub(crate) fn monotonic_us() -> i64 {
+    i64::try_from(MONOTONIC_ZERO.elapsed().as_micros()).unwrap_or(i64::MAX)
+}
+
+/// How far the database's clock (as this node keeps it) is ahead of this machine's wall
+/// clock, ms: what the metric, `/readyz`, the node list and the `clock_skew` alarm show.
 pub fn clock_offset_ms() -> Millis {
-    CLOCK_OFFSET_MS.load(std::sync::atomic::Ordering::Relaxed)
+    (now_us() - wall_us()).div_euclid(1000)
 }
 
-/// Sets the offset [`now_ms`] adds (the heartbeat's measurement).
-pub(crate) fn set_clock_offset_ms(ms: Millis) {
-    CLOCK_OFFSET_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+/// The time base [`now_us`] adds to the monotonic clock; `None` before the first
+/// measurement.
+pub(crate) fn time_base_us() -> Option<i64> {
+    Some(TIME_BASE_US.load(std::sync::atomic::Ordering::Relaxed)).filter(|b| *b != i64::MIN)
+}
+
+/// Sets the time base (a heartbeat's measurement).
+pub(crate) fn set_time_base_us(base: i64) {
+    TIME_BASE_US.store(base, std::sync::atomic::Ordering::Relaxed);
 }
 
 named_enum! {

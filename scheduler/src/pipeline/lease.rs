@@ -205,26 +205,30 @@ async fn heartbeat_loop(cluster: Arc<Cluster>, fenced: Arc<Notify>, stopped: imp
     }
 }
 
-/// One reading of the database's clock taken between two of this machine's: how far the
-/// database is ahead (NTP-style, its reading against the midpoint of ours) and the
-/// error of that, half the round trip.
-pub(crate) fn offset_of(before: Millis, database: Millis, after: Millis) -> (Millis, Millis) {
-    let round_trip = (after - before).max(0);
-    (database - (before + round_trip / 2), (round_trip + 1) / 2)
+/// One reading of the database's clock (epoch ms) taken between two readings of this
+/// process's monotonic clock (µs): the time base that makes [`crate::model::now_us`] read
+/// the database's time (NTP-style: its reading against the midpoint of ours), and the
+/// error of that, half the round trip (µs).
+pub(crate) fn base_of(before_us: i64, database_ms: Millis, after_us: i64) -> (i64, i64) {
+    let round_trip = (after_us - before_us).max(0);
+    (
+        database_ms * 1000 + 500 - (before_us + round_trip / 2),
+        (round_trip + 1) / 2 + 500,
+    )
 }
 
-/// Reads the database's clock (`read`) between two wall-clock readings and corrects this
-/// node's time by the offset (`model::now_ms`) when it moved by more than the reading's
-/// error; a clock off by more than `max_offset_ms` is logged. The metric
-/// `rota_clock_offset_seconds` shows the offset. SQLite's clock is this machine's: no
-/// reading, no offset.
+/// Reads the database's clock (`read`) between two monotonic readings and moves this node's
+/// time base ([`crate::model::now_us`]) to it when it moved by more than the reading's
+/// error; an offset from the wall clock beyond `max_offset_ms` is logged. SQLite's clock is
+/// this machine's: the base follows the wall clock. The metric `rota_clock_offset_seconds`
+/// shows the offset.
 pub(crate) async fn measure_clock<F>(read: F, max_offset_ms: Millis)
 where
     F: std::future::Future<Output = crate::store::Result<Option<Millis>>>,
 {
-    let before = crate::model::wall_ms();
+    let before = crate::model::monotonic_us();
     let database = read.await;
-    let after = crate::model::wall_ms();
+    let after = crate::model::monotonic_us();
     follow_database_clock(
         database.map(|d| d.map(|d| (before, d, after))),
         max_offset_ms,
@@ -232,28 +236,38 @@ where
 }
 
 fn follow_database_clock(
-    reading: crate::store::Result<Option<(Millis, Millis, Millis)>>,
+    reading: crate::store::Result<Option<(i64, Millis, i64)>>,
     max_offset_ms: Millis,
 ) {
-    let (before, database, after) = match reading {
-        Ok(Some(reading)) => reading,
-        Ok(None) => return,
+    let (base, error) = match reading {
+        Ok(Some((before, database, after))) => base_of(before, database, after),
+        // SQLite: the database's clock is the wall clock, read now.
+        Ok(None) => {
+            let wall_us = crate::model::wall_ms() * 1000 + 500;
+            (wall_us - crate::model::monotonic_us(), 500)
+        }
         Err(e) => {
             tracing::debug!(error = %e, "reading the database's clock failed");
             return;
         }
     };
-    let (offset, error) = offset_of(before, database, after);
-    let current = crate::model::clock_offset_ms();
-    if (offset - current).abs() > error + 1 {
-        crate::model::set_clock_offset_ms(offset);
+    let moved = crate::model::time_base_us().is_none_or(|current| (base - current).abs() > error);
+    if moved {
+        crate::model::set_time_base_us(base);
+    }
+    // Said once per change of more than half the bound, not at every heartbeat.
+    static SAID_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let offset = crate::model::clock_offset_ms();
+    let said = SAID_MS.load(std::sync::atomic::Ordering::Relaxed);
+    if (offset - said).abs() > max_offset_ms / 2 {
+        SAID_MS.store(offset, std::sync::atomic::Ordering::Relaxed);
         if offset.abs() > max_offset_ms {
             tracing::warn!(
                 offset_ms = offset,
-                error_ms = error,
+                error_ms = error / 1000,
                 max_clock_offset_ms = max_offset_ms,
                 "this node's clock is off the database's by more than max_clock_offset_ms; its \
-                 due times, leases and take-overs are corrected by the offset, but fix its time \
+                 due times, leases and take-overs keep the database's time, but fix its time \
                  sync (NTP)"
             );
         }
@@ -270,6 +284,15 @@ mod tests {
     use crate::clock::Clock;
 
     const DEAD_AFTER: Millis = 3_000;
+
+    #[test]
+    fn a_reading_sets_the_base_at_the_midpoint_of_its_round_trip() {
+        // Read between 1,000 µs and 3,000 µs of the monotonic clock, the database saying
+        // 5,000 ms (so between 5,000,000 and 5,000,999 µs: 5,000,500 ± 500).
+        let (base, error) = base_of(1_000, 5_000, 3_000);
+        assert_eq!(base, 5_000_500 - 2_000);
+        assert_eq!(error, 1_000 + 500);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_lease_to_fire_lapses_half_the_dead_after_time_after_the_last_beat() {

@@ -317,12 +317,7 @@ impl Ring {
 /// Now in epoch microseconds, in the database's time like [`crate::model::now_ms`] (the
 /// wheel sleeps to the microsecond).
 fn now_us() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since.as_micros())
-        .unwrap_or(i64::MAX)
-        .saturating_add(crate::model::clock_offset_ms().saturating_mul(1000))
+    crate::model::now_us()
 }
 
 #[cfg(test)]
