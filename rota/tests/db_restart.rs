@@ -12,128 +12,11 @@
 mod support;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use support::mariadb::PrivateMariaDb;
 use support::*;
-
-const MARIADBD: &str = "/usr/sbin/mariadbd";
-
-/// A MariaDB server of the test's own: data in a temporary directory, TCP on a free port of
-/// 127.0.0.1, killed on drop.
-struct PrivateMariaDb {
-    dir: tempfile::TempDir,
-    port: u16,
-    server: Option<Child>,
-}
-
-impl PrivateMariaDb {
-    /// Installs a fresh data directory; `None` if MariaDB's programs are not here.
-    fn install() -> Option<PrivateMariaDb> {
-        let installer = Command::new("mariadb-install-db")
-            .arg("--help")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if installer.is_err() || !std::path::Path::new(MARIADBD).exists() {
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new("mariadb-install-db")
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", dir.path().join("data").display()))
-            .args([
-                "--user=root",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ])
-            .output()
-            .expect("running mariadb-install-db");
-        assert!(
-            out.status.success(),
-            "mariadb-install-db failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(PrivateMariaDb {
-            dir,
-            port: free_port(),
-            server: None,
-        })
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn url(&self, db: &str) -> String {
-        format!("mysql://root@127.0.0.1:{}/{db}", self.port)
-    }
-
-    /// Starts the server and waits until it answers.
-    async fn start(&mut self) {
-        let server = Command::new(MARIADBD)
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", self.path("data").display()))
-            .arg(format!("--socket={}", self.path("sock").display()))
-            .arg(format!(
-                "--log-error={}",
-                self.path("mariadbd.err").display()
-            ))
-            .arg(format!("--port={}", self.port))
-            .args([
-                "--user=root",
-                "--bind-address=127.0.0.1",
-                "--skip-log-bin",
-                "--skip-name-resolve",
-                "--innodb-buffer-pool-size=64M",
-                "--innodb-flush-log-at-trx-commit=1",
-                "--max-connections=500",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting mariadbd");
-        self.server = Some(server);
-        let url = self.url("");
-        eventually(
-            Duration::from_secs(60),
-            "the private MariaDB to answer",
-            || {
-                let url = url.clone();
-                async move {
-                    let pool = sqlx::MySqlPool::connect(&url).await.ok()?;
-                    pool.close().await;
-                    Some(())
-                }
-            },
-        )
-        .await;
-    }
-
-    /// Stops the server by its pid (SIGTERM: a clean shutdown) and waits until it exited.
-    fn stop(&mut self) {
-        let mut server = self.server.take().expect("the server runs");
-        let pid = server.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(sent, "kill -TERM {pid}");
-        server.wait().unwrap();
-    }
-}
-
-impl Drop for PrivateMariaDb {
-    fn drop(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            let _ = server.kill();
-            let _ = server.wait();
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_reconnect_after_a_mariadb_restart_and_lose_nothing_acknowledged() {
@@ -142,13 +25,7 @@ async fn nodes_reconnect_after_a_mariadb_restart_and_lose_nothing_acknowledged()
         return;
     };
     mariadb.start().await;
-    let admin = sqlx::MySqlPool::connect(&mariadb.url("")).await.unwrap();
-    sqlx::query("CREATE DATABASE rota")
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    let url = mariadb.url("rota");
+    let url = mariadb.create_database("rota").await;
 
     let logs = tempfile::tempdir().unwrap();
     let mut nodes = Vec::new();

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod chaos;
+pub mod mariadb;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -69,7 +70,7 @@ where
 #[derive(Clone)]
 pub struct Api {
     pub base: String,
-    http: reqwest::Client,
+    pub http: reqwest::Client,
 }
 
 impl Api {
