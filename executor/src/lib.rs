@@ -28,7 +28,7 @@
 //! - `client`: signed HTTP calls to the schedulers (register, heartbeat, callback,
 //!   plugin download), first one that answers.
 //! - `workers`: the threads runs execute on, fed in batches from one queue.
-//! - [`clock`]: the wall clock corrected by the measured offset from the schedulers'.
+//! - [`clock`]: the schedulers' time, kept on the monotonic clock between heartbeats.
 //! - `shell` → argv words, split like a shell would.
 //! - [`local`]: `rota plugin run`: one run of a plugin file without a scheduler.
 

@@ -888,7 +888,7 @@ async fn heartbeat_loop(node: Arc<Node>, stop: CancellationToken) {
             PATH_REGISTER
         };
         let registration = node.registration();
-        let sent = crate::clock::wall_ms();
+        let sent = crate::clock::monotonic_us();
         let answer = node
             .client
             .post::<_, RegistrationAck>(path, &registration)
@@ -896,7 +896,7 @@ async fn heartbeat_loop(node: Arc<Node>, stop: CancellationToken) {
         let wait = match answer {
             Ok(ack) => {
                 if let Some(at) = ack.scheduler_time_ms {
-                    crate::clock::follow(sent, at, crate::clock::wall_ms());
+                    crate::clock::follow(sent, at, crate::clock::monotonic_us());
                 }
                 if !registered {
                     tracing::info!(app = %registration.app, address = %registration.address, "registered with a scheduler");
