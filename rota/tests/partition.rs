@@ -9,111 +9,14 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::netns::{TestNet, is_root};
 use support::*;
 
 /// Loops until its 3 s timeout.
 const SPIN: &str = r#"(module (memory (export "memory") 1) (func (export "_start") (loop br 0)))"#;
-
-/// A network namespace holding one end of a veth pair; the other end stays on the host.
-/// Host side `10.213.N.1/24`, namespace side `10.213.N.2/24`. Deleted on drop (the veth
-/// pair goes with it).
-struct TestNet {
-    name: String,
-    inside_if: String,
-    host_ip: String,
-    inside_ip: String,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("running `ip` (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl TestNet {
-    fn create() -> TestNet {
-        let id = std::process::id();
-        let name = format!("rota-part-{id}");
-        let (host_if, inside_if) = (format!("rph{id}"), format!("rpn{id}"));
-        let subnet = format!("10.213.{}", id % 250);
-        let net = TestNet {
-            host_ip: format!("{subnet}.1"),
-            inside_ip: format!("{subnet}.2"),
-            name,
-            inside_if,
-        };
-        let _ = Command::new("ip")
-            .args(["netns", "del", &net.name])
-            .stderr(Stdio::null())
-            .status();
-        ip(&["netns", "add", &net.name]);
-        ip(&[
-            "link",
-            "add",
-            &host_if,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &net.inside_if,
-        ]);
-        ip(&["link", "set", &net.inside_if, "netns", &net.name]);
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}/24", net.host_ip),
-            "dev",
-            &host_if,
-        ]);
-        ip(&["link", "set", &host_if, "up"]);
-        net.inside(&[
-            "addr",
-            "add",
-            &format!("{}/24", net.inside_ip),
-            "dev",
-            &net.inside_if,
-        ]);
-        net.inside(&["link", "set", &net.inside_if, "up"]);
-        net.inside(&["link", "set", "lo", "up"]);
-        net
-    }
-
-    /// `ip ARGS` run inside the namespace.
-    fn inside(&self, args: &[&str]) {
-        let mut all = vec!["netns", "exec", &self.name, "ip"];
-        all.extend_from_slice(args);
-        ip(&all);
-    }
-
-    /// The partition: the namespace's end of the link goes down. Packets to and from it are
-    /// lost; nothing tells either side (the host's end stays up).
-    fn cut(&self) {
-        self.inside(&["link", "set", &self.inside_if, "down"]);
-    }
-
-    fn heal(&self) {
-        self.inside(&["link", "set", &self.inside_if, "up"]);
-    }
-}
-
-impl Drop for TestNet {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
 
 async fn runs_of(api: &Api, task: i64) -> Vec<Value> {
     api.ok("GET", &format!("/api/v1/runs?task={task}"), None)
@@ -284,11 +187,4 @@ async fn a_partitioned_executors_run_is_lost_and_retried_on_the_other() {
         retried_after.as_secs_f64()
     );
     server.stop().await;
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }

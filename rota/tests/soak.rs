@@ -1,8 +1,10 @@
 //! The fault soak (issue 33): three `rota server` nodes and two `rota executor`s on a
 //! MariaDB of the test's own, under steady load, while a nemesis picks — at random, from a
-//! printed seed — one fault at a time: SIGKILL or SIGSTOP a node, SIGKILL an executor,
-//! restart MariaDB, fill an executor's disk to the last byte and free it, or step a node's
-//! wall clock by ±2 s (libfaketime, the monotonic clock untouched). At the end a checker
+//! printed seed — one fault at a time: SIGKILL or SIGSTOP a node or an executor, restart
+//! MariaDB, fill an executor's disk to the last byte and free it, step a node's wall clock
+//! by ±2 s (libfaketime, the monotonic clock untouched), or partition the third node from
+//! everything (it lives in a network namespace of the test's own; its link goes down for
+//! 2–15 s, past the 5 s after which the others take its claims over, or not). At the end a checker
 //! reads the whole history from the database: every acknowledged task succeeded, each
 //! attempt has one run, no run started before its due time by the true clock (the
 //! executors keep the machine's clock), no first attempt is due before its creator asked
@@ -14,7 +16,7 @@
 //! `ROTA_SOAK_SEED` replays a run's choice of faults (the timing of a real machine does
 //! not replay). The summary goes to stderr and, as one JSON line, to `ROTA_SOAK_SUMMARY`.
 //!
-//! Needs root (tmpfs mounts), MariaDB's `mariadb-install-db` and `mariadbd`, and
+//! Needs root (tmpfs mounts, a network namespace), MariaDB's `mariadb-install-db` and `mariadbd`, and
 //! libfaketime; under `CI=true` a missing prerequisite fails.
 
 mod support;
@@ -28,6 +30,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use support::mariadb::PrivateMariaDb;
+use support::netns::{TestNet, is_root};
 use support::*;
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -38,10 +41,11 @@ const DEAD_AFTER_MS: i64 = 5_000;
 const EARLY_SLACK_MS: i64 = 50;
 
 /// A `rota server` node the nemesis can kill, stop and restart, whose wall clock it steps
-/// through a libfaketime file.
+/// through a libfaketime file; in network namespace `netns` when given.
 struct Node {
     name: String,
-    port: u16,
+    listen: String,
+    netns: Option<String>,
     log: PathBuf,
     clock: PathBuf,
     db: String,
@@ -50,14 +54,15 @@ struct Node {
 
 impl Node {
     fn api(&self) -> Api {
-        Api::new(format!("http://127.0.0.1:{}", self.port))
+        Api::new(format!("http://{}", self.listen))
     }
 
     fn start(&mut self) {
         let clock = self.clock.display().to_string();
-        self.process = Some(spawn_server_env(
+        self.process = Some(spawn_server_at(
+            self.netns.as_deref(),
             &self.db,
-            self.port,
+            &self.listen,
             &self.log,
             &self.name,
             &[
@@ -74,12 +79,6 @@ impl Node {
         if let Some(mut p) = self.process.take() {
             let _ = p.0.kill();
             let _ = p.0.wait();
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        if let Some(p) = &self.process {
-            chaos::signal(p, sig);
         }
     }
 
@@ -147,6 +146,15 @@ struct Load {
     server_errors: Vec<String>,
 }
 
+/// Stops a process (SIGSTOP) for `hold`, then lets it go on (SIGCONT).
+async fn stall(process: &Option<KillOnDrop>, hold: Duration) {
+    if let Some(p) = process {
+        chaos::signal(p, "-STOP");
+        tokio::time::sleep(hold).await;
+        chaos::signal(p, "-CONT");
+    }
+}
+
 fn seconds(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -156,6 +164,10 @@ fn seconds(name: &str, default: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fault_soak_loses_nothing_runs_nothing_twice_or_early_and_leaves_nothing_stuck() {
+    if !is_root() {
+        rota_testkit::missing("not root: cannot mount a tmpfs or create a network namespace");
+        return;
+    }
     if !std::path::Path::new(LIBFAKETIME).exists() {
         rota_testkit::missing("libfaketime (Debian package faketime)");
         return;
@@ -174,18 +186,31 @@ async fn a_fault_soak_loses_nothing_runs_nothing_twice_or_early_and_leaves_nothi
     eprintln!("soak: seed {seed} (ROTA_SOAK_SEED={seed} replays the faults), {run_for:?}");
     let mut rng = StdRng::seed_from_u64(seed);
 
+    // Everything listens on the host's end of the veth pair, which the partitioned node
+    // reaches; that node listens on the namespace's end.
+    let net = TestNet::create_in(214);
+    mariadb.also_listen_on(&net.host_ip);
     mariadb.start().await;
     let db = mariadb.create_database("rota").await;
     let dir = tempfile::tempdir().unwrap();
     let mut nodes: Vec<Node> = ["s1", "s2", "s3"]
         .iter()
-        .map(|name| Node {
-            name: (*name).to_owned(),
-            port: free_port(),
-            log: dir.path().join(format!("{name}.log")),
-            clock: dir.path().join(format!("{name}.clock")),
-            db: db.clone(),
-            process: None,
+        .map(|name| {
+            let cut_off = *name == "s3";
+            let ip = if cut_off {
+                &net.inside_ip
+            } else {
+                &net.host_ip
+            };
+            Node {
+                name: (*name).to_owned(),
+                listen: format!("{ip}:{}", free_port()),
+                netns: cut_off.then(|| net.name.clone()),
+                log: dir.path().join(format!("{name}.log")),
+                clock: dir.path().join(format!("{name}.clock")),
+                db: mariadb.url_via(&net.host_ip, "rota"),
+                process: None,
+            }
         })
         .collect();
     for node in &mut nodes {
@@ -203,7 +228,7 @@ async fn a_fault_soak_loses_nothing_runs_nothing_twice_or_early_and_leaves_nothi
         .into_iter()
         .enumerate()
         .map(|(i, disk)| Executor {
-            listen: format!("127.0.0.1:{}", free_port()),
+            listen: format!("{}:{}", net.host_ip, free_port()),
             schedulers: schedulers.clone(),
             disk,
             log: dir.path().join(format!("e{i}.log")),
@@ -288,7 +313,7 @@ async fn a_fault_soak_loses_nothing_runs_nothing_twice_or_early_and_leaves_nothi
     while started.elapsed() < run_for {
         tokio::time::sleep(Duration::from_millis(rng.random_range(2_000..6_000))).await;
         let hold = Duration::from_millis(rng.random_range(1_000..5_000));
-        let kind = match rng.random_range(0..6) {
+        let kind = match rng.random_range(0..8) {
             0 => {
                 let n = rng.random_range(0..nodes.len());
                 nodes[n].kill();
@@ -297,10 +322,7 @@ async fn a_fault_soak_loses_nothing_runs_nothing_twice_or_early_and_leaves_nothi
                 "SIGKILL a node, restart it"
             }
             1 => {
-                let n = rng.random_range(0..nodes.len());
-                nodes[n].signal("-STOP");
-                tokio::time::sleep(hold).await;
-                nodes[n].signal("-CONT");
+                stall(&nodes[rng.random_range(0..nodes.len())].process, hold).await;
                 "SIGSTOP a node, SIGCONT it"
             }
             2 => {
@@ -326,6 +348,20 @@ async fn a_fault_soak_loses_nothing_runs_nothing_twice_or_early_and_leaves_nothi
                 tokio::time::sleep(hold * 2).await;
                 executors[e].free();
                 "fill an executor's disk, free it"
+            }
+            5 => {
+                stall(
+                    &executors[rng.random_range(0..executors.len())].process,
+                    hold,
+                )
+                .await;
+                "SIGSTOP an executor, SIGCONT it"
+            }
+            6 => {
+                net.cut();
+                tokio::time::sleep(Duration::from_millis(rng.random_range(2_000..15_000))).await;
+                net.heal();
+                "partition a node from everything, heal it"
             }
             _ => {
                 let n = rng.random_range(0..nodes.len());

@@ -15,6 +15,8 @@ const MARIADBD: &str = "/usr/sbin/mariadbd";
 pub struct PrivateMariaDb {
     dir: tempfile::TempDir,
     port: u16,
+    /// Host addresses it listens on besides 127.0.0.1, root let in from their subnets.
+    also: Vec<String>,
     server: Option<Child>,
 }
 
@@ -49,6 +51,7 @@ impl PrivateMariaDb {
         Some(PrivateMariaDb {
             dir,
             port: free_port(),
+            also: Vec::new(),
             server: None,
         })
     }
@@ -58,7 +61,18 @@ impl PrivateMariaDb {
     }
 
     pub fn url(&self, db: &str) -> String {
-        format!("mysql://root@127.0.0.1:{}/{db}", self.port)
+        self.url_via("127.0.0.1", db)
+    }
+
+    /// The URL of database `db` through host address `ip` (see [`Self::also_listen_on`]).
+    pub fn url_via(&self, ip: &str, db: &str) -> String {
+        format!("mysql://root@{ip}:{}/{db}", self.port)
+    }
+
+    /// Listens on `ip` too from the next start, and lets root in from its /24: for a node
+    /// in a network namespace, which reaches the host through a veth pair.
+    pub fn also_listen_on(&mut self, ip: &str) {
+        self.also.push(ip.to_owned());
     }
 
     /// Starts the server and waits until it answers.
@@ -72,9 +86,15 @@ impl PrivateMariaDb {
                 self.path("mariadbd.err").display()
             ))
             .arg(format!("--port={}", self.port))
+            .arg(format!(
+                "--bind-address={}",
+                std::iter::once("127.0.0.1")
+                    .chain(self.also.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ))
             .args([
                 "--user=root",
-                "--bind-address=127.0.0.1",
                 "--skip-log-bin",
                 "--skip-name-resolve",
                 "--innodb-buffer-pool-size=64M",
@@ -100,6 +120,22 @@ impl PrivateMariaDb {
             },
         )
         .await;
+        if !self.also.is_empty() {
+            let admin = sqlx::MySqlPool::connect(&url).await.unwrap();
+            for ip in &self.also {
+                let subnet = &ip[..ip.rfind('.').expect("an IPv4 address")];
+                for sql in [
+                    format!("CREATE USER IF NOT EXISTS 'root'@'{subnet}.%'"),
+                    format!("GRANT ALL ON *.* TO 'root'@'{subnet}.%' WITH GRANT OPTION"),
+                ] {
+                    sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(&admin)
+                        .await
+                        .unwrap();
+                }
+            }
+            admin.close().await;
+        }
     }
 
     /// Creates database `name` on the running server; its URL.

@@ -4,6 +4,7 @@
 
 pub mod chaos;
 pub mod mariadb;
+pub mod netns;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -773,18 +774,30 @@ pub fn spawn_server_env(
     node_name: &str,
     env: &[(&str, &str)],
 ) -> KillOnDrop {
+    spawn_server_at(None, db, &format!("127.0.0.1:{port}"), log, node_name, env)
+}
+
+/// [`spawn_server_env`] listening on `listen`, inside network namespace `netns` when given.
+pub fn spawn_server_at(
+    netns: Option<&str>,
+    db: &str,
+    listen: &str,
+    log: &std::path::Path,
+    node_name: &str,
+    env: &[(&str, &str)],
+) -> KillOnDrop {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rota"))
+    let child = rota_command(netns)
         .args([
             "server",
             "--database-url",
             db,
             "--listen",
-            &format!("127.0.0.1:{port}"),
+            listen,
             "--node-name",
             node_name,
         ])
@@ -958,6 +971,19 @@ pub async fn task_reaches_within(api: &Api, id: i64, status: &str, wait: Duratio
     }
 }
 
+/// The `rota` binary, run inside network namespace `netns` when given (`ip netns exec`
+/// execs it: the child's pid is rota's own, for signals).
+fn rota_command(netns: Option<&str>) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_rota")]);
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_rota")),
+    }
+}
+
 /// A real `rota executor` for app `default`, signing with the test secret, listening on
 /// `listen`; inside network namespace `netns` when given. Its log goes to `log` at the
 /// given level (`Some((path, "debug"))`), or nowhere.
@@ -980,14 +1006,7 @@ pub fn spawn_executor_env(
     log: Option<(&std::path::Path, &str)>,
     env: &[(&str, &str)],
 ) -> KillOnDrop {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_rota")]);
-            c
-        }
-        None => Command::new(env!("CARGO_BIN_EXE_rota")),
-    };
+    let mut cmd = rota_command(netns);
     cmd.args(["executor", "--scheduler", scheduler, "--app", "default"])
         .args(["--listen", listen])
         .arg("--data-dir")
