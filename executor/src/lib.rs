@@ -1,11 +1,12 @@
-//! Rota's executor node: runs plugins as sandboxed WASI preview 1 modules in wasmtime.
+//! Rota's executor node: runs plugins — WASI preview 1 command modules and components of
+//! the `rota:plugin` world — sandboxed in wasmtime, for the schedulers that trigger them.
 //!
-//! This crate will grow into the whole executor: the sandboxed runtime (one `Engine` per
-//! process, modules compiled once and cached by SHA-256, a fresh `Store` per run with
-//! memory and time limits), the bounded run queue with the block strategies, per-run
-//! logs, and batched callbacks to the scheduler, speaking the protocol defined in
-//! `rota-proto`. For now it owns plugin validation, which the scheduler also uses when a
-//! plugin is uploaded.
+//! One `Engine` per kind of plugin and process; plugins compiled once and cached by
+//! SHA-256 in memory and on disk; a fresh `Store` per run with its memory, time and egress
+//! limits; a bounded run queue with the block strategies; per-run logs; reports batched
+//! to the schedulers and spooled while none answers — all over the signed protocol of
+//! `rota-proto`. The scheduler links it for one thing: validating an uploaded plugin
+//! ([`validate_plugin`]).
 //!
 //! # Layout
 //!

@@ -17,7 +17,7 @@ use crate::runtime::{Invocation, PluginEnv, RunStatus, Runtime, RuntimeError};
 /// What to run locally.
 #[derive(Debug, Clone, Copy)]
 pub struct LocalRun<'a> {
-    /// The plugin's name: argv[0] and `ROTA_JOB_NAME`.
+    /// The plugin's name: `argv[0]` and `ROTA_JOB_NAME`.
     pub name: &'a str,
     /// `.wasm` bytes or `.wat` text.
     pub module: &'a [u8],

@@ -1,5 +1,5 @@
 //! The sandbox: one wasmtime [`Engine`] per process, compiled plugins cached by SHA-256,
-//! and one run = one fresh [`Store`] with the plugin contract of SPEC §5 and its limits.
+//! and one run = one fresh [`Store`](wasmtime::Store) with the plugin contract of SPEC §5 and its limits.
 //!
 //! # Engine
 //!
@@ -31,7 +31,7 @@
 //!
 //! [`Runtime::run`] builds a WASI context that grants exactly the contract and nothing
 //! else: stdin = the run's input, argv = `[plugin name] + shell-split(params)`, env =
-//! the nine `ROTA_*` variables ([`PluginEnv`]), stdout/stderr = the run's [`RunLog`]
+//! the nine `ROTA_*` variables ([`PluginEnv`]), stdout/stderr = the run's [`RunLog`](crate::logs::RunLog)
 //! (line by line, while it runs); no preopened directories (so no file system), no
 //! sockets, no inherited environment or stdio; clocks and random are available.
 //!
@@ -237,7 +237,7 @@ impl PluginEnv {
 /// What to run: everything a run's sandbox is built from.
 #[derive(Debug, Clone, Copy)]
 pub struct Invocation<'a> {
-    /// argv[0].
+    /// `argv[0]`.
     pub plugin_name: &'a str,
     /// stdin.
     pub input: &'a [u8],

@@ -1,4 +1,7 @@
 //! The command line: subcommands, their flags and environment variables.
+// The flags' doc comments are their `--help` text, written for a terminal, not rustdoc:
+// `<listen>` and `[::1]` there are words, not HTML or links.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::net::SocketAddr;
 

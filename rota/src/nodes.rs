@@ -1,6 +1,9 @@
 //! The process subcommands: `rota standalone`, `rota executor` and `rota plugin run`.
 //! (`rota server` is in `cli.rs`.) Each parses its flags, prepares what it needs on disk and
 //! hands over to the libraries.
+// The flags' doc comments are their `--help` text, written for a terminal, not rustdoc:
+// `<listen>` and `[::1]` there are words, not HTML or links.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

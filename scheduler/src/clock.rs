@@ -1,4 +1,5 @@
-//! The time the pipeline reads. In production the wall clock (epoch ms). In unit tests
+//! The time the pipeline reads. In production the node's time ([`crate::model::now_ms`]:
+//! epoch ms by the database's clock, kept on the monotonic clock). In unit tests
 //! tokio's clock counted from a fixed start: `#[tokio::test(start_paused = true)]` holds it
 //! still and `tokio::time::advance` moves it, so the scan window, the lease to fire and the
 //! dispatch rounds are tested without sleeping and without a flaky margin.
@@ -7,6 +8,7 @@ use crate::model::Millis;
 
 #[derive(Debug, Clone, Default)]
 pub enum Clock {
+    /// The node's time, [`crate::model::now_ms`].
     #[default]
     Wall,
     /// `start_ms` at `origin`, then tokio's time since.

@@ -1,5 +1,5 @@
-//! A scheduler node's settings. The `rota` binary fills this from flags, environment and an
-//! optional TOML file; tests build it with [`Config::for_tests`].
+//! A scheduler node's settings. The `rota` binary fills this from its flags and their
+//! environment variables (`rota/src/cli.rs`); tests build it with [`Config::for_tests`].
 
 use rota_proto::Secret;
 

@@ -10,16 +10,21 @@
 //! - [`schedule`]: cron (Quartz, seconds, time zones) and fixed-rate fire times, misfires.
 //! - [`backoff`]: retry delays.
 //! - [`route`]: the ten route strategies that pick executors.
-//! - [`wheel`]: the millisecond timing wheel.
-//! - [`scan`]: claims what is due in the next window; recovers claims after a crash.
-//! - [`ring`]: the wheel of claimed tasks and the thread that fires each tick.
-//! - [`dispatch`]: fast and slow pools, routing, trigger requests, the dispatch record.
+//! - [`pipeline`]: the stages a fire goes through, one way — [`scan`](pipeline::scan)
+//!   claims what is due in the next window (and recovers claims after a crash) into the
+//!   millisecond [`wheel`](pipeline::wheel) the [`ring`](pipeline::ring) thread turns;
+//!   [`dispatch`](pipeline::dispatch) routes each tick's tasks through the fast and slow
+//!   pools; [`complete`](pipeline::complete) ends runs from reports, retries and lost
+//!   executors.
 //! - [`client`]: signed HTTP calls to executors.
-//! - [`complete`]: run reports, the retry policy, executor liveness and lost runs.
 //! - [`lateness`]: recent fire lateness in memory, for the dashboard.
 //! - [`alarm`]: alarm rules, the events they raise, the throttle, the outbox and its
 //!   channels (webhook, email, Slack, DingTalk, Feishu, WeCom).
 //! - [`retention`]: deletes finished tasks and runs past the retention period.
+//! - [`clock`]: the time the stages read; paused in unit tests.
+//! - [`usecase`]: what a person, an executor or a peer may do — checked, stored, notified,
+//!   audited — for every door into the node.
+//! - [`secrets`]: apps' secrets, sealed at rest.
 //! - [`node`]: a running node — wires each stage's handle, start-up, shutdown.
 //! - [`api`]: the REST API, the executor protocol endpoints, `/healthz`, `/metrics`.
 //! - [`metrics`]: the Prometheus recorder.

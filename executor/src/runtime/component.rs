@@ -8,7 +8,7 @@
 //!   the run's log, and `run` returning `err` (or `exit(n)`, n ≠ 0) fails the run;
 //! - **handler** (`rota:plugin/handler`, `plugins/wit/rota-plugin.wit`): `run(input,
 //!   context)` returns `ok` or `err(message)`; outgoing HTTP is `wasi:http/outgoing-handler`
-//!   behind the job's allow-list ([`host::HttpGate`]), and `kv`, `secrets` and `log` are
+//!   behind the job's allow-list ([`HttpGate`]), and `kv`, `secrets` and `log` are
 //!   the same services the `rota` import module gives a preview 1 plugin.
 //!
 //! Both get the whole of WASI 0.2's CLI world (so that toolchains which import every

@@ -2,7 +2,7 @@
 //!
 //! [`Store`] is one type over two backends. Almost every statement is the same SQL on both
 //! (`?` placeholders, epoch-millisecond integers), so each method is written once and the
-//! [`on_pool!`] macro compiles its body against each backend's concrete pool; the few
+//! `on_pool!` macro compiles its body against each backend's concrete pool; the few
 //! dialect differences (`INSERT IGNORE` vs `INSERT OR IGNORE`, upserts, `SKIP LOCKED`) are
 //! spelled out where they occur. One contract suite (`tests/store_contract.rs`) runs on both.
 //!
@@ -284,7 +284,7 @@ macro_rules! in_apps {
 }
 
 /// Runs `$body` with `$tx` bound to the concrete transaction of a [`Tx`] and `$db` naming
-/// its database type: [`on_pool!`] for steps that share one transaction.
+/// its database type: `on_pool!` for steps that share one transaction.
 macro_rules! on_tx {
     ($which:expr, |$tx:ident, $db:ident| $body:expr) => {
         match $which {
