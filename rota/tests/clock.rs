@@ -206,7 +206,25 @@ async fn a_node_whose_clock_is_off_fires_nothing_early_and_says_so() {
         for _ in 0..20 {
             tasks.push(delayed(&b, &wasm, 3_000).await);
         }
-        tokio::time::sleep(Duration::from_millis(1_500)).await; // both scans claim
+        // Killed only once it holds claims, so that there is something to take over.
+        let pool = sqlx::MySqlPool::connect(&db.url).await.unwrap();
+        eventually(
+            Duration::from_secs(10),
+            "the skewed node to claim some of its tasks",
+            || async {
+                let held: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.owner_node \
+                     WHERE n.name = ? AND t.status = 'claimed'",
+                )
+                .bind(format!("skewed-{round}"))
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                (held > 0).then_some(())
+            },
+        )
+        .await;
+        pool.close().await;
         b_process.0.kill().unwrap();
         b_process.0.wait().unwrap();
         for (id, due_at) in tasks {
