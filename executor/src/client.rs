@@ -6,16 +6,19 @@
 //! starting with the one that answered last, until one answers 2xx.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use rota_proto::error_chain;
+use rota_proto::wire::{KvReply, KvRequest, PATH_KV, PATH_SECRET, SecretReply, SecretRequest};
 use rota_proto::{HEADER_APP, Secret};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::clock::wall_ms;
+use crate::runtime::host::{Call, CallFailed, SchedulerCalls};
 
 /// Time for one request to one scheduler.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -274,5 +277,25 @@ impl SchedulerClient {
             });
         }
         Ok(answer.freeze())
+    }
+}
+
+/// A run's `kv` and `secret` imports, answered by the schedulers.
+impl SchedulerCalls for SchedulerClient {
+    fn kv(self: Arc<Self>, req: KvRequest) -> Call<KvReply> {
+        Box::pin(async move { self.post(PATH_KV, &req).await.map_err(CallFailed::from) })
+    }
+
+    fn secret(self: Arc<Self>, req: SecretRequest) -> Call<SecretReply> {
+        Box::pin(async move { self.post(PATH_SECRET, &req).await.map_err(CallFailed::from) })
+    }
+}
+
+impl From<CallError> for CallFailed {
+    fn from(e: CallError) -> CallFailed {
+        CallFailed {
+            too_large: e.refusal(413),
+            message: e.to_string(),
+        }
     }
 }

@@ -18,8 +18,11 @@
 //!   `Store` with the WASI contract, memory limit, timeout and kill switch.
 //! - [`logs`]: run logs in append-only segment files (`<data_dir>/logs/<seq>.seg`): written line by
 //!   line while the run is live, capped, read by line range, swept after retention.
-//! - [`node`]: the executor node: [`node::ExecutorConfig`], [`node::run`], the life of
-//!   a run (wait for its time, its turn, a slot; run; report) and graceful shutdown.
+//! - [`config`]: what a node is configured with ([`ExecutorConfig`]) and its defaults.
+//! - `start`: [`run`]: the node wired up — server, heartbeats, reporter, log sweep — and
+//!   taken down again.
+//! - `node`: the life of a run (wait for its time, its turn, a slot; run; report) and the
+//!   drain.
 //! - `server`: the signed HTTP endpoints the scheduler calls (`/trigger`, `/kill`,
 //!   `/log`, `/beat`, `/idle-beat`, `/runs/known`).
 //! - `registry`: the runs this node has: dedupe, queue bound, block strategies per job
@@ -35,16 +38,20 @@
 
 mod client;
 pub mod clock;
+pub mod config;
 pub mod local;
 pub mod logs;
 pub mod module;
-pub mod node;
+mod node;
 mod registry;
 mod report;
 pub mod runtime;
 mod server;
 mod shell;
+mod start;
 mod workers;
 
+pub use config::ExecutorConfig;
 pub use module::{PluginError, PluginKind, ValidPlugin, validate_plugin};
 pub use runtime::component::World;
+pub use start::{run, run_with_runtime};

@@ -1,14 +1,4 @@
-//! The executor node: configuration, start-up, the life of a run, and shutdown.
-//!
-//! [`run`] wires everything together on the listener it is given (libraries never bind
-//! sockets):
-//!
-//! - the HTTP endpoints ([`crate::server`]), all signed;
-//! - registration and heartbeats: `register` to the first scheduler that answers (retried
-//!   with backoff), then a heartbeat every interval the scheduler's ack names;
-//! - the reporter ([`crate::report`]): batched callbacks, spooled when no scheduler
-//!   answers;
-//! - a log sweep every hour ([`crate::logs`]).
+//! The executor node: the life of a run, from trigger to report, and the drain.
 //!
 //! Triggers are taken by [`Node::accept_all`]: dedupe, queue bound and block strategy
 //! ([`crate::registry`]), the plugin fetched from a scheduler, verified and compiled once
@@ -20,313 +10,51 @@
 //! reports to the reporter, which sends a `running` report only for runs that outlive its
 //! hold.
 //!
-//! Shutdown: triggers are answered `full`, runs that have not started are handed back
-//! (dropped without a report), running runs get `drain_grace` to finish and are then
-//! killed, reports are flushed (or spooled), and the executor registers once more with
-//! the runs it still owes results for — so the scheduler marks the handed-back runs lost
-//! at once and retries them elsewhere — and deregisters.
+//! Draining ([`Node::drain`]): triggers are answered `full`, runs that have not started
+//! are handed back (dropped without a report), running runs get `drain_grace` to finish
+//! and are then killed. Leaving ([`Node::leave`]): the node registers once more with the
+//! runs it still owes results for — so the scheduler marks the handed-back runs lost at
+//! once and retries them elsewhere — and deregisters. [`crate::start`] wires the node up
+//! and calls both at shutdown.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::clock::now_ms;
 
-use anyhow::Context as _;
-use rota_proto::wire::{PATH_DEREGISTER, PATH_HEARTBEAT, PATH_REGISTER};
+use rota_proto::wire::{PATH_DEREGISTER, PATH_REGISTER};
 use rota_proto::{
-    Deregistration, KnownRun, Registration, RegistrationAck, ReportStatus, RunReport, Secret,
-    TaskAttempt, Trigger, TriggerAck, TriggerOutcome,
+    Deregistration, KnownRun, Registration, RegistrationAck, ReportStatus, RunReport, TaskAttempt,
+    Trigger, TriggerAck, TriggerOutcome,
 };
-use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::SchedulerClient;
-use crate::logs::{LogLimits, LogStore};
+use crate::config::ExecutorConfig;
+use crate::logs::LogStore;
 use crate::registry::Registry;
-use crate::report::{Spool, Unacked, run_reporter};
+use crate::report::Unacked;
 use crate::runtime::host::{HostAccess, Services};
-use crate::runtime::{
-    DEFAULT_MEMORY_CAP_MB, Invocation, Plugin, PluginEnv, RunOutcome, RunStatus, Runtime,
-    RuntimeConfig,
-};
+use crate::runtime::{Invocation, Plugin, PluginEnv, RunOutcome, RunStatus, Runtime};
 use crate::workers::{Work, Workers};
 use rota_proto::allow::AllowList;
 
 /// A plugin load in progress: its result, once there is one.
 type PluginLoad = tokio::sync::watch::Receiver<Option<Result<Plugin, String>>>;
 
-pub const DEFAULT_CAPACITY: usize = 64;
-pub const DEFAULT_QUEUE: usize = 10_000;
-pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
-pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(30);
-/// How often old logs are swept.
-const SWEEP_EVERY: Duration = Duration::from_secs(3600);
-/// Registration retries back off up to this.
-const REGISTER_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// After the drain grace, how long killed runs get to report.
 const KILL_GRACE: Duration = Duration::from_secs(10);
-/// How long the HTTP server gets to finish its requests at the very end.
-const SERVER_GRACE: Duration = Duration::from_secs(5);
-
-/// Everything an executor node is configured with.
-#[derive(Debug, Clone)]
-pub struct ExecutorConfig {
-    /// Base URLs of the scheduler nodes, tried in turn (`http://127.0.0.1:8080`; plain
-    /// HTTP, every request HMAC-signed).
-    pub schedulers: Vec<String>,
-    /// The executor group whose jobs this node runs.
-    pub app: String,
-    /// Base URL the schedulers call this node at: its identity.
-    pub advertise_url: String,
-    /// The app's key (`ROTA_EXECUTOR_SECRET` on an executor node; `rota app-key` derives it
-    /// from the scheduler's master secret). It signs and checks every request.
-    pub secret: Secret,
-    /// Holds `logs/`, `spool/` and `modules/`. One node per directory.
-    pub data_dir: PathBuf,
-    /// Runs executing at once.
-    pub capacity: usize,
-    /// Runs accepted but not executing (waiting for their time, their turn or a slot);
-    /// beyond it triggers are answered `full`.
-    pub queue: usize,
-    /// Largest linear memory a job may ask for, MiB (a job's default is 64).
-    pub memory_cap_mb: u32,
-    /// Run logs: the per-run cap, retention by age and the bound on their total size.
-    pub logs: LogLimits,
-    /// Until a scheduler's registration ack says otherwise.
-    pub heartbeat_interval: Duration,
-    /// HTTPS for the schedulers' calls, and whom this node's clients trust.
-    pub tls: rota_net::Tls,
-    /// Where plugins' HTTP may connect (`--egress-allow`, `--egress-deny`), whatever a
-    /// job's allow-list says; [`ExecutorConfig::seal_egress`] adds this node's own port and
-    /// its schedulers.
-    pub egress: rota_net::egress::Policy,
-    /// How long running runs get to finish at shutdown before they are killed.
-    pub drain_grace: Duration,
-}
-
-impl ExecutorConfig {
-    /// A configuration with the defaults for everything else.
-    pub fn new(
-        schedulers: Vec<String>,
-        app: impl Into<String>,
-        advertise_url: impl Into<String>,
-        secret: Secret,
-        data_dir: impl Into<PathBuf>,
-    ) -> Self {
-        Self {
-            schedulers,
-            app: app.into(),
-            advertise_url: advertise_url.into(),
-            secret,
-            data_dir: data_dir.into(),
-            capacity: DEFAULT_CAPACITY,
-            queue: DEFAULT_QUEUE,
-            memory_cap_mb: DEFAULT_MEMORY_CAP_MB,
-            logs: LogLimits::default(),
-            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
-            tls: rota_net::Tls::default(),
-            egress: rota_net::egress::Policy::default(),
-            drain_grace: DEFAULT_DRAIN_GRACE,
-        }
-    }
-
-    /// The runtime this node needs: a pool slot per concurrent run (plus a few for
-    /// `rota plugin run`-style callers sharing it) and the module cache in `data_dir`.
-    pub fn runtime_config(&self) -> RuntimeConfig {
-        RuntimeConfig {
-            module_cache_dir: Some(self.data_dir.join("modules")),
-            max_instances: u32::try_from(self.capacity.saturating_add(4)).unwrap_or(u32::MAX),
-            memory_cap_mb: self.memory_cap_mb,
-            tls: self.tls.clone(),
-            egress: self.egress.clone(),
-            ..RuntimeConfig::default()
-        }
-    }
-
-    /// Adds what a plugin must never reach, whatever the admin opened: this node's own
-    /// listen socket and its schedulers (their API and the executor protocol). Call it
-    /// before [`ExecutorConfig::runtime_config`]; [`run`] does.
-    pub async fn seal_egress(&mut self, listen: std::net::SocketAddr) {
-        self.egress
-            .deny_own_port(listen, "this executor's own port");
-        for scheduler in &self.schedulers {
-            let Ok(url) = reqwest::Url::parse(scheduler) else {
-                continue; // `check` says why
-            };
-            if let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) {
-                self.egress
-                    .deny_service(host, port, "a scheduler of this executor")
-                    .await;
-            }
-        }
-    }
-
-    fn check(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            !self.schedulers.is_empty(),
-            "an executor needs at least one scheduler URL"
-        );
-        for url in &self.schedulers {
-            anyhow::ensure!(
-                url.starts_with("http://") || url.starts_with("https://"),
-                "scheduler URL `{url}` must start with http:// or https://"
-            );
-        }
-        let scheme = format!("{}://", self.tls.scheme());
-        anyhow::ensure!(
-            self.advertise_url.starts_with(&scheme),
-            "the advertised URL `{}` must be the executor's base URL, `{scheme}host:port`{}",
-            self.advertise_url,
-            if self.tls.serves_https() {
-                " (it serves HTTPS)"
-            } else {
-                " (it serves plain HTTP without --tls-cert)"
-            }
-        );
-        anyhow::ensure!(
-            !self.app.trim().is_empty(),
-            "the app name must not be empty"
-        );
-        anyhow::ensure!(self.capacity > 0, "capacity must be at least 1");
-        Ok(())
-    }
-}
-
-/// Runs an executor node on `listener` until `shutdown` resolves, then drains.
-pub async fn run(
-    config: ExecutorConfig,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
-    let mut config = config;
-    config.seal_egress(listener.local_addr()?).await;
-    let runtime =
-        Runtime::new(config.runtime_config()).context("starting the WebAssembly runtime")?;
-    run_with_runtime(config, runtime, listener, shutdown).await
-}
-
-/// [`run`] with a runtime built by the caller (`rota standalone` shares its engine with
-/// plugin validation).
-pub async fn run_with_runtime(
-    config: ExecutorConfig,
-    runtime: Runtime,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
-    config.check()?;
-    let logs = LogStore::open_with(config.data_dir.join("logs"), config.logs)
-        .with_context(|| format!("opening the log directory in {}", config.data_dir.display()))?;
-    let unacked = Unacked::default();
-    let spool = Spool::open(config.data_dir.join("spool"), unacked.clone())
-        .with_context(|| format!("opening the report spool in {}", config.data_dir.display()))?;
-    if !spool.is_empty() {
-        tracing::info!(
-            batches = spool.len(),
-            "run reports from an earlier start wait in the spool"
-        );
-    }
-    let client = Arc::new(SchedulerClient::new(
-        &config.schedulers,
-        &config.app,
-        config.secret.clone(),
-        &config.tls,
-    )?);
-    let (reports_tx, reports_rx) = mpsc::channel(report_queue(&config));
-    let node = Arc::new(Node {
-        registry: Mutex::new(Registry::new(config.capacity.saturating_add(config.queue))),
-        workers: Workers::new(config.capacity, "rota-run"),
-        config,
-        runtime,
-        logs,
-        client: client.clone(),
-        reports: reports_tx,
-        fetches: Mutex::new(HashMap::new()),
-        warming: Mutex::new(Warming::default()),
-        draining: AtomicBool::new(false),
-        release: CancellationToken::new(),
-        idle: Notify::new(),
-        unacked,
-        replay: rota_proto::ReplayGuard::new(rota_proto::MAX_SKEW_MS),
-    });
-
-    let stop_loops = CancellationToken::new();
-    let stop_reporter = CancellationToken::new();
-    let stop_server = CancellationToken::new();
-    let reporter = tokio::spawn(run_reporter(
-        reports_rx,
-        client,
-        spool,
-        node.logs.clone(),
-        stop_reporter.clone(),
-    ));
-    let heartbeat = tokio::spawn(heartbeat_loop(node.clone(), stop_loops.clone()));
-    let sweeper = tokio::spawn(sweep_loop(node.logs.clone(), stop_loops.clone()));
-    let app = crate::server::router(node.clone());
-    let server_stop = stop_server.clone();
-    let listener = node.config.tls.listener(listener);
-    let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { server_stop.cancelled().await })
-            .await
-    });
-    tracing::info!(
-        app = %node.config.app,
-        address = %node.config.advertise_url,
-        capacity = node.config.capacity,
-        "executor started"
-    );
-
-    let server_ended = tokio::select! {
-        () = shutdown => None,
-        ended = &mut server => Some(ended),
-    };
-    tracing::info!("executor shutting down");
-    node.drain().await;
-    stop_loops.cancel();
-    let _ = heartbeat.await;
-    let _ = sweeper.await;
-    stop_reporter.cancel();
-    let _ = reporter.await;
-    node.leave().await;
-    stop_server.cancel();
-    let ended = match server_ended {
-        Some(ended) => ended,
-        None => match tokio::time::timeout(SERVER_GRACE, &mut server).await {
-            Ok(ended) => ended,
-            Err(_) => {
-                server.abort();
-                Ok(Ok(()))
-            }
-        },
-    };
-    ended
-        .context("the executor's HTTP server panicked")?
-        .context("the executor's HTTP server failed")?;
-    tracing::info!("executor stopped");
-    Ok(())
-}
-
-/// Reports in flight: two per active run is the most there can be.
-fn report_queue(config: &ExecutorConfig) -> usize {
-    config
-        .capacity
-        .saturating_add(config.queue)
-        .saturating_mul(2)
-        .clamp(1024, 65_536)
-}
 
 /// The node's shared state, behind an `Arc`.
 pub struct Node {
     pub(crate) config: ExecutorConfig,
     runtime: Runtime,
     pub(crate) logs: LogStore,
-    client: Arc<SchedulerClient>,
+    pub(crate) client: Arc<SchedulerClient>,
     registry: Mutex<Registry>,
     /// The threads runs execute on, at most `capacity` of them.
     workers: Workers,
@@ -355,6 +83,33 @@ struct Warming {
 }
 
 impl Node {
+    /// The node over its parts, before anything runs.
+    pub(crate) fn new(
+        config: ExecutorConfig,
+        runtime: Runtime,
+        logs: LogStore,
+        client: Arc<SchedulerClient>,
+        reports: mpsc::Sender<RunReport>,
+        unacked: Unacked,
+    ) -> Arc<Node> {
+        Arc::new(Node {
+            registry: Mutex::new(Registry::new(config.capacity.saturating_add(config.queue))),
+            workers: Workers::new(config.capacity, "rota-run"),
+            config,
+            runtime,
+            logs,
+            client,
+            reports,
+            fetches: Mutex::new(HashMap::new()),
+            warming: Mutex::new(Warming::default()),
+            draining: AtomicBool::new(false),
+            release: CancellationToken::new(),
+            idle: Notify::new(),
+            unacked,
+            replay: rota_proto::ReplayGuard::new(rota_proto::MAX_SKEW_MS),
+        })
+    }
+
     fn registry(&self) -> MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -589,7 +344,7 @@ impl Node {
     }
 
     /// What this node tells the schedulers about itself.
-    fn registration(&self) -> Registration {
+    pub(crate) fn registration(&self) -> Registration {
         let (mut active_runs, running) = {
             let registry = self.registry();
             (registry.active_ids(), registry.running())
@@ -628,7 +383,7 @@ impl Node {
     }
 
     /// Stops taking work and lets the runs end (see the module docs).
-    async fn drain(&self) {
+    pub(crate) async fn drain(&self) {
         self.draining.store(true, Ordering::SeqCst);
         self.release.cancel();
         let grace = Instant::now() + self.config.drain_grace;
@@ -661,7 +416,7 @@ impl Node {
 
     /// Last words to the schedulers: the runs this node still owes a result for (so the
     /// others, handed back, are lost and retried at once), then goodbye.
-    async fn leave(&self) {
+    pub(crate) async fn leave(&self) {
         let registration = self.registration();
         if let Err(e) = self
             .client
@@ -873,75 +628,5 @@ fn final_report(
         exit_code: outcome.exit_code,
         message: outcome.message.clone(),
         ..running_report(node, trigger, 0)
-    }
-}
-
-/// Registers (until a scheduler answers), then heartbeats, until `stop`.
-async fn heartbeat_loop(node: Arc<Node>, stop: CancellationToken) {
-    let mut registered = false;
-    let mut interval = node.config.heartbeat_interval;
-    let mut backoff = Duration::from_millis(250);
-    loop {
-        let path = if registered {
-            PATH_HEARTBEAT
-        } else {
-            PATH_REGISTER
-        };
-        let registration = node.registration();
-        let sent = crate::clock::monotonic_us();
-        let answer = node
-            .client
-            .post::<_, RegistrationAck>(path, &registration)
-            .await;
-        let wait = match answer {
-            Ok(ack) => {
-                if let Some(at) = ack.scheduler_time_ms {
-                    crate::clock::follow(sent, at, crate::clock::monotonic_us());
-                }
-                if !registered {
-                    tracing::info!(app = %registration.app, address = %registration.address, "registered with a scheduler");
-                }
-                registered = true;
-                backoff = Duration::from_millis(250);
-                node.warm(ack.plugins);
-                if let Ok(ms) = u64::try_from(ack.heartbeat_interval_ms)
-                    && ms > 0
-                {
-                    interval = Duration::from_millis(ms.clamp(50, 600_000));
-                }
-                interval
-            }
-            Err(e) if registered => {
-                tracing::warn!(error = %e, "heartbeat failed");
-                interval.min(Duration::from_secs(5))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot register with any scheduler");
-                let wait = backoff;
-                backoff = (backoff * 2).min(REGISTER_BACKOFF_MAX);
-                wait
-            }
-        };
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
-    }
-}
-
-/// Deletes old logs now and every [`SWEEP_EVERY`], until `stop`.
-async fn sweep_loop(logs: LogStore, stop: CancellationToken) {
-    loop {
-        let store = logs.clone();
-        match tokio::task::spawn_blocking(move || store.sweep()).await {
-            Ok(Ok(0)) => {}
-            Ok(Ok(removed)) => tracing::info!(removed, "old run logs deleted"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "sweeping old run logs failed"),
-            Err(e) => tracing::warn!(error = %e, "the log sweep failed"),
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(SWEEP_EVERY) => {}
-        }
     }
 }

@@ -18,7 +18,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use rota_executor::node::{ExecutorConfig, run};
+use rota_executor::{ExecutorConfig, run};
 use rota_proto::wire::{
     PATH_CALLBACK, PATH_DEREGISTER, PATH_HEARTBEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG,
     PATH_REGISTER, PATH_RUNS_KNOWN, PATH_TRIGGER, PATH_WARM,

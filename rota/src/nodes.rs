@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use rota_executor::ExecutorConfig;
 use rota_executor::local::{LocalRun, run_local};
 use rota_executor::logs::LogLimits;
-use rota_executor::node::ExecutorConfig;
 use rota_executor::runtime::host::{HostAccess, LocalServices, Services};
 use rota_executor::runtime::{RunStatus, Runtime, RuntimeConfig};
 use rota_proto::Secret;
@@ -256,14 +256,9 @@ pub async fn standalone(
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             // Registration retries until the scheduler answers, so starting both at once is fine.
-            rota_executor::node::run_with_runtime(
-                executor,
-                runtime,
-                executor_listener,
-                async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                },
-            )
+            rota_executor::run_with_runtime(executor, runtime, executor_listener, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
             .await
         })
     };
@@ -310,7 +305,7 @@ pub async fn executor(
     config.tls = tls;
     config.egress = args.egress.policy()?;
     tracing::info!(listen = %args.listen, "rota executor listening");
-    rota_executor::node::run(config, listener, shutdown).await
+    rota_executor::run(config, listener, shutdown).await
 }
 
 /// Runs a plugin once, locally, in the same sandbox; prints its log and how it ended.

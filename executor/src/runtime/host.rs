@@ -39,14 +39,12 @@ use rota_net::egress::{Denied, Egress, denied_in};
 use rota_proto::allow::AllowList;
 use rota_proto::error_chain;
 use rota_proto::wire::{
-    KV_KEY_MAX, KV_VALUE_MAX, KvOp, KvReply, KvRequest, PATH_KV, PATH_SECRET, SecretReply,
-    SecretRequest,
+    KV_KEY_MAX, KV_VALUE_MAX, KvOp, KvReply, KvRequest, SecretReply, SecretRequest,
 };
 use wasmtime::{Caller, Extern, Linker};
 
 use super::gate::HttpGate;
 use super::run::Ctx;
-use crate::client::SchedulerClient;
 use crate::logs::RunLog;
 
 /// The import module's name.
@@ -95,7 +93,7 @@ pub struct HostAccess {
 pub enum Services {
     /// The scheduler, for runs of an executor node serving `app`.
     Scheduler {
-        client: Arc<SchedulerClient>,
+        client: Arc<dyn SchedulerCalls>,
         app: String,
     },
     /// Memory, for `rota plugin run`.
@@ -109,6 +107,27 @@ impl std::fmt::Debug for Services {
             Services::Local(_) => f.write_str("Services::Local"),
         }
     }
+}
+
+/// The scheduler's side of the `kv` and `secret` imports. The executor's client to its
+/// schedulers provides it; the sandbox knows nothing else of how the schedulers are
+/// reached.
+pub trait SchedulerCalls: Send + Sync {
+    fn kv(self: Arc<Self>, req: KvRequest) -> Call<KvReply>;
+    fn secret(self: Arc<Self>, req: SecretRequest) -> Call<SecretReply>;
+}
+
+/// A call to the schedulers in flight.
+pub type Call<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, CallFailed>> + Send>>;
+
+/// Why a call to the schedulers failed, as a plugin is told.
+#[derive(Debug)]
+pub struct CallFailed {
+    /// The scheduler's own words when it refused the request as too large.
+    pub too_large: Option<String>,
+    /// What each scheduler tried answered.
+    pub message: String,
 }
 
 /// In-memory KV and secrets for `rota plugin run`.
@@ -281,14 +300,13 @@ impl Host {
                     key: key.clone(),
                     value: value.map(|v| BASE64.encode(v)),
                 };
-                let client = client.clone();
                 let reply: KvReply =
-                    on_io(&self.io, async move { client.post(PATH_KV, &req).await })
+                    on_io(&self.io, client.clone().kv(req))
                         .await?
-                        .map_err(|e| match e.refusal(413) {
+                        .map_err(|e| match e.too_large {
                             // The scheduler's own words: the value or the state is too big.
                             Some(message) => Refused(TOO_LARGE, message),
-                            None => Refused(FAILED, format!("key-value store: {e}")),
+                            None => Refused(FAILED, format!("key-value store: {}", e.message)),
                         })?;
                 match (op, reply.value) {
                     (KvOp::Get, Some(v)) => BASE64
@@ -311,14 +329,9 @@ impl Host {
                     job_id: access.job_id,
                     name: name.clone(),
                 };
-                let client = client.clone();
-                let reply: SecretReply =
-                    on_io(
-                        &self.io,
-                        async move { client.post(PATH_SECRET, &req).await },
-                    )
+                let reply: SecretReply = on_io(&self.io, client.clone().secret(req))
                     .await?
-                    .map_err(|e| Refused(FAILED, format!("secrets: {e}")))?;
+                    .map_err(|e| Refused(FAILED, format!("secrets: {}", e.message)))?;
                 reply.value
             }
         };
