@@ -9,9 +9,27 @@ pub use crate::usecase::Error as ApiError;
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// The HTTP status that answers `e`: the REST API's and the console's.
+pub fn status(e: &ApiError) -> StatusCode {
+    match e {
+        ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+        ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+        ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+        ApiError::Conflict(_) => StatusCode::CONFLICT,
+        ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
+        ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+        ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = self.status();
+        let status = status(&self);
         let error = match self {
             Self::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "request failed");
@@ -71,4 +89,28 @@ fn cause(e: &(dyn std::error::Error + 'static)) -> String {
         inner = source;
     }
     inner.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store;
+
+    #[test]
+    fn a_database_that_cannot_take_a_request_now_is_a_503_not_a_500() {
+        let broken = store::Error::Database(sqlx::Error::Io(std::io::Error::other("reset")));
+        let e = ApiError::from(broken);
+        assert_eq!(status(&e), StatusCode::SERVICE_UNAVAILABLE, "{e}");
+        assert!(e.to_string().contains("retry it"), "{e}");
+        let busy = store::Error::Database(sqlx::Error::PoolTimedOut);
+        assert_eq!(
+            status(&ApiError::from(busy)),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let corrupt = store::Error::Corrupt("bad row".into());
+        assert_eq!(
+            status(&ApiError::from(corrupt)),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
 }

@@ -252,7 +252,7 @@ impl<E: Into<Error>> From<E> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
-        let status = self.0.status();
+        let status = crate::api::error::status(&self.0);
         let message = match self.0 {
             Error::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "console: request failed");

@@ -1,8 +1,7 @@
 //! The one error of the use cases: what went wrong, in words a user can act on, and its
-//! kind. The REST API answers it as `{"error": "…"}` with the kind's status
-//! (`api::error`); the console shows it beside the form field or on an error page.
-
-use axum::http::StatusCode;
+//! kind. The REST API answers it as `{"error": "…"}` with the kind's HTTP status (mapped
+//! in `api::error`, not here: a use case knows nothing of HTTP); the console shows it
+//! beside the form field or on an error page.
 
 use crate::node::NodeError;
 use crate::store;
@@ -49,23 +48,6 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::Forbidden(_) => StatusCode::FORBIDDEN,
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            Self::Conflict(_) => StatusCode::CONFLICT,
-            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
-            Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
     /// The same kind of error with another message (an internal error keeps its cause).
     pub fn with_message(self, message: String) -> Self {
         match self {
@@ -140,25 +122,5 @@ impl From<NodeError> for Error {
             }
             NodeError::Store(e) => e.into(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_database_that_cannot_take_a_request_now_is_a_503_not_a_500() {
-        let broken = store::Error::Database(sqlx::Error::Io(std::io::Error::other("reset")));
-        let e = Error::from(broken);
-        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE, "{e}");
-        assert!(e.to_string().contains("retry it"), "{e}");
-        let busy = store::Error::Database(sqlx::Error::PoolTimedOut);
-        assert_eq!(Error::from(busy).status(), StatusCode::SERVICE_UNAVAILABLE);
-        let corrupt = store::Error::Corrupt("bad row".into());
-        assert_eq!(
-            Error::from(corrupt).status(),
-            StatusCode::INTERNAL_SERVER_ERROR
-        );
     }
 }
