@@ -26,7 +26,7 @@ pub mod wire;
 pub use sign::{
     HEADER_APP, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP, MAX_NONCES, MAX_SKEW_MS,
     Received, ReplayGuard, Secret, SignatureError, SignedHeaders, app_secret, sign, sign_now,
-    verify, verify_once,
+    verify, verify_once, webhook_signature,
 };
 pub use wire::{
     BeatAck, BlockStrategy, CallbackAck, CallbackBatch, Deregistration, ErrorBody, IdleBeatAck,

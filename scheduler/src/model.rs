@@ -14,6 +14,10 @@ use crate::backoff::Backoff;
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
 
+/// [`BlockStrategy`] in the OpenAPI document (its schema is `api::openapi`'s), since
+/// `rota-proto` does not depend on utoipa.
+pub enum BlockName {}
+
 /// Epoch milliseconds.
 pub type Millis = i64;
 

@@ -147,7 +147,7 @@ pub fn request(target: &Target, m: &Message, now: Millis) -> Result<Request, Str
                 headers.push(("x-rota-timestamp", now.to_string()));
                 headers.push((
                     "x-rota-signature",
-                    crate::pipeline::dispatch::signature(secret, now, &body),
+                    rota_proto::webhook_signature(secret, now, &body),
                 ));
             }
             (url, body)
@@ -384,7 +384,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             sig.1,
-            crate::pipeline::dispatch::signature(b"whsec", 1_700_000_000_000, &r.body)
+            rota_proto::webhook_signature(b"whsec", 1_700_000_000_000, &r.body)
         );
         let unsigned = request(&target(Kind::Webhook, None), &message(), 1).unwrap();
         assert!(unsigned.headers.is_empty());

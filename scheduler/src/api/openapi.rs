@@ -23,7 +23,7 @@ use super::extract::{Json, NameOrId};
 use super::views::{PageView, TASK_STATUSES};
 use super::{alarms, audit, executors, jobs, plugin_host, plugins, queue, runs, tasks};
 use crate::backoff::Backoff;
-use crate::model::{RunStatus, TaskKind};
+use crate::model::{BlockName, RunStatus, TaskKind};
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
 
@@ -298,9 +298,6 @@ schema!(
     "TaskStatus",
     names("`failed` will be retried; `dead` will not", TASK_STATUSES)
 );
-
-/// [`BlockStrategy`], whose crate does not depend on utoipa.
-pub enum BlockName {}
 
 schema!(
     BlockName,

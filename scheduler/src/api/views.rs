@@ -4,8 +4,9 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::openapi::{BlockName, TaskStatusName};
+use super::openapi::TaskStatusName;
 use crate::backoff::Backoff;
+use crate::model::BlockName;
 use crate::model::{Delivery, Executor, Job, Millis, Page, Plugin, Run, RunStatus, Task, TaskKind};
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};

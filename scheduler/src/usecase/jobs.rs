@@ -14,9 +14,8 @@ use super::fields::{NameOrId, nullable};
 use super::validate::{self, invalid, missing};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
-use crate::api::openapi::BlockName;
 use crate::backoff::Backoff;
-use crate::model::{Delivery, Job, JobSpec, NewTask, Run, Task, TaskKind, now_ms};
+use crate::model::{BlockName, Delivery, Job, JobSpec, NewTask, Run, Task, TaskKind, now_ms};
 use crate::node::Node;
 use crate::route::Route;
 use crate::schedule::{CompiledSchedule, Misfire, Schedule};
@@ -117,10 +116,10 @@ pub async fn check_job(
     what: &str,
 ) -> Result<()> {
     if who.app_filter().is_none() {
-        return who.check("", need, what);
+        return Ok(who.check("", need, what)?);
     }
     match store.get_job(job_id).await {
-        Ok(job) => who.check(&job.spec.app, need, what),
+        Ok(job) => Ok(who.check(&job.spec.app, need, what)?),
         Err(store::Error::NotFound(_)) => Err(Error::NotFound(format!("{what} not found"))),
         Err(e) => Err(e.into()),
     }

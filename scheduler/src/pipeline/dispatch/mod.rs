@@ -48,7 +48,6 @@ use send::*;
 use settle::*;
 pub(crate) use webhook::Webhooks;
 use webhook::deliver;
-pub use webhook::signature;
 
 /// What the pools and a dispatch read and may call: due tasks come from the wheel (and
 /// go back to it when they must wait), jobs and executors from the caches, the order from

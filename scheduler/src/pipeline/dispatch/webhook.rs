@@ -18,10 +18,9 @@
 
 use std::time::{Duration, Instant};
 
-use hmac::{Hmac, KeyInit, Mac};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use rota_net::egress::{Egress, denied_in};
-use sha2::Sha256;
+use rota_proto::webhook_signature;
 use tokio::sync::Semaphore;
 
 use super::*;
@@ -114,15 +113,6 @@ impl Webhooks {
             .insert(key, (Instant::now(), value.clone()));
         Ok(value)
     }
-}
-
-/// `v1=<hex HMAC-SHA256(secret, timestamp + "." + body)>`, the `x-rota-signature` header.
-pub fn signature(secret: &[u8], timestamp: Millis, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("v1={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 /// One fire to POST.
@@ -264,7 +254,7 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
         let store = &dispatcher.cluster.store;
         match dispatcher.webhooks.secret(store, &spec.app, name).await {
             Ok(Some(secret)) => {
-                let sig = signature(&secret, signed_at, body.as_bytes());
+                let sig = webhook_signature(&secret, signed_at, body.as_bytes());
                 if let Ok(v) = HeaderValue::from_str(&sig) {
                     headers.insert("x-rota-signature", v);
                 }
@@ -359,21 +349,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_signature_is_hmac_sha256_of_timestamp_dot_body() {
-        // Computed independently: printf '1700000000000.{"a":1}' |
-        //   openssl dgst -sha256 -hmac whsec
-        assert_eq!(
-            signature(b"whsec", 1_700_000_000_000, br#"{"a":1}"#),
-            "v1=e396dba269569843ec61b16bf9a0e70c598b534678cf1863562e0699c7685c8d"
-        );
-        assert_ne!(
-            signature(b"whsec", 1_700_000_000_001, br#"{"a":1}"#),
-            signature(b"whsec", 1_700_000_000_000, br#"{"a":1}"#),
-            "the timestamp is signed"
-        );
-    }
 
     #[test]
     fn retry_after_is_seconds_or_a_date_and_bounded() {
