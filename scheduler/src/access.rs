@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::usecase::{Error, validate};
+use crate::names::excerpt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
@@ -41,7 +41,7 @@ impl Role {
             "admin" => Ok(Role::Admin),
             other => Err(format!(
                 "role `{}` is not one of admin, operator, viewer",
-                validate::excerpt(other)
+                excerpt(other)
             )),
         }
     }
@@ -83,7 +83,7 @@ impl Apps {
         if let Some(long) = names.iter().find(|n| n.chars().count() > 200) {
             return Err(format!(
                 "apps: `{}` is longer than 200 characters",
-                validate::excerpt(long)
+                excerpt(long)
             ));
         }
         names.sort();
@@ -116,6 +116,18 @@ impl Apps {
             Apps::Only(names) => names.binary_search_by(|n| n.as_str().cmp(app)).is_ok(),
         }
     }
+}
+
+/// A principal may not do what it asked. The use cases answer it as their own not-found
+/// or forbidden (`usecase::Error`).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    /// Out of the principal's apps: told like something that does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// In its apps, without the role.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 /// What a request does to what it touches.
@@ -181,12 +193,12 @@ impl Principal {
     /// May this principal read (or change) something of `app`? Out of its apps is a
     /// not-found naming `what`, as for something that does not exist, so a scoped user
     /// cannot learn what other apps hold; in them without the role to change, a 403.
-    pub fn check(&self, app: &str, need: Need, what: &str) -> Result<(), Error> {
+    pub fn check(&self, app: &str, need: Need, what: &str) -> Result<(), Denied> {
         if !self.sees(app) {
-            return Err(Error::NotFound(format!("{what} not found")));
+            return Err(Denied::NotFound(format!("{what} not found")));
         }
         if need == Need::Change && !self.may_change(app) {
-            return Err(Error::Forbidden(format!(
+            return Err(Denied::Forbidden(format!(
                 "`{}` is a {}: changing {what} needs the operator or admin role",
                 self.name, self.role
             )));
@@ -195,11 +207,11 @@ impl Principal {
     }
 
     /// Creating or moving something into `app`.
-    pub fn check_app(&self, app: &str) -> Result<(), Error> {
+    pub fn check_app(&self, app: &str) -> Result<(), Denied> {
         if self.may_change(app) {
             return Ok(());
         }
-        Err(Error::Forbidden(if self.sees(app) {
+        Err(Denied::Forbidden(if self.sees(app) {
             format!(
                 "`{}` is a {}: changing app `{app}` needs the operator or admin role",
                 self.name, self.role
@@ -210,22 +222,22 @@ impl Principal {
     }
 
     /// Uploading a plugin: an operator of any app, or an admin.
-    pub fn check_operator(&self, action: &str) -> Result<(), Error> {
+    pub fn check_operator(&self, action: &str) -> Result<(), Denied> {
         if self.role >= Role::Operator {
             Ok(())
         } else {
-            Err(Error::Forbidden(format!(
+            Err(Denied::Forbidden(format!(
                 "`{}` is a viewer: {action} needs the operator or admin role",
                 self.name
             )))
         }
     }
 
-    pub fn check_admin(&self, action: &str) -> Result<(), Error> {
+    pub fn check_admin(&self, action: &str) -> Result<(), Denied> {
         if self.is_admin() {
             Ok(())
         } else {
-            Err(Error::Forbidden(format!(
+            Err(Denied::Forbidden(format!(
                 "`{}` is a {}: {action} needs the admin role",
                 self.name, self.role
             )))
@@ -252,17 +264,17 @@ mod tests {
         );
         assert!(matches!(
             operator.check("billing", Need::Change, "job `x`"),
-            Err(Error::NotFound(m)) if m == "job `x` not found"
+            Err(Denied::NotFound(m)) if m == "job `x` not found"
         ));
         assert!(viewer.check("shop", Need::Read, "job `x`").is_ok());
         assert!(matches!(
             viewer.check("shop", Need::Change, "job `x`"),
-            Err(Error::Forbidden(m)) if m.contains("viewer")
+            Err(Denied::Forbidden(m)) if m.contains("viewer")
         ));
         assert!(operator.check_app("shop").is_ok());
         assert!(matches!(
             operator.check_app("hr"),
-            Err(Error::Forbidden(m)) if m.contains("no access to app `hr`")
+            Err(Denied::Forbidden(m)) if m.contains("no access to app `hr`")
         ));
         assert!(operator.check_admin("deleting a plugin").is_err());
         assert!(Principal::root().check_admin("anything").is_ok());

@@ -27,8 +27,10 @@
 //! - [`secrets`]: apps' secrets, sealed at rest.
 //! - [`node`]: a running node — wires each stage's handle, start-up, shutdown.
 //! - [`api`]: the REST API, the executor protocol endpoints, `/healthz`, `/metrics`.
+//! - [`status`]: the HTTP status of a use case's error, for the API and the console.
 //! - [`metrics`]: the Prometheus recorder.
 //! - [`access`]: roles, app scopes and the principal behind a request.
+//! - [`credentials`]: password hashes, random tokens, the first `admin`.
 //! - [`console`]: the web console (server-rendered pages, sessions, CSRF) on the same port.
 
 pub mod access;
@@ -39,6 +41,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod console;
+pub mod credentials;
 pub mod lateness;
 pub mod metrics;
 pub mod model;
@@ -49,6 +52,7 @@ pub mod retention;
 pub mod route;
 pub mod schedule;
 pub mod secrets;
+pub mod status;
 pub mod store;
 pub mod usecase;
 

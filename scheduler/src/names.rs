@@ -51,3 +51,14 @@ macro_rules! named_enum {
 }
 
 pub(crate) use named_enum;
+
+/// The start of a value for an error message: at most 40 characters, `…` if cut.
+pub fn excerpt(value: &str) -> String {
+    let mut chars = value.chars();
+    let head: String = chars.by_ref().take(40).collect();
+    if chars.next().is_some() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}

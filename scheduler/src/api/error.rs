@@ -9,27 +9,9 @@ pub use crate::usecase::Error as ApiError;
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
-/// The HTTP status that answers `e`: the REST API's and the console's.
-pub fn status(e: &ApiError) -> StatusCode {
-    match e {
-        ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-        ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-        ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-        ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-        ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-        ApiError::Conflict(_) => StatusCode::CONFLICT,
-        ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-        ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
-        ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
-        ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = status(&self);
+        let status = crate::status::http_status(&self);
         let error = match self {
             Self::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "request failed");
@@ -94,6 +76,7 @@ fn cause(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::http_status as status;
     use crate::store;
 
     #[test]

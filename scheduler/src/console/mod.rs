@@ -46,8 +46,6 @@ use crate::model::Millis;
 use crate::node::Node;
 use crate::usecase::Error;
 
-pub use auth::seed_admin;
-
 pub use crate::store::{ApiToken, AuditEntry, Counts, User};
 
 /// What the console's handlers read.
@@ -252,7 +250,7 @@ impl<E: Into<Error>> From<E> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
-        let status = crate::api::error::status(&self.0);
+        let status = crate::status::http_status(&self.0);
         let message = match self.0 {
             Error::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "console: request failed");

@@ -139,7 +139,7 @@ impl Node {
             .refresh(&node.cluster.store, now - config.executor_dead_after_ms)
             .await
             .context("loading the executor registry")?;
-        crate::console::seed_admin(&node.cluster.store, config.admin_password.as_deref())
+        crate::credentials::seed_admin(&node.cluster.store, config.admin_password.as_deref())
             .await
             .context("seeding the console's admin user")?;
         // Only the admin's configuration can change where jobs' HTTP may go: each start

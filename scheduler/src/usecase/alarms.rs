@@ -94,8 +94,8 @@ fn url_hint(url: &reqwest::Url) -> String {
 /// Who may see and change a channel or rule of `app` (`None`: every app's, admins).
 fn check_scope(who: &Principal, app: Option<&str>, what: &str) -> Result<()> {
     match app {
-        Some(app) => who.check(app, Need::Change, what),
-        None => who.check_admin(&format!("{what} for every app")),
+        Some(app) => Ok(who.check(app, Need::Change, what)?),
+        None => Ok(who.check_admin(&format!("{what} for every app"))?),
     }
 }
 

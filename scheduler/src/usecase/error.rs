@@ -1,6 +1,6 @@
 //! The one error of the use cases: what went wrong, in words a user can act on, and its
 //! kind. The REST API answers it as `{"error": "…"}` with the kind's HTTP status (mapped
-//! in `api::error`, not here: a use case knows nothing of HTTP); the console shows it
+//! in `crate::status`, not here: a use case knows nothing of HTTP); the console shows it
 //! beside the form field or on an error page.
 
 use crate::node::NodeError;
@@ -77,6 +77,15 @@ impl Error {
             Self::PayloadTooLarge(m) => Self::PayloadTooLarge(p(m)),
             Self::Unprocessable(m) => Self::Unprocessable(p(m)),
             other => other,
+        }
+    }
+}
+
+impl From<crate::access::Denied> for Error {
+    fn from(d: crate::access::Denied) -> Self {
+        match d {
+            crate::access::Denied::NotFound(m) => Self::NotFound(m),
+            crate::access::Denied::Forbidden(m) => Self::Forbidden(m),
         }
     }
 }

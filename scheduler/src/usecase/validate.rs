@@ -110,16 +110,7 @@ pub fn max_bytes(field: &str, value: &str, max: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// The start of a value for an error message: at most 40 characters, `…` if cut.
-pub fn excerpt(value: &str) -> String {
-    let mut chars = value.chars();
-    let head: String = chars.by_ref().take(40).collect();
-    if chars.next().is_some() {
-        format!("{head}…")
-    } else {
-        head
-    }
-}
+pub use crate::names::excerpt;
 
 /// A 422 about `field`.
 pub fn invalid(field: &str, message: impl std::fmt::Display) -> Error {
