@@ -46,15 +46,36 @@ pub fn offset_ms() -> i64 {
     now_ms() - wall_ms()
 }
 
-/// Follows one reading of a scheduler's clock (`scheduler_ms`, taken between this
-/// process's monotonic `before_us` and `after_us`): the base is the reading against the
-/// midpoint, and it moves only when it differs from the current one by more than the
-/// reading's error (half the round trip, and the reading's millisecond), so a slow answer
-/// does not make it wander.
-pub(crate) fn follow(before_us: i64, scheduler_ms: i64, after_us: i64) {
-    let round_trip = (after_us - before_us).max(0);
-    let base = scheduler_ms * 1000 + 500 - (before_us + round_trip / 2);
-    let error = (round_trip + 1) / 2 + 500;
+/// One exchange with a scheduler, NTP's four timestamps: this process's monotonic clock
+/// when the request left and when the answer came back, the scheduler's clock when the
+/// request arrived and when the answer left.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reading {
+    pub sent_us: i64,
+    pub received_ms: i64,
+    pub answered_ms: i64,
+    pub back_us: i64,
+}
+
+impl Reading {
+    /// The schedulers' time at this process's monotonic zero, µs, and its error: the
+    /// midpoint of the scheduler's two readings (each truncated to its millisecond, so
+    /// +500 µs) against the midpoint of ours; the error is half the round trip less the
+    /// time the scheduler spent answering, plus the readings' millisecond.
+    fn base_and_error(&self) -> (i64, i64) {
+        let theirs = (self.received_ms + self.answered_ms) * 500 + 500;
+        let ours = (self.sent_us + self.back_us) / 2;
+        let spent_us = (self.answered_ms - self.received_ms).max(0) * 1000;
+        let in_flight = (self.back_us - self.sent_us - spent_us).max(0);
+        (theirs - ours, (in_flight + 1) / 2 + 1000)
+    }
+}
+
+/// Follows one reading of a scheduler's clock: the base moves only when it differs from
+/// the current one by more than the reading's error, so a slow answer does not make it
+/// wander.
+pub(crate) fn follow(reading: Reading) {
+    let (base, error) = reading.base_and_error();
     let current = BASE_US.load(Ordering::Relaxed);
     if current == i64::MIN || (base - current).abs() > error {
         BASE_US.store(base, Ordering::Relaxed);
@@ -77,18 +98,54 @@ pub(crate) fn follow(before_us: i64, scheduler_ms: i64, after_us: i64) {
 mod tests {
     use super::*;
 
+    fn reading(sent_us: i64, received_ms: i64, answered_ms: i64, back_us: i64) -> Reading {
+        Reading {
+            sent_us,
+            received_ms,
+            answered_ms,
+            back_us,
+        }
+    }
+
     #[test]
     fn follows_a_reading_beyond_its_error_only() {
         // One test owns the process-wide base.
         let mono = monotonic_us();
         let wall = wall_ms();
         // The scheduler is 2 s ahead, read over a 20 ms round trip.
-        follow(mono, wall + 10 + 2_000, mono + 20_000);
+        follow(reading(
+            mono,
+            wall + 10 + 2_000,
+            wall + 10 + 2_000,
+            mono + 20_000,
+        ));
         assert!((offset_ms() - 2_000).abs() < 50, "{}", offset_ms());
         let base = BASE_US.load(Ordering::Relaxed);
-        follow(mono, wall + 10 + 2_005, mono + 20_000); // within the error: kept
+        // Within the error: kept.
+        follow(reading(
+            mono,
+            wall + 10 + 2_005,
+            wall + 10 + 2_005,
+            mono + 20_000,
+        ));
         assert_eq!(BASE_US.load(Ordering::Relaxed), base);
-        follow(monotonic_us(), wall_ms(), monotonic_us()); // the machine's clock was fixed
+        // The machine's clock was fixed.
+        let now = wall_ms();
+        follow(reading(monotonic_us(), now, now, monotonic_us()));
         assert!(offset_ms().abs() < 50, "{}", offset_ms());
+    }
+
+    #[test]
+    fn the_time_the_scheduler_spent_answering_is_not_in_flight() {
+        // Sent at 0, back 10 ms later; the scheduler read the request at 1,001 ms of its
+        // clock and answered at 1,009 ms, 8 ms spent on it (a busy database, say). The
+        // message was 1 ms in flight each way: its clock reads 1,000 at our zero.
+        let (base, error) = reading(0, 1_001, 1_009, 10_000).base_and_error();
+        assert!((base - 1_000_000).abs() <= 1_000, "base {base} µs");
+        assert!(error <= 2_000, "error {error} µs");
+        // Had it said only when it answered, the answer would have been taken as read
+        // at our midpoint, 5 ms: 4 ms ahead.
+        let (naive, _) = reading(0, 1_009, 1_009, 10_000).base_and_error();
+        assert!((naive - 1_004_000).abs() <= 1_000, "naive {naive} µs");
     }
 }

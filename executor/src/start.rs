@@ -166,8 +166,14 @@ async fn heartbeat_loop(node: Arc<Node>, stop: CancellationToken) {
             .await;
         let wait = match answer {
             Ok(ack) => {
-                if let Some(at) = ack.scheduler_time_ms {
-                    crate::clock::follow(sent, at, crate::clock::monotonic_us());
+                if let Some(sent_back) = ack.scheduler_time_ms {
+                    let reading = crate::clock::Reading {
+                        sent_us: sent,
+                        received_ms: ack.scheduler_received_ms.unwrap_or(sent_back),
+                        answered_ms: sent_back,
+                        back_us: crate::clock::monotonic_us(),
+                    };
+                    crate::clock::follow(reading);
                 }
                 if !registered {
                     tracing::info!(app = %registration.app, address = %registration.address, "registered with a scheduler");

@@ -116,6 +116,7 @@ fn ack() -> Json<RegistrationAck> {
         heartbeat_interval_ms: 200,
         plugins: Vec::new(),
         scheduler_time_ms: None,
+        scheduler_received_ms: None,
     })
 }
 

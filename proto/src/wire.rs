@@ -121,6 +121,11 @@ pub struct RegistrationAck {
     /// database's): the executor measures its own offset from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_time_ms: Option<i64>,
+    /// The scheduler's clock when the request arrived: with `scheduler_time_ms`, the time
+    /// the scheduler spent answering, which the executor takes out of the round trip (as
+    /// NTP does) — under load that is most of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_received_ms: Option<i64>,
 }
 
 /// Graceful shutdown: the scheduler stops dispatching to `address` at once.
@@ -640,6 +645,7 @@ mod tests {
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
             plugins: vec!["ab".repeat(32)],
             scheduler_time_ms: Some(1_700_000_000_000),
+            scheduler_received_ms: Some(1_699_999_999_990),
         });
         round_trip(Deregistration {
             app: "default".into(),

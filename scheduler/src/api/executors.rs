@@ -100,9 +100,14 @@ fn check_executor(app: &str, address: &str) -> ApiResult<()> {
 /// first trigger).
 const PLUGINS_TO_WARM: u32 = 64;
 
-/// The answer to a registration or heartbeat: when to beat next, and the plugins the app's
-/// jobs bind, for the executor to compile ahead of their first run.
-async fn registration_ack(state: &AppState, app: &str) -> ApiResult<Json<RegistrationAck>> {
+/// The answer to a registration or heartbeat: when to beat next, the plugins the app's
+/// jobs bind, for the executor to compile ahead of their first run, and this node's time
+/// when the request arrived (`received_ms`) and when the answer leaves.
+async fn registration_ack(
+    state: &AppState,
+    app: &str,
+    received_ms: i64,
+) -> ApiResult<Json<RegistrationAck>> {
     let plugins = state
         .node
         .store()
@@ -112,6 +117,7 @@ async fn registration_ack(state: &AppState, app: &str) -> ApiResult<Json<Registr
         heartbeat_interval_ms: state.node.config().heartbeat_interval_ms,
         plugins,
         scheduler_time_ms: Some(crate::model::now_ms()),
+        scheduler_received_ms: Some(received_ms),
     }))
 }
 
@@ -123,11 +129,12 @@ pub async fn register(
     Extension(SignedAt(signed_at)): Extension<SignedAt>,
     Json(reg): Json<Registration>,
 ) -> ApiResult<Json<RegistrationAck>> {
+    let received_ms = crate::model::now_ms();
     check_executor(&reg.app, &reg.address)?;
     signer.check_app(&reg.app)?;
     state.node.executor_registered(&reg, signed_at).await?;
     tracing::info!(app = %reg.app, address = %reg.address, capacity = reg.capacity, "executor registered");
-    registration_ack(&state, &reg.app).await
+    registration_ack(&state, &reg.app, received_ms).await
 }
 
 /// `POST /api/executor/v1/heartbeat`: the same body as a registration.
@@ -137,10 +144,11 @@ pub async fn heartbeat(
     Extension(SignedAt(signed_at)): Extension<SignedAt>,
     Json(reg): Json<Registration>,
 ) -> ApiResult<Json<RegistrationAck>> {
+    let received_ms = crate::model::now_ms();
     check_executor(&reg.app, &reg.address)?;
     signer.check_app(&reg.app)?;
     state.node.executor_heartbeat(&reg, signed_at).await?;
-    registration_ack(&state, &reg.app).await
+    registration_ack(&state, &reg.app, received_ms).await
 }
 
 #[derive(Debug, Serialize)]
