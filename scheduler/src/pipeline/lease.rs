@@ -217,20 +217,19 @@ pub(crate) fn base_of(before_us: i64, database_ms: Millis, after_us: i64) -> (i6
     )
 }
 
-/// Reads the database's clock (`read`) between two monotonic readings and moves this node's
+/// Reads the database's clock (`read`, stamped on the monotonic clock around its
+/// statement: [`crate::store::ClockReading`]) and moves this node's
 /// time base ([`crate::model::now_us`]) to it when it moved by more than the reading's
 /// error; an offset from the wall clock beyond `max_offset_ms` is logged. SQLite's clock is
 /// this machine's: the base follows the wall clock. The metric `rota_clock_offset_seconds`
 /// shows the offset.
 pub(crate) async fn measure_clock<F>(read: F, max_offset_ms: Millis)
 where
-    F: std::future::Future<Output = crate::store::Result<Option<Millis>>>,
+    F: std::future::Future<Output = crate::store::Result<Option<crate::store::ClockReading>>>,
 {
-    let before = crate::model::monotonic_us();
-    let database = read.await;
-    let after = crate::model::monotonic_us();
+    let reading = read.await;
     follow_database_clock(
-        database.map(|d| d.map(|d| (before, d, after))),
+        reading.map(|r| r.map(|r| (r.before_us, r.database_ms, r.after_us))),
         max_offset_ms,
     );
 }

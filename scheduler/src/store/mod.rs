@@ -477,21 +477,37 @@ impl Beat {
         heartbeat_on(&self.pool, lease, now).await
     }
 
-    /// The database server's clock, epoch ms; `None` on SQLite, whose clock is this
-    /// machine's own.
-    pub async fn database_time(&self) -> Result<Option<Millis>> {
+    /// The database server's clock; `None` on SQLite, whose clock is this machine's own.
+    pub async fn database_time(&self) -> Result<Option<ClockReading>> {
         database_time_on(&self.pool).await
     }
 }
 
-async fn database_time_on(pool: &Pool) -> Result<Option<Millis>> {
+/// One reading of the database server's clock (epoch ms) between two readings of this
+/// process's monotonic clock (µs, [`crate::model::monotonic_us`]) taken around the
+/// statement alone: waiting for a pooled connection is not in the round trip, so a busy
+/// pool does not skew the reading.
+#[derive(Debug, Clone, Copy)]
+pub struct ClockReading {
+    pub before_us: i64,
+    pub database_ms: Millis,
+    pub after_us: i64,
+}
+
+async fn database_time_on(pool: &Pool) -> Result<Option<ClockReading>> {
     match pool {
         Pool::MySql(pool) => {
-            let ms: i64 =
+            let mut conn = pool.acquire().await?;
+            let before_us = crate::model::monotonic_us();
+            let database_ms: i64 =
                 sqlx::query_scalar("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
-                    .fetch_one(pool)
+                    .fetch_one(&mut *conn)
                     .await?;
-            Ok(Some(ms))
+            Ok(Some(ClockReading {
+                before_us,
+                database_ms,
+                after_us: crate::model::monotonic_us(),
+            }))
         }
         Pool::Sqlite(_) => Ok(None),
     }
@@ -711,8 +727,8 @@ impl Store {
         })
     }
 
-    /// The database server's clock, epoch ms; `None` on SQLite ([`Beat::database_time`]).
-    pub async fn database_time(&self) -> Result<Option<Millis>> {
+    /// The database server's clock; `None` on SQLite ([`Store::database_time`]).
+    pub async fn database_time(&self) -> Result<Option<ClockReading>> {
         database_time_on(&self.pool).await
     }
 
