@@ -53,7 +53,7 @@ pub fn wall_ms() -> Millis {
     wall_us().div_euclid(1000)
 }
 
-fn wall_us() -> i64 {
+pub(crate) fn wall_us() -> i64 {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -68,7 +68,8 @@ pub(crate) fn monotonic_us() -> i64 {
 /// How far the database's clock (as this node keeps it) is ahead of this machine's wall
 /// clock, ms: what the metric, `/readyz`, the node list and the `clock_skew` alarm show.
 pub fn clock_offset_ms() -> Millis {
-    (now_us() - wall_us()).div_euclid(1000)
+    // Rounded, not floored: a base 300 µs behind is an offset of 0 ms, not −1.
+    (now_us() - wall_us() + 500).div_euclid(1000)
 }
 
 /// The time base [`now_us`] adds to the monotonic clock; `None` before the first

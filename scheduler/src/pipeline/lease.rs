@@ -241,10 +241,7 @@ fn follow_database_clock(
     let (base, error) = match reading {
         Ok(Some((before, database, after))) => base_of(before, database, after),
         // SQLite: the database's clock is the wall clock, read now.
-        Ok(None) => {
-            let wall_us = crate::model::wall_ms() * 1000 + 500;
-            (wall_us - crate::model::monotonic_us(), 500)
-        }
+        Ok(None) => (crate::model::wall_us() - crate::model::monotonic_us(), 500),
         Err(e) => {
             tracing::debug!(error = %e, "reading the database's clock failed");
             return;
