@@ -978,7 +978,9 @@ async fn runs_and_executors() {
     let items = nodes["items"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{nodes}");
     assert_eq!(items[0]["live"], true, "{nodes}");
-    assert_eq!(items[0]["clock_offset_ms"], 0, "{nodes}");
+    // Zero, give or take the reading's millisecond (MySQL's `NOW(3)`).
+    let offset = items[0]["clock_offset_ms"].as_i64().unwrap();
+    assert!(offset.abs() <= 1, "{nodes}");
     assert_eq!(items[0]["clock_off"], false, "{nodes}");
     assert!(items[0]["last_heartbeat_at"].is_string(), "{nodes}");
     t.stop().await;
@@ -1103,7 +1105,7 @@ async fn api_changes_are_audited() {
     let expected = [
         ("root", "delete job", "audited"),
         ("root", "trigger job", "audited"),
-        ("root", "update job", "audited"),
+        ("root", "disable job", "audited"),
     ]
     .map(|(u, a, t)| (u.to_owned(), a.to_owned(), t.to_owned()));
     assert_eq!(entries, expected);

@@ -1806,3 +1806,78 @@ async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened()
         .expect(StatusCode::UNPROCESSABLE_ENTITY)
         .contains("used by rule(s) late, report-failed");
 }
+
+/// One door: a job's changes are one use case whichever adapter takes them. Disabling and
+/// deleting through the API and through the console are audited alike, each with its
+/// actor, and the same mistake gets the same status and words through both.
+#[tokio::test]
+async fn job_changes_are_one_use_case_through_the_api_and_the_console() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let by_api = t.create_job(&b, "by-api").await;
+    let by_console = t.create_job(&b, "by-console").await;
+
+    t.api(
+        Method::PATCH,
+        &format!("/api/v1/jobs/{by_api}"),
+        "application/json",
+        json!({"enabled": false}).to_string(),
+    )
+    .await;
+    t.submit(
+        &b,
+        &format!("/console/jobs/{by_console}/enabled"),
+        &[("enabled", "false")],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    t.api(
+        Method::DELETE,
+        &format!("/api/v1/jobs/{by_api}?force=true"),
+        "application/json",
+        String::new(),
+    )
+    .await;
+    t.submit(&b, &format!("/console/jobs/{by_console}/delete"), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+
+    let audit = t.node.store().list_audit(None, 20).await.unwrap();
+    let rows: Vec<(String, String, String)> = audit
+        .iter()
+        .filter(|e| e.action.ends_with(" job"))
+        .map(|e| (e.user_name.clone(), e.action.clone(), e.target.clone()))
+        .collect();
+    for (user, action, target) in [
+        ("root", "disable job", "by-api"),
+        ("admin", "disable job", "by-console"),
+        ("root", "delete job", "by-api"),
+        ("admin", "delete job", "by-console"),
+    ] {
+        assert!(
+            rows.iter()
+                .any(|(u, a, t)| (u.as_str(), a.as_str(), t.as_str()) == (user, action, target)),
+            "no `{action}` of `{target}` by `{user}` in {rows:?}"
+        );
+    }
+
+    // A job that is not there: the same 404 and words through both doors.
+    let (status, body) = api_as(
+        &t,
+        "test-token",
+        Method::DELETE,
+        "/api/v1/jobs/424242",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let said: Value = serde_json::from_str(&body).unwrap();
+    let message = said["error"].as_str().unwrap();
+    assert_eq!(message, "job `424242` not found");
+    t.submit(&b, "/console/jobs/424242/delete", &[])
+        .await
+        .expect(StatusCode::NOT_FOUND)
+        .contains(message);
+    t.stop().await;
+}

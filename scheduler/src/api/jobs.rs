@@ -11,10 +11,10 @@ use super::error::ApiResult;
 use super::extract::{Json, OptionalJson, PageQuery, PathParam, Query, query_flag};
 use super::openapi::ErrorBody;
 use super::views::{JobPage, JobView, PageView};
-use crate::access::{Need, Principal};
+use crate::access::Principal;
 use crate::usecase::{
     self,
-    jobs::{JobFields, build_spec, find_job},
+    jobs::{JobFields, build_spec},
 };
 
 /// The path parameter of `/api/v1/jobs/{id}`.
@@ -40,13 +40,7 @@ pub async fn create(
     Json(fields): Json<JobFields>,
 ) -> ApiResult<(StatusCode, Json<JobView>)> {
     let (spec, schedule) = build_spec(&state.node, &who, fields, None).await?;
-    who.check_app(&spec.app)?;
-    let job = state.node.create_job(&spec, &schedule).await?;
-    state
-        .node
-        .audit(&who.name, "create job", &job.spec.name)
-        .await;
-    tracing::info!(job.id = job.id, job.name = %job.spec.name, "job created");
+    let job = usecase::jobs::create(&state.node, &who, &spec, &schedule).await?;
     Ok((StatusCode::CREATED, Json(job.into())))
 }
 
@@ -66,9 +60,9 @@ pub async fn get(
     Extension(who): Extension<Principal>,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<JobView>> {
-    let job = find_job(state.node.store(), &id).await?;
-    who.check(&job.spec.app, Need::Read, &format!("job `{id}`"))?;
-    Ok(Json(job.into()))
+    Ok(Json(
+        usecase::jobs::get(&state.node, &who, &id).await?.into(),
+    ))
 }
 
 /// `PATCH /api/v1/jobs/{id}`: the given fields replace the stored ones; everything is
@@ -96,15 +90,9 @@ pub async fn update(
     Json(fields): Json<JobFields>,
 ) -> ApiResult<Json<JobView>> {
     let force = query_flag("force", q.force.as_deref())?;
-    let job = find_job(state.node.store(), &id).await?;
-    who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
+    let job = usecase::jobs::to_change(&state.node, &who, &id).await?;
     let (spec, schedule) = build_spec(&state.node, &who, fields, Some(&job)).await?;
-    who.check_app(&spec.app)?;
-    let job = state.node.update_job(&job, &spec, &schedule, force).await?;
-    state
-        .node
-        .audit(&who.name, "update job", &job.spec.name)
-        .await;
+    let job = usecase::jobs::update(&state.node, &who, &job, &spec, &schedule, force).await?;
     Ok(Json(job.into()))
 }
 
@@ -146,20 +134,7 @@ pub async fn delete(
     Query(q): Query<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
     let force = query_flag("force", q.force.as_deref())?;
-    let store = state.node.store();
-    let job = find_job(store, &id).await?;
-    who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
-    let cancelled = state.node.delete_job(job.id, force).await?;
-    state.node.job_changed(job.id).await;
-    state
-        .node
-        .audit(&who.name, "delete job", &job.spec.name)
-        .await;
-    tracing::info!(
-        job.id = job.id,
-        cancelled_tasks = cancelled.len(),
-        "job deleted"
-    );
+    usecase::jobs::delete(&state.node, &who, &id, force).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -230,16 +205,14 @@ pub async fn list(
     let page = page.parse()?;
     let non_empty = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
     let (app, search) = (non_empty(&q.app), non_empty(&q.q));
-    let jobs = state
-        .node
-        .store()
-        .list_jobs(
-            app.as_deref(),
-            who.app_filter(),
-            search.as_deref(),
-            page.before_id,
-            page.limit,
-        )
-        .await?;
+    let jobs = usecase::jobs::list(
+        &state.node,
+        &who,
+        app.as_deref(),
+        search.as_deref(),
+        page.before_id,
+        page.limit,
+    )
+    .await?;
     Ok(Json(PageView::of(jobs, JobView::from)))
 }

@@ -315,7 +315,11 @@ pub(super) fn file_error(errors: &mut Errors, e: Error) -> Result<(), Error> {
             errors.insert("name".into(), "a job with this name already exists".into());
             return Ok(());
         }
-        Error::Internal(_) | Error::Unavailable(_) | Error::InsufficientStorage(_) => {
+        // Not about a field: the page answers it with its own status, as the API does.
+        Error::Internal(_)
+        | Error::Unavailable(_)
+        | Error::InsufficientStorage(_)
+        | Error::Forbidden(_) => {
             return Err(e);
         }
         other => other.to_string(),
@@ -498,22 +502,17 @@ pub(super) async fn save_job(
     // Saved only when no field has a problem (a field that did not parse was left out of
     // the check above and would otherwise fall back to its default).
     if let (Some((spec, compiled)), false, true) = (built, preview, errors.is_empty()) {
-        s.who.check_app(&spec.app)?;
         let saved = match &base {
-            None => console.node.create_job(&spec, &compiled).await,
-            Some(job) => console.node.update_job(job, &spec, &compiled, false).await,
+            None => usecase::jobs::create(&console.node, &s.who, &spec, &compiled).await,
+            Some(job) => {
+                usecase::jobs::update(&console.node, &s.who, job, &spec, &compiled, false).await
+            }
         };
         match saved {
             Ok(job) => {
-                let action = if base.is_some() {
-                    "update job"
-                } else {
-                    "create job"
-                };
-                audit(&console, &s.user.name, action, &job.spec.name).await;
                 return Ok(Redirect::to(&format!("{PREFIX}/jobs/{}", job.id)).into_response());
             }
-            Err(e) => file_error(&mut errors, Error::from(e))?,
+            Err(e) => file_error(&mut errors, e)?,
         }
     }
     let status = form_status(&errors);
@@ -532,23 +531,7 @@ pub async fn set_enabled(
     Path(id): Path<i64>,
     Form(f): Form<EnabledForm>,
 ) -> PageResult {
-    let job = job_for(&console, &s, id, Need::Change).await?;
-    let mut spec = job.spec.clone();
-    spec.enabled = f.enabled == "true";
-    let compiled = spec
-        .schedule
-        .compile()
-        .map_err(|e| Error::Unprocessable(format!("schedule: {e}")))?;
-    console
-        .node
-        .update_job(&job, &spec, &compiled, false)
-        .await?;
-    let action = if spec.enabled {
-        "enable job"
-    } else {
-        "disable job"
-    };
-    audit(&console, &s.user.name, action, &spec.name).await;
+    usecase::jobs::set_enabled(&console.node, &s.who, &id.to_string(), f.enabled == "true").await?;
     Ok(Redirect::to(&format!("{PREFIX}/jobs/{id}")).into_response())
 }
 
@@ -636,11 +619,8 @@ pub async fn delete_job(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let job = job_for(&console, &s, id, Need::Change).await?;
     // Confirmed by the user: pending tasks go with the job.
-    console.node.delete_job(id, true).await?;
-    console.node.job_changed(id).await;
-    audit(&console, &s.user.name, "delete job", &job.spec.name).await;
+    usecase::jobs::delete(&console.node, &s.who, &id.to_string(), true).await?;
     Ok(Redirect::to(&format!("{PREFIX}/jobs")).into_response())
 }
 

@@ -15,7 +15,7 @@ use super::validate::{self, invalid, missing};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::backoff::Backoff;
-use crate::model::{BlockName, Delivery, Job, JobSpec, NewTask, Run, Task, TaskKind, now_ms};
+use crate::model::{BlockName, Delivery, Job, JobSpec, NewTask, Page, Run, Task, TaskKind, now_ms};
 use crate::node::Node;
 use crate::route::Route;
 use crate::schedule::{CompiledSchedule, Misfire, Schedule};
@@ -605,6 +605,111 @@ async fn reject_cycle(store: &Store, children: &[i64], this_job: i64) -> Result<
         stack.extend(job.spec.child_jobs);
     }
     Ok(())
+}
+
+/// Job `id` (an id or a name), if `who` may read it.
+pub async fn get(node: &Node, who: &Principal, id: &str) -> Result<Job> {
+    let job = find_job(node.store(), id).await?;
+    who.check(&job.spec.app, Need::Read, &format!("job `{id}`"))?;
+    Ok(job)
+}
+
+/// Job `id` (an id or a name), if `who` may change it.
+pub async fn to_change(node: &Node, who: &Principal, id: &str) -> Result<Job> {
+    let job = find_job(node.store(), id).await?;
+    who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
+    Ok(job)
+}
+
+/// Stores a new job built by [`build_spec`] (the caller may change its app), audited.
+pub async fn create(
+    node: &Node,
+    who: &Principal,
+    spec: &JobSpec,
+    schedule: &CompiledSchedule,
+) -> Result<Job> {
+    who.check_app(&spec.app)?;
+    let job = node.create_job(spec, schedule).await?;
+    node.audit(&who.name, "create job", &job.spec.name).await;
+    tracing::info!(job.id = job.id, job.name = %job.spec.name, "job created");
+    Ok(job)
+}
+
+/// Replaces `job`'s settings with `spec` (built by [`build_spec`] on it, or changed in
+/// one field), audited as `action`: the caller may change the job's app and the one it
+/// moves to. `force` changes a delivery while tasks are on their way.
+pub async fn update(
+    node: &Node,
+    who: &Principal,
+    job: &Job,
+    spec: &JobSpec,
+    schedule: &CompiledSchedule,
+    force: bool,
+) -> Result<Job> {
+    who.check(
+        &job.spec.app,
+        Need::Change,
+        &format!("job `{}`", job.spec.name),
+    )?;
+    who.check_app(&spec.app)?;
+    let updated = node.update_job(job, spec, schedule, force).await?;
+    let action = match (job.spec.enabled, spec.enabled) {
+        (false, true) if only_enabled_differs(&job.spec, spec) => "enable job",
+        (true, false) if only_enabled_differs(&job.spec, spec) => "disable job",
+        _ => "update job",
+    };
+    node.audit(&who.name, action, &updated.spec.name).await;
+    Ok(updated)
+}
+
+fn only_enabled_differs(a: &JobSpec, b: &JobSpec) -> bool {
+    let mut a = a.clone();
+    a.enabled = b.enabled;
+    a == *b
+}
+
+/// Turns job `id` on or off.
+pub async fn set_enabled(node: &Node, who: &Principal, id: &str, enabled: bool) -> Result<Job> {
+    let job = to_change(node, who, id).await?;
+    let mut spec = job.spec.clone();
+    spec.enabled = enabled;
+    let schedule = spec
+        .schedule
+        .compile()
+        .map_err(|e| Error::Unprocessable(format!("schedule: {e}")))?;
+    update(node, who, &job, &spec, &schedule, false).await
+}
+
+/// Deletes job `id` (an id or a name); with `force`, its pending tasks are cancelled first
+/// (without it, a job with pending or running tasks is a conflict). Every node hears of
+/// it; audited. The number of tasks cancelled.
+pub async fn delete(node: &Node, who: &Principal, id: &str, force: bool) -> Result<usize> {
+    let job = to_change(node, who, id).await?;
+    let cancelled = node.delete_job(job.id, force).await?;
+    node.job_changed(job.id).await;
+    node.audit(&who.name, "delete job", &job.spec.name).await;
+    tracing::info!(
+        job.id = job.id,
+        cancelled_tasks = cancelled.len(),
+        "job deleted"
+    );
+    Ok(cancelled.len())
+}
+
+/// A page of the jobs `who` sees, newest first: of `app` only, and whose name contains
+/// `search`, when given.
+pub async fn list(
+    node: &Node,
+    who: &Principal,
+    app: Option<&str>,
+    search: Option<&str>,
+    before_id: Option<i64>,
+    limit: u32,
+) -> Result<Page<Job>> {
+    Ok(node
+        .store()
+        .list_jobs(app, who.app_filter(), search, before_id, limit)
+        .await?)
 }
 
 /// Fires the job named `job` (an id or a name, as [`find_job`] reads it) once now, outside
