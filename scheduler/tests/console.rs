@@ -1811,7 +1811,7 @@ async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened()
 /// deleting through the API and through the console are audited alike, each with its
 /// actor, and the same mistake gets the same status and words through both.
 #[tokio::test]
-async fn job_changes_are_one_use_case_through_the_api_and_the_console() {
+async fn job_and_run_changes_are_one_use_case_through_the_api_and_the_console() {
     let t = start().await;
     t.upload_plugin().await;
     let b = t.sign_in().await;
@@ -1876,6 +1876,23 @@ async fn job_changes_are_one_use_case_through_the_api_and_the_console() {
     let message = said["error"].as_str().unwrap();
     assert_eq!(message, "job `424242` not found");
     t.submit(&b, "/console/jobs/424242/delete", &[])
+        .await
+        .expect(StatusCode::NOT_FOUND)
+        .contains(message);
+    // So is killing a run that is not there.
+    let (status, body) = api_as(
+        &t,
+        "test-token",
+        Method::POST,
+        "/api/v1/runs/424242/kill",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let said: Value = serde_json::from_str(&body).unwrap();
+    let message = said["error"].as_str().unwrap();
+    assert!(message.contains("424242"), "{message}");
+    t.submit(&b, "/console/runs/424242/kill", &[])
         .await
         .expect(StatusCode::NOT_FOUND)
         .contains(message);

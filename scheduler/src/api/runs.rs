@@ -90,9 +90,7 @@ pub async fn get(
     PathId(id): PathId,
 ) -> ApiResult<Json<RunView>> {
     Ok(Json(
-        run_as(state.node.store(), &who, id, Need::Read)
-            .await?
-            .into(),
+        usecase::runs::get(&state.node, &who, id).await?.into(),
     ))
 }
 
@@ -183,19 +181,7 @@ pub async fn kill(
     Extension(who): Extension<Principal>,
     PathId(id): PathId,
 ) -> ApiResult<(StatusCode, Json<KillAnswer>)> {
-    let run = run_as(state.node.store(), &who, id, Need::Change).await?;
-    if run.status.is_final() {
-        return Err(ApiError::Conflict(format!(
-            "run {id} has already finished ({})",
-            run.status
-        )));
-    }
-    let ack = state.node.kill_run(&run).await?;
-    tracing::info!(run.id = id, killed = ack.killed, "kill requested");
-    state
-        .node
-        .audit(&who.name, "kill run", &id.to_string())
-        .await;
+    let ack = usecase::runs::kill(&state.node, &who, id).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(KillAnswer {

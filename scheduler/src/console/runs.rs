@@ -165,14 +165,7 @@ pub async fn kill_run(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let run = run_as(console.node.store(), &s.who, id, Need::Change).await?;
-    if run.status.is_final() {
-        return Err(
-            Error::Conflict(format!("run {id} is {}; it cannot be killed", run.status)).into(),
-        );
-    }
-    let ack = console.node.kill_run(&run).await?;
-    audit(&console, &s.user.name, "kill run", &id.to_string()).await;
+    let ack = usecase::runs::kill(&console.node, &s.who, id).await?;
     let to = format!("{PREFIX}/runs/{id}?message={}", encode(&ack.message));
     Ok(Redirect::to(&to).into_response())
 }
