@@ -18,6 +18,7 @@ use super::{Console, PREFIX, PageResult, When, render, render_status};
 use crate::access::Need;
 use crate::model::{Job, Millis, Page, RunStatus, now_ms};
 use crate::usecase::Error;
+use crate::usecase::users::MIN_PASSWORD_CHARS;
 
 /// Rows per table page.
 pub(super) const PAGE: u32 = 50;
@@ -447,9 +448,6 @@ pub async fn audit_log(
 
 // ----- account -----------------------------------------------------------------------------
 
-/// Shortest password the console accepts.
-pub(super) const MIN_PASSWORD_CHARS: usize = 10;
-
 #[derive(Template)]
 #[template(path = "account.html")]
 pub(super) struct AccountPage {
@@ -523,12 +521,13 @@ pub async fn change_password(
         };
         return render_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
     }
-    let hash = auth::hash_password(f.new).await.map_err(Error::Internal)?;
-    console
-        .node
-        .store()
-        .set_password(s.user.id, &hash, &auth::token_hash(&token))
-        .await?;
-    audit(&console, &s.user.name, "change password", &s.user.name).await;
+    crate::usecase::users::change_password(
+        &console.node,
+        &s.who,
+        s.user.id,
+        &f.new,
+        &auth::token_hash(&token),
+    )
+    .await?;
     Ok(Redirect::to(&format!("{PREFIX}/account?changed=1")).into_response())
 }

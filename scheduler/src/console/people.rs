@@ -8,13 +8,11 @@ use axum::response::{IntoResponse, Redirect};
 use axum::{Extension, Form};
 use serde::Deserialize;
 
-use super::auth::{self, Session};
-use super::pages::{Chrome, Errors, MIN_PASSWORD_CHARS, audit, form_status};
+use super::auth::Session;
+use super::pages::{Chrome, Errors, form_status};
 use super::{ApiToken, Console, PREFIX, PageResult, User, When, render_status};
 use crate::access::{Apps, Role};
-use crate::model::now_ms;
-use crate::store;
-use crate::usecase::{Error, validate};
+use crate::usecase::{self, Error, validate};
 
 // ----- users ---------------------------------------------------------------------------------
 
@@ -61,7 +59,7 @@ pub struct UserForm {
 }
 
 async fn users_page(console: &Console, s: &Session, form: UserForm, errors: Errors) -> PageResult {
-    let users = console.node.store().list_users().await?;
+    let users = usecase::users::list(&console.node, &s.who).await?;
     let status = form_status(&errors);
     render_status(
         status,
@@ -110,39 +108,21 @@ pub async fn create_user(
     if let Err(e) = validate::name("name", &name) {
         errors.insert("name".into(), e.to_string());
     }
-    if form.password.chars().count() < MIN_PASSWORD_CHARS {
-        errors.insert(
-            "password".into(),
-            format!("password: use at least {MIN_PASSWORD_CHARS} characters"),
-        );
+    if let Err(e) = usecase::users::check_password("password", &form.password) {
+        errors.insert("password".into(), e.to_string());
     }
     let access = access_of(&form.role, &form.apps, &mut errors);
     let Some((role, apps)) = access.filter(|_| errors.is_empty()) else {
         return users_page(&console, &s, form, errors).await;
     };
-    let hash = auth::hash_password(form.password.clone())
-        .await
-        .map_err(Error::Internal)?;
-    let store = console.node.store();
-    match store
-        .insert_user(&name, &hash, role.as_str(), &apps.to_text(), now_ms())
-        .await
-    {
-        Ok(_) => {}
-        Err(store::Error::Conflict(_)) => {
-            errors.insert("name".into(), format!("name: a user `{name}` exists"));
-            return users_page(&console, &s, form, errors).await;
+    match usecase::users::create(&console.node, &s.who, &name, &form.password, role, apps).await {
+        Ok(()) => Ok(Redirect::to(&format!("{PREFIX}/users")).into_response()),
+        Err(Error::Conflict(m)) => {
+            errors.insert("name".into(), m);
+            users_page(&console, &s, form, errors).await
         }
-        Err(e) => return Err(Error::from(e).into()),
+        Err(e) => Err(e.into()),
     }
-    audit(
-        &console,
-        &s.user.name,
-        "create user",
-        &format!("{name} ({role})"),
-    )
-    .await;
-    Ok(Redirect::to(&format!("{PREFIX}/users")).into_response())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -150,27 +130,6 @@ pub async fn create_user(
 pub struct AccessForm {
     role: String,
     apps: String,
-}
-
-/// The last admin cannot be demoted or deleted: nobody could manage users after.
-async fn keep_an_admin(console: &Console, user: &User) -> Result<(), Error> {
-    if user.principal().is_admin() {
-        let admins = console
-            .node
-            .store()
-            .list_users()
-            .await?
-            .iter()
-            .filter(|u| u.principal().is_admin())
-            .count();
-        if admins <= 1 {
-            return Err(Error::Conflict(format!(
-                "`{}` is the only admin; make another user admin first",
-                user.name
-            )));
-        }
-    }
-    Ok(())
 }
 
 pub async fn set_access(
@@ -185,16 +144,7 @@ pub async fn set_access(
         let message = errors.into_values().collect::<Vec<_>>().join("; ");
         return Err(Error::Unprocessable(message).into());
     };
-    let store = console.node.store();
-    let user = store.get_user(id).await?;
-    if role != Role::Admin {
-        keep_an_admin(&console, &user).await?;
-    }
-    store
-        .set_user_access(id, role.as_str(), &apps.to_text())
-        .await?;
-    let target = format!("{} → {role} of {}", user.name, apps.to_text());
-    audit(&console, &s.user.name, "change user access", &target).await;
+    usecase::users::set_access(&console.node, &s.who, id, role, apps).await?;
     Ok(Redirect::to(&format!("{PREFIX}/users")).into_response())
 }
 
@@ -203,15 +153,7 @@ pub async fn delete_user(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    s.who.check_admin("managing users")?;
-    let store = console.node.store();
-    let user = store.get_user(id).await?;
-    if user.id == s.user.id {
-        return Err(Error::Conflict("you cannot delete yourself".into()).into());
-    }
-    keep_an_admin(&console, &user).await?;
-    store.delete_user(id).await?;
-    audit(&console, &s.user.name, "delete user", &user.name).await;
+    usecase::users::delete(&console.node, &s.who, id).await?;
     Ok(Redirect::to(&format!("{PREFIX}/users")).into_response())
 }
 
@@ -256,8 +198,7 @@ async fn tokens_page(
     errors: Errors,
 ) -> PageResult {
     // An admin sees and may revoke everyone's tokens.
-    let whose = (!s.who.is_admin()).then_some(s.user.id);
-    let tokens = console.node.store().list_tokens(whose).await?;
+    let tokens = usecase::users::tokens(&console.node, &s.who, s.user.id).await?;
     let status = form_status(&errors);
     render_status(
         status,
@@ -292,18 +233,14 @@ pub async fn create_token(
     Form(form): Form<TokenForm>,
 ) -> PageResult {
     let name = form.name.trim().to_owned();
-    if let Err(e) = validate::name("name", &name) {
-        let errors = Errors::from([("name".to_owned(), e.to_string())]);
-        return tokens_page(&console, &s, None, name, errors).await;
+    match usecase::users::create_token(&console.node, &s.who, s.user.id, &name).await {
+        Ok(token) => tokens_page(&console, &s, Some(token), String::new(), Errors::new()).await,
+        Err(e @ Error::Unprocessable(_)) => {
+            let errors = Errors::from([("name".to_owned(), e.to_string())]);
+            tokens_page(&console, &s, None, name, errors).await
+        }
+        Err(e) => Err(e.into()),
     }
-    let token = format!("rota_{}", auth::random_token(20));
-    console
-        .node
-        .store()
-        .insert_token(s.user.id, &name, &auth::token_hash(&token), now_ms())
-        .await?;
-    audit(&console, &s.user.name, "create API token", &name).await;
-    tokens_page(&console, &s, Some(token), String::new(), Errors::new()).await
 }
 
 pub async fn revoke_token(
@@ -311,15 +248,6 @@ pub async fn revoke_token(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let whose = (!s.who.is_admin()).then_some(s.user.id);
-    let revoked = console
-        .node
-        .store()
-        .revoke_token(id, whose, now_ms())
-        .await?;
-    if !revoked {
-        return Err(Error::NotFound(format!("no live token {id} of yours")).into());
-    }
-    audit(&console, &s.user.name, "revoke API token", &id.to_string()).await;
+    usecase::users::revoke_token(&console.node, &s.who, s.user.id, id).await?;
     Ok(Redirect::to(&format!("{PREFIX}/tokens")).into_response())
 }

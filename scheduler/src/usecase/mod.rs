@@ -15,6 +15,7 @@ pub mod queue;
 pub mod runs;
 pub mod secrets;
 pub mod tasks;
+pub mod users;
 pub mod validate;
 
 pub use error::{Error, Result};

@@ -1,0 +1,174 @@
+//! Users and their API tokens: who may sign in, with which role over which apps, and the
+//! tokens each holds. Managing users is an admin's; everyone manages their own tokens (an
+//! admin anyone's). Every change is audited with its actor.
+
+use super::{Error, Result, validate};
+use crate::access::{Apps, Principal, Role};
+use crate::credentials::{hash_password, random_token, token_hash};
+use crate::model::now_ms;
+use crate::node::Node;
+use crate::store::{self, ApiToken, User};
+
+/// The shortest password a user may choose.
+pub const MIN_PASSWORD_CHARS: usize = 10;
+
+/// Every user, for an admin.
+pub async fn list(node: &Node, who: &Principal) -> Result<Vec<User>> {
+    who.check_admin("managing users")?;
+    Ok(node.store().list_users().await?)
+}
+
+/// A new user `name` with `password`, `role` over `apps` (an admin's apps are all).
+/// A taken name is a conflict naming the field.
+pub async fn create(
+    node: &Node,
+    who: &Principal,
+    name: &str,
+    password: &str,
+    role: Role,
+    apps: Apps,
+) -> Result<()> {
+    who.check_admin("managing users")?;
+    validate::name("name", name)?;
+    check_password("password", password)?;
+    let apps = if role == Role::Admin { Apps::All } else { apps };
+    let hash = hash_password(password.to_owned())
+        .await
+        .map_err(Error::Internal)?;
+    match node
+        .store()
+        .insert_user(name, &hash, role.as_str(), &apps.to_text(), now_ms())
+        .await
+    {
+        Ok(_) => {}
+        Err(store::Error::Conflict(_)) => {
+            return Err(Error::Conflict(format!("name: a user `{name}` exists")));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    node.audit(&who.name, "create user", &format!("{name} ({role})"))
+        .await;
+    Ok(())
+}
+
+/// A password long enough, or a 422 about `field`.
+pub fn check_password(field: &str, password: &str) -> Result<()> {
+    if password.chars().count() < MIN_PASSWORD_CHARS {
+        return Err(validate::invalid(
+            field,
+            format!("use at least {MIN_PASSWORD_CHARS} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// Gives user `id` `role` over `apps`. The last admin keeps the role.
+pub async fn set_access(
+    node: &Node,
+    who: &Principal,
+    id: i64,
+    role: Role,
+    apps: Apps,
+) -> Result<()> {
+    who.check_admin("managing users")?;
+    let store = node.store();
+    let user = store.get_user(id).await?;
+    if role != Role::Admin {
+        keep_an_admin(node, &user).await?;
+    }
+    let apps = if role == Role::Admin { Apps::All } else { apps };
+    store
+        .set_user_access(id, role.as_str(), &apps.to_text())
+        .await?;
+    let target = format!("{} → {role} of {}", user.name, apps.to_text());
+    node.audit(&who.name, "change user access", &target).await;
+    Ok(())
+}
+
+/// Deletes user `id`: not oneself, not the last admin.
+pub async fn delete(node: &Node, who: &Principal, id: i64) -> Result<()> {
+    who.check_admin("managing users")?;
+    let store = node.store();
+    let user = store.get_user(id).await?;
+    if user.name == who.name {
+        return Err(Error::Conflict("you cannot delete yourself".into()));
+    }
+    keep_an_admin(node, &user).await?;
+    store.delete_user(id).await?;
+    node.audit(&who.name, "delete user", &user.name).await;
+    Ok(())
+}
+
+/// The last admin cannot be demoted or deleted: nobody could manage users after.
+async fn keep_an_admin(node: &Node, user: &User) -> Result<()> {
+    if user.principal().is_admin() {
+        let admins = node
+            .store()
+            .list_users()
+            .await?
+            .iter()
+            .filter(|u| u.principal().is_admin())
+            .count();
+        if admins <= 1 {
+            return Err(Error::Conflict(format!(
+                "`{}` is the only admin; make another user admin first",
+                user.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Sets user `user_id`'s (who is `who`) password to `new` (the caller checked the
+/// current one) and ends their sessions but the one of hash `keep_session`.
+pub async fn change_password(
+    node: &Node,
+    who: &Principal,
+    user_id: i64,
+    new: &str,
+    keep_session: &str,
+) -> Result<()> {
+    check_password("new", new)?;
+    let hash = hash_password(new.to_owned())
+        .await
+        .map_err(Error::Internal)?;
+    node.store()
+        .set_password(user_id, &hash, keep_session)
+        .await?;
+    node.audit(&who.name, "change password", &who.name).await;
+    Ok(())
+}
+
+/// The tokens `who` (user `user_id`) may see: their own; an admin's, everyone's.
+pub async fn tokens(node: &Node, who: &Principal, user_id: i64) -> Result<Vec<ApiToken>> {
+    let whose = (!who.is_admin()).then_some(user_id);
+    Ok(node.store().list_tokens(whose).await?)
+}
+
+/// Issues user `user_id` (who is `who`) a token named `name`: `rota_` and 40 hex digits,
+/// returned this once; only its hash is stored.
+pub async fn create_token(
+    node: &Node,
+    who: &Principal,
+    user_id: i64,
+    name: &str,
+) -> Result<String> {
+    validate::name("name", name)?;
+    let token = format!("rota_{}", random_token(20));
+    node.store()
+        .insert_token(user_id, name, &token_hash(&token), now_ms())
+        .await?;
+    node.audit(&who.name, "create API token", name).await;
+    Ok(token)
+}
+
+/// Revokes token `id`: one of `who`'s own (user `user_id`), or anyone's for an admin.
+pub async fn revoke_token(node: &Node, who: &Principal, user_id: i64, id: i64) -> Result<()> {
+    let whose = (!who.is_admin()).then_some(user_id);
+    if !node.store().revoke_token(id, whose, now_ms()).await? {
+        return Err(Error::NotFound(format!("no live token {id} of yours")));
+    }
+    node.audit(&who.name, "revoke API token", &id.to_string())
+        .await;
+    Ok(())
+}
