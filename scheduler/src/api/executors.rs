@@ -19,7 +19,6 @@ use super::extract::{Json, PathParam, Query};
 use super::openapi::ErrorBody;
 use super::validate::{self, invalid};
 use super::views::{ExecutorPage, ExecutorView, NodePage, NodeView, PageView};
-use crate::model::now_ms;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -45,19 +44,10 @@ pub async fn list(
     Extension(who): Extension<crate::access::Principal>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<ExecutorPage>> {
-    let alive_after = now_ms() - state.node.config().executor_dead_after_ms;
     let app = q.app.filter(|a| !a.is_empty());
-    let executors = state
-        .node
-        .store()
-        .list_executors(app.as_deref(), alive_after)
-        .await?;
+    let executors = crate::usecase::cluster::executors(&state.node, &who, app.as_deref()).await?;
     Ok(Json(PageView::all(
-        executors
-            .into_iter()
-            .filter(|e| who.sees(&e.app))
-            .map(ExecutorView::from)
-            .collect(),
+        executors.into_iter().map(ExecutorView::from).collect(),
     )))
 }
 

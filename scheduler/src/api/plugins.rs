@@ -86,7 +86,7 @@ pub async fn delete(
     responses((status = 200, description = "Every plugin version, on one page", body = PluginPage))
 )]
 pub async fn list(State(state): State<AppState>) -> ApiResult<Json<PluginPage>> {
-    let plugins = state.node.store().list_plugins().await?;
+    let plugins = crate::usecase::plugins::list(&state.node).await?;
     Ok(Json(PageView::all(
         plugins.into_iter().map(PluginView::from).collect(),
     )))

@@ -13,10 +13,9 @@ use super::extract::{Json, PageQuery, PathId, Query};
 use super::openapi::{ErrorBody, TaskStatusName};
 use super::validate::{self};
 use super::views::{PageView, TASK_STATUSES, TaskPage, TaskView, parse_rfc3339};
-use crate::access::{Need, Principal};
+use crate::access::Principal;
 use crate::model::{Millis, TaskFilter, TaskState, TaskStatus};
 use crate::usecase;
-use crate::usecase::jobs::task_as;
 use crate::usecase::tasks::{Reschedule, TaskFields};
 
 /// `POST /api/v1/tasks`: 201 with the new task, or 200 with the existing one when a task
@@ -106,7 +105,7 @@ pub async fn get(
     Extension(who): Extension<Principal>,
     PathId(id): PathId,
 ) -> ApiResult<Json<TaskView>> {
-    let task = task_as(state.node.store(), &who, id, Need::Read).await?;
+    let task = usecase::tasks::get(&state.node, &who, id).await?;
     Ok(Json(task.into()))
 }
 

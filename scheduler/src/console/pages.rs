@@ -105,9 +105,11 @@ pub(super) async fn job_for(
     id: i64,
     need: Need,
 ) -> Result<Job, Error> {
-    let job = console.node.store().get_job(id).await?;
-    s.who.check(&job.spec.app, need, &format!("job {id}"))?;
-    Ok(job)
+    let id = id.to_string();
+    match need {
+        Need::Read => crate::usecase::jobs::get(&console.node, &s.who, &id).await,
+        Need::Change => crate::usecase::jobs::to_change(&console.node, &s.who, &id).await,
+    }
 }
 
 /// The link to a list's next page, keeping its filters.

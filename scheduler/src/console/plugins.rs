@@ -16,8 +16,7 @@ use serde_json::json;
 use super::auth::Session;
 use super::pages::*;
 use super::{Console, PREFIX, PageResult, When, render};
-use crate::model::now_ms;
-use crate::usecase::{self, Error};
+use crate::usecase::{self};
 
 pub struct PluginRow {
     id: i64,
@@ -51,10 +50,9 @@ pub async fn plugins(
     State(console): State<Console>,
     Extension(s): Extension<Session>,
 ) -> PageResult {
-    let store = console.node.store();
-    let plugins = store.list_plugins().await?;
+    let plugins = crate::usecase::plugins::list(&console.node).await?;
     let mut users: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
-    for user in store.plugin_users().await? {
+    for user in crate::usecase::plugins::bound_by(&console.node).await? {
         users
             .entry(user.plugin)
             .or_default()
@@ -166,13 +164,7 @@ pub async fn executors(
     State(console): State<Console>,
     Extension(s): Extension<Session>,
 ) -> PageResult {
-    let alive_after = now_ms() - console.node.config().executor_dead_after_ms;
-    let executors = console
-        .node
-        .store()
-        .list_executors(None, alive_after)
-        .await
-        .map_err(Error::from)?;
+    let executors = crate::usecase::cluster::executors(&console.node, &s.who, None).await?;
     let nodes = crate::usecase::cluster::nodes(&console.node).await?;
     render(&ExecutorsPage {
         chrome: Chrome::of(&s, "executors"),

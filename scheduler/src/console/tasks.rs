@@ -10,9 +10,7 @@ use super::auth::Session;
 use super::pages::*;
 use super::runs::RunRow;
 use super::{Console, PREFIX, PageResult, When, render};
-use crate::access::Need;
 use crate::model::{Millis, RunFilter, TaskFilter, TaskState, TaskStatus};
-use crate::usecase::jobs::task_as;
 use crate::usecase::{self, Error};
 
 pub struct TaskRow {
@@ -173,15 +171,18 @@ pub async fn task(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let store = console.node.store();
-    let task = task_as(store, &s.who, id, Need::Read).await?;
-    let runs = store
-        .list_runs(&RunFilter {
+    let task = usecase::tasks::get(&console.node, &s.who, id).await?;
+    let runs = usecase::runs::list(
+        &console.node,
+        &s.who,
+        None,
+        RunFilter {
             task_id: Some(id),
             limit: PAGE,
             ..RunFilter::default()
-        })
-        .await?;
+        },
+    )
+    .await?;
     render(&TaskPage {
         chrome: Chrome::of(&s, "tasks"),
         task: TaskRow::from(&task),

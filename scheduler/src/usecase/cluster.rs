@@ -1,8 +1,10 @@
-//! The scheduler nodes of the cluster as the node list shows them: live or gone, and how
-//! far each one's clock is off the database's (SPEC §4 "Clocks").
+//! The cluster as the node and executor lists show it: scheduler nodes live or gone and how
+//! far each one's clock is off the database's (SPEC §4 "Clocks"), and the live executors
+//! of the apps the caller sees.
 
 use super::Result;
-use crate::model::{Millis, now_ms};
+use crate::access::Principal;
+use crate::model::{Executor, Millis, now_ms};
 use crate::node::Node;
 
 /// One scheduler node's state.
@@ -38,4 +40,12 @@ pub async fn nodes(node: &Node) -> Result<Vec<NodeState>> {
             started_at: n.started_at,
         })
         .collect())
+}
+
+/// The executors that heartbeat within the dead-after time, of `app` (or every app) that
+/// `who` sees, by app then address.
+pub async fn executors(node: &Node, who: &Principal, app: Option<&str>) -> Result<Vec<Executor>> {
+    let alive_after = now_ms() - node.config().executor_dead_after_ms;
+    let executors = node.store().list_executors(app, alive_after).await?;
+    Ok(executors.into_iter().filter(|e| who.sees(&e.app)).collect())
 }

@@ -1,5 +1,6 @@
 //! Plugins: uploading a module or component (validated by the same wasmtime engine that
-//! runs it), and deleting one by its name or the id of any of its versions.
+//! runs it), listing them with the jobs that bind them, and deleting one by its name or
+//! the id of any of its versions.
 
 use bytes::Bytes;
 use rota_executor::PluginKind;
@@ -8,7 +9,7 @@ use super::{Error, Result, validate};
 use crate::access::Principal;
 use crate::model::{Plugin, now_ms};
 use crate::node::Node;
-use crate::store::{self, NewPlugin};
+use crate::store::{self, NewPlugin, PluginUser};
 
 /// Validates and stores `wasm` (binary or text) as plugin `name`; new bytes under a known
 /// name make a new version. Returns the plugin and whether it is new (the same bytes
@@ -78,4 +79,14 @@ pub async fn delete(node: &Node, who: &Principal, id_or_name: &str) -> Result<(S
     tracing::info!(plugin = %name, versions, by = %who.name, "plugin deleted");
     node.audit(&who.name, "delete plugin", &name).await;
     Ok((name, versions))
+}
+
+/// Every plugin's latest version, by name.
+pub async fn list(node: &Node) -> Result<Vec<Plugin>> {
+    Ok(node.store().list_plugins().await?)
+}
+
+/// Which jobs bind which plugin.
+pub async fn bound_by(node: &Node) -> Result<Vec<PluginUser>> {
+    Ok(node.store().plugin_users().await?)
 }

@@ -312,3 +312,8 @@ pub async fn reschedule(node: &Node, who: &Principal, id: i64, f: Reschedule) ->
         .await;
     Ok(task)
 }
+
+/// Task `id`, if `who` may read it.
+pub async fn get(node: &Node, who: &Principal, id: i64) -> Result<Task> {
+    super::jobs::task_as(node.store(), who, id, Need::Read).await
+}
