@@ -13,9 +13,9 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PageQuery, PathId, Query, capped_count, query_param};
 use super::openapi::{self, ErrorBody};
 use super::views::{PageView, RunPage, RunView};
-use crate::access::{Need, Principal};
+use crate::access::Principal;
 use crate::model::{RunFilter, RunStatus};
-use crate::usecase::{self, jobs::run_as};
+use crate::usecase::{self};
 
 /// Log lines per request by default, and at most.
 const DEFAULT_LOG_LINES: u32 = 1_000;
@@ -134,21 +134,9 @@ pub async fn log(
     }
     let max_lines =
         capped_count("limit", q.limit.as_deref(), MAX_LOG_LINES)?.unwrap_or(DEFAULT_LOG_LINES);
-    let run = run_as(state.node.store(), &who, id, Need::Read).await?;
-    let on_an_executor = run
-        .executor
-        .as_deref()
-        .is_some_and(|e| e.starts_with("http://") || e.starts_with("https://"));
-    if !on_an_executor {
-        // Not dispatched yet (or lost before it was), or pulled by a consumer or delivered
-        // to a webhook (`pull:…`, `webhook:…`; its outcome is the run's message): no log.
-        return Ok(Json(LogPage {
-            lines: Vec::new(),
-            next_line: from_line,
-            complete: run.status.is_final(),
-        }));
-    }
-    Ok(Json(state.node.read_log(&run, from_line, max_lines).await?))
+    Ok(Json(
+        usecase::runs::log(&state.node, &who, id, from_line, max_lines).await?,
+    ))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

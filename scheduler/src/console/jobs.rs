@@ -78,11 +78,7 @@ pub async fn jobs(
     Query(query): Query<JobsQuery>,
 ) -> PageResult {
     let q = empty_none(&query.q);
-    let page = console
-        .node
-        .store()
-        .list_jobs(None, s.who.app_filter(), q, query.before, PAGE)
-        .await?;
+    let page = usecase::jobs::list(&console.node, &s.who, None, q, query.before, PAGE).await?;
     let q = q.unwrap_or_default().to_owned();
     let next = page.next.map(|n| {
         let mut url = format!("{PREFIX}/jobs?before={n}");
@@ -396,7 +392,7 @@ impl JobFormPage {
         form: JobForm,
         errors: Errors,
     ) -> PageResult<JobFormPage> {
-        let plugins = console.node.store().list_plugins().await?;
+        let plugins = usecase::plugins::list(&console.node).await?;
         let mut names: Vec<String> = plugins.into_iter().map(|p| p.name).collect();
         names.dedup();
         let preview = if errors.contains_key("schedule") {
@@ -404,10 +400,9 @@ impl JobFormPage {
         } else {
             preview_of(&form)
         };
-        let store = console.node.store();
         let (queue, dead) = match job {
             Some(j) => {
-                let facts = store.queue_facts(j.id, now_ms() - 60_000).await?;
+                let facts = usecase::queue::facts(&console.node, &s.who, j).await?;
                 let dead = facts.dead;
                 ((j.spec.delivery == Delivery::Pull).then_some(facts), dead)
             }

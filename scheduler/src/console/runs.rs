@@ -5,16 +5,13 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::auth::Session;
 use super::pages::*;
 use super::{Console, PREFIX, PageResult, When, render};
-use crate::access::Need;
 use crate::model::{RunFilter, RunStatus};
 use crate::usecase;
 use crate::usecase::Error;
-use crate::usecase::jobs::run_as;
 
 pub struct RunRow {
     pub(super) id: i64,
@@ -122,7 +119,7 @@ pub async fn run(
     Path(id): Path<i64>,
     Query(q): Query<RunQuery>,
 ) -> PageResult {
-    let run = run_as(console.node.store(), &s.who, id, Need::Read).await?;
+    let run = usecase::runs::get(&console.node, &s.who, id).await?;
     render(&RunPage {
         chrome: Chrome::of(&s, "runs"),
         run: RunRow::from(&run),
@@ -144,19 +141,9 @@ pub async fn run_log(
     Query(q): Query<LogQuery>,
 ) -> Response {
     let from_line = q.from_line.unwrap_or(1).max(1);
-    let run = match run_as(console.node.store(), &s.who, id, Need::Read).await {
-        Ok(run) => run,
-        Err(e) => return e.into_response(),
-    };
-    if run.executor.is_none() {
-        return Json(
-            json!({"lines": [], "next_line": from_line, "complete": run.status.is_final()}),
-        )
-        .into_response();
-    }
-    match console.node.read_log(&run, from_line, LOG_LINES).await {
+    match usecase::runs::log(&console.node, &s.who, id, from_line, LOG_LINES).await {
         Ok(page) => Json(page).into_response(),
-        Err(e) => Error::from(e).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 

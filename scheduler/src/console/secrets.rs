@@ -45,28 +45,23 @@ pub struct SecretForm {
 }
 
 async fn page(console: &Console, s: &Session, form: SecretForm, errors: Errors) -> PageResult {
-    let store = console.node.store();
     let mut rows = Vec::new();
     let mut apps = Vec::new();
-    for app in store.list_apps().await? {
-        if !s.who.sees(&app.name) {
-            continue;
+    for app in crate::usecase::secrets::list(&console.node, &s.who).await? {
+        if app.may_change {
+            apps.push(app.app.clone());
         }
-        let may_change = s.who.may_change(&app.name);
-        if may_change {
-            apps.push(app.name.clone());
-        }
-        for secret in store.list_secrets(&app.name).await? {
+        for secret in app.secrets {
             rows.push(SecretRow {
                 path: format!(
                     "{}/{}",
-                    super::pages::encode(&app.name),
+                    super::pages::encode(&app.app),
                     super::pages::encode(&secret.name)
                 ),
-                app: app.name.clone(),
+                app: app.app.clone(),
                 name: secret.name,
                 updated: When::of(secret.updated_at),
-                may_change,
+                may_change: app.may_change,
             });
         }
     }

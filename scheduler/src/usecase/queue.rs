@@ -18,10 +18,11 @@ use super::jobs::{cached_job, task_as};
 use super::validate::{self, invalid};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
+use crate::model::Job;
 use crate::model::{Delivery, Millis, RunStatus, Task, now_ms};
 use crate::node::Node;
 use crate::pipeline::ready::Want;
-use crate::store::{LeaseEnding, Leased};
+use crate::store::{LeaseEnding, Leased, QueueFacts};
 
 pub const MAX_PULL: i64 = 1000;
 const DEFAULT_LEASE_MS: i64 = 30_000;
@@ -382,4 +383,15 @@ pub async fn retry_dead(node: &Node, who: &Principal, f: BulkRetry) -> Result<u6
         node.audit(&who.name, "retry dead tasks", &target).await;
     }
     Ok(n)
+}
+
+/// What `job`'s queue holds (ready, leased and dead tasks, and the consumers seen in the
+/// last minute), if `who` may read the job.
+pub async fn facts(node: &Node, who: &Principal, job: &Job) -> Result<QueueFacts> {
+    who.check(
+        &job.spec.app,
+        Need::Read,
+        &format!("job `{}`", job.spec.name),
+    )?;
+    Ok(node.store().queue_facts(job.id, now_ms() - 60_000).await?)
 }

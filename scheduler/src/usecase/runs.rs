@@ -5,7 +5,7 @@ use super::{Error, Result as UseResult};
 use crate::access::{Need, Principal};
 use crate::model::{Page, Run, RunFilter};
 use crate::node::Node;
-use rota_proto::KillAck;
+use rota_proto::{KillAck, LogPage};
 
 /// The runs of `filter` that `who` may see, newest first. `job` is a job's id or name (an
 /// id is used as it is, so the runs of a deleted job stay listable); the filter's own
@@ -43,4 +43,30 @@ pub async fn kill(node: &Node, who: &Principal, id: i64) -> UseResult<KillAck> {
     tracing::info!(run.id = id, killed = ack.killed, "kill requested");
     node.audit(&who.name, "kill run", &id.to_string()).await;
     Ok(ack)
+}
+
+/// Up to `max_lines` lines of run `id`'s log from line `from_line` (1-based), from the
+/// executor that has it. A run never dispatched to an executor (not yet, lost before, or
+/// pulled by a consumer or delivered to a webhook — `pull:…`, `webhook:…`, whose outcome
+/// is the run's message) has no log: an empty page, complete once the run is over.
+pub async fn log(
+    node: &Node,
+    who: &Principal,
+    id: i64,
+    from_line: u64,
+    max_lines: u32,
+) -> UseResult<LogPage> {
+    let run = run_as(node.store(), who, id, Need::Read).await?;
+    let on_an_executor = run
+        .executor
+        .as_deref()
+        .is_some_and(|e| e.starts_with("http://") || e.starts_with("https://"));
+    if !on_an_executor {
+        return Ok(LogPage {
+            lines: Vec::new(),
+            next_line: from_line,
+            complete: run.status.is_final(),
+        });
+    }
+    Ok(node.read_log(&run, from_line, max_lines).await?)
 }

@@ -1,11 +1,13 @@
-//! An app's secrets: set (sealed before it is stored) and deleted by operators of the app;
-//! values are never read back through here (only a run of the app opens them).
+//! An app's secrets: listed by name, set (sealed before it is stored) and deleted by
+//! operators of the app; values are never read back through here (only a run of the app
+//! opens them).
 
 use super::{Error, Result};
 use crate::access::Principal;
 use crate::model::now_ms;
 use crate::node::Node;
 use crate::secrets;
+use crate::store::SecretMeta;
 
 /// Sets `app`'s secret `name` to `value` (creating or replacing it).
 pub async fn set(node: &Node, who: &Principal, app: &str, name: &str, value: &[u8]) -> Result<()> {
@@ -40,4 +42,29 @@ pub async fn delete(node: &Node, who: &Principal, app: &str, name: &str) -> Resu
     node.audit(&who.name, "delete secret", &format!("{app}/{name}"))
         .await;
     Ok(())
+}
+
+/// One app's secrets (names and times, never values) as `who` sees them.
+pub struct AppSecrets {
+    pub app: String,
+    /// `who` may set and delete this app's secrets.
+    pub may_change: bool,
+    pub secrets: Vec<SecretMeta>,
+}
+
+/// The secrets of every app `who` sees, by app.
+pub async fn list(node: &Node, who: &Principal) -> Result<Vec<AppSecrets>> {
+    let store = node.store();
+    let mut all = Vec::new();
+    for app in store.list_apps().await? {
+        if !who.sees(&app.name) {
+            continue;
+        }
+        all.push(AppSecrets {
+            may_change: who.may_change(&app.name),
+            secrets: store.list_secrets(&app.name).await?,
+            app: app.name,
+        });
+    }
+    Ok(all)
 }
