@@ -26,7 +26,9 @@
 //!   audited — for every door into the node.
 //! - [`secrets`]: apps' secrets, sealed at rest.
 //! - [`node`]: a running node — wires each stage's handle, start-up, shutdown.
-//! - [`api`]: the REST API, the executor protocol endpoints, `/healthz`, `/metrics`.
+//! - [`api`]: the node's HTTP surface — the REST API, `/healthz`, `/readyz`, `/metrics` —
+//!   and the guards of every route.
+//! - [`protocol`]: the signed routes' handlers — the executor protocol, calls between nodes.
 //! - [`status`]: the HTTP status of a use case's error, for the API and the console.
 //! - [`metrics`]: the Prometheus recorder.
 //! - [`access`]: roles, app scopes and the principal behind a request.
@@ -48,6 +50,7 @@ pub mod model;
 mod names;
 pub mod node;
 pub mod pipeline;
+pub mod protocol;
 pub mod retention;
 pub mod route;
 pub mod schedule;

@@ -25,7 +25,10 @@
 //! - [`validate`]: value checks shared by the handlers.
 //! - [`views`]: the JSON answers (RFC 3339 times, the API's task statuses).
 //! - [`plugins`], [`jobs`], [`tasks`], [`queue`] (pull, ack, nack, extend, re-drive),
-//!   [`runs`], [`executors`]: the handlers, each with its `#[utoipa::path]`.
+//!   [`runs`], [`executors`] (and nodes), [`secrets`]: the handlers, each with its
+//!   `#[utoipa::path]`.
+//! - The signed routes' handlers (the executor protocol, calls between nodes) are in
+//!   [`crate::protocol`]; this module only guards and mounts them.
 //! - [`openapi`]: `GET /api/v1/openapi.json`, the document those annotations make, and the
 //!   schemas of the types the API shares with the rest of the crate.
 //!
@@ -41,11 +44,10 @@ pub mod executors;
 pub mod extract;
 pub mod jobs;
 pub mod openapi;
-pub mod peers;
-pub mod plugin_host;
 pub mod plugins;
 pub mod queue;
 pub mod runs;
+pub mod secrets;
 pub mod tasks;
 pub use crate::usecase::validate;
 pub mod views;
@@ -56,11 +58,7 @@ use axum::handler::Handler;
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodFilter, MethodRouter, get, on, post};
-use rota_proto::wire::{
-    PATH_CALLBACK, PATH_DEREGISTER, PATH_HEARTBEAT, PATH_KV, PATH_PLUGIN_PREFIX, PATH_REGISTER,
-    PATH_SECRET,
-};
+use axum::routing::{MethodFilter, get, on};
 use serde_json::json;
 use tower_http::trace::TraceLayer;
 
@@ -83,7 +81,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed);
 
     let mut executor_protocol = Router::new();
-    for (_, path, handler) in signed_routes() {
+    for (_, path, handler) in crate::protocol::signed_routes() {
         executor_protocol = executor_protocol.route(&path, handler);
     }
     let executor_protocol = executor_protocol
@@ -109,39 +107,6 @@ pub fn router(state: AppState) -> Router {
 /// Where the REST API lives.
 pub const API_PREFIX: &str = "/api/v1";
 
-/// The executor protocol and the calls between scheduler nodes: every request signed.
-fn signed_routes() -> Vec<(Method, String, MethodRouter<AppState>)> {
-    use Method as M;
-    vec![
-        (M::POST, PATH_REGISTER.into(), post(executors::register)),
-        (M::POST, PATH_HEARTBEAT.into(), post(executors::heartbeat)),
-        (M::POST, PATH_DEREGISTER.into(), post(executors::deregister)),
-        (M::POST, PATH_CALLBACK.into(), post(executors::callback)),
-        (M::POST, PATH_KV.into(), post(plugin_host::kv)),
-        (M::POST, PATH_SECRET.into(), post(plugin_host::secret)),
-        (
-            M::POST,
-            rota_proto::wire::PATH_PEER_CANCEL.into(),
-            post(peers::cancel),
-        ),
-        (
-            M::POST,
-            rota_proto::wire::PATH_PEER_JOB_CHANGED.into(),
-            post(peers::job_changed),
-        ),
-        (
-            M::POST,
-            rota_proto::wire::PATH_PEER_READY.into(),
-            post(peers::ready),
-        ),
-        (
-            M::GET,
-            format!("{PATH_PLUGIN_PREFIX}{{sha256}}"),
-            get(executors::plugin_module),
-        ),
-    ]
-}
-
 /// What a caller must show to reach a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guard {
@@ -165,7 +130,7 @@ pub fn route_table() -> Vec<(Method, String, Guard)> {
     ];
     table.extend(api_routes().into_iter().map(|(m, p)| (m, p, Guard::Token)));
     table.extend(
-        signed_routes()
+        crate::protocol::signed_routes()
             .into_iter()
             .map(|(m, p, _)| (m, p, Guard::Signature)),
     );
@@ -221,9 +186,9 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
         .route(M::POST, "/runs/{id}/kill", runs::kill)
         .route(M::GET, "/executors", executors::list)
         .route(M::GET, "/nodes", executors::nodes)
-        .route(M::GET, "/apps/{app}/secrets", plugin_host::list)
-        .route(M::PUT, "/apps/{app}/secrets/{name}", plugin_host::set)
-        .route(M::DELETE, "/apps/{app}/secrets/{name}", plugin_host::delete)
+        .route(M::GET, "/apps/{app}/secrets", secrets::list)
+        .route(M::PUT, "/apps/{app}/secrets/{name}", secrets::set)
+        .route(M::DELETE, "/apps/{app}/secrets/{name}", secrets::delete)
         .route(M::GET, "/audit", audit::list)
         .route(M::POST, "/alarm-channels", alarms::create_channel)
         .route(M::GET, "/alarm-channels", alarms::list_channels)

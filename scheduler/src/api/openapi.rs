@@ -21,7 +21,7 @@ use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::extract::{Json, NameOrId};
 use super::views::{PageView, TASK_STATUSES};
-use super::{alarms, audit, executors, jobs, plugin_host, plugins, queue, runs, tasks};
+use super::{alarms, audit, executors, jobs, plugins, queue, runs, secrets, tasks};
 use crate::backoff::Backoff;
 use crate::model::{BlockName, RunStatus, TaskKind};
 use crate::route::Route;
@@ -69,9 +69,9 @@ const API_TOKEN: &str = "api_token";
         runs::kill,
         executors::list,
         executors::nodes,
-        plugin_host::list,
-        plugin_host::set,
-        plugin_host::delete,
+        secrets::list,
+        secrets::set,
+        secrets::delete,
         alarms::create_channel,
         alarms::list_channels,
         alarms::get_channel,

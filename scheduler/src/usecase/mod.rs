@@ -8,6 +8,7 @@ pub mod alarms;
 pub mod audit;
 pub mod cluster;
 pub mod error;
+pub mod executors;
 pub mod fields;
 pub mod jobs;
 pub mod plugins;

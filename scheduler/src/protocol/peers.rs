@@ -16,10 +16,10 @@ use axum::Extension;
 use axum::extract::State;
 use rota_proto::wire::{PeerCancel, PeerCancelAck, PeerJobChanged, PeerReady};
 
-use super::AppState;
-use super::auth::Signer;
-use super::error::ApiResult;
-use super::extract::Json;
+use crate::api::AppState;
+use crate::api::auth::Signer;
+use crate::api::error::ApiResult;
+use crate::api::extract::Json;
 
 /// Cancels a task on this node: a running or finished one is the same 409 as for a user.
 pub async fn cancel(

@@ -1,125 +1,22 @@
-//! The scheduler's side of the plugins' `rota` imports (`plugins/README.md`, "Host
-//! imports"): a job's key-value state and its app's secrets, served to runs over the
-//! signed executor protocol; and secrets management for users in the REST API, which
-//! takes values and never gives them back.
+//! Apps' secrets in the REST API: listed by name, set and deleted; values go in and never
+//! come back out (only a run of the app opens them, through `crate::protocol`).
 
 use axum::Extension;
 use axum::extract::{FromRequestParts, RawPathParams, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
-use rota_proto::wire::{
-    KV_KEY_MAX, KV_VALUE_MAX, KvOp, KvReply, KvRequest, SecretReply, SecretRequest, kv_over_quota,
-};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::auth::Signer;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PathParam};
 use super::openapi::ErrorBody;
 use super::views::rfc3339;
 use crate::access::{Need, Principal};
-use crate::model::now_ms;
 use crate::secrets;
-use crate::store::{self, SecretMeta};
+use crate::store::SecretMeta;
 use crate::usecase;
-
-// ----- for runs: the executor protocol -----------------------------------------------------
-
-/// The job a run asks for: it must exist and belong to the asking executor's app, so an
-/// executor reaches only its own app's jobs.
-async fn job_of(state: &AppState, signer: &Signer, app: &str, job_id: i64) -> ApiResult<()> {
-    signer.check_app(app)?;
-    match state.node.store().get_job(job_id).await {
-        Ok(job) if job.spec.app == app => Ok(()),
-        Ok(_) | Err(store::Error::NotFound(_)) => Err(ApiError::NotFound(format!(
-            "job {job_id} of app `{app}` not found"
-        ))),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn check_key(key: &str) -> ApiResult<()> {
-    if key.is_empty() || key.len() > KV_KEY_MAX {
-        return Err(ApiError::Unprocessable(format!(
-            "a key must be 1 to {KV_KEY_MAX} bytes long, not {}",
-            key.len()
-        )));
-    }
-    if key.chars().any(char::is_control) {
-        return Err(ApiError::Unprocessable(
-            "a key must not contain control characters".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// `POST /api/executor/v1/kv`: get, set or delete a key of the job's state.
-pub async fn kv(
-    State(state): State<AppState>,
-    Extension(signer): Extension<Signer>,
-    Json(req): Json<KvRequest>,
-) -> ApiResult<Json<KvReply>> {
-    job_of(&state, &signer, &req.app, req.job_id).await?;
-    check_key(&req.key)?;
-    let store = state.node.store();
-    let value = match req.op {
-        KvOp::Get => store
-            .kv_get(req.job_id, &req.key)
-            .await?
-            .map(|v| BASE64.encode(v)),
-        KvOp::Set => {
-            let encoded = req
-                .value
-                .ok_or_else(|| ApiError::BadRequest("`set` needs a `value` (base64)".into()))?;
-            let value = BASE64
-                .decode(encoded.as_bytes())
-                .map_err(|e| ApiError::BadRequest(format!("`value` is not base64: {e}")))?;
-            if value.len() > KV_VALUE_MAX {
-                return Err(ApiError::PayloadTooLarge(format!(
-                    "a value may be at most {KV_VALUE_MAX} bytes, not {}",
-                    value.len()
-                )));
-            }
-            let used = store.kv_usage(req.job_id, &req.key).await?;
-            if let Some(full) = kv_over_quota(used.keys, used.bytes, &req.key, value.len()) {
-                return Err(ApiError::PayloadTooLarge(full));
-            }
-            store.kv_set(req.job_id, &req.key, &value, now_ms()).await?;
-            None
-        }
-        KvOp::Delete => {
-            store.kv_delete(req.job_id, &req.key).await?;
-            None
-        }
-    };
-    Ok(Json(KvReply { value }))
-}
-
-/// `POST /api/executor/v1/secret`: a secret of the job's app, opened for the run.
-pub async fn secret(
-    State(state): State<AppState>,
-    Extension(signer): Extension<Signer>,
-    Json(req): Json<SecretRequest>,
-) -> ApiResult<Json<SecretReply>> {
-    job_of(&state, &signer, &req.app, req.job_id).await?;
-    let Some(sealed) = state.node.store().secret(&req.app, &req.name).await? else {
-        return Ok(Json(SecretReply { value: None }));
-    };
-    let value = state
-        .node
-        .secrets()
-        .open(&req.app, &req.name, &sealed)
-        .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
-    let value = String::from_utf8(value)
-        .map_err(|_| ApiError::Unprocessable(format!("secret `{}` is not UTF-8", req.name)))?;
-    Ok(Json(SecretReply { value: Some(value) }))
-}
-
-// ----- for users: REST API v1 --------------------------------------------------------------
 
 /// A secret as the API shows it: never its value.
 #[derive(Debug, Serialize, ToSchema)]
