@@ -49,6 +49,7 @@ pub mod metrics;
 pub mod model;
 mod names;
 pub mod node;
+mod periodic;
 pub mod pipeline;
 pub mod protocol;
 pub mod retention;

@@ -21,12 +21,8 @@ const EVERY: Duration = Duration::from_secs(60);
 /// Purges rounds until shutdown; it reads only the cluster handle (store, retention
 /// period, shutdown).
 pub(crate) async fn retention_loop(cluster: Arc<Cluster>) {
-    let mut shutdown = cluster.shutdown.clone();
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(EVERY) => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
+    let mut every = crate::periodic::Every::after(EVERY, cluster.shutdown.clone());
+    while every.tick().await {
         let before = now_ms() - cluster.config.retention_ms;
         let mut purged = 0usize;
         loop {
@@ -38,7 +34,7 @@ pub(crate) async fn retention_loop(cluster: Arc<Cluster>) {
                     break;
                 }
             }
-            if *shutdown.borrow() {
+            if *cluster.shutdown.borrow() {
                 return;
             }
             tokio::time::sleep(PAUSE).await;

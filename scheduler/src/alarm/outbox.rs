@@ -249,15 +249,10 @@ impl Alarms {
 
 /// The outbox loop of a node, until shutdown: reads the rules again every
 /// [`super::REFRESH`], folds events, sends what is due.
-pub async fn outbox_loop(alarms: Arc<Alarms>, mut shutdown: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+pub async fn outbox_loop(alarms: Arc<Alarms>, shutdown: watch::Receiver<bool>) {
+    let mut every = crate::periodic::Every::new(TICK, shutdown);
     let mut read_at: Option<Instant> = None;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
+    while every.tick().await {
         if read_at.is_none_or(|at| at.elapsed() >= super::REFRESH) {
             match alarms.rules.refresh(&alarms.store).await {
                 Ok(()) => read_at = Some(Instant::now()),

@@ -134,18 +134,9 @@ pub async fn look_all(
 }
 
 /// The watcher loop of a node, until shutdown.
-pub async fn watch_loop(
-    alarms: Arc<Alarms>,
-    watching: Watching,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
+pub async fn watch_loop(alarms: Arc<Alarms>, watching: Watching, shutdown: watch::Receiver<bool>) {
+    let mut every = crate::periodic::Every::new(EVERY, shutdown);
+    while every.tick().await {
         if !alarms
             .rules
             .watch_any(&[On::NoExecutor, On::Backlog, On::ExecutorLost, On::ClockSkew])

@@ -291,14 +291,8 @@ fn lost_update(r: &Run, now: Millis, message: String) -> RunUpdate {
 /// repeats the marking instead of forgetting it.
 pub(crate) async fn liveness_loop(completion: Arc<Completion>) {
     let cluster = &completion.cluster;
-    let mut shutdown = cluster.shutdown.clone();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
+    let mut every = crate::periodic::Every::new(Duration::from_secs(1), cluster.shutdown.clone());
+    while every.tick().await {
         let now = now_ms();
         let alive_after = now - cluster.config.executor_dead_after_ms;
         if let Err(e) = completion

@@ -195,17 +195,12 @@ pub(crate) async fn recover(scan: &Scan) -> anyhow::Result<()> {
 /// read of the `nodes` table; running it often keeps the take-over close to dead-after.
 pub(crate) async fn take_over_loop(scan: Arc<Scan>) {
     let cluster = &scan.cluster;
-    let mut shutdown = cluster.shutdown.clone();
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut every =
+        crate::periodic::Every::new(Duration::from_millis(250), cluster.shutdown.clone());
     // Claims taken over but not yet fired (the database failed under the recovery): they
     // are this node's now, so they are tried again every round until they are in the wheel.
     let mut unfired: Vec<DueTask> = Vec::new();
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
+    while every.tick().await {
         if scan.ring.is_stopped() {
             return;
         }
