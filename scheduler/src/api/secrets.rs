@@ -13,7 +13,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Json, PathParam};
 use super::openapi::ErrorBody;
 use super::views::rfc3339;
-use crate::access::{Need, Principal};
+use crate::access::Principal;
 use crate::secrets;
 use crate::store::SecretMeta;
 use crate::usecase;
@@ -71,8 +71,8 @@ impl<S: Send + Sync> FromRequestParts<S> for SecretPath {
     }
 }
 
-async fn view(state: &AppState, app: &str, name: &str) -> ApiResult<SecretView> {
-    let found = state.node.store().list_secrets(app).await?;
+async fn view(state: &AppState, who: &Principal, app: &str, name: &str) -> ApiResult<SecretView> {
+    let found = usecase::secrets::of_app(&state.node, who, app).await?;
     let meta = found
         .into_iter()
         .find(|s| s.name == name)
@@ -106,12 +106,7 @@ pub async fn list(
     Extension(who): Extension<Principal>,
     PathParam(app): PathParam,
 ) -> ApiResult<Json<SecretPage>> {
-    super::validate::app("app", &app)?;
-    who.check(&app, Need::Read, &format!("app `{app}`"))?;
-    let items = state
-        .node
-        .store()
-        .list_secrets(&app)
+    let items = usecase::secrets::of_app(&state.node, &who, &app)
         .await?
         .into_iter()
         .map(|meta| secret_view(&app, meta))
@@ -144,7 +139,7 @@ pub async fn set(
     Json(body): Json<SecretValue>,
 ) -> ApiResult<Json<SecretView>> {
     usecase::secrets::set(&state.node, &who, &app, &name, body.value.as_bytes()).await?;
-    Ok(Json(view(&state, &app, &name).await?))
+    Ok(Json(view(&state, &who, &app, &name).await?))
 }
 
 /// `DELETE /api/v1/apps/{app}/secrets/{name}`.

@@ -333,13 +333,20 @@ pub async fn dashboard(
 ) -> PageResult {
     let now = now_ms();
     let midnight = now - now.rem_euclid(86_400_000);
-    let store = console.node.store();
+    const MINUTE: Millis = 60_000;
+    const DAY: Millis = 86_400_000;
+    let hour_ago = now - 59 * MINUTE;
+    let week_ago = midnight - 6 * DAY;
     // A scoped user counts only their apps; the charts count every app, so they see none.
-    let scope = s.who.app_filter();
-    let counts = store.console_counts(midnight, scope).await?;
-    let alive_after = now - console.node.config().executor_dead_after_ms;
-    let executors = store.list_executors(None, alive_after).await?;
-    let executors = executors.iter().filter(|e| s.who.sees(&e.app)).count();
+    let board = crate::usecase::cluster::dashboard(
+        &console.node,
+        &s.who,
+        midnight,
+        hour_ago - hour_ago.rem_euclid(MINUTE),
+        week_ago,
+    )
+    .await?;
+    let (counts, executors) = (board.counts, board.executors);
     let fmt = |pattern: &'static str| {
         move |ms: Millis| {
             chrono::DateTime::from_timestamp_millis(ms)
@@ -348,21 +355,13 @@ pub async fn dashboard(
                 .to_string()
         }
     };
-    const MINUTE: Millis = 60_000;
-    const DAY: Millis = 86_400_000;
-    let hour_ago = now - 59 * MINUTE;
-    let minutes = store
-        .run_stats(hour_ago - hour_ago.rem_euclid(MINUTE), MINUTE)
-        .await?;
-    let per_minute = scope.is_none().then(|| {
+    let per_minute = board.per_minute.map(|minutes| {
         super::charts::stacked_bars(
             &bars(&minutes, hour_ago, now, MINUTE, fmt("%H:%M UTC")),
             s.lang.t("Runs per minute, last hour"),
         )
     });
-    let week_ago = midnight - 6 * DAY;
-    let days = store.run_stats(week_ago, DAY).await?;
-    let per_day = scope.is_none().then(|| {
+    let per_day = board.per_day.map(|days| {
         super::charts::stacked_bars(
             &bars(&days, week_ago, now, DAY, fmt("%Y-%m-%d")),
             s.lang.t("Runs per day, last 7 days"),

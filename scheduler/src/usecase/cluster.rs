@@ -6,6 +6,7 @@ use super::Result;
 use crate::access::Principal;
 use crate::model::{Executor, Millis, now_ms};
 use crate::node::Node;
+use crate::store::{Counts, RunStat};
 
 /// One scheduler node's state.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,4 +49,45 @@ pub async fn executors(node: &Node, who: &Principal, app: Option<&str>) -> Resul
     let alive_after = now_ms() - node.config().executor_dead_after_ms;
     let executors = node.store().list_executors(app, alive_after).await?;
     Ok(executors.into_iter().filter(|e| who.sees(&e.app)).collect())
+}
+
+/// What the dashboard shows `who`: today's counts (since `midnight`) of the apps they see,
+/// the live executors they see, and the runs per minute over the last hour and per day
+/// over the last week (`None` for a user scoped to some apps: the charts count every app).
+pub struct Dashboard {
+    pub counts: Counts,
+    pub executors: usize,
+    pub per_minute: Option<Vec<RunStat>>,
+    pub per_day: Option<Vec<RunStat>>,
+}
+
+/// The dashboard: counts since `midnight`; the two charts from `minutes_since` and
+/// `days_since`.
+pub async fn dashboard(
+    node: &Node,
+    who: &Principal,
+    midnight: Millis,
+    minutes_since: Millis,
+    days_since: Millis,
+) -> Result<Dashboard> {
+    const MINUTE: Millis = 60_000;
+    const DAY: Millis = 86_400_000;
+    let store = node.store();
+    let scope = who.app_filter();
+    let counts = store.console_counts(midnight, scope).await?;
+    let executors = executors(node, who, None).await?.len();
+    let (per_minute, per_day) = if scope.is_none() {
+        (
+            Some(store.run_stats(minutes_since, MINUTE).await?),
+            Some(store.run_stats(days_since, DAY).await?),
+        )
+    } else {
+        (None, None)
+    };
+    Ok(Dashboard {
+        counts,
+        executors,
+        per_minute,
+        per_day,
+    })
 }

@@ -68,3 +68,10 @@ pub async fn list(node: &Node, who: &Principal) -> Result<Vec<AppSecrets>> {
     }
     Ok(all)
 }
+
+/// `app`'s secrets (names and times, never values), if `who` sees the app.
+pub async fn of_app(node: &Node, who: &Principal, app: &str) -> Result<Vec<SecretMeta>> {
+    super::validate::app("app", app)?;
+    who.check(app, crate::access::Need::Read, &format!("app `{app}`"))?;
+    Ok(node.store().list_secrets(app).await?)
+}
