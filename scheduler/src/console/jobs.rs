@@ -570,31 +570,19 @@ pub async fn schedule_task(
     Path(id): Path<i64>,
     Form(f): Form<ScheduleForm>,
 ) -> PageResult {
-    let job = job_for(&console, &s, id, Need::Change).await?;
     let delay_s: i64 = f.delay_s.trim().parse().map_err(|_| {
         Error::Unprocessable(format!(
             "delay: `{}` is not a whole number of seconds",
             usecase::validate::excerpt(&f.delay_s)
         ))
     })?;
-    let horizon_s = crate::schedule::FIRE_HORIZON_MS / 1000;
-    usecase::validate::within("delay", delay_s, 0..=horizon_s)?;
     let fields = TaskFields {
         payload: (!f.payload.is_empty()).then_some(f.payload),
-        delay_ms: Some(delay_s * 1000),
         key: Some(f.key.trim().to_owned()).filter(|k| !k.is_empty()),
-        ..TaskFields::for_job(NameOrId::Id(job.id))
+        ..TaskFields::for_job(NameOrId::Id(id))
     };
-    let (task, _) = usecase::tasks::create(&console.node, &s.who, fields).await?;
-    let task_id = task.id;
-    audit(
-        &console,
-        &s.user.name,
-        "schedule task",
-        &format!("{} in {delay_s} s", job.spec.name),
-    )
-    .await;
-    Ok(Redirect::to(&format!("{PREFIX}/tasks/{task_id}")).into_response())
+    let task = usecase::tasks::schedule(&console.node, &s.who, fields, delay_s).await?;
+    Ok(Redirect::to(&format!("{PREFIX}/tasks/{}", task.id)).into_response())
 }
 
 pub async fn confirm_delete(
@@ -635,12 +623,10 @@ pub async fn retry_dead(
         },
     )
     .await?;
-    audit(
-        &console,
-        &s.user.name,
-        "retry dead tasks",
-        &format!("job {id}: {retried}"),
-    )
-    .await;
+    tracing::debug!(
+        job.id = id,
+        retried,
+        "dead tasks re-driven from the console"
+    );
     Ok(Redirect::to(&format!("{PREFIX}/jobs/{id}")).into_response())
 }

@@ -317,3 +317,29 @@ pub async fn reschedule(node: &Node, who: &Principal, id: i64, f: Reschedule) ->
 pub async fn get(node: &Node, who: &Principal, id: i64) -> Result<Task> {
     super::jobs::task_as(node.store(), who, id, Need::Read).await
 }
+
+/// An operator schedules one task of a job by hand, due in `delay_s` seconds (up to the
+/// fire horizon): created as [`create`] does, and audited as the operator's action (tasks
+/// created by programs through the API are the queue's data, not audited one by one).
+pub async fn schedule(
+    node: &Node,
+    who: &Principal,
+    fields: TaskFields,
+    delay_s: i64,
+) -> Result<Task> {
+    let horizon_s = crate::schedule::FIRE_HORIZON_MS / 1000;
+    super::validate::within("delay", delay_s, 0..=horizon_s)?;
+    let fields = TaskFields {
+        delay_ms: Some(delay_s * 1000),
+        ..fields
+    };
+    let (task, _) = create(node, who, fields).await?;
+    let job = node.store().get_job(task.job_id).await?;
+    node.audit(
+        &who.name,
+        "schedule task",
+        &format!("{} in {delay_s} s", job.spec.name),
+    )
+    .await;
+    Ok(task)
+}
