@@ -3,66 +3,18 @@
 mod support;
 
 use std::collections::BTreeSet;
-use support::{Reply, TestApp};
+use support::{Answer, SECRET, TOKEN, TestApp};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, Method, Request, StatusCode, header};
-use bytes::Bytes;
+use axum::http::{Method, Request, StatusCode, header};
 use rota_proto::wire::{PATH_HEARTBEAT, PATH_REGISTER, plugin_path};
 use rota_scheduler::api::api_routes;
 use serde_json::{Value, json};
 
-const TOKEN: &str = "test-token";
-const SECRET: &[u8] = b"test-secret";
 /// The two 4xx of bad input: a value out of range, or a request that does not parse.
 const INVALID: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
 const MALFORMED: StatusCode = StatusCode::BAD_REQUEST;
 const START: &str = r#"(module (func (export "_start")))"#;
-
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    /// The `error` message; the answer must have the error shape.
-    fn error(&self) -> String {
-        let v = self.json();
-        assert_eq!(v.as_object().map(|o| o.len()), Some(1), "error shape: {v}");
-        v["error"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no error message: {v}"))
-            .to_owned()
-    }
-
-    #[track_caller]
-    fn expect(&self, status: StatusCode) -> &Self {
-        assert_eq!(
-            self.status,
-            status,
-            "body: {}",
-            String::from_utf8_lossy(&self.body)
-        );
-        self
-    }
-
-    /// Asserts a 4xx/5xx with this status whose message contains `needle`.
-    #[track_caller]
-    fn expect_error(&self, status: StatusCode, needle: &str) {
-        self.expect(status);
-        let message = self.error();
-        assert!(
-            message.contains(needle),
-            "`{message}` should mention `{needle}`"
-        );
-    }
-}
 
 async fn start() -> TestApp {
     TestApp::start_with(|_| {}).await
@@ -70,16 +22,7 @@ async fn start() -> TestApp {
 
 impl TestApp {
     async fn send(&self, req: Request<Body>) -> Answer {
-        let Reply {
-            status,
-            headers,
-            body,
-        } = self.reply(req).await;
-        Answer {
-            status,
-            headers,
-            body,
-        }
+        self.reply(req).await
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Answer {

@@ -4,11 +4,11 @@
 mod support;
 
 use std::net::SocketAddr;
-use support::TestApp;
+use support::{Answer, TOKEN, TestApp};
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use axum::http::{Method, Request, StatusCode, header};
 use rota_scheduler::console::auth::token_hash;
 use rota_scheduler::console::console_routes;
 use rota_scheduler::model::{Dispatched, now_ms};
@@ -17,44 +17,6 @@ use serde_json::{Value, json};
 
 const PASSWORD: &str = "correct horse battery staple";
 const START: &str = r#"(module (func (export "_start")))"#;
-
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Answer {
-    #[track_caller]
-    fn expect(&self, status: StatusCode) -> &Self {
-        assert_eq!(self.status, status, "body: {}", self.body);
-        self
-    }
-
-    fn location(&self) -> &str {
-        self.headers
-            .get(header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-
-    #[track_caller]
-    fn contains(&self, needle: &str) -> &Self {
-        assert!(
-            self.body.contains(needle),
-            "`{needle}` not in the page:\n{}",
-            self.body
-        );
-        self
-    }
-
-    /// The CSRF token of the page's forms.
-    fn csrf(&self) -> String {
-        let marker = r#"name="csrf" value=""#;
-        let at = self.body.find(marker).expect("a form with a CSRF token") + marker.len();
-        self.body[at..at + 64].to_owned()
-    }
-}
 
 async fn start() -> TestApp {
     TestApp::start_with(|config| config.admin_password = Some(PASSWORD.into())).await
@@ -68,12 +30,7 @@ struct Browser {
 
 impl TestApp {
     async fn send(&self, req: Request<Body>) -> Answer {
-        let reply = self.reply(req).await;
-        Answer {
-            status: reply.status,
-            headers: reply.headers,
-            body: String::from_utf8_lossy(&reply.body).into_owned(),
-        }
+        self.reply(req).await
     }
 
     /// A browser's GET (it asks for HTML).
@@ -138,13 +95,13 @@ impl TestApp {
         let req = Request::builder()
             .method(method)
             .uri(path)
-            .header(header::AUTHORIZATION, "Bearer test-token")
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
             .header(header::CONTENT_TYPE, content_type)
             .body(Body::from(body))
             .unwrap();
         let res = self.send(req).await;
-        assert!(res.status.is_success(), "{path}: {}", res.body);
-        serde_json::from_str(&res.body).unwrap_or(Value::Null)
+        assert!(res.status.is_success(), "{path}: {}", res.text);
+        serde_json::from_str(&res.text).unwrap_or(Value::Null)
     }
 
     async fn upload_plugin(&self) {
@@ -475,11 +432,11 @@ async fn every_page_renders() {
         let res = t.get(&path, Some(&b.cookie)).await;
         if path.ends_with("/log") {
             // JSON for the live tail; the executor is unreachable here.
-            assert!(res.body.starts_with('{'), "{path}: {}", res.body);
+            assert!(res.text.starts_with('{'), "{path}: {}", res.text);
             continue;
         }
         res.expect(StatusCode::OK);
-        assert!(res.body.starts_with("<!doctype html>"), "{path}");
+        assert!(res.text.starts_with("<!doctype html>"), "{path}");
         assert_eq!(res.headers[header::CACHE_CONTROL], "no-store", "{path}");
         assert!(
             res.headers[header::CONTENT_SECURITY_POLICY]
@@ -570,9 +527,9 @@ async fn the_job_form_shows_errors_next_to_their_fields() {
         .contains("nope")
         .contains("`soon` is not a whole number");
     assert!(
-        res.body.matches(r#"class="field-error""#).count() >= 4,
+        res.text.matches(r#"class="field-error""#).count() >= 4,
         "{}",
-        res.body
+        res.text
     );
     // A taken name is an error on the name.
     t.create_job(&b, "daily").await;
@@ -597,10 +554,10 @@ async fn the_preview_shows_the_next_five_fire_times_and_saves_nothing() {
     let res = t.submit(&b, "/console/jobs", &form).await;
     res.expect(StatusCode::OK);
     assert_eq!(
-        res.body.matches("<li><time datetime=").count(),
+        res.text.matches("<li><time datetime=").count(),
         5,
         "{}",
-        res.body
+        res.text
     );
     res.contains("12:00:00 UTC");
     t.get("/console/jobs", Some(&b.cookie))
@@ -620,10 +577,10 @@ async fn job_names_are_escaped() {
         let res = t.get(&path, Some(&b.cookie)).await;
         res.expect(StatusCode::OK).contains("alert(1)");
         assert!(
-            res.body.contains("&#60;script&#62;") || res.body.contains("&lt;script&gt;"),
+            res.text.contains("&#60;script&#62;") || res.text.contains("&lt;script&gt;"),
             "{path}: the name, escaped"
         );
-        assert!(!res.body.contains(name), "{path} must escape the name");
+        assert!(!res.text.contains(name), "{path} must escape the name");
     }
     t.stop().await;
 }
@@ -680,7 +637,7 @@ async fn everything_users_supply_is_escaped_on_every_page() {
         let path = concrete(&path, id);
         let res = t.get(&path, Some(&b.cookie)).await;
         assert!(
-            !res.body.contains("<xss-probe>"),
+            !res.text.contains("<xss-probe>"),
             "{path} shows user input unescaped"
         );
         pages += 1;
@@ -694,7 +651,7 @@ async fn everything_users_supply_is_escaped_on_every_page() {
         "/console/tokens".to_owned(),
         "/console/audit".to_owned(),
     ] {
-        let body = t.get(&path, Some(&b.cookie)).await.body;
+        let body = t.get(&path, Some(&b.cookie)).await.text;
         assert!(
             body.contains("&lt;xss-probe&gt;") || body.contains("&#60;xss-probe&#62;"),
             "{path}: the probe, escaped"
@@ -738,16 +695,16 @@ async fn a_scoped_user_sees_only_their_apps_numbers() {
         (count("/console/jobs"), count("/console/executors"))
     };
     let admin = t.get("/console", Some(&b.cookie)).await;
-    assert_eq!(tiles(&admin.body), ("2".into(), "3".into()));
-    assert!(admin.body.contains("<svg"));
+    assert_eq!(tiles(&admin.text), ("2".into(), "3".into()));
+    assert!(admin.text.contains("<svg"));
 
     let scoped = make_user(&t, &b, "dora", "viewer", "default").await;
     let page = t.get("/console", Some(&scoped.cookie)).await;
-    assert_eq!(tiles(&page.body), ("1".into(), "1".into()));
-    assert!(!page.body.contains("<svg"), "charts of every app");
+    assert_eq!(tiles(&page.text), ("1".into(), "1".into()));
+    assert!(!page.text.contains("<svg"), "charts of every app");
     let executors = t.get("/console/executors", Some(&scoped.cookie)).await;
-    assert!(executors.body.contains("127.0.0.1:9"));
-    assert!(!executors.body.contains("127.0.0.1:10"));
+    assert!(executors.text.contains("127.0.0.1:9"));
+    assert!(!executors.text.contains("127.0.0.1:10"));
     let token = make_token(&t, &scoped, "dora").await;
     let (status, body) = api_as(&t, &token, Method::GET, "/api/v1/executors", None).await;
     assert_eq!(status, StatusCode::OK);
@@ -855,7 +812,7 @@ async fn a_delayed_task_is_cancelled_from_its_page() {
         .expect(StatusCode::SEE_OTHER);
     let after = t.get(&page, Some(&b.cookie)).await;
     after.contains("cancelled");
-    assert!(!after.body.contains("Cancel task"));
+    assert!(!after.text.contains("Cancel task"));
     // A filter that is not a status says so.
     t.get("/console/tasks?status=bogus", Some(&b.cookie))
         .await
@@ -881,7 +838,7 @@ async fn plugins_are_uploaded_with_the_csrf_header() {
         .expect(StatusCode::FORBIDDEN);
     let bad = t.send(upload("not a module", Some(&b.csrf))).await;
     bad.expect(StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(bad.body.contains("\"error\""), "{}", bad.body);
+    assert!(bad.text.contains("\"error\""), "{}", bad.text);
     t.send(upload(START, Some(&b.csrf)))
         .await
         .expect(StatusCode::CREATED);
@@ -1037,7 +994,7 @@ async fn api_as(
         None => Body::empty(),
     };
     let res = t.send(req.body(body).unwrap()).await;
-    (res.status, res.body)
+    (res.status, res.text)
 }
 
 /// Creates an API token on the tokens page; returns it (shown this once).
@@ -1045,8 +1002,8 @@ async fn make_token(t: &TestApp, b: &Browser, name: &str) -> String {
     let page = t.submit(b, "/console/tokens", &[("name", name)]).await;
     page.expect(StatusCode::OK).contains("shown only this once");
     let marker = r#"<code id="new-token" class="token">"#;
-    let at = page.body.find(marker).expect("the new token") + marker.len();
-    let token = page.body[at..].split('<').next().unwrap().to_owned();
+    let at = page.text.find(marker).expect("the new token") + marker.len();
+    let token = page.text[at..].split('<').next().unwrap().to_owned();
     assert!(token.starts_with("rota_") && token.len() == 45, "{token}");
     token
 }
@@ -1073,7 +1030,7 @@ async fn roles_and_app_scopes_hold_on_pages_actions_and_tokens() {
     assert!(
         !t.get("/console/jobs", Some(&vera.cookie))
             .await
-            .body
+            .text
             .contains("hr-job")
     );
     t.get(&format!("/console/jobs/{hr}"), Some(&vera.cookie))
@@ -1091,7 +1048,7 @@ async fn roles_and_app_scopes_hold_on_pages_actions_and_tokens() {
     assert!(
         !t.get("/console", Some(&vera.cookie))
             .await
-            .body
+            .text
             .contains(r#"href="/console/users""#)
     );
 
@@ -1207,7 +1164,7 @@ async fn roles_and_app_scopes_hold_on_pages_actions_and_tokens() {
     assert!(
         !t.get("/console/tokens", Some(&vera.cookie))
             .await
-            .body
+            .text
             .contains(">ops<")
     );
     let (status, _) = api_as(&t, &admin_token, Method::GET, "/api/v1/jobs", None).await;
@@ -1303,7 +1260,7 @@ async fn plugins_show_their_jobs_and_unused_ones_can_be_deleted() {
         .contains(r#"action="/console/plugins/spare/delete""#);
     assert!(
         !page
-            .body
+            .text
             .contains(r#"action="/console/plugins/echo/delete""#)
     );
 
@@ -1317,13 +1274,13 @@ async fn plugins_show_their_jobs_and_unused_ones_can_be_deleted() {
     assert!(
         !t.get("/console/plugins", Some(&b.cookie))
             .await
-            .body
+            .text
             .contains("spare")
     );
 
     let req = |path: &str| {
         Request::delete(path)
-            .header(header::AUTHORIZATION, "Bearer test-token")
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
             .body(Body::empty())
             .unwrap()
     };
@@ -1389,7 +1346,7 @@ async fn tasks_are_found_by_due_time() {
         .await;
     page.expect(StatusCode::OK)
         .contains(&format!("/console/tasks/{}", ids[0]));
-    assert!(!page.body.contains(&format!("/console/tasks/{}\"", ids[1])));
+    assert!(!page.text.contains(&format!("/console/tasks/{}\"", ids[1])));
     t.get("/console/tasks?due_from=tomorrow", Some(&b.cookie))
         .await
         .expect(StatusCode::BAD_REQUEST)
@@ -1509,7 +1466,7 @@ async fn secrets_are_set_listed_and_deleted_and_their_values_never_shown() {
         .contains("<code>API_KEY</code>")
         .contains("<code>DB_PASSWORD</code>")
         .contains(r#"action="/console/secrets/shop/DB_PASSWORD/delete""#);
-    assert!(!page.body.contains(VALUE), "the value is not on the page");
+    assert!(!page.text.contains(VALUE), "the value is not on the page");
     // A bad name is shown next to its field, and the value is not echoed back.
     let bad = t
         .submit(
@@ -1520,16 +1477,16 @@ async fn secrets_are_set_listed_and_deleted_and_their_values_never_shown() {
         .await;
     bad.expect(StatusCode::UNPROCESSABLE_ENTITY)
         .contains("may hold only letters");
-    assert!(!bad.body.contains(VALUE));
+    assert!(!bad.text.contains(VALUE));
     // The audit log names the secret, not its value.
     let audit = t.get("/console/audit", Some(&b.cookie)).await;
     audit.expect(StatusCode::OK).contains("shop/DB_PASSWORD");
-    assert!(!audit.body.contains(VALUE));
+    assert!(!audit.text.contains(VALUE));
     // A viewer sees names but may not set or delete.
     let viewer = make_user(&t, &b, "vera", "viewer", "shop").await;
     let page = t.get("/console/secrets", Some(&viewer.cookie)).await;
     page.expect(StatusCode::OK).contains("<code>API_KEY</code>");
-    assert!(!page.body.contains("/delete"));
+    assert!(!page.text.contains("/delete"));
     t.submit(
         &viewer,
         "/console/secrets",
@@ -1544,7 +1501,7 @@ async fn secrets_are_set_listed_and_deleted_and_their_values_never_shown() {
         .await
         .expect(StatusCode::SEE_OTHER);
     let page = t.get("/console/secrets", Some(&b.cookie)).await;
-    assert!(!page.body.contains("API_KEY"));
+    assert!(!page.text.contains("API_KEY"));
     t.stop().await;
 }
 
@@ -1729,7 +1686,7 @@ async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened()
     let page = t.get("/console/alarms", Some(&b.cookie)).await;
     page.contains("<code>ops</code>");
     assert!(
-        !page.body.contains("token=hidden"),
+        !page.text.contains("token=hidden"),
         "the URL's token is shown"
     );
     // The test button: the endpoint is down, and the page says so (not where it is: the
@@ -1740,7 +1697,7 @@ async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened()
         .contains("did not deliver the test message")
         .contains("Connection refused");
     assert!(
-        !tested.body.contains("token=hidden"),
+        !tested.text.contains("token=hidden"),
         "the error shows the URL"
     );
     t.submit(
@@ -1863,14 +1820,7 @@ async fn job_and_run_changes_are_one_use_case_through_the_api_and_the_console() 
     }
 
     // A job that is not there: the same 404 and words through both doors.
-    let (status, body) = api_as(
-        &t,
-        "test-token",
-        Method::DELETE,
-        "/api/v1/jobs/424242",
-        None,
-    )
-    .await;
+    let (status, body) = api_as(&t, TOKEN, Method::DELETE, "/api/v1/jobs/424242", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     let said: Value = serde_json::from_str(&body).unwrap();
     let message = said["error"].as_str().unwrap();
@@ -1880,14 +1830,7 @@ async fn job_and_run_changes_are_one_use_case_through_the_api_and_the_console() 
         .expect(StatusCode::NOT_FOUND)
         .contains(message);
     // So is killing a run that is not there.
-    let (status, body) = api_as(
-        &t,
-        "test-token",
-        Method::POST,
-        "/api/v1/runs/424242/kill",
-        None,
-    )
-    .await;
+    let (status, body) = api_as(&t, TOKEN, Method::POST, "/api/v1/runs/424242/kill", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     let said: Value = serde_json::from_str(&body).unwrap();
     let message = said["error"].as_str().unwrap();

@@ -11,28 +11,10 @@ use axum::http::{Method, Request, StatusCode, header};
 use rota_scheduler::api::{Guard, route_table};
 use rota_scheduler::console::auth::token_hash;
 use serde_json::{Value, json};
-use support::TestApp;
+use support::{Answer, SECRET, TOKEN, TestApp};
 use tower::ServiceExt;
 
-const TOKEN: &str = "test-token";
-const SECRET: &[u8] = b"test-secret";
 const START: &str = r#"(module (func (export "_start")))"#;
-
-struct Answer {
-    status: StatusCode,
-    body: String,
-}
-
-impl Answer {
-    /// The `{"error": "…"}` message, which must be there and say something.
-    fn error(&self) -> String {
-        let v: Value = serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body));
-        let message = v["error"].as_str().unwrap_or_default().to_owned();
-        assert!(message.len() > 5, "no error message: {}", self.body);
-        message
-    }
-}
 
 async fn start() -> TestApp {
     TestApp::start_with(|_| {}).await
@@ -89,11 +71,7 @@ impl TestApp {
                 req = req.header(name, value);
             }
         }
-        let reply = self.reply(req.body(Body::from(body)).unwrap()).await;
-        Answer {
-            status: reply.status,
-            body: String::from_utf8_lossy(&reply.body).into_owned(),
-        }
+        self.reply(req.body(Body::from(body)).unwrap()).await
     }
 
     async fn api(&self, method: Method, path: &str, body: Option<Value>) -> Answer {
@@ -116,7 +94,7 @@ impl TestApp {
                 START.as_bytes().to_vec(),
             )
             .await;
-        assert_eq!(upload.status, StatusCode::CREATED, "{}", upload.body);
+        assert_eq!(upload.status, StatusCode::CREATED, "{}", upload.text);
         upload
     }
 
@@ -201,7 +179,7 @@ async fn every_route_refuses_callers_without_proper_credentials() {
                         .request(who, method.clone(), &path, json, body.clone())
                         .await;
                     assert_eq!(res.status, StatusCode::UNAUTHORIZED, "{what} as {who:?}");
-                    assert!(res.error().contains("token"), "{what}: {}", res.body);
+                    assert!(res.error().contains("token"), "{what}: {}", res.text);
                 }
                 // A viewer reads, but changes nothing.
                 if *method != Method::GET {
@@ -219,9 +197,9 @@ async fn every_route_refuses_callers_without_proper_credentials() {
                         res.status,
                         StatusCode::FORBIDDEN,
                         "{what} as a viewer: {}",
-                        res.body
+                        res.text
                     );
-                    assert!(res.error().contains("viewer"), "{what}: {}", res.body);
+                    assert!(res.error().contains("viewer"), "{what}: {}", res.text);
                 }
             }
             Guard::Signature => {
@@ -251,7 +229,7 @@ async fn every_route_refuses_callers_without_proper_credentials() {
                     matches!(res.status, StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST),
                     "{what} as {wrong_kind:?}: {} {}",
                     res.status,
-                    res.body
+                    res.text
                 );
             }
             Guard::Session => {
@@ -275,7 +253,7 @@ async fn every_route_refuses_callers_without_proper_credentials() {
                     } else {
                         StatusCode::FORBIDDEN
                     };
-                    assert_eq!(res.status, want, "{what} as {who:?}: {}", res.body);
+                    assert_eq!(res.status, want, "{what} as {who:?}: {}", res.text);
                 }
                 // A browser asking for the page without a session is sent to the login form.
                 if *method == Method::GET {
@@ -313,7 +291,7 @@ async fn every_route_refuses_callers_without_proper_credentials() {
         viewer_job.status,
         StatusCode::FORBIDDEN,
         "{}",
-        viewer_job.body
+        viewer_job.text
     );
     assert!(viewer_job.error().contains("viewer"));
     t.stop().await;
@@ -325,7 +303,7 @@ async fn every_route_refuses_callers_without_proper_credentials() {
 async fn an_executor_of_one_app_cannot_act_for_another() {
     let t = start().await;
     let upload = t.upload_echo().await;
-    let sha: Value = serde_json::from_str(&upload.body).unwrap();
+    let sha: Value = serde_json::from_str(&upload.text).unwrap();
     let sha = sha["sha256"].as_str().unwrap().to_owned();
     let job = t
         .api(
@@ -334,8 +312,8 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
             Some(json!({"name": "billing-job", "app": "billing", "plugin": "echo", "schedule": {"kind": "none"}})),
         )
         .await;
-    assert_eq!(job.status, StatusCode::CREATED, "{}", job.body);
-    let job_id = serde_json::from_str::<Value>(&job.body).unwrap()["id"]
+    assert_eq!(job.status, StatusCode::CREATED, "{}", job.text);
+    let job_id = serde_json::from_str::<Value>(&job.text).unwrap()["id"]
         .as_i64()
         .unwrap();
     let task = t
@@ -345,8 +323,8 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
             Some(json!({"job": "billing-job", "delay_ms": 600000})),
         )
         .await;
-    assert_eq!(task.status, StatusCode::CREATED, "{}", task.body);
-    let task_id = serde_json::from_str::<Value>(&task.body).unwrap()["id"]
+    assert_eq!(task.status, StatusCode::CREATED, "{}", task.text);
+    let task_id = serde_json::from_str::<Value>(&task.text).unwrap()["id"]
         .as_i64()
         .unwrap();
 
@@ -366,7 +344,7 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
         let res = t
             .request(shop, Method::POST, path, json, reg("billing"))
             .await;
-        assert_eq!(res.status, StatusCode::FORBIDDEN, "{path}: {}", res.body);
+        assert_eq!(res.status, StatusCode::FORBIDDEN, "{path}: {}", res.text);
         assert!(res.error().contains("app `shop`"));
     }
     let res = t
@@ -389,7 +367,7 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
             reg("billing"),
         )
         .await;
-    assert_eq!(res.status, StatusCode::OK, "{}", res.body);
+    assert_eq!(res.status, StatusCode::OK, "{}", res.text);
 
     // Fetching the other app's plugin.
     let path = rota_proto::wire::plugin_path(&sha);
@@ -416,13 +394,13 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
         )
         .await;
     // Dropped, not refused (the executor must not retry it forever), and without effect.
-    assert_eq!(res.status, StatusCode::OK, "{}", res.body);
+    assert_eq!(res.status, StatusCode::OK, "{}", res.text);
     let task = t
         .api(Method::GET, &format!("/api/v1/tasks/{task_id}"), None)
         .await;
-    assert!(task.body.contains("\"pending\""), "{}", task.body);
+    assert!(task.text.contains("\"pending\""), "{}", task.text);
     let run = t.api(Method::GET, "/api/v1/runs/42", None).await;
-    assert_eq!(run.status, StatusCode::NOT_FOUND, "{}", run.body);
+    assert_eq!(run.status, StatusCode::NOT_FOUND, "{}", run.text);
 
     // The other app's job state and secrets.
     for (path, body) in [
@@ -444,7 +422,7 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
                 body.to_string().into_bytes(),
             )
             .await;
-        assert_eq!(res.status, StatusCode::FORBIDDEN, "{path}: {}", res.body);
+        assert_eq!(res.status, StatusCode::FORBIDDEN, "{path}: {}", res.text);
     }
     // Once the job is deleted its tasks name no app: a report about one from another
     // app's executor (which no run was recorded as sent to) is still dropped.
@@ -455,7 +433,7 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
             None,
         )
         .await;
-    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.body);
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
     let res = t
         .request(
             shop,
@@ -465,9 +443,9 @@ async fn an_executor_of_one_app_cannot_act_for_another() {
             report.to_string().into_bytes(),
         )
         .await;
-    assert_eq!(res.status, StatusCode::OK, "{}", res.body);
+    assert_eq!(res.status, StatusCode::OK, "{}", res.text);
     let run = t.api(Method::GET, "/api/v1/runs/42", None).await;
-    assert_eq!(run.status, StatusCode::NOT_FOUND, "{}", run.body);
+    assert_eq!(run.status, StatusCode::NOT_FOUND, "{}", run.text);
     t.stop().await;
 }
 
@@ -486,7 +464,7 @@ async fn a_jobs_key_value_state_is_bounded() {
             Some(json!({"name": "kv-job", "app": "billing", "plugin": "echo", "schedule": {"kind": "none"}})),
         )
         .await;
-    let job_id = serde_json::from_str::<Value>(&job.body).unwrap()["id"]
+    let job_id = serde_json::from_str::<Value>(&job.text).unwrap()["id"]
         .as_i64()
         .unwrap();
     let billing = As::Executor("billing", SECRET);
@@ -509,7 +487,7 @@ async fn a_jobs_key_value_state_is_bounded() {
                 set(format!("k{i:03}")),
             )
             .await;
-        assert_eq!(res.status, StatusCode::OK, "set {i}: {}", res.body);
+        assert_eq!(res.status, StatusCode::OK, "set {i}: {}", res.text);
     }
     let res = t
         .request(
@@ -520,11 +498,11 @@ async fn a_jobs_key_value_state_is_bounded() {
             set("knew".into()),
         )
         .await;
-    assert_eq!(res.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", res.body);
+    assert_eq!(res.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", res.text);
     assert!(
         res.error().contains("key-value state is full"),
         "{}",
-        res.body
+        res.text
     );
     let res = t
         .request(
@@ -535,7 +513,7 @@ async fn a_jobs_key_value_state_is_bounded() {
             set("k000".into()),
         )
         .await;
-    assert_eq!(res.status, StatusCode::OK, "replacing a key: {}", res.body);
+    assert_eq!(res.status, StatusCode::OK, "replacing a key: {}", res.text);
     t.stop().await;
 }
 
@@ -553,7 +531,7 @@ async fn child_jobs_must_be_the_users_to_change() {
                 Some(json!({"name": name, "app": app, "plugin": "echo", "schedule": {"kind": "none"}})),
             )
             .await;
-        assert_eq!(job.status, StatusCode::CREATED, "{}", job.body);
+        assert_eq!(job.status, StatusCode::CREATED, "{}", job.text);
     }
     let operator = t.token_of("olga", "operator").await;
     let as_operator = |method: Method, path: &'static str, body: Value| {
@@ -571,11 +549,11 @@ async fn child_jobs_must_be_the_users_to_change() {
                "schedule": {"kind": "none"}, "child_jobs": [child]})
     };
     let res = as_operator(Method::POST, "/api/v1/jobs", parent_of("billing-job")).await;
-    assert_eq!(res.status, StatusCode::NOT_FOUND, "{}", res.body);
+    assert_eq!(res.status, StatusCode::NOT_FOUND, "{}", res.text);
     assert!(res.error().contains("billing-job"));
     // Its own app's job is fine.
     let res = as_operator(Method::POST, "/api/v1/jobs", parent_of("shop-job")).await;
-    assert_eq!(res.status, StatusCode::CREATED, "{}", res.body);
+    assert_eq!(res.status, StatusCode::CREATED, "{}", res.text);
     // Nor through an update.
     let res = as_operator(
         Method::PATCH,
@@ -583,7 +561,7 @@ async fn child_jobs_must_be_the_users_to_change() {
         json!({"child_jobs": ["billing-job"]}),
     )
     .await;
-    assert_eq!(res.status, StatusCode::NOT_FOUND, "{}", res.body);
+    assert_eq!(res.status, StatusCode::NOT_FOUND, "{}", res.text);
     t.stop().await;
 }
 
@@ -641,7 +619,7 @@ async fn an_operator_cannot_allow_what_the_egress_policy_denies() {
             res.status,
             StatusCode::UNPROCESSABLE_ENTITY,
             "{allow}: {}",
-            res.body
+            res.text
         );
         let error = res.error();
         assert!(
@@ -655,7 +633,7 @@ async fn an_operator_cannot_allow_what_the_egress_policy_denies() {
     let res = t
         .api(Method::POST, "/api/v1/alarm-channels", Some(channel))
         .await;
-    assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", res.body);
+    assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", res.text);
     assert!(
         res.error()
             .contains("the egress policy refuses 127.0.0.1:9: loopback")
@@ -666,7 +644,7 @@ async fn an_operator_cannot_allow_what_the_egress_policy_denies() {
         "/api/v1/jobs",
     )
     .await;
-    assert_eq!(res.status, StatusCode::CREATED, "{}", res.body);
+    assert_eq!(res.status, StatusCode::CREATED, "{}", res.text);
     t.stop().await;
 }
 
@@ -693,12 +671,12 @@ async fn the_admins_egress_rules_narrow_and_open_exactly_what_they_name() {
             Some(job("a", "http://10.1.2.3/")),
         )
         .await;
-    assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", res.body);
+    assert_eq!(res.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", res.text);
     assert!(
         res.error()
             .contains("the egress policy refuses 10.1.2.3:80: --egress-deny 10.0.0.0/8"),
         "{}",
-        res.body
+        res.text
     );
     let res = t
         .api(
@@ -711,7 +689,7 @@ async fn the_admins_egress_rules_narrow_and_open_exactly_what_they_name() {
         res.status,
         StatusCode::CREATED,
         "the exception: {}",
-        res.body
+        res.text
     );
     let res = t
         .api(
@@ -724,7 +702,7 @@ async fn the_admins_egress_rules_narrow_and_open_exactly_what_they_name() {
         res.status,
         StatusCode::UNPROCESSABLE_ENTITY,
         "only that port: {}",
-        res.body
+        res.text
     );
     t.stop().await;
 }
@@ -813,7 +791,7 @@ async fn an_executors_older_requests_are_ignored() {
     let reg = |capacity: u32| json!({"app": "default", "address": "http://127.0.0.1:9", "capacity": capacity, "running": 0, "active_runs": []});
     let capacity = || async {
         let list = t.api(Method::GET, "/api/v1/executors", None).await;
-        let list: Value = serde_json::from_str(&list.body).unwrap();
+        let list: Value = serde_json::from_str(&list.text).unwrap();
         list["items"]
             .as_array()
             .unwrap()
@@ -887,11 +865,11 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
     .await;
     t.upload_echo().await;
     let created = t.api(M::POST, "/api/v1/jobs", Some(json!({"name": "base", "app": "default", "plugin": "echo", "schedule": {"kind": "none"}}))).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
     let pulled = t.api(M::POST, "/api/v1/jobs", Some(json!({"name": "q", "app": "default", "schedule": {"kind": "none"}, "delivery": {"kind": "pull"}}))).await;
-    assert_eq!(pulled.status, StatusCode::CREATED, "{}", pulled.body);
+    assert_eq!(pulled.status, StatusCode::CREATED, "{}", pulled.text);
     let channel = t.api(M::POST, "/api/v1/alarm-channels", Some(json!({"name": "ops", "kind": "slack", "url": "http://127.0.0.1:1/hook", "app": "default"}))).await;
-    assert_eq!(channel.status, StatusCode::CREATED, "{}", channel.body);
+    assert_eq!(channel.status, StatusCode::CREATED, "{}", channel.text);
     let rule = t
         .api(
             M::POST,
@@ -899,9 +877,9 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             Some(json!({"name": "r", "app": "default", "on": "task_dead", "channels": ["ops"]})),
         )
         .await;
-    assert_eq!(rule.status, StatusCode::CREATED, "{}", rule.body);
+    assert_eq!(rule.status, StatusCode::CREATED, "{}", rule.text);
     // A job is named by its name or its id, here as everywhere (SPEC §6).
-    let q_id = serde_json::from_str::<Value>(&pulled.body).unwrap()["id"].clone();
+    let q_id = serde_json::from_str::<Value>(&pulled.text).unwrap()["id"].clone();
     let by_id = t
         .api(
             M::POST,
@@ -912,7 +890,7 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             ),
         )
         .await;
-    assert_eq!(by_id.status, StatusCode::CREATED, "{}", by_id.body);
+    assert_eq!(by_id.status, StatusCode::CREATED, "{}", by_id.text);
     let acks_over = format!(
         r#"{{"acks": [{}]}}"#,
         vec![r#"{"task": 1, "lease": "x"}"#; 1_001].join(",")
@@ -1927,7 +1905,7 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
         if !same_class(res.status, case.status) {
             failures.push(format!(
                 "{what}: {} instead of {}: {}",
-                res.status, case.status, res.body
+                res.status, case.status, res.text
             ));
             continue;
         }
@@ -1944,7 +1922,7 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
 
     // Nothing was created by any of them, and the node still works.
     let jobs = t.api(M::GET, "/api/v1/jobs", None).await;
-    let jobs: Value = serde_json::from_str(&jobs.body).unwrap();
+    let jobs: Value = serde_json::from_str(&jobs.text).unwrap();
     let names: Vec<&str> = jobs["items"]
         .as_array()
         .unwrap()
@@ -1967,6 +1945,6 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             Some(json!({"job": "base", "delay_ms": 1000})),
         )
         .await;
-    assert_eq!(task.status, StatusCode::CREATED, "{}", task.body);
+    assert_eq!(task.status, StatusCode::CREATED, "{}", task.text);
     t.stop().await;
 }
