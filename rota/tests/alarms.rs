@@ -8,56 +8,35 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::HeaderMap;
-use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
-use sha2::Sha256;
+use support::sink::Sink;
 use support::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-/// An alarm webhook receiver: keeps each request's headers and JSON body, answers 200.
+/// An alarm webhook receiver ([`Sink`] at `/alarms`, answering 200).
 #[derive(Clone, Default)]
-struct Hook {
-    got: Arc<Mutex<Vec<(HeaderMap, String)>>>,
-}
+struct Hook(Sink);
 
 impl Hook {
     async fn start_on(listener: tokio::net::TcpListener) -> Hook {
         let hook = Hook::default();
-        let me = hook.clone();
-        let app = axum::Router::new().route(
-            "/alarms",
-            axum::routing::post(move |headers: HeaderMap, body: String| {
-                let me = me.clone();
-                async move {
-                    me.got.lock().unwrap().push((headers, body));
-                    "ok"
-                }
-            }),
-        );
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        hook.0.serve("/alarms", listener);
         hook
     }
 
     async fn start() -> (Hook, String) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/alarms", listener.local_addr().unwrap());
-        (Hook::start_on(listener).await, url)
+        let (sink, url) = Sink::default().start("/alarms").await;
+        (Hook(sink), url)
     }
 
     /// The alarms received so far, each checked against the signature of `secret`.
     fn alarms(&self, secret: &[u8]) -> Vec<Value> {
-        self.got
-            .lock()
-            .unwrap()
+        self.0
+            .got()
             .iter()
-            .map(|(headers, body)| {
-                let h = |name: &str| headers.get(name).unwrap().to_str().unwrap().to_owned();
-                let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
-                mac.update(format!("{}.{body}", h("x-rota-timestamp")).as_bytes());
-                let expected = format!("v1={}", hex::encode(mac.finalize().into_bytes()));
-                assert_eq!(h("x-rota-signature"), expected, "a bad signature on {body}");
-                serde_json::from_str(body).unwrap()
+            .map(|r| {
+                r.assert_signed(secret);
+                serde_json::from_str(&r.body).unwrap()
             })
             .collect()
     }

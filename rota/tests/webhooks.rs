@@ -4,100 +4,11 @@
 
 mod support;
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode};
-use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
-use sha2::Sha256;
+use support::sink::Sink;
 use support::*;
-
-/// What one delivery brought.
-#[derive(Debug, Clone)]
-struct Received {
-    headers: HeaderMap,
-    body: String,
-    at: i64,
-}
-
-/// A scripted answer: status, headers, body.
-type Answer = (u16, Vec<(&'static str, String)>, &'static str);
-
-/// A receiver: records every request and answers with the next scripted answer (then 200).
-#[derive(Clone, Default)]
-struct Receiver {
-    got: Arc<Mutex<Vec<Received>>>,
-    answers: Arc<Mutex<VecDeque<Answer>>>,
-    /// Each answer takes this long.
-    slow: Option<Duration>,
-    /// Requests in progress now, and the most there ever were.
-    at_once: Arc<Mutex<usize>>,
-    most_at_once: Arc<Mutex<usize>>,
-}
-
-impl Receiver {
-    /// Serves on `listener` until the test ends.
-    fn serve(&self, listener: tokio::net::TcpListener) {
-        let me = self.clone();
-        let app = axum::Router::new().route(
-            "/hooks/orders",
-            axum::routing::post(move |headers: HeaderMap, body: String| {
-                let me = me.clone();
-                async move {
-                    me.got.lock().unwrap().push(Received {
-                        headers,
-                        body,
-                        at: now_ms(),
-                    });
-                    if let Some(slow) = me.slow {
-                        {
-                            let mut n = me.at_once.lock().unwrap();
-                            *n += 1;
-                            let mut most = me.most_at_once.lock().unwrap();
-                            *most = (*most).max(*n);
-                        }
-                        tokio::time::sleep(slow).await;
-                        *me.at_once.lock().unwrap() -= 1;
-                    }
-                    let (status, headers, body) = me
-                        .answers
-                        .lock()
-                        .unwrap()
-                        .pop_front()
-                        .unwrap_or((200, vec![], "ok"));
-                    let mut res = axum::response::Response::new(axum::body::Body::from(body));
-                    *res.status_mut() = StatusCode::from_u16(status).unwrap();
-                    for (name, value) in headers {
-                        res.headers_mut().insert(name, value.parse().unwrap());
-                    }
-                    res
-                }
-            }),
-        );
-        tokio::spawn(async move { axum::serve(listener, app).await });
-    }
-
-    /// Serves `self` on a fresh port; the receiver and its URL.
-    async fn start(self) -> (Receiver, String) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hooks/orders", listener.local_addr().unwrap());
-        self.serve(listener);
-        (self, url)
-    }
-
-    fn answer(&self, status: u16, headers: Vec<(&'static str, String)>, body: &'static str) {
-        self.answers
-            .lock()
-            .unwrap()
-            .push_back((status, headers, body));
-    }
-
-    fn got(&self) -> Vec<Received> {
-        self.got.lock().unwrap().clone()
-    }
-}
 
 /// A standalone node with an `http` job `orders` POSTing to `url` (allowed), signed with
 /// the app's secret `whsec`.
@@ -127,14 +38,6 @@ async fn webhook_job(url: &str, max_attempts: i64) -> (Standalone, tempfile::Tem
     (node, dir)
 }
 
-fn header<'a>(r: &'a Received, name: &str) -> &'a str {
-    r.headers
-        .get(name)
-        .unwrap_or_else(|| panic!("no {name} header: {:?}", r.headers))
-        .to_str()
-        .unwrap()
-}
-
 async fn runs(api: &Api, task: i64) -> Vec<Value> {
     let mut runs = api
         .ok("GET", &format!("/api/v1/runs?task={task}"), None)
@@ -148,7 +51,7 @@ async fn runs(api: &Api, task: i64) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_fire_is_posted_signed_and_a_2xx_succeeds_it() {
-    let (receiver, url) = Receiver::start(Receiver::default()).await;
+    let (receiver, url) = Sink::default().start("/hooks/orders").await;
     let (node, _dir) = webhook_job(&url, 1).await;
     let api = &node.api;
     let ids = api
@@ -162,21 +65,17 @@ async fn a_fire_is_posted_signed_and_a_2xx_succeeds_it() {
     assert_eq!(got.len(), 1, "delivered once");
     let r = &got[0];
     assert_eq!(r.body, r#"{"order_id":42}"#);
-    assert_eq!(header(r, "content-type"), "application/json");
-    assert_eq!(header(r, "x-rota-task"), ids[0].to_string());
-    assert_eq!(header(r, "x-rota-attempt"), "1");
-    let timestamp = header(r, "x-rota-timestamp");
-    let scheduled: i64 = header(r, "x-rota-scheduled-at").parse().unwrap();
+    assert_eq!(r.header("content-type"), "application/json");
+    assert_eq!(r.header("x-rota-task"), ids[0].to_string());
+    assert_eq!(r.header("x-rota-attempt"), "1");
+    let scheduled: i64 = r.header("x-rota-scheduled-at").parse().unwrap();
     assert!(
         scheduled <= r.at,
         "scheduled at {scheduled}, received at {}",
         r.at
     );
     // The receiver's check: HMAC-SHA256 of "timestamp.body" with the shared secret.
-    let mut mac = Hmac::<Sha256>::new_from_slice(b"s3cret").unwrap();
-    mac.update(format!("{timestamp}.{}", r.body).as_bytes());
-    let expected = format!("v1={}", hex::encode(mac.finalize().into_bytes()));
-    assert_eq!(header(r, "x-rota-signature"), expected);
+    r.assert_signed(b"s3cret");
 
     let runs = runs(api, ids[0]).await;
     assert_eq!(runs.len(), 1);
@@ -189,7 +88,7 @@ async fn a_fire_is_posted_signed_and_a_2xx_succeeds_it() {
 
 #[tokio::test]
 async fn a_refusal_is_a_failed_attempt_with_the_answer_and_retry_after_sets_the_delay() {
-    let (receiver, url) = Receiver::start(Receiver::default()).await;
+    let (receiver, url) = Sink::default().start("/hooks/orders").await;
     receiver.answer(500, vec![], "boom: the database is down");
     receiver.answer(503, vec![("retry-after", "2".into())], "busy");
     let (node, _dir) = webhook_job(&url, 3).await;
@@ -201,8 +100,8 @@ async fn a_refusal_is_a_failed_attempt_with_the_answer_and_retry_after_sets_the_
 
     let got = receiver.got();
     assert_eq!(got.len(), 3, "500, 503, then 200");
-    assert_eq!(header(&got[0], "content-type"), "text/plain; charset=utf-8");
-    assert_eq!(header(&got[2], "x-rota-attempt"), "3");
+    assert_eq!(got[0].header("content-type"), "text/plain; charset=utf-8");
+    assert_eq!(got[2].header("x-rota-attempt"), "3");
     // The backoff is 300 ms; the 503 asked for 2 s, and got it.
     let waited = got[2].at - got[1].at;
     assert!(
@@ -241,20 +140,20 @@ async fn a_target_that_is_down_fails_until_dead_and_a_re_drive_delivers_it() {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    let receiver = Receiver::default();
-    receiver.serve(listener);
+    let receiver = Sink::default();
+    receiver.serve("/hooks/orders", listener);
     api.ok("POST", &format!("/api/v1/tasks/{}/retry", ids[0]), None)
         .await;
     let task = task_reaches(api, ids[0], "succeeded").await;
     assert_eq!(task["attempts"], 3);
     let got = receiver.got();
     assert_eq!(got.len(), 1);
-    assert_eq!(header(&got[0], "x-rota-attempt"), "3");
+    assert_eq!(got[0].header("x-rota-attempt"), "3");
 }
 
 #[tokio::test]
 async fn a_missing_signing_secret_sends_nothing_and_says_so() {
-    let (receiver, url) = Receiver::start(Receiver::default()).await;
+    let (receiver, url) = Sink::default().start("/hooks/orders").await;
     let (node, _dir) = webhook_job(&url, 1).await;
     let api = &node.api;
     api.ok("DELETE", "/api/v1/apps/shop/secrets/whsec", None)
@@ -269,11 +168,9 @@ async fn a_missing_signing_secret_sends_nothing_and_says_so() {
 
 #[tokio::test]
 async fn deliveries_of_a_job_stay_within_its_concurrency() {
-    let (receiver, url) = Receiver::start(Receiver {
-        slow: Some(Duration::from_millis(150)),
-        ..Receiver::default()
-    })
-    .await;
+    let (receiver, url) = Sink::slow(Duration::from_millis(150))
+        .start("/hooks/orders")
+        .await;
     let (node, _dir) = webhook_job(&url, 1).await;
     let api = &node.api;
     api.ok(
@@ -293,7 +190,7 @@ async fn deliveries_of_a_job_stay_within_its_concurrency() {
         task_reaches(api, *id, "succeeded").await;
     }
     assert_eq!(receiver.got().len(), 8);
-    let most = *receiver.most_at_once.lock().unwrap();
+    let most = receiver.most_at_once();
     assert!(
         (1..=2).contains(&most),
         "{most} deliveries of a job with max_concurrency 2 were in flight at once"
@@ -302,7 +199,7 @@ async fn deliveries_of_a_job_stay_within_its_concurrency() {
 
 #[tokio::test]
 async fn a_disabled_http_job_posts_nothing_until_it_is_enabled() {
-    let (receiver, url) = Receiver::start(Receiver::default()).await;
+    let (receiver, url) = Sink::default().start("/hooks/orders").await;
     let (node, dir) = webhook_job(&url, 1).await;
     let api = &node.api;
     api.ok(

@@ -5,6 +5,7 @@
 pub mod chaos;
 pub mod mariadb;
 pub mod netns;
+pub mod sink;
 
 use std::collections::HashMap;
 use std::future::Future;
