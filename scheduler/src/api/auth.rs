@@ -72,7 +72,7 @@ async fn principal_of(state: &AppState, token: &[u8]) -> Result<Principal, ApiEr
         return Ok(Principal::root());
     }
     let hash = hex::encode(Sha256::digest(token));
-    match state.node.store().token_user(&hash).await? {
+    match crate::usecase::users::token_user(&state.node, &hash).await? {
         Some(user) => Ok(Principal::of_user(&user.name, &user.role, &user.apps)),
         None if state.node.config().api_token.is_none() => Err(ApiError::Unauthorized(
             "invalid API token: not one issued in the console (and ROTA_API_TOKEN is not set on this scheduler)".into(),

@@ -238,7 +238,7 @@ impl ApiRoutes {
 
 /// `GET /healthz`: open to all; also asks the database.
 async fn healthz(State(state): State<AppState>) -> Response {
-    match state.node.store().ping().await {
+    match crate::usecase::cluster::database_answers(&state.node).await {
         Ok(()) => axum::Json(json!({"status": "ok"})).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "health check: the database does not answer");

@@ -17,14 +17,14 @@ use super::{Console, User};
 pub use crate::credentials::{
     hash_password, random_token, token_hash, verify_nobody, verify_password,
 };
-use crate::model::{Millis, now_ms};
+use crate::model::Millis;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "rota_session";
 /// The form field (or `x-csrf-token` header) carrying the CSRF token on every POST.
 pub const CSRF_FIELD: &str = "csrf";
 /// How long a login lasts.
-pub const SESSION_MS: Millis = 12 * 3600 * 1000;
+pub const SESSION_MS: Millis = crate::usecase::users::SESSION_MS;
 
 /// The signed-in user and the CSRF token every form of theirs carries; put in the request's
 /// extensions by [`require_session`].
@@ -121,12 +121,7 @@ pub async fn require_session(State(console): State<Console>, req: Request, next:
     let Some(token) = cookie_token(req.headers()) else {
         return refuse(reading);
     };
-    let user = match console
-        .node
-        .store()
-        .session_user(&token_hash(&token), now_ms())
-        .await
-    {
+    let user = match crate::usecase::users::session_user(&console.node, &token_hash(&token)).await {
         Ok(Some(user)) => user,
         Ok(None) => return refuse(reading),
         Err(e) => {

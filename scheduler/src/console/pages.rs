@@ -149,15 +149,12 @@ pub(super) struct LoginPage {
 }
 
 pub async fn login_form(State(console): State<Console>, req: Request) -> PageResult {
-    if let Some(token) = auth::cookie_token(req.headers()) {
-        let store = console.node.store();
-        if store
-            .session_user(&auth::token_hash(&token), now_ms())
+    if let Some(token) = auth::cookie_token(req.headers())
+        && crate::usecase::users::session_user(&console.node, &auth::token_hash(&token))
             .await?
             .is_some()
-        {
-            return Ok(Redirect::to(PREFIX).into_response());
-        }
+    {
+        return Ok(Redirect::to(PREFIX).into_response());
     }
     render(&LoginPage {
         lang: Lang::of(req.headers()),
@@ -208,8 +205,7 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
         };
         return refuse(StatusCode::TOO_MANY_REQUESTS, &message);
     }
-    let store = console.node.store();
-    let user = store.user_by_name(&form.user).await?;
+    let user = crate::usecase::users::named(&console.node, &form.user).await?;
     let ok = match &user {
         Some(u) => auth::verify_password(form.password.clone(), u.password_hash.clone())
             .await
@@ -231,16 +227,7 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
     };
     console.throttle.succeeded(&form.user, ip);
     let token = auth::random_token(32);
-    let at = now_ms();
-    store
-        .insert_session(
-            &auth::token_hash(&token),
-            user.id,
-            at,
-            at + auth::SESSION_MS,
-        )
-        .await?;
-    audit(&console, &user.name, "login", "").await;
+    crate::usecase::users::sign_in(&console.node, &user, &auth::token_hash(&token)).await?;
     Ok((
         [(
             header::SET_COOKIE,
@@ -256,24 +243,13 @@ pub async fn logout(
     Extension(session): Extension<Session>,
     req: Request,
 ) -> PageResult {
-    if let Some(token) = auth::cookie_token(req.headers()) {
-        console
-            .node
-            .store()
-            .delete_session(&auth::token_hash(&token))
-            .await?;
-    }
-    audit(&console, &session.user.name, "logout", "").await;
+    let hash = auth::cookie_token(req.headers()).map(|t| auth::token_hash(&t));
+    crate::usecase::users::sign_out(&console.node, &session.user.name, hash.as_deref()).await?;
     Ok((
         [(header::SET_COOKIE, auth::clear_cookie(console.secure))],
         Redirect::to("/login"),
     )
         .into_response())
-}
-
-/// Notes who changed what; a failure to note it is logged, not shown.
-pub(super) async fn audit(console: &Console, user: &str, action: &str, target: &str) {
-    console.node.audit(user, action, target).await;
 }
 
 // ----- dashboard ---------------------------------------------------------------------------

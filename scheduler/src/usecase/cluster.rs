@@ -91,3 +91,8 @@ pub async fn dashboard(
         per_day,
     })
 }
+
+/// Whether the database answers (`/healthz`).
+pub async fn database_answers(node: &Node) -> Result<()> {
+    Ok(node.store().ping().await?)
+}

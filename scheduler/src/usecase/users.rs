@@ -7,7 +7,10 @@ use crate::access::{Apps, Principal, Role};
 use crate::credentials::{hash_password, random_token, token_hash};
 use crate::model::now_ms;
 use crate::node::Node;
-use crate::store::{self, ApiToken, User};
+use crate::store::{self, ApiToken, TokenUser, User};
+
+/// How long a console sign-in lasts.
+pub const SESSION_MS: crate::model::Millis = 12 * 3600 * 1000;
 
 /// The shortest password a user may choose.
 pub const MIN_PASSWORD_CHARS: usize = 10;
@@ -170,5 +173,40 @@ pub async fn revoke_token(node: &Node, who: &Principal, user_id: i64, id: i64) -
     }
     node.audit(&who.name, "revoke API token", &id.to_string())
         .await;
+    Ok(())
+}
+
+/// The user behind an API token, by the token's hash; `None` for an unknown or revoked one.
+pub async fn token_user(node: &Node, hash: &str) -> Result<Option<TokenUser>> {
+    Ok(node.store().token_user(hash).await?)
+}
+
+/// The user of a live console session, by the session cookie's hash.
+pub async fn session_user(node: &Node, session_hash: &str) -> Result<Option<User>> {
+    Ok(node.store().session_user(session_hash, now_ms()).await?)
+}
+
+/// The user named `name`, for signing in.
+pub async fn named(node: &Node, name: &str) -> Result<Option<User>> {
+    Ok(node.store().user_by_name(name).await?)
+}
+
+/// Opens a console session of hash `session_hash` for `user`, whose password the caller
+/// checked, for [`SESSION_MS`]; audited.
+pub async fn sign_in(node: &Node, user: &User, session_hash: &str) -> Result<()> {
+    let at = now_ms();
+    node.store()
+        .insert_session(session_hash, user.id, at, at + SESSION_MS)
+        .await?;
+    node.audit(&user.name, "login", "").await;
+    Ok(())
+}
+
+/// Ends the console session of hash `session_hash` (if any) of user `name`, audited.
+pub async fn sign_out(node: &Node, name: &str, session_hash: Option<&str>) -> Result<()> {
+    if let Some(hash) = session_hash {
+        node.store().delete_session(hash).await?;
+    }
+    node.audit(name, "logout", "").await;
     Ok(())
 }
