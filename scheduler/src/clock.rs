@@ -29,11 +29,16 @@ impl Clock {
 
     /// Now, epoch ms.
     pub fn now_ms(&self) -> Millis {
+        self.now_us().div_euclid(1000)
+    }
+
+    /// Now, epoch µs (the ring sleeps to the microsecond).
+    pub fn now_us(&self) -> i64 {
         match self {
-            Clock::Wall => crate::model::now_ms(),
-            Clock::Tokio { start_ms, origin } => {
-                start_ms + i64::try_from(origin.elapsed().as_millis()).unwrap_or(i64::MAX)
-            }
+            Clock::Wall => crate::model::now_us(),
+            Clock::Tokio { start_ms, origin } => start_ms
+                .saturating_mul(1000)
+                .saturating_add(i64::try_from(origin.elapsed().as_micros()).unwrap_or(i64::MAX)),
         }
     }
 }

@@ -7,12 +7,12 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::model::now_ms;
+use crate::model::Millis;
 use crate::store::{self, Store};
 
 /// Makes `admin` when there are no users yet: with `password`, or with a generated one that
 /// is logged once (it is nowhere else).
-pub async fn seed_admin(store: &Store, password: Option<&str>) -> anyhow::Result<()> {
+pub async fn seed_admin(store: &Store, password: Option<&str>, now: Millis) -> anyhow::Result<()> {
     if store.count_users().await? > 0 {
         return Ok(());
     }
@@ -21,10 +21,7 @@ pub async fn seed_admin(store: &Store, password: Option<&str>) -> anyhow::Result
         None => (random_token(12), true),
     };
     let hash = hash_password(password.clone()).await?;
-    match store
-        .insert_user("admin", &hash, "admin", "*", now_ms())
-        .await
-    {
+    match store.insert_user("admin", &hash, "admin", "*", now).await {
         // Another node seeded it first.
         Ok(_) | Err(store::Error::Conflict(_)) => {}
         Err(e) => return Err(e.into()),

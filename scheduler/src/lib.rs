@@ -51,6 +51,7 @@ mod names;
 pub mod node;
 mod periodic;
 pub mod pipeline;
+pub mod ports;
 pub mod protocol;
 pub mod retention;
 pub mod route;
@@ -83,7 +84,9 @@ pub async fn run(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tls = config.tls.clone();
     let node = Node::start(config, store, stop_rx.clone()).await?;
-    let app = api::router(api::AppState { node: node.clone() });
+    let app = api::router(api::AppState {
+        ports: node.ports().clone(),
+    });
     let mut server_stop = stop_rx.clone();
     // Client addresses key the console's slowing of failed logins.
     let app = app.into_make_service_with_connect_info::<rota_net::ClientAddr>();
@@ -96,7 +99,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = server.await;
     node.stopped().await;
-    node.store().close().await;
+    node.ports().store().close().await;
     Ok(())
 }
 

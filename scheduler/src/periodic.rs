@@ -1,5 +1,8 @@
 //! "Every period until the node shuts down", written once for the node's background loops
-//! (executor liveness, take-over, retention, the alarm watcher and outbox).
+//! (executor liveness, take-over, retention, the alarm watcher and outbox); and "try
+//! again, waiting longer each time, until the node shuts down" for the work the database
+//! refused that must not be dropped while the node runs (recording dispatches, runs that
+//! ended at the scheduler).
 
 use std::time::Duration;
 
@@ -39,6 +42,40 @@ impl Every {
     }
 }
 
+/// Pauses between tries of work the database refused: 50 ms, doubling up to 5 s, until
+/// the node shuts down. At shutdown the work is left to the next start's recovery (the
+/// claims stay in the database), so a database that went away cannot hold the stop.
+pub(crate) struct Retrying {
+    next: Duration,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Retrying {
+    const FIRST: Duration = Duration::from_millis(50);
+    const LONGEST: Duration = Duration::from_secs(5);
+
+    pub(crate) fn new(shutdown: watch::Receiver<bool>) -> Retrying {
+        Retrying {
+            next: Retrying::FIRST,
+            shutdown,
+        }
+    }
+
+    /// Waits before the next try: `false`, without waiting, once the node shuts down
+    /// (and as soon as it does during the pause).
+    pub(crate) async fn pause(&mut self) -> bool {
+        if *self.shutdown.borrow() {
+            return false;
+        }
+        let wait = self.next;
+        self.next = (self.next * 2).min(Retrying::LONGEST);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => true,
+            _ = self.shutdown.wait_for(|s| *s) => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +100,41 @@ mod tests {
         let started = Instant::now();
         assert!(every.tick().await);
         assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_wait_twice_as_long_each_time_up_to_five_seconds() {
+        let (_stop, shutdown) = watch::channel(false);
+        let mut retrying = Retrying::new(shutdown);
+        let mut waits = Vec::new();
+        for _ in 0..9 {
+            let before = Instant::now();
+            assert!(retrying.pause().await);
+            waits.push(before.elapsed().as_millis());
+        }
+        assert_eq!(
+            waits,
+            vec![50, 100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_ends_the_retries_even_during_a_pause() {
+        let (stop, shutdown) = watch::channel(false);
+        let mut retrying = Retrying::new(shutdown);
+        for _ in 0..7 {
+            assert!(retrying.pause().await); // the next pause is 5 s
+        }
+        let before = Instant::now();
+        let pause = tokio::spawn(async move { retrying.pause().await });
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        stop.send(true).unwrap();
+        assert!(!pause.await.unwrap(), "a shutdown during the pause ends it");
+        assert_eq!(before.elapsed(), Duration::from_millis(1_000));
+
+        let (_stop, stopped) = watch::channel(true);
+        let before = Instant::now();
+        assert!(!Retrying::new(stopped).pause().await);
+        assert_eq!(before.elapsed(), Duration::ZERO, "no pause once stopped");
     }
 }

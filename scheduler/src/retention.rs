@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::model::now_ms;
 use crate::pipeline::Cluster;
 
 /// Tasks per delete batch.
@@ -23,7 +22,7 @@ const EVERY: Duration = Duration::from_secs(60);
 pub(crate) async fn retention_loop(cluster: Arc<Cluster>) {
     let mut every = crate::periodic::Every::after(EVERY, cluster.shutdown.clone());
     while every.tick().await {
-        let before = now_ms() - cluster.config.retention_ms;
+        let before = cluster.clock.now_ms() - cluster.config.retention_ms;
         let mut purged = 0usize;
         loop {
             match cluster.store.purge_finished(before, BATCH).await {

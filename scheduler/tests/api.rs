@@ -1064,7 +1064,7 @@ async fn api_changes_are_audited() {
     assert_eq!(actions, ["create job", "upload plugin"]);
 
     // A viewer's token reads jobs, but not the audit log.
-    let store = t.node.store();
+    let store = t.node.ports().store();
     let now = chrono::Utc::now().timestamp_millis();
     let user = store
         .insert_user("vic", "x", "viewer", "*", now)

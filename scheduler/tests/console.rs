@@ -204,7 +204,7 @@ async fn every_console_route_needs_a_login() {
         }
     }
     // An expired session is no session.
-    let store = t.node.store();
+    let store = t.node.ports().store();
     let user = store.user_by_name("admin").await.unwrap().unwrap();
     let now = now_ms();
     let old = "0123456789abcdef";
@@ -390,9 +390,9 @@ async fn every_page_renders() {
         )
         .await;
     let task = delayed["id"].as_i64().unwrap();
-    let store = t.node.store();
+    let store = t.node.ports().store();
     let now = now_ms();
-    let lease = t.node.lease();
+    let lease = t.node.ports().lease();
     store
         .claim_due(lease, now, now + 3_600_001, 10, &mut |_| {
             JobFires::default()
@@ -684,7 +684,11 @@ async fn a_scoped_user_sees_only_their_apps_numbers() {
             running: 0,
             active_runs: Vec::new(),
         };
-        t.node.executor_registered(&reg, now_ms()).await.unwrap();
+        t.node
+            .ports()
+            .executor_registered(&reg, now_ms())
+            .await
+            .unwrap();
     }
     let tiles = |body: &str| {
         let count = |href: &str| {
@@ -739,7 +743,16 @@ async fn job_actions_edit_disable_trigger_and_delete() {
     t.get(&path, Some(&b.cookie))
         .await
         .contains(">Enable</button>");
-    assert!(!t.node.store().get_job(job).await.unwrap().spec.enabled);
+    assert!(
+        !t.node
+            .ports()
+            .store()
+            .get_job(job)
+            .await
+            .unwrap()
+            .spec
+            .enabled
+    );
 
     let res = t
         .submit(&b, &format!("{path}/trigger"), &[("params", "--dry-run")])
@@ -750,7 +763,7 @@ async fn job_actions_edit_disable_trigger_and_delete() {
         .strip_prefix("/console/tasks/")
         .and_then(|id| id.parse().ok())
         .expect("redirect to the task");
-    let stored = t.node.store().get_task(task).await.unwrap();
+    let stored = t.node.ports().store().get_task(task).await.unwrap();
     assert_eq!(stored.params.as_deref(), Some("--dry-run"));
 
     t.get(&format!("{path}/delete"), Some(&b.cookie))
@@ -1127,7 +1140,7 @@ async fn roles_and_app_scopes_hold_on_pages_actions_and_tokens() {
     res.expect(StatusCode::FORBIDDEN).contains("viewer");
 
     // The admin demotes otto: his token loses the right at once.
-    let users = t.node.store().list_users().await.unwrap();
+    let users = t.node.ports().store().list_users().await.unwrap();
     let id_of = |name: &str| users.iter().find(|u| u.name == name).unwrap().id;
     t.submit(
         &admin,
@@ -1147,7 +1160,7 @@ async fn roles_and_app_scopes_hold_on_pages_actions_and_tokens() {
     assert_eq!(status, StatusCode::FORBIDDEN);
 
     // Revoked, a token is refused; the hash is all the store ever had.
-    let tokens = t.node.store().list_tokens(None).await.unwrap();
+    let tokens = t.node.ports().store().list_tokens(None).await.unwrap();
     let ci = tokens.iter().find(|k| k.name == "ci").unwrap();
     t.submit(&otto, &format!("/console/tokens/{}/revoke", ci.id), &[])
         .await
@@ -1156,7 +1169,7 @@ async fn roles_and_app_scopes_hold_on_pages_actions_and_tokens() {
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     // Vera cannot revoke the admin's tokens, nor see them.
     let admin_token = make_token(&t, &admin, "ops").await;
-    let ops = t.node.store().list_tokens(None).await.unwrap();
+    let ops = t.node.ports().store().list_tokens(None).await.unwrap();
     let ops = ops.iter().find(|k| k.name == "ops").unwrap();
     t.submit(&vera, &format!("/console/tokens/{}/revoke", ops.id), &[])
         .await
@@ -1425,7 +1438,7 @@ async fn a_delayed_task_is_scheduled_from_the_job_page() {
         .await;
     res.expect(StatusCode::SEE_OTHER);
     let id: i64 = res.location().rsplit('/').next().unwrap().parse().unwrap();
-    let task = t.node.store().get_task(id).await.unwrap();
+    let task = t.node.ports().store().get_task(id).await.unwrap();
     assert_eq!(task.key.as_deref(), Some("order-7"));
     assert_eq!(task.payload.as_deref(), Some("{\"order\":7}"));
     assert!(task.due_at >= before + 90_000 && task.due_at <= now_ms() + 90_000);
@@ -1731,7 +1744,14 @@ async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened()
     )
     .await
     .expect(StatusCode::SEE_OTHER);
-    let rule = t.node.store().alarm_rule("late").await.unwrap().unwrap();
+    let rule = t
+        .node
+        .ports()
+        .store()
+        .alarm_rule("late")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((rule.threshold, rule.throttle_ms), (Some(500), 30_000));
     t.get("/console/alarms", Some(&b.cookie))
         .await
@@ -1800,7 +1820,7 @@ async fn job_and_run_changes_are_one_use_case_through_the_api_and_the_console() 
         .await
         .expect(StatusCode::SEE_OTHER);
 
-    let audit = t.node.store().list_audit(None, 20).await.unwrap();
+    let audit = t.node.ports().store().list_audit(None, 20).await.unwrap();
     let rows: Vec<(String, String, String)> = audit
         .iter()
         .filter(|e| e.action.ends_with(" job"))

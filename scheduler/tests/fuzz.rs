@@ -255,7 +255,7 @@ fn target() -> &'static Target {
             let (stop, stop_rx) = watch::channel(false);
             (Node::start(config, store, stop_rx).await.unwrap(), stop)
         });
-        let app = router(AppState { node: node.clone() });
+        let app = router(AppState { ports: node.ports().clone() });
         let t = Target { rt, app, _node: node, _stop: stop, _dir: dir };
         // What the job and task seeds refer to.
         let module = std::fs::read(

@@ -100,7 +100,7 @@ impl TestApp {
 
     /// A user with this role over app `default`, and an API token of theirs.
     async fn token_of(&self, name: &str, role: &str) -> String {
-        let store = self.node.store();
+        let store = self.node.ports().store();
         let now = chrono::Utc::now().timestamp_millis();
         let user = store
             .insert_user(name, "not-a-hash", role, "default", now)

@@ -9,6 +9,7 @@ use tokio::sync::{Semaphore, watch};
 
 use super::channel::{Kind, Message, Sender, Target};
 use super::{Rules, fold};
+use crate::clock::Clock;
 use crate::model::*;
 use crate::secrets::SecretBox;
 use crate::store::{AlarmChannelRow, AlarmRow, Store};
@@ -32,6 +33,8 @@ pub struct Alarms {
     pub rules: Arc<Rules>,
     pub sender: Sender,
     pub secrets: Arc<SecretBox>,
+    /// When alarms are raised, sent and retried: the node's time.
+    pub clock: Clock,
     in_flight: Arc<Semaphore>,
 }
 
@@ -46,12 +49,19 @@ fn box_app(app: Option<&str>) -> &str {
 }
 
 impl Alarms {
-    pub fn new(store: Store, rules: Arc<Rules>, sender: Sender, secrets: Arc<SecretBox>) -> Self {
+    pub fn new(
+        store: Store,
+        rules: Arc<Rules>,
+        sender: Sender,
+        secrets: Arc<SecretBox>,
+        clock: Clock,
+    ) -> Self {
         Alarms {
             store,
             rules,
             sender,
             secrets,
+            clock,
             in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
         }
     }
@@ -206,12 +216,12 @@ impl Alarms {
         let alarm = match self.store.alarm(alarm_id).await {
             Ok(Some(a)) => a,
             Ok(None) => return Err(give_up(format!("alarm {alarm_id} is gone"))),
-            Err(e) => return Err((e.to_string(), Some(now_ms() + FIRST_RETRY_MS))),
+            Err(e) => return Err((e.to_string(), Some(self.clock.now_ms() + FIRST_RETRY_MS))),
         };
         let row = match self.store.alarm_channel(channel).await {
             Ok(Some(c)) => c,
             Ok(None) => return Err(give_up(format!("channel `{channel}` was deleted"))),
-            Err(e) => return Err((e.to_string(), Some(now_ms() + FIRST_RETRY_MS))),
+            Err(e) => return Err((e.to_string(), Some(self.clock.now_ms() + FIRST_RETRY_MS))),
         };
         let result = match self.target(&row).await {
             Ok(target) => {
@@ -221,7 +231,7 @@ impl Alarms {
             }
             Err(e) => Err(e),
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let status = if result.is_ok() { "sent" } else { "failed" };
         metrics::counter!("rota_alarm_sends_total", "channel" => channel.to_owned(), "status" => status)
             .increment(1);
@@ -261,7 +271,7 @@ pub async fn outbox_loop(alarms: Arc<Alarms>, shutdown: watch::Receiver<bool>) {
             let open = alarms.rules.snapshot().iter().filter(|r| r.open).count();
             metrics::gauge!("rota_alarm_open_conditions").set(open as f64);
         }
-        let now = now_ms();
+        let now = alarms.clock.now_ms();
         if let Err(e) = alarms.fold_all(now).await {
             tracing::warn!(error = %e, "folding alarm events failed");
         }

@@ -143,7 +143,7 @@ pub async fn watch_loop(alarms: Arc<Alarms>, watching: Watching, shutdown: watch
         {
             continue;
         }
-        if let Err(e) = look_all(&alarms, &watching, now_ms()).await {
+        if let Err(e) = look_all(&alarms, &watching, alarms.clock.now_ms()).await {
             tracing::warn!(error = %e, "watching alarm conditions failed");
         }
     }

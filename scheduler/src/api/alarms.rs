@@ -192,7 +192,7 @@ pub async fn create_channel(
     Extension(who): Extension<Principal>,
     Json(body): Json<ChannelFields>,
 ) -> ApiResult<(StatusCode, Json<ChannelView>)> {
-    let c = alarms::create_channel(&state.node, &who, body).await?;
+    let c = alarms::create_channel(&state.ports, &who, body).await?;
     Ok((StatusCode::CREATED, Json(c.into())))
 }
 
@@ -207,7 +207,7 @@ pub async fn list_channels(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
 ) -> ApiResult<Json<ChannelPage>> {
-    let all = alarms::channels(&state.node, &who).await?;
+    let all = alarms::channels(&state.ports, &who).await?;
     Ok(Json(PageView::all(
         all.into_iter().map(ChannelView::from).collect(),
     )))
@@ -230,7 +230,7 @@ pub async fn get_channel(
     PathParam(name): PathParam,
 ) -> ApiResult<Json<ChannelView>> {
     Ok(Json(
-        alarms::channel(&state.node, &who, &name).await?.into(),
+        alarms::channel(&state.ports, &who, &name).await?.into(),
     ))
 }
 
@@ -251,7 +251,7 @@ pub async fn delete_channel(
     Extension(who): Extension<Principal>,
     PathParam(name): PathParam,
 ) -> ApiResult<StatusCode> {
-    alarms::delete_channel(&state.node, &who, &name).await?;
+    alarms::delete_channel(&state.ports, &who, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -277,7 +277,7 @@ pub async fn test_channel(
     Extension(who): Extension<Principal>,
     PathParam(name): PathParam,
 ) -> ApiResult<Json<Tested>> {
-    alarms::test_channel(&state.node, &who, &name).await?;
+    alarms::test_channel(&state.ports, &who, &name).await?;
     Ok(Json(Tested { delivered: true }))
 }
 
@@ -301,7 +301,7 @@ pub async fn create_rule(
     Extension(who): Extension<Principal>,
     Json(body): Json<RuleFields>,
 ) -> ApiResult<(StatusCode, Json<RuleView>)> {
-    let r = alarms::create_rule(&state.node, &who, body).await?;
+    let r = alarms::create_rule(&state.ports, &who, body).await?;
     Ok((StatusCode::CREATED, Json(r.into())))
 }
 
@@ -316,7 +316,7 @@ pub async fn list_rules(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
 ) -> ApiResult<Json<RulePage>> {
-    let all = alarms::rules(&state.node, &who).await?;
+    let all = alarms::rules(&state.ports, &who).await?;
     Ok(Json(PageView::all(
         all.into_iter().map(RuleView::from).collect(),
     )))
@@ -338,7 +338,7 @@ pub async fn get_rule(
     Extension(who): Extension<Principal>,
     PathParam(name): PathParam,
 ) -> ApiResult<Json<RuleView>> {
-    Ok(Json(alarms::rule(&state.node, &who, &name).await?.into()))
+    Ok(Json(alarms::rule(&state.ports, &who, &name).await?.into()))
 }
 
 /// `PATCH /api/v1/alarm-rules/{name}`.
@@ -362,7 +362,7 @@ pub async fn update_rule(
     Json(body): Json<RulePatch>,
 ) -> ApiResult<Json<RuleView>> {
     Ok(Json(
-        alarms::update_rule(&state.node, &who, &name, body)
+        alarms::update_rule(&state.ports, &who, &name, body)
             .await?
             .into(),
     ))
@@ -384,7 +384,7 @@ pub async fn delete_rule(
     Extension(who): Extension<Principal>,
     PathParam(name): PathParam,
 ) -> ApiResult<StatusCode> {
-    alarms::delete_rule(&state.node, &who, &name).await?;
+    alarms::delete_rule(&state.ports, &who, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -415,7 +415,7 @@ pub async fn history(
 ) -> ApiResult<Json<AlarmPage>> {
     let page = page.parse()?;
     let found = alarms::history(
-        &state.node,
+        &state.ports,
         &who,
         q.rule.as_deref(),
         page.before_id,

@@ -62,6 +62,6 @@ pub async fn list(
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<AuditPage>> {
     let page = page.parse()?;
-    let page = usecase::audit::list(&state.node, &who, page.before_id, page.limit).await?;
+    let page = usecase::audit::list(&state.ports, &who, page.before_id, page.limit).await?;
     Ok(Json(PageView::of(page, AuditView::from)))
 }

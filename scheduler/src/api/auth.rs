@@ -66,15 +66,15 @@ pub async fn require_token(
 /// The node's own token is `root`; any other is looked up, by its hash, among the tokens
 /// issued to users.
 async fn principal_of(state: &AppState, token: &[u8]) -> Result<Principal, ApiError> {
-    if let Some(root) = state.node.config().api_token.as_deref()
+    if let Some(root) = state.ports.config().api_token.as_deref()
         && same_secret(token, root.as_bytes())
     {
         return Ok(Principal::root());
     }
     let hash = hex::encode(Sha256::digest(token));
-    match crate::usecase::users::token_user(&state.node, &hash).await? {
+    match crate::usecase::users::token_user(&state.ports, &hash).await? {
         Some(user) => Ok(Principal::of_user(&user.name, &user.role, &user.apps)),
-        None if state.node.config().api_token.is_none() => Err(ApiError::Unauthorized(
+        None if state.ports.config().api_token.is_none() => Err(ApiError::Unauthorized(
             "invalid API token: not one issued in the console (and ROTA_API_TOKEN is not set on this scheduler)".into(),
         )),
         None => Err(ApiError::Unauthorized(
@@ -162,7 +162,7 @@ pub async fn require_signature(
         .map(|pq| pq.as_str())
         .unwrap_or("/");
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    let master = &state.node.config().executor_secret;
+    let master = &state.ports.config().executor_secret;
     let (signer, key) = match parts.headers.get(rota_proto::HEADER_APP) {
         None => (Signer::Peer, master.clone()),
         Some(app) => {
@@ -184,7 +184,7 @@ pub async fn require_signature(
     };
     let received = rota_proto::Received::from_headers(header);
     rota_proto::verify_once(
-        state.node.replay_guard(),
+        state.ports.replay_guard(),
         key.as_bytes(),
         parts.method.as_str(),
         target,

@@ -37,7 +37,7 @@ pub async fn list(
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<ExecutorPage>> {
     let app = q.app.filter(|a| !a.is_empty());
-    let executors = crate::usecase::cluster::executors(&state.node, &who, app.as_deref()).await?;
+    let executors = crate::usecase::cluster::executors(&state.ports, &who, app.as_deref()).await?;
     Ok(Json(PageView::all(
         executors.into_iter().map(ExecutorView::from).collect(),
     )))
@@ -54,7 +54,7 @@ pub async fn list(
     )
 )]
 pub async fn nodes(State(state): State<AppState>) -> ApiResult<Json<NodePage>> {
-    let nodes = crate::usecase::cluster::nodes(&state.node).await?;
+    let nodes = crate::usecase::cluster::nodes(&state.ports).await?;
     Ok(Json(PageView::all(
         nodes.into_iter().map(NodeView::from).collect(),
     )))

@@ -39,8 +39,8 @@ pub async fn create(
     Extension(who): Extension<Principal>,
     Json(fields): Json<JobFields>,
 ) -> ApiResult<(StatusCode, Json<JobView>)> {
-    let (spec, schedule) = build_spec(&state.node, &who, fields, None).await?;
-    let job = usecase::jobs::create(&state.node, &who, &spec, &schedule).await?;
+    let (spec, schedule) = build_spec(&state.ports, &who, fields, None).await?;
+    let job = usecase::jobs::create(&state.ports, &who, &spec, &schedule).await?;
     Ok((StatusCode::CREATED, Json(job.into())))
 }
 
@@ -61,7 +61,7 @@ pub async fn get(
     PathParam(id): PathParam,
 ) -> ApiResult<Json<JobView>> {
     Ok(Json(
-        usecase::jobs::get(&state.node, &who, &id).await?.into(),
+        usecase::jobs::get(&state.ports, &who, &id).await?.into(),
     ))
 }
 
@@ -90,9 +90,9 @@ pub async fn update(
     Json(fields): Json<JobFields>,
 ) -> ApiResult<Json<JobView>> {
     let force = query_flag("force", q.force.as_deref())?;
-    let job = usecase::jobs::to_change(&state.node, &who, &id).await?;
-    let (spec, schedule) = build_spec(&state.node, &who, fields, Some(&job)).await?;
-    let job = usecase::jobs::update(&state.node, &who, &job, &spec, &schedule, force).await?;
+    let job = usecase::jobs::to_change(&state.ports, &who, &id).await?;
+    let (spec, schedule) = build_spec(&state.ports, &who, fields, Some(&job)).await?;
+    let job = usecase::jobs::update(&state.ports, &who, &job, &spec, &schedule, force).await?;
     Ok(Json(job.into()))
 }
 
@@ -134,7 +134,7 @@ pub async fn delete(
     Query(q): Query<DeleteQuery>,
 ) -> ApiResult<StatusCode> {
     let force = query_flag("force", q.force.as_deref())?;
-    usecase::jobs::delete(&state.node, &who, &id, force).await?;
+    usecase::jobs::delete(&state.ports, &who, &id, force).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -172,7 +172,7 @@ pub async fn trigger(
     OptionalJson(body): OptionalJson<TriggerBody>,
 ) -> ApiResult<(StatusCode, Json<Triggered>)> {
     let body = body.unwrap_or_default();
-    let task_id = usecase::jobs::trigger(&state.node, &who, &id, body.params).await?;
+    let task_id = usecase::jobs::trigger(&state.ports, &who, &id, body.params).await?;
     Ok((StatusCode::CREATED, Json(Triggered { task_id })))
 }
 
@@ -206,7 +206,7 @@ pub async fn list(
     let non_empty = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
     let (app, search) = (non_empty(&q.app), non_empty(&q.q));
     let jobs = usecase::jobs::list(
-        &state.node,
+        &state.ports,
         &who,
         app.as_deref(),
         search.as_deref(),

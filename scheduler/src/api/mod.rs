@@ -67,12 +67,12 @@ pub use error::{ApiError, ApiResult};
 /// What every handler reads: the node (its store, config and pipeline).
 #[derive(Clone)]
 pub struct AppState {
-    pub node: crate::node::Node,
+    pub ports: crate::ports::Ports,
 }
 
 /// The whole HTTP surface of a scheduler node.
 pub fn router(state: AppState) -> Router {
-    let config = state.node.config();
+    let config = state.ports.config();
 
     let api = api(config.max_plugin_bytes)
         .router
@@ -94,7 +94,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), auth::require_token))
         .merge(executor_protocol)
-        .merge(crate::console::router(state.node.clone()))
+        .merge(crate::console::router(state.ports.clone()))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)
@@ -238,7 +238,7 @@ impl ApiRoutes {
 
 /// `GET /healthz`: open to all; also asks the database.
 async fn healthz(State(state): State<AppState>) -> Response {
-    match crate::usecase::cluster::database_answers(&state.node).await {
+    match crate::usecase::cluster::database_answers(&state.ports).await {
         Ok(()) => axum::Json(json!({"status": "ok"})).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "health check: the database does not answer");
@@ -254,7 +254,7 @@ async fn healthz(State(state): State<AppState>) -> Response {
 /// `max_clock_offset_ms` of the database's; else 503 with the reason — the database's disk
 /// is full, it is read-only, it does not answer, or the node was taken over.
 async fn readyz(State(state): State<AppState>) -> Response {
-    match state.node.readiness() {
+    match state.ports.readiness() {
         Ok(None) => axum::Json(json!({"status": "ready"})).into_response(),
         Ok(Some(warning)) => {
             axum::Json(json!({"status": "ready", "warning": warning})).into_response()
@@ -270,7 +270,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.node.render_metrics(),
+        state.ports.render_metrics(),
     )
 }
 

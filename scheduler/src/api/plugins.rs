@@ -47,7 +47,7 @@ pub async fn upload(
     Query(q): Query<UploadQuery>,
     RawBody(body): RawBody,
 ) -> ApiResult<(StatusCode, Json<PluginView>)> {
-    let (plugin, created) = usecase::plugins::upload(&state.node, &who, q.name, body).await?;
+    let (plugin, created) = usecase::plugins::upload(&state.ports, &who, q.name, body).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -74,7 +74,7 @@ pub async fn delete(
     Extension(who): Extension<Principal>,
     PathParam(name): PathParam,
 ) -> ApiResult<StatusCode> {
-    crate::usecase::plugins::delete(&state.node, &who, &name).await?;
+    crate::usecase::plugins::delete(&state.ports, &who, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -86,7 +86,7 @@ pub async fn delete(
     responses((status = 200, description = "Every plugin version, on one page", body = PluginPage))
 )]
 pub async fn list(State(state): State<AppState>) -> ApiResult<Json<PluginPage>> {
-    let plugins = crate::usecase::plugins::list(&state.node).await?;
+    let plugins = crate::usecase::plugins::list(&state.ports).await?;
     Ok(Json(PageView::all(
         plugins.into_iter().map(PluginView::from).collect(),
     )))

@@ -78,7 +78,7 @@ pub async fn pull(
     PathParam(id): PathParam,
     OptionalJson(body): OptionalJson<PullFields>,
 ) -> ApiResult<Json<Pulled>> {
-    let leased = queue::pull(&state.node, &who, &id, body.unwrap_or_default()).await?;
+    let leased = queue::pull(&state.ports, &who, &id, body.unwrap_or_default()).await?;
     Ok(Json(Pulled {
         items: leased.into_iter().map(PulledTask::from).collect(),
     }))
@@ -104,7 +104,7 @@ pub async fn ack(
     PathId(id): PathId,
     Json(body): Json<LeaseEnd>,
 ) -> ApiResult<Json<TaskView>> {
-    let task = queue::ack(&state.node, &who, id, &body.lease).await?;
+    let task = queue::ack(&state.ports, &who, id, &body.lease).await?;
     Ok(Json(task.into()))
 }
 
@@ -130,7 +130,7 @@ pub async fn nack(
     PathId(id): PathId,
     Json(body): Json<LeaseEnd>,
 ) -> ApiResult<Json<TaskView>> {
-    let task = queue::nack(&state.node, &who, id, body).await?;
+    let task = queue::nack(&state.ports, &who, id, body).await?;
     Ok(Json(task.into()))
 }
 
@@ -160,7 +160,7 @@ pub async fn extend(
     PathId(id): PathId,
     Json(body): Json<LeaseExtension>,
 ) -> ApiResult<Json<Extended>> {
-    let until = queue::extend(&state.node, &who, id, body).await?;
+    let until = queue::extend(&state.ports, &who, id, body).await?;
     Ok(Json(Extended {
         lease_expires_at: rfc3339(until),
     }))
@@ -198,7 +198,7 @@ pub async fn ack_batch(
     PathParam(id): PathParam,
     Json(body): Json<AckBatch>,
 ) -> ApiResult<Json<AckResults>> {
-    let results = queue::ack_batch(&state.node, &who, &id, body.acks).await?;
+    let results = queue::ack_batch(&state.ports, &who, &id, body.acks).await?;
     Ok(Json(AckResults { results }))
 }
 
@@ -219,7 +219,7 @@ pub async fn retry(
     Extension(who): Extension<Principal>,
     PathId(id): PathId,
 ) -> ApiResult<Json<TaskView>> {
-    let task = queue::retry(&state.node, &who, id).await?;
+    let task = queue::retry(&state.ports, &who, id).await?;
     Ok(Json(task.into()))
 }
 
@@ -247,6 +247,6 @@ pub async fn retry_dead(
     Extension(who): Extension<Principal>,
     Json(body): Json<BulkRetry>,
 ) -> ApiResult<Json<Retried>> {
-    let retried = queue::retry_dead(&state.node, &who, body).await?;
+    let retried = queue::retry_dead(&state.ports, &who, body).await?;
     Ok(Json(Retried { retried }))
 }

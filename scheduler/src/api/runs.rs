@@ -65,7 +65,7 @@ pub async fn list(
         limit: page.limit,
         ..RunFilter::default()
     };
-    let runs = usecase::runs::list(&state.node, &who, q.job.as_deref(), filter).await?;
+    let runs = usecase::runs::list(&state.ports, &who, q.job.as_deref(), filter).await?;
     Ok(Json(PageView::of(runs, RunView::from)))
 }
 
@@ -90,7 +90,7 @@ pub async fn get(
     PathId(id): PathId,
 ) -> ApiResult<Json<RunView>> {
     Ok(Json(
-        usecase::runs::get(&state.node, &who, id).await?.into(),
+        usecase::runs::get(&state.ports, &who, id).await?.into(),
     ))
 }
 
@@ -135,7 +135,7 @@ pub async fn log(
     let max_lines =
         capped_count("limit", q.limit.as_deref(), MAX_LOG_LINES)?.unwrap_or(DEFAULT_LOG_LINES);
     Ok(Json(
-        usecase::runs::log(&state.node, &who, id, from_line, max_lines).await?,
+        usecase::runs::log(&state.ports, &who, id, from_line, max_lines).await?,
     ))
 }
 
@@ -169,7 +169,7 @@ pub async fn kill(
     Extension(who): Extension<Principal>,
     PathId(id): PathId,
 ) -> ApiResult<(StatusCode, Json<KillAnswer>)> {
-    let ack = usecase::runs::kill(&state.node, &who, id).await?;
+    let ack = usecase::runs::kill(&state.ports, &who, id).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(KillAnswer {

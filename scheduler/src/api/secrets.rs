@@ -72,7 +72,7 @@ impl<S: Send + Sync> FromRequestParts<S> for SecretPath {
 }
 
 async fn view(state: &AppState, who: &Principal, app: &str, name: &str) -> ApiResult<SecretView> {
-    let found = usecase::secrets::of_app(&state.node, who, app).await?;
+    let found = usecase::secrets::of_app(&state.ports, who, app).await?;
     let meta = found
         .into_iter()
         .find(|s| s.name == name)
@@ -106,7 +106,7 @@ pub async fn list(
     Extension(who): Extension<Principal>,
     PathParam(app): PathParam,
 ) -> ApiResult<Json<SecretPage>> {
-    let items = usecase::secrets::of_app(&state.node, &who, &app)
+    let items = usecase::secrets::of_app(&state.ports, &who, &app)
         .await?
         .into_iter()
         .map(|meta| secret_view(&app, meta))
@@ -138,7 +138,7 @@ pub async fn set(
     SecretPath { app, name }: SecretPath,
     Json(body): Json<SecretValue>,
 ) -> ApiResult<Json<SecretView>> {
-    usecase::secrets::set(&state.node, &who, &app, &name, body.value.as_bytes()).await?;
+    usecase::secrets::set(&state.ports, &who, &app, &name, body.value.as_bytes()).await?;
     Ok(Json(view(&state, &who, &app, &name).await?))
 }
 
@@ -163,6 +163,6 @@ pub async fn delete(
     Extension(who): Extension<Principal>,
     SecretPath { app, name }: SecretPath,
 ) -> ApiResult<StatusCode> {
-    usecase::secrets::delete(&state.node, &who, &app, &name).await?;
+    usecase::secrets::delete(&state.ports, &who, &app, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

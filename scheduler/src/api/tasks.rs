@@ -39,7 +39,7 @@ pub async fn create(
     Extension(who): Extension<Principal>,
     Json(fields): Json<TaskFields>,
 ) -> ApiResult<(StatusCode, Json<TaskView>)> {
-    let (task, created) = usecase::tasks::create(&state.node, &who, fields).await?;
+    let (task, created) = usecase::tasks::create(&state.ports, &who, fields).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -81,7 +81,7 @@ pub async fn create_batch(
     Extension(who): Extension<Principal>,
     Json(body): Json<BatchBody>,
 ) -> ApiResult<(StatusCode, Json<BatchCreated>)> {
-    let ids = usecase::tasks::create_batch(&state.node, &who, body.tasks).await?;
+    let ids = usecase::tasks::create_batch(&state.ports, &who, body.tasks).await?;
     Ok((StatusCode::CREATED, Json(BatchCreated { ids })))
 }
 
@@ -105,7 +105,7 @@ pub async fn get(
     Extension(who): Extension<Principal>,
     PathId(id): PathId,
 ) -> ApiResult<Json<TaskView>> {
-    let task = usecase::tasks::get(&state.node, &who, id).await?;
+    let task = usecase::tasks::get(&state.ports, &who, id).await?;
     Ok(Json(task.into()))
 }
 
@@ -132,7 +132,7 @@ pub async fn reschedule(
     PathId(id): PathId,
     Json(body): Json<Reschedule>,
 ) -> ApiResult<Json<TaskView>> {
-    let task = usecase::tasks::reschedule(&state.node, &who, id, body).await?;
+    let task = usecase::tasks::reschedule(&state.ports, &who, id, body).await?;
     Ok(Json(task.into()))
 }
 
@@ -155,7 +155,7 @@ pub async fn cancel(
     Extension(who): Extension<Principal>,
     PathId(id): PathId,
 ) -> ApiResult<Json<TaskView>> {
-    let task = usecase::tasks::cancel(&state.node, &who, id).await?;
+    let task = usecase::tasks::cancel(&state.ports, &who, id).await?;
     Ok(Json(task.into()))
 }
 
@@ -196,7 +196,7 @@ pub async fn cancel_by_key(
             "query parameters `job` and `key` are required: DELETE /api/v1/tasks?job=…&key=… (or DELETE /api/v1/tasks/{id})".into(),
         ));
     };
-    let task = usecase::tasks::cancel_by_key(&state.node, &who, &job, &key).await?;
+    let task = usecase::tasks::cancel_by_key(&state.ports, &who, &job, &key).await?;
     Ok(Json(task.into()))
 }
 
@@ -246,7 +246,7 @@ pub async fn list(
         limit: page.limit,
         ..TaskFilter::default()
     };
-    let tasks = usecase::tasks::list(&state.node, &who, q.job.as_deref(), filter).await?;
+    let tasks = usecase::tasks::list(&state.ports, &who, q.job.as_deref(), filter).await?;
     Ok(Json(PageView::of(tasks, TaskView::from)))
 }
 

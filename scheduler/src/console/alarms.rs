@@ -112,8 +112,8 @@ struct Shown {
 }
 
 async fn page(console: &Console, s: &Session, shown: Shown) -> PageResult {
-    let node = &console.node;
-    let channels = alarms::channels(node, &s.who)
+    let ports = &console.ports;
+    let channels = alarms::channels(ports, &s.who)
         .await?
         .into_iter()
         .map(|c| ChannelRow {
@@ -134,12 +134,12 @@ async fn page(console: &Console, s: &Session, shown: Shown) -> PageResult {
             secret: c.secret.unwrap_or_default(),
         })
         .collect();
-    let rules = alarms::rules(node, &s.who).await?;
+    let rules = alarms::rules(ports, &s.who).await?;
     // A rule names its job by id; the page shows the name (or the id of a deleted job).
     let mut job_names = std::collections::HashMap::new();
     for id in rules.iter().filter_map(|r| r.job_id) {
         if let std::collections::hash_map::Entry::Vacant(slot) = job_names.entry(id) {
-            let name = node.cached_job(id).await?.map(|j| j.job.spec.name.clone());
+            let name = ports.cached_job(id).await?.map(|j| j.job.spec.name.clone());
             slot.insert(name.unwrap_or_else(|| format!("#{id}")));
         }
     }
@@ -163,7 +163,7 @@ async fn page(console: &Console, s: &Session, shown: Shown) -> PageResult {
             enabled: r.enabled,
         })
         .collect();
-    let history = alarms::history(node, &s.who, None, None, HISTORY)
+    let history = alarms::history(ports, &s.who, None, None, HISTORY)
         .await?
         .items
         .into_iter()
@@ -252,7 +252,7 @@ pub async fn create_channel(
         secret: empty_none(&form.secret).map(str::to_owned),
         app: empty_none(&form.app).map(str::to_owned),
     };
-    let done = alarms::create_channel(&console.node, &s.who, fields)
+    let done = alarms::create_channel(&console.ports, &s.who, fields)
         .await
         .map(drop);
     let shown = Shown {
@@ -267,7 +267,7 @@ pub async fn test_channel(
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
 ) -> PageResult {
-    let (tested, errors) = match alarms::test_channel(&console.node, &s.who, &name).await {
+    let (tested, errors) = match alarms::test_channel(&console.ports, &s.who, &name).await {
         Ok(()) => (Some(name), Errors::new()),
         Err(e) => (None, shown_error("test", e)?),
     };
@@ -284,7 +284,7 @@ pub async fn delete_channel(
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
 ) -> PageResult {
-    let done = alarms::delete_channel(&console.node, &s.who, &name).await;
+    let done = alarms::delete_channel(&console.ports, &s.who, &name).await;
     after(&console, &s, "channel", done, empty()).await
 }
 
@@ -317,7 +317,7 @@ pub async fn create_rule(
             throttle_ms,
             enabled: Some(true),
         };
-        alarms::create_rule(&console.node, &s.who, fields)
+        alarms::create_rule(&console.ports, &s.who, fields)
             .await
             .map(drop)
     } else {
@@ -337,6 +337,6 @@ pub async fn delete_rule(
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
 ) -> PageResult {
-    let done = alarms::delete_rule(&console.node, &s.who, &name).await;
+    let done = alarms::delete_rule(&console.ports, &s.who, &name).await;
     after(&console, &s, "rule", done, empty()).await
 }

@@ -121,7 +121,8 @@ pub async fn require_session(State(console): State<Console>, req: Request, next:
     let Some(token) = cookie_token(req.headers()) else {
         return refuse(reading);
     };
-    let user = match crate::usecase::users::session_user(&console.node, &token_hash(&token)).await {
+    let user = match crate::usecase::users::session_user(&console.ports, &token_hash(&token)).await
+    {
         Ok(Some(user)) => user,
         Ok(None) => return refuse(reading),
         Err(e) => {
@@ -136,7 +137,7 @@ pub async fn require_session(State(console): State<Console>, req: Request, next:
     } else {
         let (parts, body) = req.into_parts();
         // The route's own limit (a plugin upload's is larger) applies when it is read.
-        let config = console.node.config();
+        let config = console.ports.config();
         let limit = config.max_body_bytes.max(config.max_plugin_bytes);
         let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
             return (StatusCode::PAYLOAD_TOO_LARGE, "request too large").into_response();

@@ -14,7 +14,7 @@ use super::auth::Session;
 use super::pages::*;
 use super::{Console, PREFIX, PageResult, When, render, render_status};
 use crate::access::Need;
-use crate::model::{Delivery, Job, now_ms};
+use crate::model::{Delivery, Job, Millis};
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
 use crate::usecase::fields::NameOrId;
@@ -78,7 +78,7 @@ pub async fn jobs(
     Query(query): Query<JobsQuery>,
 ) -> PageResult {
     let q = empty_none(&query.q);
-    let page = usecase::jobs::list(&console.node, &s.who, None, q, query.before, PAGE).await?;
+    let page = usecase::jobs::list(&console.ports, &s.who, None, q, query.before, PAGE).await?;
     let q = q.unwrap_or_default().to_owned();
     let next = page.next.map(|n| {
         let mut url = format!("{PREFIX}/jobs?before={n}");
@@ -392,17 +392,17 @@ impl JobFormPage {
         form: JobForm,
         errors: Errors,
     ) -> PageResult<JobFormPage> {
-        let plugins = usecase::plugins::list(&console.node).await?;
+        let plugins = usecase::plugins::list(&console.ports).await?;
         let mut names: Vec<String> = plugins.into_iter().map(|p| p.name).collect();
         names.dedup();
         let preview = if errors.contains_key("schedule") {
             Vec::new()
         } else {
-            preview_of(&form)
+            preview_of(&form, console.ports.clock().now_ms())
         };
         let (queue, dead) = match job {
             Some(j) => {
-                let facts = usecase::queue::facts(&console.node, &s.who, j).await?;
+                let facts = usecase::queue::facts(&console.ports, &s.who, j).await?;
                 let dead = facts.dead;
                 ((j.spec.delivery == Delivery::Pull).then_some(facts), dead)
             }
@@ -427,12 +427,12 @@ impl JobFormPage {
 }
 
 /// The next five fire times of the form's schedule (none when it does not compile).
-pub(super) fn preview_of(form: &JobForm) -> Vec<When> {
+pub(super) fn preview_of(form: &JobForm, now: Millis) -> Vec<When> {
     let mut ignored = Errors::new();
     form.schedule(&mut ignored)
         .and_then(|v| serde_json::from_value::<Schedule>(v).ok())
         .and_then(|s| s.compile().ok())
-        .map(|c| c.preview(now_ms(), 5).into_iter().map(When::of).collect())
+        .map(|c| c.preview(now, 5).into_iter().map(When::of).collect())
         .unwrap_or_default()
 }
 
@@ -482,7 +482,7 @@ pub(super) async fn save_job(
     let mut errors = Errors::new();
     let fields = form.fields(&mut errors);
     let built = match fields {
-        Some(f) => match build_spec(&console.node, &s.who, f, base.as_ref()).await {
+        Some(f) => match build_spec(&console.ports, &s.who, f, base.as_ref()).await {
             Ok(b) => Some(b),
             Err(SpecErrors(all)) => {
                 for e in all {
@@ -498,9 +498,9 @@ pub(super) async fn save_job(
     // the check above and would otherwise fall back to its default).
     if let (Some((spec, compiled)), false, true) = (built, preview, errors.is_empty()) {
         let saved = match &base {
-            None => usecase::jobs::create(&console.node, &s.who, &spec, &compiled).await,
+            None => usecase::jobs::create(&console.ports, &s.who, &spec, &compiled).await,
             Some(job) => {
-                usecase::jobs::update(&console.node, &s.who, job, &spec, &compiled, false).await
+                usecase::jobs::update(&console.ports, &s.who, job, &spec, &compiled, false).await
             }
         };
         match saved {
@@ -526,7 +526,8 @@ pub async fn set_enabled(
     Path(id): Path<i64>,
     Form(f): Form<EnabledForm>,
 ) -> PageResult {
-    usecase::jobs::set_enabled(&console.node, &s.who, &id.to_string(), f.enabled == "true").await?;
+    usecase::jobs::set_enabled(&console.ports, &s.who, &id.to_string(), f.enabled == "true")
+        .await?;
     Ok(Redirect::to(&format!("{PREFIX}/jobs/{id}")).into_response())
 }
 
@@ -543,7 +544,7 @@ pub async fn trigger_job(
     Form(f): Form<TriggerForm>,
 ) -> PageResult {
     let params = (!f.params.is_empty()).then_some(f.params);
-    let task_id = usecase::jobs::trigger(&console.node, &s.who, &id.to_string(), params).await?;
+    let task_id = usecase::jobs::trigger(&console.ports, &s.who, &id.to_string(), params).await?;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{task_id}")).into_response())
 }
 
@@ -581,7 +582,7 @@ pub async fn schedule_task(
         key: Some(f.key.trim().to_owned()).filter(|k| !k.is_empty()),
         ..TaskFields::for_job(NameOrId::Id(id))
     };
-    let task = usecase::tasks::schedule(&console.node, &s.who, fields, delay_s).await?;
+    let task = usecase::tasks::schedule(&console.ports, &s.who, fields, delay_s).await?;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{}", task.id)).into_response())
 }
 
@@ -603,7 +604,7 @@ pub async fn delete_job(
     Path(id): Path<i64>,
 ) -> PageResult {
     // Confirmed by the user: pending tasks go with the job.
-    usecase::jobs::delete(&console.node, &s.who, &id.to_string(), true).await?;
+    usecase::jobs::delete(&console.ports, &s.who, &id.to_string(), true).await?;
     Ok(Redirect::to(&format!("{PREFIX}/jobs")).into_response())
 }
 
@@ -614,7 +615,7 @@ pub async fn retry_dead(
     Path(id): Path<i64>,
 ) -> PageResult {
     let retried = usecase::queue::retry_dead(
-        &console.node,
+        &console.ports,
         &s.who,
         usecase::queue::BulkRetry {
             job: NameOrId::Id(id),

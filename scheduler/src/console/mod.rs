@@ -43,7 +43,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{MethodRouter, get, post};
 
 use crate::model::Millis;
-use crate::node::Node;
+use crate::ports::Ports;
 use crate::usecase::Error;
 
 pub use crate::store::{ApiToken, AuditEntry, Counts, User};
@@ -51,7 +51,7 @@ pub use crate::store::{ApiToken, AuditEntry, Counts, User};
 /// What the console's handlers read.
 #[derive(Clone)]
 pub struct Console {
-    pub node: Node,
+    pub ports: Ports,
     pub throttle: Arc<auth::Throttle>,
     /// Cookies get `Secure` when the node is reached over TLS.
     pub secure: bool,
@@ -175,12 +175,12 @@ pub fn open_routes() -> Vec<(Method, String)> {
 }
 
 /// The console's routes, merged into the node's router by [`crate::api::router`].
-pub fn router<S>(node: Node) -> Router<S> {
-    let config = node.config();
+pub fn router<S>(ports: Ports) -> Router<S> {
+    let config = ports.config();
     let secure = config.advertise_url.starts_with("https://");
     let max_plugin_bytes = config.max_plugin_bytes;
     let console = Console {
-        node,
+        ports,
         throttle: Arc::default(),
         secure,
     };

@@ -16,7 +16,7 @@ use super::auth::{self, Session};
 use super::lang::Lang;
 use super::{Console, PREFIX, PageResult, When, render, render_status};
 use crate::access::Need;
-use crate::model::{Job, Millis, Page, RunStatus, now_ms};
+use crate::model::{Job, Millis, Page, RunStatus};
 use crate::usecase::Error;
 use crate::usecase::users::MIN_PASSWORD_CHARS;
 
@@ -107,8 +107,8 @@ pub(super) async fn job_for(
 ) -> Result<Job, Error> {
     let id = id.to_string();
     match need {
-        Need::Read => crate::usecase::jobs::get(&console.node, &s.who, &id).await,
-        Need::Change => crate::usecase::jobs::to_change(&console.node, &s.who, &id).await,
+        Need::Read => crate::usecase::jobs::get(&console.ports, &s.who, &id).await,
+        Need::Change => crate::usecase::jobs::to_change(&console.ports, &s.who, &id).await,
     }
 }
 
@@ -150,7 +150,7 @@ pub(super) struct LoginPage {
 
 pub async fn login_form(State(console): State<Console>, req: Request) -> PageResult {
     if let Some(token) = auth::cookie_token(req.headers())
-        && crate::usecase::users::session_user(&console.node, &auth::token_hash(&token))
+        && crate::usecase::users::session_user(&console.ports, &auth::token_hash(&token))
             .await?
             .is_some()
     {
@@ -205,7 +205,7 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
         };
         return refuse(StatusCode::TOO_MANY_REQUESTS, &message);
     }
-    let user = crate::usecase::users::named(&console.node, &form.user).await?;
+    let user = crate::usecase::users::named(&console.ports, &form.user).await?;
     let ok = match &user {
         Some(u) => auth::verify_password(form.password.clone(), u.password_hash.clone())
             .await
@@ -227,7 +227,7 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
     };
     console.throttle.succeeded(&form.user, ip);
     let token = auth::random_token(32);
-    crate::usecase::users::sign_in(&console.node, &user, &auth::token_hash(&token)).await?;
+    crate::usecase::users::sign_in(&console.ports, &user, &auth::token_hash(&token)).await?;
     Ok((
         [(
             header::SET_COOKIE,
@@ -244,7 +244,7 @@ pub async fn logout(
     req: Request,
 ) -> PageResult {
     let hash = auth::cookie_token(req.headers()).map(|t| auth::token_hash(&t));
-    crate::usecase::users::sign_out(&console.node, &session.user.name, hash.as_deref()).await?;
+    crate::usecase::users::sign_out(&console.ports, &session.user.name, hash.as_deref()).await?;
     Ok((
         [(header::SET_COOKIE, auth::clear_cookie(console.secure))],
         Redirect::to("/login"),
@@ -307,7 +307,7 @@ pub async fn dashboard(
     State(console): State<Console>,
     Extension(s): Extension<Session>,
 ) -> PageResult {
-    let now = now_ms();
+    let now = console.ports.clock().now_ms();
     let midnight = now - now.rem_euclid(86_400_000);
     const MINUTE: Millis = 60_000;
     const DAY: Millis = 86_400_000;
@@ -315,7 +315,7 @@ pub async fn dashboard(
     let week_ago = midnight - 6 * DAY;
     // A scoped user counts only their apps; the charts count every app, so they see none.
     let board = crate::usecase::cluster::dashboard(
-        &console.node,
+        &console.ports,
         &s.who,
         midnight,
         hour_ago - hour_ago.rem_euclid(MINUTE),
@@ -343,7 +343,7 @@ pub async fn dashboard(
             s.lang.t("Runs per day, last 7 days"),
         )
     });
-    let p99 = console.node.lateness().quantile(now, 5 * MINUTE, 0.99);
+    let p99 = console.ports.lateness().quantile(now, 5 * MINUTE, 0.99);
     let runs_today = RunStatus::ALL
         .iter()
         .map(|st| {
@@ -355,7 +355,7 @@ pub async fn dashboard(
             (st.as_str().to_owned(), n)
         })
         .collect();
-    let open_alarms = crate::usecase::alarms::rules(&console.node, &s.who)
+    let open_alarms = crate::usecase::alarms::rules(&console.ports, &s.who)
         .await?
         .into_iter()
         .filter_map(|r| Some((r.name, r.on_event, When::of(r.open_since?))))
@@ -405,7 +405,7 @@ pub async fn audit_log(
     Extension(s): Extension<Session>,
     Query(q): Query<AuditQuery>,
 ) -> PageResult {
-    let page = crate::usecase::audit::list(&console.node, &s.who, q.before, PAGE).await?;
+    let page = crate::usecase::audit::list(&console.ports, &s.who, q.before, PAGE).await?;
     let next = page.next.map(|id| format!("{PREFIX}/audit?before={id}"));
     let entries = page.items;
     render(&AuditPage {
@@ -499,7 +499,7 @@ pub async fn change_password(
         return render_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
     }
     crate::usecase::users::change_password(
-        &console.node,
+        &console.ports,
         &s.who,
         s.user.id,
         &f.new,

@@ -59,7 +59,7 @@ pub struct UserForm {
 }
 
 async fn users_page(console: &Console, s: &Session, form: UserForm, errors: Errors) -> PageResult {
-    let users = usecase::users::list(&console.node, &s.who).await?;
+    let users = usecase::users::list(&console.ports, &s.who).await?;
     let status = form_status(&errors);
     render_status(
         status,
@@ -115,7 +115,7 @@ pub async fn create_user(
     let Some((role, apps)) = access.filter(|_| errors.is_empty()) else {
         return users_page(&console, &s, form, errors).await;
     };
-    match usecase::users::create(&console.node, &s.who, &name, &form.password, role, apps).await {
+    match usecase::users::create(&console.ports, &s.who, &name, &form.password, role, apps).await {
         Ok(()) => Ok(Redirect::to(&format!("{PREFIX}/users")).into_response()),
         Err(Error::Conflict(m)) => {
             errors.insert("name".into(), m);
@@ -144,7 +144,7 @@ pub async fn set_access(
         let message = errors.into_values().collect::<Vec<_>>().join("; ");
         return Err(Error::Unprocessable(message).into());
     };
-    usecase::users::set_access(&console.node, &s.who, id, role, apps).await?;
+    usecase::users::set_access(&console.ports, &s.who, id, role, apps).await?;
     Ok(Redirect::to(&format!("{PREFIX}/users")).into_response())
 }
 
@@ -153,7 +153,7 @@ pub async fn delete_user(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    usecase::users::delete(&console.node, &s.who, id).await?;
+    usecase::users::delete(&console.ports, &s.who, id).await?;
     Ok(Redirect::to(&format!("{PREFIX}/users")).into_response())
 }
 
@@ -198,7 +198,7 @@ async fn tokens_page(
     errors: Errors,
 ) -> PageResult {
     // An admin sees and may revoke everyone's tokens.
-    let tokens = usecase::users::tokens(&console.node, &s.who, s.user.id).await?;
+    let tokens = usecase::users::tokens(&console.ports, &s.who, s.user.id).await?;
     let status = form_status(&errors);
     render_status(
         status,
@@ -233,7 +233,7 @@ pub async fn create_token(
     Form(form): Form<TokenForm>,
 ) -> PageResult {
     let name = form.name.trim().to_owned();
-    match usecase::users::create_token(&console.node, &s.who, s.user.id, &name).await {
+    match usecase::users::create_token(&console.ports, &s.who, s.user.id, &name).await {
         Ok(token) => tokens_page(&console, &s, Some(token), String::new(), Errors::new()).await,
         Err(e @ Error::Unprocessable(_)) => {
             let errors = Errors::from([("name".to_owned(), e.to_string())]);
@@ -248,6 +248,6 @@ pub async fn revoke_token(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    usecase::users::revoke_token(&console.node, &s.who, s.user.id, id).await?;
+    usecase::users::revoke_token(&console.ports, &s.who, s.user.id, id).await?;
     Ok(Redirect::to(&format!("{PREFIX}/tokens")).into_response())
 }

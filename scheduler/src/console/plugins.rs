@@ -50,9 +50,9 @@ pub async fn plugins(
     State(console): State<Console>,
     Extension(s): Extension<Session>,
 ) -> PageResult {
-    let plugins = crate::usecase::plugins::list(&console.node).await?;
+    let plugins = crate::usecase::plugins::list(&console.ports).await?;
     let mut users: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
-    for user in crate::usecase::plugins::bound_by(&console.node).await? {
+    for user in crate::usecase::plugins::bound_by(&console.ports).await? {
         users
             .entry(user.plugin)
             .or_default()
@@ -61,7 +61,7 @@ pub async fn plugins(
     let mut seen = std::collections::HashSet::new();
     render(&PluginsPage {
         chrome: Chrome::of(&s, "plugins"),
-        max_mib: console.node.config().max_plugin_bytes / (1024 * 1024),
+        max_mib: console.ports.config().max_plugin_bytes / (1024 * 1024),
         plugins: plugins
             .into_iter()
             .map(|p| {
@@ -96,7 +96,7 @@ pub async fn delete_plugin(
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
 ) -> PageResult {
-    crate::usecase::plugins::delete(&console.node, &s.who, &name).await?;
+    crate::usecase::plugins::delete(&console.ports, &s.who, &name).await?;
     Ok(Redirect::to(&format!("{PREFIX}/plugins")).into_response())
 }
 
@@ -110,7 +110,7 @@ pub async fn upload_plugin(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let uploaded = match body {
-        Ok(wasm) => usecase::plugins::upload(&console.node, &s.who, q.name, wasm).await,
+        Ok(wasm) => usecase::plugins::upload(&console.ports, &s.who, q.name, wasm).await,
         Err(e) => Err(e.into()),
     };
     match uploaded {
@@ -164,8 +164,8 @@ pub async fn executors(
     State(console): State<Console>,
     Extension(s): Extension<Session>,
 ) -> PageResult {
-    let executors = crate::usecase::cluster::executors(&console.node, &s.who, None).await?;
-    let nodes = crate::usecase::cluster::nodes(&console.node).await?;
+    let executors = crate::usecase::cluster::executors(&console.ports, &s.who, None).await?;
+    let nodes = crate::usecase::cluster::nodes(&console.ports).await?;
     render(&ExecutorsPage {
         chrome: Chrome::of(&s, "executors"),
         nodes: nodes

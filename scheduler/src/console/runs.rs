@@ -82,7 +82,7 @@ pub async fn runs(
         limit: PAGE,
         ..RunFilter::default()
     };
-    let page = usecase::runs::list(&console.node, &s.who, empty_none(&q.job), filter).await?;
+    let page = usecase::runs::list(&console.ports, &s.who, empty_none(&q.job), filter).await?;
     let next = next_url(
         "runs",
         &page,
@@ -119,7 +119,7 @@ pub async fn run(
     Path(id): Path<i64>,
     Query(q): Query<RunQuery>,
 ) -> PageResult {
-    let run = usecase::runs::get(&console.node, &s.who, id).await?;
+    let run = usecase::runs::get(&console.ports, &s.who, id).await?;
     render(&RunPage {
         chrome: Chrome::of(&s, "runs"),
         run: RunRow::from(&run),
@@ -141,7 +141,7 @@ pub async fn run_log(
     Query(q): Query<LogQuery>,
 ) -> Response {
     let from_line = q.from_line.unwrap_or(1).max(1);
-    match usecase::runs::log(&console.node, &s.who, id, from_line, LOG_LINES).await {
+    match usecase::runs::log(&console.ports, &s.who, id, from_line, LOG_LINES).await {
         Ok(page) => Json(page).into_response(),
         Err(e) => e.into_response(),
     }
@@ -152,7 +152,7 @@ pub async fn kill_run(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let ack = usecase::runs::kill(&console.node, &s.who, id).await?;
+    let ack = usecase::runs::kill(&console.ports, &s.who, id).await?;
     let to = format!("{PREFIX}/runs/{id}?message={}", encode(&ack.message));
     Ok(Redirect::to(&to).into_response())
 }

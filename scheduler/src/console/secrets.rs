@@ -47,7 +47,7 @@ pub struct SecretForm {
 async fn page(console: &Console, s: &Session, form: SecretForm, errors: Errors) -> PageResult {
     let mut rows = Vec::new();
     let mut apps = Vec::new();
-    for app in crate::usecase::secrets::list(&console.node, &s.who).await? {
+    for app in crate::usecase::secrets::list(&console.ports, &s.who).await? {
         if app.may_change {
             apps.push(app.app.clone());
         }
@@ -108,7 +108,7 @@ pub async fn set(
     if !errors.is_empty() {
         return page(&console, &s, SecretForm { app, name, ..form }, errors).await;
     }
-    usecase::secrets::set(&console.node, &s.who, &app, &name, form.value.as_bytes()).await?;
+    usecase::secrets::set(&console.ports, &s.who, &app, &name, form.value.as_bytes()).await?;
     Ok(Redirect::to(&format!("{PREFIX}/secrets")).into_response())
 }
 
@@ -117,6 +117,6 @@ pub async fn delete(
     Extension(s): Extension<Session>,
     Path((app, name)): Path<(String, String)>,
 ) -> PageResult {
-    usecase::secrets::delete(&console.node, &s.who, &app, &name).await?;
+    usecase::secrets::delete(&console.ports, &s.who, &app, &name).await?;
     Ok(Redirect::to(&format!("{PREFIX}/secrets")).into_response())
 }

@@ -131,7 +131,7 @@ pub async fn tasks(
         limit: PAGE,
         ..TaskFilter::default()
     };
-    let page = usecase::tasks::list(&console.node, &s.who, empty_none(&q.job), filter).await?;
+    let page = usecase::tasks::list(&console.ports, &s.who, empty_none(&q.job), filter).await?;
     let next = next_url(
         "tasks",
         &page,
@@ -171,9 +171,9 @@ pub async fn task(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    let task = usecase::tasks::get(&console.node, &s.who, id).await?;
+    let task = usecase::tasks::get(&console.ports, &s.who, id).await?;
     let runs = usecase::runs::list(
-        &console.node,
+        &console.ports,
         &s.who,
         None,
         RunFilter {
@@ -195,7 +195,7 @@ pub async fn cancel_task(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    usecase::tasks::cancel(&console.node, &s.who, id).await?;
+    usecase::tasks::cancel(&console.ports, &s.who, id).await?;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
 }
 
@@ -204,7 +204,7 @@ pub async fn retry_task(
     Extension(s): Extension<Session>,
     Path(id): Path<i64>,
 ) -> PageResult {
-    usecase::queue::retry(&console.node, &s.who, id).await?;
+    usecase::queue::retry(&console.ports, &s.who, id).await?;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
 }
 
@@ -235,6 +235,6 @@ pub async fn reschedule_task(
         priority,
         ..usecase::tasks::Reschedule::default()
     };
-    usecase::tasks::reschedule(&console.node, &s.who, id, change).await?;
+    usecase::tasks::reschedule(&console.ports, &s.who, id, change).await?;
     Ok(Redirect::to(&format!("{PREFIX}/tasks/{id}")).into_response())
 }

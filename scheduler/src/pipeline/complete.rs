@@ -88,7 +88,7 @@ pub(crate) async fn apply_with(
     updates: &[RunUpdate],
     retry_after: &HashMap<i64, Millis>,
 ) -> anyhow::Result<Applied> {
-    let now = now_ms();
+    let now = completion.cluster.clock.now_ms();
     let mut rng = StdRng::from_os_rng();
     let alarms = Alarms::read(completion, updates.iter().map(|u| u.job_id)).await;
     let applied = completion
@@ -116,7 +116,7 @@ pub(crate) async fn end_leases(
     endings: &[LeaseEnding],
     retry_after: &HashMap<i64, Millis>,
 ) -> anyhow::Result<LeasesEnded> {
-    let now = now_ms();
+    let now = completion.cluster.clock.now_ms();
     let mut rng = StdRng::from_os_rng();
     let alarms = Alarms::read(completion, job_ids.iter().copied()).await;
     let ended = completion
@@ -293,7 +293,7 @@ pub(crate) async fn liveness_loop(completion: Arc<Completion>) {
     let cluster = &completion.cluster;
     let mut every = crate::periodic::Every::new(Duration::from_secs(1), cluster.shutdown.clone());
     while every.tick().await {
-        let now = now_ms();
+        let now = completion.cluster.clock.now_ms();
         let alive_after = now - cluster.config.executor_dead_after_ms;
         if let Err(e) = completion
             .executors

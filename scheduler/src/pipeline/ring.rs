@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::wheel::Wheel;
+use crate::clock::Clock;
 use crate::model::{DueTask, Millis};
 
 /// Slots of the wheel: a power of two above the 5 s window in milliseconds.
@@ -38,6 +39,8 @@ struct RingInner {
     /// `state.stopping`, readable without the lock: the heartbeat asks every beat, and
     /// must never queue behind the wheel's work (its lease to fire would lapse).
     stopped: AtomicBool,
+    /// When "due" is: the node's time, or a paused clock in tests.
+    clock: Clock,
 }
 
 /// Which of two copies of a task is current: a later lease epoch (after a rejoin, the old
@@ -79,11 +82,11 @@ pub enum CancelState {
 }
 
 impl Ring {
-    pub fn new(now: Millis) -> Self {
+    pub fn new(clock: Clock) -> Self {
         Ring {
             inner: Arc::new(RingInner {
                 state: Mutex::new(State {
-                    wheel: Wheel::new(now, SLOTS),
+                    wheel: Wheel::new(clock.now_ms(), SLOTS),
                     index: HashMap::new(),
                     firing: HashMap::new(),
                     cancelling: HashSet::new(),
@@ -93,6 +96,7 @@ impl Ring {
                 }),
                 wake: Condvar::new(),
                 stopped: AtomicBool::new(false),
+                clock,
             }),
         }
     }
@@ -111,7 +115,7 @@ impl Ring {
             return 0; // claims stay in the database for recovery
         }
         if st.tombstones.len() > TOMBSTONES {
-            let horizon = crate::model::now_ms() - TOMBSTONE_MS;
+            let horizon = self.inner.clock.now_ms() - TOMBSTONE_MS;
             st.tombstones.retain(|_, at| *at > horizon);
         }
         for t in tasks {
@@ -189,7 +193,7 @@ impl Ring {
             if let Some((_, due)) = st.index.remove(&task_id) {
                 st.wheel.remove(due, |t| t.task_id == task_id);
             }
-            st.tombstones.insert(task_id, crate::model::now_ms());
+            st.tombstones.insert(task_id, self.inner.clock.now_ms());
         } else if let Some(t) = parked {
             st.index.insert(t.task_id, (rank(&t), t.due_at));
             st.wheel.insert(t.due_at, t);
@@ -275,24 +279,8 @@ impl Ring {
             if st.stopping {
                 return;
             }
-            let now_us = now_us();
-            let now = now_us / 1000;
-            st.wheel.advance(now, &mut due);
-            let mut batch = Vec::with_capacity(due.len());
-            for (_, t) in due.drain(..) {
-                match st.index.get(&t.task_id) {
-                    Some(&(r, _)) if r == rank(&t) => {}
-                    _ => continue, // cancelled or superseded
-                }
-                st.index.remove(&t.task_id);
-                if st.cancelling.contains(&t.task_id) {
-                    // Settled by finish_cancel: out of the wheel, out of reach.
-                    st.parked.insert(t.task_id, t);
-                    continue;
-                }
-                st.firing.insert(t.task_id, rank(&t));
-                batch.push(t);
-            }
+            let now_us = self.inner.clock.now_us();
+            let mut batch = take_due(&mut st, now_us.div_euclid(1000), &mut due);
             if batch.is_empty() {
                 let wait = match st.wheel.next_due() {
                     Some(next) => {
@@ -307,23 +295,54 @@ impl Ring {
                 continue;
             }
             drop(st);
-            batch.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.due_at, t.task_id));
+            by_priority(&mut batch);
             metrics::histogram!("rota_ring_batch_size").record(batch.len() as f64);
             fire(batch);
         }
     }
+
+    /// What is due by the ring's clock now, as the ring thread would fire it (tests drive
+    /// the ring on a paused clock through this instead of the thread).
+    #[cfg(test)]
+    fn due_now(&self) -> Vec<DueTask> {
+        let now = self.inner.clock.now_ms();
+        let mut batch = take_due(&mut self.lock(), now, &mut Vec::new());
+        by_priority(&mut batch);
+        batch
+    }
 }
 
-/// Now in epoch microseconds, in the database's time like [`crate::model::now_ms`] (the
-/// wheel sleeps to the microsecond).
-fn now_us() -> i64 {
-    crate::model::now_us()
+/// Takes every task due by `now` out of the wheel and marks it firing; a cancelled or
+/// superseded copy is dropped, one whose cancel is open is parked. `due`: a scratch buffer.
+fn take_due(st: &mut State, now: Millis, due: &mut Vec<(Millis, DueTask)>) -> Vec<DueTask> {
+    st.wheel.advance(now, due);
+    let mut batch = Vec::with_capacity(due.len());
+    for (_, t) in due.drain(..) {
+        match st.index.get(&t.task_id) {
+            Some(&(r, _)) if r == rank(&t) => {}
+            _ => continue, // cancelled or superseded
+        }
+        st.index.remove(&t.task_id);
+        if st.cancelling.contains(&t.task_id) {
+            // Settled by finish_cancel: out of the wheel, out of reach.
+            st.parked.insert(t.task_id, t);
+            continue;
+        }
+        st.firing.insert(t.task_id, rank(&t));
+        batch.push(t);
+    }
+    batch
+}
+
+/// The order a batch is handed out in: highest priority first, then the earliest due.
+fn by_priority(batch: &mut [DueTask]) {
+    batch.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.due_at, t.task_id));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{TaskKind, now_ms};
+    use crate::model::TaskKind;
     use std::sync::mpsc;
 
     fn task(id: i64, due_at: Millis, priority: i32) -> DueTask {
@@ -344,12 +363,12 @@ mod tests {
 
     #[test]
     fn fires_due_tasks_in_priority_order_and_never_early() {
-        let now = now_ms();
-        let ring = Ring::new(now);
+        let now = Clock::Wall.now_ms();
+        let ring = Ring::new(Clock::Wall);
         let (tx, rx) = mpsc::channel();
         let handle = ring
             .spawn(move |batch| {
-                let at = now_ms();
+                let at = Clock::Wall.now_ms();
                 tx.send((at, batch)).unwrap();
             })
             .unwrap();
@@ -368,8 +387,8 @@ mod tests {
 
     #[test]
     fn a_cancelled_task_never_fires() {
-        let now = now_ms();
-        let ring = Ring::new(now);
+        let now = Clock::Wall.now_ms();
+        let ring = Ring::new(Clock::Wall);
         let (tx, rx) = mpsc::channel();
         let handle = ring.spawn(move |batch| tx.send(batch).unwrap()).unwrap();
         ring.insert([task(1, now + 40, 0), task(2, now + 40, 0)]);
@@ -385,8 +404,8 @@ mod tests {
 
     #[test]
     fn a_task_being_cancelled_is_held_until_settled() {
-        let now = now_ms();
-        let ring = Ring::new(now);
+        let now = Clock::Wall.now_ms();
+        let ring = Ring::new(Clock::Wall);
         let (tx, rx) = mpsc::channel();
         let handle = ring.spawn(move |batch| tx.send(batch).unwrap()).unwrap();
         assert_eq!(ring.begin_cancel(7), CancelState::Absent);
@@ -403,8 +422,8 @@ mod tests {
 
     #[test]
     fn a_next_attempt_may_enter_while_the_previous_is_being_recorded() {
-        let now = now_ms();
-        let ring = Ring::new(now);
+        let now = Clock::Wall.now_ms();
+        let ring = Ring::new(Clock::Wall);
         let (tx, rx) = mpsc::channel();
         let handle = ring.spawn(move |batch| tx.send(batch).unwrap()).unwrap();
         ring.insert([task(1, now, 0)]);
@@ -428,8 +447,8 @@ mod tests {
 
     #[test]
     fn a_claim_racing_a_cancel_does_not_bring_the_task_back() {
-        let now = now_ms();
-        let ring = Ring::new(now);
+        let now = Clock::Wall.now_ms();
+        let ring = Ring::new(Clock::Wall);
         // The cancel runs while the task is not here yet…
         assert_eq!(ring.begin_cancel(9), CancelState::Absent);
         ring.finish_cancel(9, true);
@@ -438,10 +457,82 @@ mod tests {
         assert!(!ring.holds(9));
     }
 
+    /// Every executor was full: the deferred task waits for its new due time, not a
+    /// millisecond less, and a deferral never brings a task forward.
+    #[tokio::test(start_paused = true)]
+    async fn a_deferred_task_fires_at_its_new_due_time_and_never_before() {
+        let clock = Clock::tokio_from(1_000_000);
+        let ring = Ring::new(clock.clone());
+        let now = clock.now_ms();
+        ring.insert([task(1, now, 0), task(2, now + 800, 0)]);
+        let first = ring.due_now();
+        assert_eq!(first.iter().map(|t| t.task_id).collect::<Vec<_>>(), vec![1]);
+
+        ring.defer(first, now + 500);
+        ring.defer(vec![task(2, now + 800, 0)], now + 500);
+        assert!(ring.holds(1) && ring.holds(2));
+        tokio::time::advance(Duration::from_millis(499)).await;
+        assert!(
+            ring.due_now().is_empty(),
+            "fired before its deferred due time"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let second = ring.due_now();
+        assert_eq!(
+            second.iter().map(|t| t.task_id).collect::<Vec<_>>(),
+            vec![1]
+        );
+        assert_eq!(second[0].due_at, now + 500);
+
+        tokio::time::advance(Duration::from_millis(299)).await;
+        assert!(
+            ring.due_now().is_empty(),
+            "a deferral brought task 2 forward"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(ring.due_now()[0].task_id, 2);
+    }
+
+    /// A cancelled task's tombstone outlives any claim that raced the cancel (a scan
+    /// window), and is pruned a minute on, once there are many.
+    #[tokio::test(start_paused = true)]
+    async fn tombstones_refuse_a_racing_claim_for_a_minute_then_are_pruned() {
+        let clock = Clock::tokio_from(1_000_000);
+        let ring = Ring::new(clock.clone());
+        assert_eq!(ring.begin_cancel(9), CancelState::Absent);
+        ring.finish_cancel(9, true);
+
+        tokio::time::advance(Duration::from_millis(TOMBSTONE_MS as u64 - 1_000)).await;
+        assert_eq!(ring.insert([task(9, clock.now_ms(), 0)]), 0);
+        // Many more cancels, 59 s after the first: over the bound, so the next claim prunes.
+        for id in 100..(100 + TOMBSTONES as i64 + 1) {
+            ring.begin_cancel(id);
+            ring.finish_cancel(id, true);
+        }
+        assert_eq!(
+            ring.insert([task(9, clock.now_ms(), 0)]),
+            0,
+            "pruned before a minute"
+        );
+
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        let now = clock.now_ms();
+        assert_eq!(
+            ring.insert([task(9, now, 0)]),
+            1,
+            "a minute on, task 9 may come back"
+        );
+        assert_eq!(
+            ring.insert([task(100, now, 0)]),
+            0,
+            "a younger tombstone was pruned"
+        );
+    }
+
     #[test]
     fn stop_returns_what_is_left() {
-        let now = now_ms();
-        let ring = Ring::new(now);
+        let now = Clock::Wall.now_ms();
+        let ring = Ring::new(Clock::Wall);
         ring.insert([task(1, now + 60_000, 0), task(2, now + 10, 0)]);
         assert_eq!(ring.insert([task(1, now + 60_000, 0)]), 0, "no duplicates");
         let mut left: Vec<i64> = ring.stop().into_iter().map(|t| t.task_id).collect();

@@ -15,7 +15,6 @@ use crate::api::AppState;
 use crate::api::auth::{SignedAt, Signer};
 use crate::api::error::ApiResult;
 use crate::api::extract::{Json, PathParam};
-use crate::model::now_ms;
 use crate::usecase::executors::{self, Beat};
 
 /// `POST /api/executor/v1/register`: an executor (re)starting. Runs it was given and no
@@ -47,10 +46,10 @@ async fn beat(
     beat: Beat,
 ) -> ApiResult<Json<RegistrationAck>> {
     // Read first: the time the answer spends on the database is not flight time.
-    let received_ms = now_ms();
+    let received_ms = state.ports.clock().now_ms();
     signer.check_app(&reg.app)?;
     Ok(Json(
-        executors::beat(&state.node, beat, reg, signed_at, received_ms).await?,
+        executors::beat(&state.ports, beat, reg, signed_at, received_ms).await?,
     ))
 }
 
@@ -66,7 +65,7 @@ pub async fn deregister(
     Json(d): Json<Deregistration>,
 ) -> ApiResult<Json<Empty>> {
     signer.check_app(&d.app)?;
-    executors::deregister(&state.node, &d, signed_at).await?;
+    executors::deregister(&state.ports, &d, signed_at).await?;
     Ok(Json(Empty {}))
 }
 
@@ -80,7 +79,7 @@ pub async fn callback(
     Json(batch): Json<CallbackBatch>,
 ) -> ApiResult<Json<CallbackAck>> {
     let app = signer.app()?;
-    executors::accept_reports(&state.node, app, &batch.reports).await?;
+    executors::accept_reports(&state.ports, app, &batch.reports).await?;
     // Repeats count as accepted: they are applied already and safe to forget.
     let accepted = u32::try_from(batch.reports.len()).unwrap_or(u32::MAX);
     Ok(Json(CallbackAck { accepted }))
@@ -94,7 +93,7 @@ pub async fn plugin_module(
     PathParam(sha256): PathParam,
 ) -> ApiResult<impl IntoResponse> {
     let app = signer.app()?;
-    let module = executors::plugin_module(&state.node, app, &sha256).await?;
+    let module = executors::plugin_module(&state.ports, app, &sha256).await?;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/wasm")],
@@ -109,7 +108,7 @@ pub async fn kv(
     Json(req): Json<KvRequest>,
 ) -> ApiResult<Json<KvReply>> {
     signer.check_app(&req.app)?;
-    Ok(Json(executors::kv(&state.node, req).await?))
+    Ok(Json(executors::kv(&state.ports, req).await?))
 }
 
 /// `POST /api/executor/v1/secret`: a secret of the job's app, opened for the run.
@@ -119,5 +118,5 @@ pub async fn secret(
     Json(req): Json<SecretRequest>,
 ) -> ApiResult<Json<SecretReply>> {
     signer.check_app(&req.app)?;
-    Ok(Json(executors::secret(&state.node, req).await?))
+    Ok(Json(executors::secret(&state.ports, req).await?))
 }

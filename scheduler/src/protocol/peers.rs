@@ -28,7 +28,7 @@ pub async fn cancel(
     Json(req): Json<PeerCancel>,
 ) -> ApiResult<axum::Json<PeerCancelAck>> {
     signer.check_peer()?;
-    let (_, cancelled) = state.node.cancel_here(req.task_id).await?;
+    let (_, cancelled) = state.ports.cancel_here(req.task_id).await?;
     Ok(axum::Json(PeerCancelAck { cancelled }))
 }
 
@@ -39,7 +39,7 @@ pub async fn job_changed(
     Json(req): Json<PeerJobChanged>,
 ) -> ApiResult<axum::Json<serde_json::Value>> {
     signer.check_peer()?;
-    state.node.forget_job(req.job_id);
+    state.ports.forget_job(req.job_id);
     Ok(axum::Json(serde_json::json!({})))
 }
 
@@ -50,6 +50,6 @@ pub async fn ready(
     Json(req): Json<PeerReady>,
 ) -> ApiResult<axum::Json<serde_json::Value>> {
     signer.check_peer()?;
-    state.node.ready_elsewhere(&req);
+    state.ports.ready_elsewhere(&req);
     Ok(axum::Json(serde_json::json!({})))
 }

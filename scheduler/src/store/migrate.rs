@@ -92,6 +92,9 @@ async fn acquire(pool: &Pool, holder: &str) -> Result<()> {
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut said = false;
     loop {
+        // Bare wall time, on purpose: migrations run before the node reads the database's
+        // clock. Beats every 5 s against a 30 s staleness leave 25 s for nodes' clocks
+        // to disagree before a live lock could look stale.
         let now = now_ms();
         let inserted = on_pool!(@match pool, |pool, Db| {
             sqlx::query("INSERT INTO rota_migration_lock (id, holder, beat_at) VALUES (1, ?, ?)")
@@ -145,6 +148,7 @@ async fn acquire(pool: &Pool, holder: &str) -> Result<()> {
 async fn refresh(pool: &Pool, holder: &str) -> Result<()> {
     on_pool!(@match pool, |pool, Db| {
         sqlx::query("UPDATE rota_migration_lock SET beat_at = ? WHERE id = 1 AND holder = ?")
+            // Wall time, like `acquire`: the node's clock is not measured yet.
             .bind(now_ms())
             .bind(holder)
             .execute(pool)

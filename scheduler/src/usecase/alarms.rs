@@ -12,8 +12,8 @@ use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::alarm::channel::{Kind, Message};
 use crate::alarm::{DEFAULT_THROTTLE_MS, On};
-use crate::model::{Delivery, Page, now_ms, rfc3339};
-use crate::node::Node;
+use crate::model::{Delivery, Page, rfc3339};
+use crate::ports::Ports;
 use crate::store::{AlarmChannelRow, AlarmDelivery, AlarmRow, AlarmRuleRow};
 
 pub const MAX_NAME: usize = 100;
@@ -100,7 +100,7 @@ fn check_scope(who: &Principal, app: Option<&str>, what: &str) -> Result<()> {
 }
 
 pub async fn create_channel(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     f: ChannelFields,
 ) -> Result<AlarmChannelRow> {
@@ -136,7 +136,7 @@ pub async fn create_channel(
                 return Err(invalid("url", "must be an http:// or https:// URL"));
             }
             // Alarm channels go where the admin's egress policy lets jobs' HTTP go.
-            if let Err(denied) = node.config().egress.check_url_now(&parsed).await {
+            if let Err(denied) = ports.config().egress.check_url_now(&parsed).await {
                 return Err(invalid(
                     "url",
                     format!("{denied}; only an admin can open it (--egress-allow)"),
@@ -187,7 +187,7 @@ pub async fn create_channel(
                 "names a secret of the channel's app: give `app` too",
             ));
         };
-        if node.store().secret(app, secret).await?.is_none() {
+        if ports.store().secret(app, secret).await?.is_none() {
             return Err(invalid(
                 "secret",
                 format!(
@@ -202,20 +202,22 @@ pub async fn create_channel(
         kind: kind.as_str().into(),
         url_sealed: url
             .as_deref()
-            .map(|u| node.alarms().seal_url(f.app.as_deref(), &f.name, u)),
+            .map(|u| ports.alarms().seal_url(f.app.as_deref(), &f.name, u)),
         url_hint: hint,
         recipients,
         secret: f.secret.clone(),
-        created_at: now_ms(),
+        created_at: ports.clock().now_ms(),
     };
-    node.store().create_alarm_channel(&row).await?;
-    node.audit(&who.name, "create alarm channel", &f.name).await;
+    ports.store().create_alarm_channel(&row).await?;
+    ports
+        .audit(&who.name, "create alarm channel", &f.name)
+        .await;
     Ok(row)
 }
 
 /// The channels `who` sees.
-pub async fn channels(node: &Node, who: &Principal) -> Result<Vec<AlarmChannelRow>> {
-    Ok(node
+pub async fn channels(ports: &Ports, who: &Principal) -> Result<Vec<AlarmChannelRow>> {
+    Ok(ports
         .store()
         .alarm_channels()
         .await?
@@ -224,8 +226,8 @@ pub async fn channels(node: &Node, who: &Principal) -> Result<Vec<AlarmChannelRo
         .collect())
 }
 
-pub async fn channel(node: &Node, who: &Principal, name: &str) -> Result<AlarmChannelRow> {
-    let c = node
+pub async fn channel(ports: &Ports, who: &Principal, name: &str) -> Result<AlarmChannelRow> {
+    let c = ports
         .store()
         .alarm_channel(name)
         .await?
@@ -236,10 +238,10 @@ pub async fn channel(node: &Node, who: &Principal, name: &str) -> Result<AlarmCh
     Ok(c)
 }
 
-pub async fn delete_channel(node: &Node, who: &Principal, name: &str) -> Result<()> {
-    let c = channel(node, who, name).await?;
+pub async fn delete_channel(ports: &Ports, who: &Principal, name: &str) -> Result<()> {
+    let c = channel(ports, who, name).await?;
     check_scope(who, c.app.as_deref(), &format!("alarm channel `{name}`"))?;
-    let users: Vec<String> = node
+    let users: Vec<String> = ports
         .store()
         .alarm_rules()
         .await?
@@ -256,22 +258,22 @@ pub async fn delete_channel(node: &Node, who: &Principal, name: &str) -> Result<
             users.join(", ")
         )));
     }
-    node.store().delete_alarm_channel(name).await?;
-    node.audit(&who.name, "delete alarm channel", name).await;
+    ports.store().delete_alarm_channel(name).await?;
+    ports.audit(&who.name, "delete alarm channel", name).await;
     Ok(())
 }
 
 /// Sends a test message through channel `name` now; a 502 with the reason if it was not
 /// delivered.
-pub async fn test_channel(node: &Node, who: &Principal, name: &str) -> Result<()> {
-    let c = channel(node, who, name).await?;
+pub async fn test_channel(ports: &Ports, who: &Principal, name: &str) -> Result<()> {
+    let c = channel(ports, who, name).await?;
     check_scope(who, c.app.as_deref(), &format!("alarm channel `{name}`"))?;
-    let target = node
+    let target = ports
         .alarms()
         .target(&c)
         .await
         .map_err(|e| Error::Unprocessable(format!("alarm channel `{name}`: {e}")))?;
-    let now = now_ms();
+    let now = ports.clock().now_ms();
     let m = Message {
         rule: "test".into(),
         on: "test".into(),
@@ -287,7 +289,8 @@ pub async fn test_channel(node: &Node, who: &Principal, name: &str) -> Result<()
         count: 1,
         resolved: false,
     };
-    node.alarms()
+    ports
+        .alarms()
         .sender
         .send(&target, &m, crate::model::wall_ms())
         .await
@@ -299,7 +302,7 @@ pub async fn test_channel(node: &Node, who: &Principal, name: &str) -> Result<()
 }
 
 /// A rule's settings, checked: its job (by id), threshold, channels and throttle.
-async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<AlarmRuleRow> {
+async fn checked_rule(ports: &Ports, who: &Principal, f: &RuleFields) -> Result<AlarmRuleRow> {
     check_name("name", &f.name)?;
     validate::app("app", &f.app)?;
     who.check(&f.app, Need::Change, &format!("alarm rule `{}`", f.name))?;
@@ -327,8 +330,8 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
         }
         Some(job) => {
             let found = match job {
-                NameOrId::Id(id) => find_job(node.store(), &id.to_string()).await,
-                NameOrId::Name(name) => find_job(node.store(), name).await,
+                NameOrId::Id(id) => find_job(ports.store(), &id.to_string()).await,
+                NameOrId::Name(name) => find_job(ports.store(), name).await,
             };
             let j = found.map_err(|e| match e {
                 Error::NotFound(m) => missing("job", m),
@@ -374,7 +377,7 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
         ));
     }
     for (i, name) in f.channels.iter().enumerate() {
-        let c = node.store().alarm_channel(name).await?.ok_or_else(|| {
+        let c = ports.store().alarm_channel(name).await?.ok_or_else(|| {
             missing(
                 &format!("channels[{i}]"),
                 format!("alarm channel `{name}` not found"),
@@ -392,7 +395,7 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
         f.throttle_ms.unwrap_or(DEFAULT_THROTTLE_MS),
         0..=MAX_THROTTLE_MS,
     )?;
-    let now = now_ms();
+    let now = ports.clock().now_ms();
     Ok(AlarmRuleRow {
         id: 0,
         name: f.name.clone(),
@@ -410,17 +413,17 @@ async fn checked_rule(node: &Node, who: &Principal, f: &RuleFields) -> Result<Al
     })
 }
 
-pub async fn create_rule(node: &Node, who: &Principal, f: RuleFields) -> Result<AlarmRuleRow> {
-    let mut row = checked_rule(node, who, &f).await?;
-    row.id = node.store().create_alarm_rule(&row).await?;
-    node.alarms().rules.refresh(node.store()).await?;
-    node.audit(&who.name, "create alarm rule", &f.name).await;
+pub async fn create_rule(ports: &Ports, who: &Principal, f: RuleFields) -> Result<AlarmRuleRow> {
+    let mut row = checked_rule(ports, who, &f).await?;
+    row.id = ports.store().create_alarm_rule(&row).await?;
+    ports.alarms().rules.refresh(ports.store()).await?;
+    ports.audit(&who.name, "create alarm rule", &f.name).await;
     Ok(row)
 }
 
 /// The rules `who` sees.
-pub async fn rules(node: &Node, who: &Principal) -> Result<Vec<AlarmRuleRow>> {
-    Ok(node
+pub async fn rules(ports: &Ports, who: &Principal) -> Result<Vec<AlarmRuleRow>> {
+    Ok(ports
         .store()
         .alarm_rules()
         .await?
@@ -429,8 +432,8 @@ pub async fn rules(node: &Node, who: &Principal) -> Result<Vec<AlarmRuleRow>> {
         .collect())
 }
 
-pub async fn rule(node: &Node, who: &Principal, name: &str) -> Result<AlarmRuleRow> {
-    let r = node
+pub async fn rule(ports: &Ports, who: &Principal, name: &str) -> Result<AlarmRuleRow> {
+    let r = ports
         .store()
         .alarm_rule(name)
         .await?
@@ -440,12 +443,12 @@ pub async fn rule(node: &Node, who: &Principal, name: &str) -> Result<AlarmRuleR
 }
 
 pub async fn update_rule(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     name: &str,
     p: RulePatch,
 ) -> Result<AlarmRuleRow> {
-    let old = rule(node, who, name).await?;
+    let old = rule(ports, who, name).await?;
     let fields = RuleFields {
         name: old.name.clone(),
         app: old.app.clone(),
@@ -459,38 +462,38 @@ pub async fn update_rule(
         throttle_ms: Some(p.throttle_ms.unwrap_or(old.throttle_ms)),
         enabled: Some(p.enabled.unwrap_or(old.enabled)),
     };
-    let mut row = checked_rule(node, who, &fields).await?;
+    let mut row = checked_rule(ports, who, &fields).await?;
     row.id = old.id;
     row.created_at = old.created_at;
     row.open_since = old.open_since;
     row.last_sent_at = old.last_sent_at;
-    if !node.store().update_alarm_rule(&row).await? {
+    if !ports.store().update_alarm_rule(&row).await? {
         return Err(Error::NotFound(format!("alarm rule `{name}` not found")));
     }
-    node.alarms().rules.refresh(node.store()).await?;
-    node.audit(&who.name, "change alarm rule", name).await;
+    ports.alarms().rules.refresh(ports.store()).await?;
+    ports.audit(&who.name, "change alarm rule", name).await;
     Ok(row)
 }
 
-pub async fn delete_rule(node: &Node, who: &Principal, name: &str) -> Result<()> {
-    let r = rule(node, who, name).await?;
+pub async fn delete_rule(ports: &Ports, who: &Principal, name: &str) -> Result<()> {
+    let r = rule(ports, who, name).await?;
     who.check(&r.app, Need::Change, &format!("alarm rule `{name}`"))?;
-    node.store().delete_alarm_rule(name).await?;
-    node.alarms().rules.refresh(node.store()).await?;
-    node.audit(&who.name, "delete alarm rule", name).await;
+    ports.store().delete_alarm_rule(name).await?;
+    ports.alarms().rules.refresh(ports.store()).await?;
+    ports.audit(&who.name, "delete alarm rule", name).await;
     Ok(())
 }
 
 /// The history, newest first: alarms of `rule` (any, if `None`) below id `before_id`,
 /// each with its sends.
 pub async fn history(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     rule: Option<&str>,
     before_id: Option<i64>,
     limit: u32,
 ) -> Result<Page<(AlarmRow, Vec<AlarmDelivery>)>> {
-    let mut items = node
+    let mut items = ports
         .store()
         .alarm_history(rule, who.app_filter(), before_id, limit + 1)
         .await?;

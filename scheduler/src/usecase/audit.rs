@@ -3,19 +3,19 @@
 use super::Result;
 use crate::access::Principal;
 use crate::model::Page;
-use crate::node::Node;
+use crate::ports::Ports;
 use crate::store::AuditEntry;
 
 /// A page of the audit log, newest first, before the entry `before_id` if given; for an
 /// admin only.
 pub async fn list(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     before_id: Option<i64>,
     limit: u32,
 ) -> Result<Page<AuditEntry>> {
     who.check_admin("reading the audit log")?;
-    let mut items = node.store().list_audit(before_id, limit).await?;
+    let mut items = ports.store().list_audit(before_id, limit).await?;
     let next = (items.len() > limit as usize)
         .then(|| {
             items.truncate(limit as usize);

@@ -4,8 +4,8 @@
 
 use super::Result;
 use crate::access::Principal;
-use crate::model::{Executor, Millis, now_ms};
-use crate::node::Node;
+use crate::model::{Executor, Millis};
+use crate::ports::Ports;
 use crate::store::{Counts, RunStat};
 
 /// One scheduler node's state.
@@ -25,10 +25,10 @@ pub struct NodeState {
 }
 
 /// Every scheduler node that ever ran on this database, by name.
-pub async fn nodes(node: &Node) -> Result<Vec<NodeState>> {
-    let config = node.config();
-    let alive_after = now_ms() - config.node_dead_after_ms;
-    let rows = node.store().nodes().await?;
+pub async fn nodes(ports: &Ports) -> Result<Vec<NodeState>> {
+    let config = ports.config();
+    let alive_after = ports.clock().now_ms() - config.node_dead_after_ms;
+    let rows = ports.store().nodes().await?;
     Ok(rows
         .into_iter()
         .map(|n| NodeState {
@@ -45,9 +45,9 @@ pub async fn nodes(node: &Node) -> Result<Vec<NodeState>> {
 
 /// The executors that heartbeat within the dead-after time, of `app` (or every app) that
 /// `who` sees, by app then address.
-pub async fn executors(node: &Node, who: &Principal, app: Option<&str>) -> Result<Vec<Executor>> {
-    let alive_after = now_ms() - node.config().executor_dead_after_ms;
-    let executors = node.store().list_executors(app, alive_after).await?;
+pub async fn executors(ports: &Ports, who: &Principal, app: Option<&str>) -> Result<Vec<Executor>> {
+    let alive_after = ports.clock().now_ms() - ports.config().executor_dead_after_ms;
+    let executors = ports.store().list_executors(app, alive_after).await?;
     Ok(executors.into_iter().filter(|e| who.sees(&e.app)).collect())
 }
 
@@ -64,7 +64,7 @@ pub struct Dashboard {
 /// The dashboard: counts since `midnight`; the two charts from `minutes_since` and
 /// `days_since`.
 pub async fn dashboard(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     midnight: Millis,
     minutes_since: Millis,
@@ -72,10 +72,10 @@ pub async fn dashboard(
 ) -> Result<Dashboard> {
     const MINUTE: Millis = 60_000;
     const DAY: Millis = 86_400_000;
-    let store = node.store();
+    let store = ports.store();
     let scope = who.app_filter();
     let counts = store.console_counts(midnight, scope).await?;
-    let executors = executors(node, who, None).await?.len();
+    let executors = executors(ports, who, None).await?.len();
     let (per_minute, per_day) = if scope.is_none() {
         (
             Some(store.run_stats(minutes_since, MINUTE).await?),
@@ -93,6 +93,6 @@ pub async fn dashboard(
 }
 
 /// Whether the database answers (`/healthz`).
-pub async fn database_answers(node: &Node) -> Result<()> {
-    Ok(node.store().ping().await?)
+pub async fn database_answers(ports: &Ports) -> Result<()> {
+    Ok(ports.store().ping().await?)
 }

@@ -3,7 +3,7 @@
 //! in `crate::status`, not here: a use case knows nothing of HTTP); the console shows it
 //! beside the form field or on an error page.
 
-use crate::node::NodeError;
+use crate::ports::NodeError;
 use crate::store;
 
 #[derive(Debug, thiserror::Error)]

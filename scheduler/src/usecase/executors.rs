@@ -14,8 +14,8 @@ use rota_proto::{Deregistration, Registration, RegistrationAck, RunReport};
 
 use super::validate::{self, invalid};
 use super::{Error, Result};
-use crate::model::{Millis, now_ms};
-use crate::node::Node;
+use crate::model::Millis;
+use crate::ports::Ports;
 use crate::store;
 
 /// Longest executor address accepted.
@@ -53,7 +53,7 @@ pub enum Beat {
 /// received at `received_ms` (this node's time). The answer: when to beat next, the
 /// plugins to compile ahead, and this node's time.
 pub async fn beat(
-    node: &Node,
+    ports: &Ports,
     beat: Beat,
     reg: &Registration,
     signed_at: Millis,
@@ -62,30 +62,30 @@ pub async fn beat(
     check_executor(&reg.app, &reg.address)?;
     match beat {
         Beat::Register => {
-            node.executor_registered(reg, signed_at).await?;
+            ports.executor_registered(reg, signed_at).await?;
             tracing::info!(app = %reg.app, address = %reg.address, capacity = reg.capacity, "executor registered");
         }
-        Beat::Heartbeat => node.executor_heartbeat(reg, signed_at).await?,
+        Beat::Heartbeat => ports.executor_heartbeat(reg, signed_at).await?,
     }
-    ack(node, &reg.app, received_ms).await
+    ack(ports, &reg.app, received_ms).await
 }
 
 /// The answer to a registration or heartbeat: when to beat next, the plugins the app's
 /// jobs bind, for the executor to compile ahead of their first run, and this node's time
 /// when the request arrived (`received_ms`) and when the answer leaves.
-async fn ack(node: &Node, app: &str, received_ms: Millis) -> Result<RegistrationAck> {
-    let plugins = node.store().plugins_bound_by(app, PLUGINS_TO_WARM).await?;
+async fn ack(ports: &Ports, app: &str, received_ms: Millis) -> Result<RegistrationAck> {
+    let plugins = ports.store().plugins_bound_by(app, PLUGINS_TO_WARM).await?;
     Ok(RegistrationAck {
-        heartbeat_interval_ms: node.config().heartbeat_interval_ms,
+        heartbeat_interval_ms: ports.config().heartbeat_interval_ms,
         plugins,
-        scheduler_time_ms: Some(now_ms()),
+        scheduler_time_ms: Some(ports.clock().now_ms()),
         scheduler_received_ms: Some(received_ms),
     })
 }
 
 /// An executor shutting down gracefully: nothing is dispatched to it any more.
-pub async fn deregister(node: &Node, d: &Deregistration, signed_at: Millis) -> Result<()> {
-    node.executor_deregistered(d, signed_at).await?;
+pub async fn deregister(ports: &Ports, d: &Deregistration, signed_at: Millis) -> Result<()> {
+    ports.executor_deregistered(d, signed_at).await?;
     tracing::info!(app = %d.app, address = %d.address, "executor deregistered");
     Ok(())
 }
@@ -102,8 +102,8 @@ enum Verdict {
 /// recorded run must be of that task. Others are dropped and logged, not refused: one
 /// stray report (of a job moved to another app meanwhile, say) must not hold up the
 /// executor's later ones. Returns the rows written; repeats are applied already.
-pub async fn accept_reports(node: &Node, app: &str, batch: &[RunReport]) -> Result<usize> {
-    let store = node.store();
+pub async fn accept_reports(ports: &Ports, app: &str, batch: &[RunReport]) -> Result<usize> {
+    let store = ports.store();
     let pairs: Vec<(i64, i64)> = batch.iter().map(|r| (r.run_id, r.task_id)).collect();
     let owners = store.report_owners(&pairs).await?;
     let mut reports = Vec::with_capacity(batch.len());
@@ -164,14 +164,14 @@ pub async fn accept_reports(node: &Node, app: &str, batch: &[RunReport]) -> Resu
             }
         }
     }
-    let written = node.apply_reports(&reports).await?;
+    let written = ports.apply_reports(&reports).await?;
     tracing::debug!(reports = batch.len(), written, "callback applied");
     Ok(written)
 }
 
 /// The bytes of the plugin module `sha256`, if a job of `app` uses it: an executor cannot
 /// fetch another app's plugins.
-pub async fn plugin_module(node: &Node, app: &str, sha256: &str) -> Result<Vec<u8>> {
+pub async fn plugin_module(ports: &Ports, app: &str, sha256: &str) -> Result<Vec<u8>> {
     let is_hash = sha256.len() == 64
         && sha256
             .bytes()
@@ -181,18 +181,18 @@ pub async fn plugin_module(node: &Node, app: &str, sha256: &str) -> Result<Vec<u
             "path parameter `sha256` must be 64 lower-case hex characters (a SHA-256)".into(),
         ));
     }
-    if !node.store().app_uses_plugin(app, sha256).await? {
+    if !ports.store().app_uses_plugin(app, sha256).await? {
         return Err(Error::NotFound(format!(
             "no plugin {sha256} used by a job of app `{app}`"
         )));
     }
-    Ok(node.store().plugin_module(sha256).await?)
+    Ok(ports.store().plugin_module(sha256).await?)
 }
 
 /// The job a run asks for: it must exist and belong to `app`, so an executor reaches only
 /// its own app's jobs.
-async fn job_of(node: &Node, app: &str, job_id: i64) -> Result<()> {
-    match node.store().get_job(job_id).await {
+async fn job_of(ports: &Ports, app: &str, job_id: i64) -> Result<()> {
+    match ports.store().get_job(job_id).await {
         Ok(job) if job.spec.app == app => Ok(()),
         Ok(_) | Err(store::Error::NotFound(_)) => Err(Error::NotFound(format!(
             "job {job_id} of app `{app}` not found"
@@ -217,10 +217,10 @@ fn check_key(key: &str) -> Result<()> {
 }
 
 /// A run's `kv_get`, `kv_set` or `kv_delete` on its job's state.
-pub async fn kv(node: &Node, req: KvRequest) -> Result<KvReply> {
-    job_of(node, &req.app, req.job_id).await?;
+pub async fn kv(ports: &Ports, req: KvRequest) -> Result<KvReply> {
+    job_of(ports, &req.app, req.job_id).await?;
     check_key(&req.key)?;
-    let store = node.store();
+    let store = ports.store();
     let value = match req.op {
         KvOp::Get => store
             .kv_get(req.job_id, &req.key)
@@ -243,7 +243,9 @@ pub async fn kv(node: &Node, req: KvRequest) -> Result<KvReply> {
             if let Some(full) = kv_over_quota(used.keys, used.bytes, &req.key, value.len()) {
                 return Err(Error::PayloadTooLarge(full));
             }
-            store.kv_set(req.job_id, &req.key, &value, now_ms()).await?;
+            store
+                .kv_set(req.job_id, &req.key, &value, ports.clock().now_ms())
+                .await?;
             None
         }
         KvOp::Delete => {
@@ -255,12 +257,12 @@ pub async fn kv(node: &Node, req: KvRequest) -> Result<KvReply> {
 }
 
 /// A run's `secret_get`: its app's secret, opened.
-pub async fn secret(node: &Node, req: SecretRequest) -> Result<SecretReply> {
-    job_of(node, &req.app, req.job_id).await?;
-    let Some(sealed) = node.store().secret(&req.app, &req.name).await? else {
+pub async fn secret(ports: &Ports, req: SecretRequest) -> Result<SecretReply> {
+    job_of(ports, &req.app, req.job_id).await?;
+    let Some(sealed) = ports.store().secret(&req.app, &req.name).await? else {
         return Ok(SecretReply { value: None });
     };
-    let value = node
+    let value = ports
         .secrets()
         .open(&req.app, &req.name, &sealed)
         .map_err(|e| Error::Unprocessable(e.to_string()))?;

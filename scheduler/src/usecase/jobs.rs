@@ -15,8 +15,8 @@ use super::validate::{self, invalid, missing};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::backoff::Backoff;
-use crate::model::{BlockName, Delivery, Job, JobSpec, NewTask, Page, Run, Task, TaskKind, now_ms};
-use crate::node::Node;
+use crate::model::{BlockName, Delivery, Job, JobSpec, NewTask, Page, Run, Task, TaskKind};
+use crate::ports::Ports;
 use crate::route::Route;
 use crate::schedule::{CompiledSchedule, Misfire, Schedule};
 use crate::store::{self, Store};
@@ -405,12 +405,12 @@ impl Collect {
 /// Validates the fields (merged onto `base` for an update) into a job spec and its
 /// compiled schedule, checking every field, so a form can show every problem at once.
 pub async fn build_spec(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     f: JobFields,
     base: Option<&Job>,
 ) -> Result<(JobSpec, CompiledSchedule), SpecErrors> {
-    let store = node.store();
+    let store = ports.store();
     let old = base.map(|j| &j.spec);
     let mut bad = Collect(Vec::new());
 
@@ -423,7 +423,7 @@ pub async fn build_spec(
         Some(s) => bad.take(s.compile().map_err(|e| invalid("schedule", e))),
         None => None,
     };
-    let params = bad.params(f.params, old, node.config().max_payload_bytes);
+    let params = bad.params(f.params, old, ports.config().max_payload_bytes);
     let route = bad.word("route", f.route, old.map(|s| s.route));
     let block = bad.word::<BlockStrategy>("block", f.block, old.map(|s| s.block));
     let misfire = bad.word("misfire", f.misfire, old.map(|s| s.misfire));
@@ -467,7 +467,7 @@ pub async fn build_spec(
         .http_allow(
             f.http_allow,
             old.map(|s| s.http_allow.clone()),
-            &node.config().egress,
+            &ports.config().egress,
         )
         .await;
     bad.webhook(&delivery, &http_allow);
@@ -608,29 +608,29 @@ async fn reject_cycle(store: &Store, children: &[i64], this_job: i64) -> Result<
 }
 
 /// Job `id` (an id or a name), if `who` may read it.
-pub async fn get(node: &Node, who: &Principal, id: &str) -> Result<Job> {
-    let job = find_job(node.store(), id).await?;
+pub async fn get(ports: &Ports, who: &Principal, id: &str) -> Result<Job> {
+    let job = find_job(ports.store(), id).await?;
     who.check(&job.spec.app, Need::Read, &format!("job `{id}`"))?;
     Ok(job)
 }
 
 /// Job `id` (an id or a name), if `who` may change it.
-pub async fn to_change(node: &Node, who: &Principal, id: &str) -> Result<Job> {
-    let job = find_job(node.store(), id).await?;
+pub async fn to_change(ports: &Ports, who: &Principal, id: &str) -> Result<Job> {
+    let job = find_job(ports.store(), id).await?;
     who.check(&job.spec.app, Need::Change, &format!("job `{id}`"))?;
     Ok(job)
 }
 
 /// Stores a new job built by [`build_spec`] (the caller may change its app), audited.
 pub async fn create(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     spec: &JobSpec,
     schedule: &CompiledSchedule,
 ) -> Result<Job> {
     who.check_app(&spec.app)?;
-    let job = node.create_job(spec, schedule).await?;
-    node.audit(&who.name, "create job", &job.spec.name).await;
+    let job = ports.create_job(spec, schedule).await?;
+    ports.audit(&who.name, "create job", &job.spec.name).await;
     tracing::info!(job.id = job.id, job.name = %job.spec.name, "job created");
     Ok(job)
 }
@@ -639,7 +639,7 @@ pub async fn create(
 /// one field), audited as `action`: the caller may change the job's app and the one it
 /// moves to. `force` changes a delivery while tasks are on their way.
 pub async fn update(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     job: &Job,
     spec: &JobSpec,
@@ -652,13 +652,13 @@ pub async fn update(
         &format!("job `{}`", job.spec.name),
     )?;
     who.check_app(&spec.app)?;
-    let updated = node.update_job(job, spec, schedule, force).await?;
+    let updated = ports.update_job(job, spec, schedule, force).await?;
     let action = match (job.spec.enabled, spec.enabled) {
         (false, true) if only_enabled_differs(&job.spec, spec) => "enable job",
         (true, false) if only_enabled_differs(&job.spec, spec) => "disable job",
         _ => "update job",
     };
-    node.audit(&who.name, action, &updated.spec.name).await;
+    ports.audit(&who.name, action, &updated.spec.name).await;
     Ok(updated)
 }
 
@@ -669,25 +669,25 @@ fn only_enabled_differs(a: &JobSpec, b: &JobSpec) -> bool {
 }
 
 /// Turns job `id` on or off.
-pub async fn set_enabled(node: &Node, who: &Principal, id: &str, enabled: bool) -> Result<Job> {
-    let job = to_change(node, who, id).await?;
+pub async fn set_enabled(ports: &Ports, who: &Principal, id: &str, enabled: bool) -> Result<Job> {
+    let job = to_change(ports, who, id).await?;
     let mut spec = job.spec.clone();
     spec.enabled = enabled;
     let schedule = spec
         .schedule
         .compile()
         .map_err(|e| Error::Unprocessable(format!("schedule: {e}")))?;
-    update(node, who, &job, &spec, &schedule, false).await
+    update(ports, who, &job, &spec, &schedule, false).await
 }
 
 /// Deletes job `id` (an id or a name); with `force`, its pending tasks are cancelled first
 /// (without it, a job with pending or running tasks is a conflict). Every node hears of
 /// it; audited. The number of tasks cancelled.
-pub async fn delete(node: &Node, who: &Principal, id: &str, force: bool) -> Result<usize> {
-    let job = to_change(node, who, id).await?;
-    let cancelled = node.delete_job(job.id, force).await?;
-    node.job_changed(job.id).await;
-    node.audit(&who.name, "delete job", &job.spec.name).await;
+pub async fn delete(ports: &Ports, who: &Principal, id: &str, force: bool) -> Result<usize> {
+    let job = to_change(ports, who, id).await?;
+    let cancelled = ports.delete_job(job.id, force).await?;
+    ports.job_changed(job.id).await;
+    ports.audit(&who.name, "delete job", &job.spec.name).await;
     tracing::info!(
         job.id = job.id,
         cancelled_tasks = cancelled.len(),
@@ -699,14 +699,14 @@ pub async fn delete(node: &Node, who: &Principal, id: &str, force: bool) -> Resu
 /// A page of the jobs `who` sees, newest first: of `app` only, and whose name contains
 /// `search`, when given.
 pub async fn list(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     app: Option<&str>,
     search: Option<&str>,
     before_id: Option<i64>,
     limit: u32,
 ) -> Result<Page<Job>> {
-    Ok(node
+    Ok(ports
         .store()
         .list_jobs(app, who.app_filter(), search, before_id, limit)
         .await?)
@@ -716,18 +716,18 @@ pub async fn list(
 /// its schedule (a manual task), with `params` in place of the job's when given; the new
 /// task's id. Needs the right to change the job; errors name it as the caller did.
 pub async fn trigger(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     job: &str,
     params: Option<String>,
 ) -> Result<i64> {
     if let Some(params) = &params {
-        validate::max_bytes("params", params, node.config().max_payload_bytes)?;
+        validate::max_bytes("params", params, ports.config().max_payload_bytes)?;
     }
     let named = job;
-    let job = find_job(node.store(), named).await?;
+    let job = find_job(ports.store(), named).await?;
     who.check(&job.spec.app, Need::Change, &format!("job `{named}`"))?;
-    let now = now_ms();
+    let now = ports.clock().now_ms();
     let task = NewTask {
         job_id: job.id,
         kind: TaskKind::Manual,
@@ -739,26 +739,26 @@ pub async fn trigger(
         backoff: None,
         priority: 0,
     };
-    let (task_id, _) = *node
+    let (task_id, _) = *ports
         .store_tasks(std::slice::from_ref(&task), now)
         .await?
         .first()
         .ok_or_else(|| Error::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
     tracing::info!(job.id = job.id, task.id = task_id, "job triggered");
-    node.audit(&who.name, "trigger job", &job.spec.name).await;
+    ports.audit(&who.name, "trigger job", &job.spec.name).await;
     Ok(task_id)
 }
 
 /// A job referenced from a task (`job`) as the node's job cache has it: one that does not
 /// exist is a 404 about `field`.
 pub async fn cached_job(
-    node: &Node,
+    ports: &Ports,
     field: &str,
     r: &NameOrId,
 ) -> Result<std::sync::Arc<crate::pipeline::JobEntry>> {
     let found = match r {
-        NameOrId::Id(id) => node.cached_job(*id).await?,
-        NameOrId::Name(name) => node.cached_job_named(name).await?,
+        NameOrId::Id(id) => ports.cached_job(*id).await?,
+        NameOrId::Name(name) => ports.cached_job_named(name).await?,
     };
     found.ok_or_else(|| missing(field, format!("job {r} does not exist")))
 }

@@ -7,15 +7,15 @@ use rota_executor::PluginKind;
 
 use super::{Error, Result, validate};
 use crate::access::Principal;
-use crate::model::{Plugin, now_ms};
-use crate::node::Node;
+use crate::model::Plugin;
+use crate::ports::Ports;
 use crate::store::{self, NewPlugin, PluginUser};
 
 /// Validates and stores `wasm` (binary or text) as plugin `name`; new bytes under a known
 /// name make a new version. Returns the plugin and whether it is new (the same bytes
 /// uploaded again under the same name are not). Operators and admins only.
 pub async fn upload(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     name: Option<String>,
     wasm: Bytes,
@@ -25,7 +25,7 @@ pub async fn upload(
         Error::BadRequest("query parameter `name` is required: POST /api/v1/plugins?name=…".into())
     })?;
     validate::plugin("name", &name)?;
-    let engine_node = node.clone();
+    let engine_node = ports.clone();
     // Compiling the module is CPU-heavy: keep it off the async workers.
     let valid = tokio::task::spawn_blocking(move || {
         rota_executor::validate_plugin(engine_node.engine(), &wasm)
@@ -47,21 +47,24 @@ pub async fn upload(
         world,
         imports,
     };
-    let (plugin, created) = node.store().insert_plugin(new, now_ms()).await?;
+    let (plugin, created) = ports
+        .store()
+        .insert_plugin(new, ports.clock().now_ms())
+        .await?;
     if created {
         tracing::info!(plugin = %name, version = plugin.version, sha256 = %plugin.sha256, "plugin uploaded");
         let target = format!("{name} v{}", plugin.version);
-        node.audit(&who.name, "upload plugin", &target).await;
-        node.plugin_changed(&name);
+        ports.audit(&who.name, "upload plugin", &target).await;
+        ports.plugin_changed(&name);
     }
     Ok((plugin, created))
 }
 
 /// The name of the plugin `id_or_name` refers to: the id of any of its versions, or its
 /// name. A number that is no version's id is tried as a name.
-pub async fn find_plugin(node: &Node, id_or_name: &str) -> Result<String> {
+pub async fn find_plugin(ports: &Ports, id_or_name: &str) -> Result<String> {
     if let Ok(id) = id_or_name.parse::<i64>() {
-        match node.store().get_plugin(id).await {
+        match ports.store().get_plugin(id).await {
             Err(store::Error::NotFound(_)) => {}
             other => return Ok(other?.name),
         }
@@ -71,22 +74,22 @@ pub async fn find_plugin(node: &Node, id_or_name: &str) -> Result<String> {
 
 /// Deletes every version of the plugin `id_or_name` (its name, or the id of any version);
 /// refused while a job uses it. Admins only. Returns its name and the versions deleted.
-pub async fn delete(node: &Node, who: &Principal, id_or_name: &str) -> Result<(String, u64)> {
+pub async fn delete(ports: &Ports, who: &Principal, id_or_name: &str) -> Result<(String, u64)> {
     who.check_admin("deleting a plugin")?;
-    let name = find_plugin(node, id_or_name).await?;
-    let versions = node.store().delete_plugin(&name).await?;
-    node.plugin_changed(&name);
+    let name = find_plugin(ports, id_or_name).await?;
+    let versions = ports.store().delete_plugin(&name).await?;
+    ports.plugin_changed(&name);
     tracing::info!(plugin = %name, versions, by = %who.name, "plugin deleted");
-    node.audit(&who.name, "delete plugin", &name).await;
+    ports.audit(&who.name, "delete plugin", &name).await;
     Ok((name, versions))
 }
 
 /// Every plugin's latest version, by name.
-pub async fn list(node: &Node) -> Result<Vec<Plugin>> {
-    Ok(node.store().list_plugins().await?)
+pub async fn list(ports: &Ports) -> Result<Vec<Plugin>> {
+    Ok(ports.store().list_plugins().await?)
 }
 
 /// Which jobs bind which plugin.
-pub async fn bound_by(node: &Node) -> Result<Vec<PluginUser>> {
-    Ok(node.store().plugin_users().await?)
+pub async fn bound_by(ports: &Ports) -> Result<Vec<PluginUser>> {
+    Ok(ports.store().plugin_users().await?)
 }

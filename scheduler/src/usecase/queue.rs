@@ -19,9 +19,9 @@ use super::validate::{self, invalid};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::model::Job;
-use crate::model::{Delivery, Millis, RunStatus, Task, now_ms};
-use crate::node::Node;
+use crate::model::{Delivery, Millis, RunStatus, Task};
 use crate::pipeline::ready::Want;
+use crate::ports::Ports;
 use crate::store::{LeaseEnding, Leased, QueueFacts};
 
 pub const MAX_PULL: i64 = 1000;
@@ -54,7 +54,7 @@ pub struct PullFields {
 }
 
 /// Pulls up to `max` due tasks of a pull job, waiting up to `wait_ms` for one.
-pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Result<Vec<Leased>> {
+pub async fn pull(ports: &Ports, who: &Principal, job: &str, f: PullFields) -> Result<Vec<Leased>> {
     let max = validate::within("max", f.max.unwrap_or(1), 1..=MAX_PULL)?;
     let lease_ms = validate::within(
         "lease_ms",
@@ -70,7 +70,7 @@ pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Res
             format!("must be at most {MAX_CONSUMER_CHARS} characters"),
         ));
     }
-    let entry = queue_job(node, job).await?;
+    let entry = queue_job(ports, job).await?;
     let found = &entry.job;
     let spec = &found.spec;
     who.check(&spec.app, Need::Change, &format!("job `{job}`"))?;
@@ -82,7 +82,7 @@ pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Res
     }
     let job_id = found.id;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms as u64);
-    let board = node.ready_board();
+    let board = ports.ready_board();
     loop {
         // Listen before looking, so a task that becomes ready in between wakes this pull.
         let signal = board.subscribe(job_id);
@@ -90,12 +90,12 @@ pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Res
         tokio::pin!(woken);
         woken.as_mut().enable();
         // A disabled job hands out nothing (its tasks wait, §8), but a long poll waits on.
-        let enabled = node
+        let enabled = ports
             .cached_job(job_id)
             .await?
             .is_some_and(|j| j.job.spec.enabled);
         if enabled {
-            let leased = lease(node, job_id, &consumer, max as usize, lease_ms).await?;
+            let leased = lease(ports, job_id, &consumer, max as usize, lease_ms).await?;
             if !leased.is_empty() {
                 return Ok(leased);
             }
@@ -124,7 +124,7 @@ pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Res
             },
             _ = &mut woken => false,
             _ = tokio::time::sleep_until(deadline) => false,
-            _ = node.stopping() => true,
+            _ = ports.stopping() => true,
         };
         if stop {
             // Leases dispatch may be handing this pull go back to `ready` unspent.
@@ -143,16 +143,16 @@ pub async fn pull(node: &Node, who: &Principal, job: &str, f: PullFields) -> Res
 }
 
 async fn lease(
-    node: &Node,
+    ports: &Ports,
     job_id: i64,
     consumer: &str,
     max: usize,
     lease_ms: i64,
 ) -> Result<Vec<Leased>> {
-    let run_ids = node.take_run_ids(max).await?;
-    let leased = node
+    let run_ids = ports.take_run_ids(max).await?;
+    let leased = ports
         .store()
-        .lease_ready(job_id, consumer, &run_ids, lease_ms, now_ms())
+        .lease_ready(job_id, consumer, &run_ids, lease_ms, ports.clock().now_ms())
         .await?;
     if !leased.is_empty() {
         metrics::counter!("rota_pulled_total").increment(leased.len() as u64);
@@ -182,13 +182,13 @@ pub struct LeaseExtension {
 }
 
 /// Acks task `id`'s attempt: the task has succeeded. The task as it now is.
-pub async fn ack(node: &Node, who: &Principal, id: i64, lease: &str) -> Result<Task> {
-    end_one(node, who, id, lease, RunStatus::Succeeded, None, None).await
+pub async fn ack(ports: &Ports, who: &Principal, id: i64, lease: &str) -> Result<Task> {
+    end_one(ports, who, id, lease, RunStatus::Succeeded, None, None).await
 }
 
 /// Nacks task `id`'s attempt: a failed attempt, retried after `delay_ms` (or the backoff)
 /// while attempts remain, else `dead`.
-pub async fn nack(node: &Node, who: &Principal, id: i64, end: LeaseEnd) -> Result<Task> {
+pub async fn nack(ports: &Ports, who: &Principal, id: i64, end: LeaseEnd) -> Result<Task> {
     let delay = end
         .delay_ms
         .map(|d| validate::within("delay_ms", d, 0..=MAX_NACK_DELAY_MS))
@@ -198,7 +198,7 @@ pub async fn nack(node: &Node, who: &Principal, id: i64, end: LeaseEnd) -> Resul
     }
     let message = end.error.unwrap_or_else(|| "nacked by the consumer".into());
     end_one(
-        node,
+        ports,
         who,
         id,
         &end.lease,
@@ -210,12 +210,17 @@ pub async fn nack(node: &Node, who: &Principal, id: i64, end: LeaseEnd) -> Resul
 }
 
 /// Moves the end of task `id`'s lease to `lease_ms` from now; the new end.
-pub async fn extend(node: &Node, who: &Principal, id: i64, ext: LeaseExtension) -> Result<Millis> {
+pub async fn extend(
+    ports: &Ports,
+    who: &Principal,
+    id: i64,
+    ext: LeaseExtension,
+) -> Result<Millis> {
     let lease_ms = validate::within("lease_ms", ext.lease_ms, MIN_LEASE_MS..=MAX_LEASE_MS)?;
-    task_as(node.store(), who, id, Need::Change).await?;
-    let now = now_ms();
+    task_as(ports.store(), who, id, Need::Change).await?;
+    let now = ports.clock().now_ms();
     let expires = now + lease_ms;
-    if node
+    if ports
         .store()
         .extend_lease(id, &ext.lease, expires, now)
         .await?
@@ -229,7 +234,7 @@ pub async fn extend(node: &Node, who: &Principal, id: i64, ext: LeaseExtension) 
 /// Ends task `id`'s leased attempt with `status` if `lease` is its live lease and `who`
 /// may; the task as it then is.
 async fn end_one(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     id: i64,
     lease: &str,
@@ -237,7 +242,7 @@ async fn end_one(
     message: Option<String>,
     retry_after: Option<Millis>,
 ) -> Result<Task> {
-    let task = task_as(node.store(), who, id, Need::Change).await?;
+    let task = task_as(ports.store(), who, id, Need::Change).await?;
     let ending = LeaseEnding {
         task_id: id,
         lease: lease.to_owned(),
@@ -245,13 +250,13 @@ async fn end_one(
         message,
     };
     let delays: HashMap<i64, Millis> = retry_after.map(|d| (id, d)).into_iter().collect();
-    let ended = node
+    let ended = ports
         .end_leases(None, &[task.job_id], &[ending], &delays)
         .await?;
     if ended.ended.is_empty() {
         return Err(stale(id));
     }
-    Ok(node.store().get_task(id).await?)
+    Ok(ports.store().get_task(id).await?)
 }
 
 /// One item of `POST /api/v1/jobs/{job}/ack`.
@@ -273,7 +278,7 @@ pub struct AckResult {
 
 /// Acks many leases of one job at once (the tasks must be the job's); each item's result.
 pub async fn ack_batch(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     job: &str,
     items: Vec<AckItem>,
@@ -284,7 +289,7 @@ pub async fn ack_batch(
             items.len()
         )));
     }
-    let entry = queue_job(node, job).await?;
+    let entry = queue_job(ports, job).await?;
     let job = &entry.job;
     who.check(
         &job.spec.app,
@@ -300,7 +305,7 @@ pub async fn ack_batch(
             message: None,
         })
         .collect();
-    let ended = node
+    let ended = ports
         .end_leases(Some(job.id), &[job.id], &endings, &HashMap::new())
         .await?;
     Ok(items
@@ -321,14 +326,14 @@ pub async fn ack_batch(
 /// The job a queue route names (by id or by name) as the node's job cache has it, so that
 /// a pull or a batch ack reads no job row (a change made through another node reaches the
 /// cache within its refresh, as for task creation).
-async fn queue_job(node: &Node, job: &str) -> Result<std::sync::Arc<crate::pipeline::JobEntry>> {
+async fn queue_job(ports: &Ports, job: &str) -> Result<std::sync::Arc<crate::pipeline::JobEntry>> {
     let by_id = match job.parse::<i64>() {
-        Ok(id) => node.cached_job(id).await?,
+        Ok(id) => ports.cached_job(id).await?,
         Err(_) => None,
     };
     let found = match by_id {
         Some(entry) => Some(entry),
-        None => node.cached_job_named(job).await?,
+        None => ports.cached_job_named(job).await?,
     };
     found.ok_or_else(|| Error::NotFound(format!("job `{job}` not found")))
 }
@@ -341,12 +346,12 @@ fn stale(id: i64) -> Error {
 }
 
 /// Re-drives a dead task: a new attempt, due now.
-pub async fn retry(node: &Node, who: &Principal, id: i64) -> Result<Task> {
-    task_as(node.store(), who, id, Need::Change).await?;
-    let now = now_ms();
-    let task = node.store().redrive_task(id, now, now).await?;
-    node.wake_scan();
-    node.audit(&who.name, "retry task", &id.to_string()).await;
+pub async fn retry(ports: &Ports, who: &Principal, id: i64) -> Result<Task> {
+    task_as(ports.store(), who, id, Need::Change).await?;
+    let now = ports.clock().now_ms();
+    let task = ports.store().redrive_task(id, now, now).await?;
+    ports.wake_scan();
+    ports.audit(&who.name, "retry task", &id.to_string()).await;
     Ok(task)
 }
 
@@ -362,7 +367,7 @@ pub struct BulkRetry {
 }
 
 /// Re-drives a job's dead tasks; how many.
-pub async fn retry_dead(node: &Node, who: &Principal, f: BulkRetry) -> Result<u64> {
+pub async fn retry_dead(ports: &Ports, who: &Principal, f: BulkRetry) -> Result<u64> {
     if f.status != "dead" {
         return Err(invalid(
             "status",
@@ -370,28 +375,31 @@ pub async fn retry_dead(node: &Node, who: &Principal, f: BulkRetry) -> Result<u6
         ));
     }
     let limit = validate::within("limit", f.limit.unwrap_or(1000), 1..=MAX_REDRIVE)?;
-    let job = cached_job(node, "job", &f.job).await?;
+    let job = cached_job(ports, "job", &f.job).await?;
     who.check(&job.job.spec.app, Need::Change, &format!("job {}", f.job))?;
-    let now = now_ms();
-    let n = node
+    let now = ports.clock().now_ms();
+    let n = ports
         .store()
         .redrive_dead(job.job.id, limit as u32, now, now)
         .await?;
     if n > 0 {
-        node.wake_scan();
+        ports.wake_scan();
         let target = format!("{n} dead task(s) of job `{}`", job.job.spec.name);
-        node.audit(&who.name, "retry dead tasks", &target).await;
+        ports.audit(&who.name, "retry dead tasks", &target).await;
     }
     Ok(n)
 }
 
 /// What `job`'s queue holds (ready, leased and dead tasks, and the consumers seen in the
 /// last minute), if `who` may read the job.
-pub async fn facts(node: &Node, who: &Principal, job: &Job) -> Result<QueueFacts> {
+pub async fn facts(ports: &Ports, who: &Principal, job: &Job) -> Result<QueueFacts> {
     who.check(
         &job.spec.app,
         Need::Read,
         &format!("job `{}`", job.spec.name),
     )?;
-    Ok(node.store().queue_facts(job.id, now_ms() - 60_000).await?)
+    Ok(ports
+        .store()
+        .queue_facts(job.id, ports.clock().now_ms() - 60_000)
+        .await?)
 }

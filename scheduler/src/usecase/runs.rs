@@ -4,44 +4,44 @@ use super::jobs::{job_filter, run_as};
 use super::{Error, Result as UseResult};
 use crate::access::{Need, Principal};
 use crate::model::{Page, Run, RunFilter};
-use crate::node::Node;
+use crate::ports::Ports;
 use rota_proto::{KillAck, LogPage};
 
 /// The runs of `filter` that `who` may see, newest first. `job` is a job's id or name (an
 /// id is used as it is, so the runs of a deleted job stay listable); the filter's own
 /// `job_id` and `apps` are set here.
 pub async fn list(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     job: Option<&str>,
     filter: RunFilter,
 ) -> UseResult<Page<Run>> {
     let filter = RunFilter {
-        job_id: job_filter(node.store(), job).await?,
+        job_id: job_filter(ports.store(), job).await?,
         apps: who.app_filter().map(<[String]>::to_vec),
         ..filter
     };
-    Ok(node.store().list_runs(&filter).await?)
+    Ok(ports.store().list_runs(&filter).await?)
 }
 
 /// Run `id`, if `who` may read it.
-pub async fn get(node: &Node, who: &Principal, id: i64) -> UseResult<Run> {
-    run_as(node.store(), who, id, Need::Read).await
+pub async fn get(ports: &Ports, who: &Principal, id: i64) -> UseResult<Run> {
+    run_as(ports.store(), who, id, Need::Read).await
 }
 
 /// Asks the executor running run `id` to kill it, audited; a finished run is a conflict.
 /// The executor's answer: whether it had the run, in its words.
-pub async fn kill(node: &Node, who: &Principal, id: i64) -> UseResult<KillAck> {
-    let run = run_as(node.store(), who, id, Need::Change).await?;
+pub async fn kill(ports: &Ports, who: &Principal, id: i64) -> UseResult<KillAck> {
+    let run = run_as(ports.store(), who, id, Need::Change).await?;
     if run.status.is_final() {
         return Err(Error::Conflict(format!(
             "run {id} has already finished ({}); it cannot be killed",
             run.status
         )));
     }
-    let ack = node.kill_run(&run).await?;
+    let ack = ports.kill_run(&run).await?;
     tracing::info!(run.id = id, killed = ack.killed, "kill requested");
-    node.audit(&who.name, "kill run", &id.to_string()).await;
+    ports.audit(&who.name, "kill run", &id.to_string()).await;
     Ok(ack)
 }
 
@@ -50,13 +50,13 @@ pub async fn kill(node: &Node, who: &Principal, id: i64) -> UseResult<KillAck> {
 /// pulled by a consumer or delivered to a webhook — `pull:…`, `webhook:…`, whose outcome
 /// is the run's message) has no log: an empty page, complete once the run is over.
 pub async fn log(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     id: i64,
     from_line: u64,
     max_lines: u32,
 ) -> UseResult<LogPage> {
-    let run = run_as(node.store(), who, id, Need::Read).await?;
+    let run = run_as(ports.store(), who, id, Need::Read).await?;
     let on_an_executor = run
         .executor
         .as_deref()
@@ -68,5 +68,5 @@ pub async fn log(
             complete: run.status.is_final(),
         });
     }
-    Ok(node.read_log(&run, from_line, max_lines).await?)
+    Ok(ports.read_log(&run, from_line, max_lines).await?)
 }

@@ -4,13 +4,18 @@
 
 use super::{Error, Result};
 use crate::access::Principal;
-use crate::model::now_ms;
-use crate::node::Node;
+use crate::ports::Ports;
 use crate::secrets;
 use crate::store::SecretMeta;
 
 /// Sets `app`'s secret `name` to `value` (creating or replacing it).
-pub async fn set(node: &Node, who: &Principal, app: &str, name: &str, value: &[u8]) -> Result<()> {
+pub async fn set(
+    ports: &Ports,
+    who: &Principal,
+    app: &str,
+    name: &str,
+    value: &[u8],
+) -> Result<()> {
     who.check_app(app)?;
     secrets::check_name(name)
         .map_err(|e| Error::Unprocessable(format!("secret name `{name}` {e}")))?;
@@ -21,25 +26,28 @@ pub async fn set(node: &Node, who: &Principal, app: &str, name: &str, value: &[u
             value.len()
         )));
     }
-    let sealed = node.secrets().seal(app, name, value);
-    node.store()
-        .set_secret(app, name, &sealed, now_ms())
+    let sealed = ports.secrets().seal(app, name, value);
+    ports
+        .store()
+        .set_secret(app, name, &sealed, ports.clock().now_ms())
         .await?;
-    node.audit(&who.name, "set secret", &format!("{app}/{name}"))
+    ports
+        .audit(&who.name, "set secret", &format!("{app}/{name}"))
         .await;
     tracing::info!(app = %app, secret = %name, by = %who.name, "secret set");
     Ok(())
 }
 
 /// Deletes `app`'s secret `name`.
-pub async fn delete(node: &Node, who: &Principal, app: &str, name: &str) -> Result<()> {
+pub async fn delete(ports: &Ports, who: &Principal, app: &str, name: &str) -> Result<()> {
     who.check_app(app)?;
-    if !node.store().delete_secret(app, name).await? {
+    if !ports.store().delete_secret(app, name).await? {
         return Err(Error::NotFound(format!(
             "secret `{name}` of app `{app}` not found"
         )));
     }
-    node.audit(&who.name, "delete secret", &format!("{app}/{name}"))
+    ports
+        .audit(&who.name, "delete secret", &format!("{app}/{name}"))
         .await;
     Ok(())
 }
@@ -53,8 +61,8 @@ pub struct AppSecrets {
 }
 
 /// The secrets of every app `who` sees, by app.
-pub async fn list(node: &Node, who: &Principal) -> Result<Vec<AppSecrets>> {
-    let store = node.store();
+pub async fn list(ports: &Ports, who: &Principal) -> Result<Vec<AppSecrets>> {
+    let store = ports.store();
     let mut all = Vec::new();
     for app in store.list_apps().await? {
         if !who.sees(&app.name) {
@@ -70,8 +78,8 @@ pub async fn list(node: &Node, who: &Principal) -> Result<Vec<AppSecrets>> {
 }
 
 /// `app`'s secrets (names and times, never values), if `who` sees the app.
-pub async fn of_app(node: &Node, who: &Principal, app: &str) -> Result<Vec<SecretMeta>> {
+pub async fn of_app(ports: &Ports, who: &Principal, app: &str) -> Result<Vec<SecretMeta>> {
     super::validate::app("app", app)?;
     who.check(app, crate::access::Need::Read, &format!("app `{app}`"))?;
-    Ok(node.store().list_secrets(app).await?)
+    Ok(ports.store().list_secrets(app).await?)
 }

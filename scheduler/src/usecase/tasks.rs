@@ -15,10 +15,8 @@ use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::model::{
-    Millis, NewTask, Page, Task, TaskFilter, TaskKind, TaskStatus, now_ms, task_status,
-};
-use crate::node::Node;
+use crate::model::{Millis, NewTask, Page, Task, TaskFilter, TaskKind, TaskStatus, task_status};
+use crate::ports::Ports;
 use crate::schedule::FIRE_HORIZON_MS;
 
 /// Most tasks in one batch.
@@ -68,27 +66,27 @@ impl TaskFields {
 
 /// Creates one task of a job `who` may change; the task, and whether it is new (`false`:
 /// a task of the job already had this `key`, and it is that one).
-pub async fn create(node: &Node, who: &Principal, fields: TaskFields) -> Result<(Task, bool)> {
+pub async fn create(ports: &Ports, who: &Principal, fields: TaskFields) -> Result<(Task, bool)> {
     // Delays count from the moment the request is accepted.
-    let now = now_ms();
-    let job_id = job_to_change(node, who, &fields.job).await?;
-    let task = new_task(fields, job_id, now, node.config())?;
-    let (id, created) = *node
+    let now = ports.clock().now_ms();
+    let job_id = job_to_change(ports, who, &fields.job).await?;
+    let task = new_task(fields, job_id, now, ports.config())?;
+    let (id, created) = *ports
         .store_tasks(std::slice::from_ref(&task), now)
         .await?
         .first()
         .ok_or_else(|| Error::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
-    Ok((node.store().get_task(id).await?, created))
+    Ok((ports.store().get_task(id).await?, created))
 }
 
 /// Creates a batch of tasks, all or nothing: an invalid item fails the whole batch with its
 /// index in the message; an existing key yields the existing task's id. The ids, in order.
 pub async fn create_batch(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     items: Vec<TaskFields>,
 ) -> Result<Vec<i64>> {
-    let now = now_ms();
+    let now = ports.clock().now_ms();
     if items.len() > MAX_BATCH {
         return Err(Error::PayloadTooLarge(format!(
             "tasks: a batch holds at most {MAX_BATCH} tasks (got {}); split it",
@@ -103,12 +101,13 @@ pub async fn create_batch(
         let job_id = match jobs.entry(fields.job.clone()) {
             Entry::Occupied(e) => *e.get(),
             Entry::Vacant(e) => *e.insert(
-                job_to_change(node, who, &fields.job)
+                job_to_change(ports, who, &fields.job)
                     .await
                     .map_err(|e| e.prefixed(&prefix))?,
             ),
         };
-        let task = new_task(fields, job_id, now, node.config()).map_err(|e| e.prefixed(&prefix))?;
+        let task =
+            new_task(fields, job_id, now, ports.config()).map_err(|e| e.prefixed(&prefix))?;
         if let Some(key) = &task.key
             && let Some(first) = keys.insert((job_id, key.clone()), i)
         {
@@ -121,7 +120,7 @@ pub async fn create_batch(
         }
         tasks.push(task);
     }
-    Ok(node
+    Ok(ports
         .store_tasks(&tasks, now)
         .await?
         .into_iter()
@@ -130,8 +129,8 @@ pub async fn create_batch(
 }
 
 /// The id of the job `r` names (from the node's cache), if `who` may change it.
-async fn job_to_change(node: &Node, who: &Principal, r: &NameOrId) -> Result<i64> {
-    let job = cached_job(node, "job", r).await?;
+async fn job_to_change(ports: &Ports, who: &Principal, r: &NameOrId) -> Result<i64> {
+    let job = cached_job(ports, "job", r).await?;
     who.check(&job.job.spec.app, Need::Change, &format!("job {r}"))?;
     Ok(job.job.id)
 }
@@ -218,17 +217,17 @@ pub fn parse_rfc3339(s: &str) -> Option<Millis> {
 /// id is used as it is, so the tasks of a deleted job stay listable); the filter's own
 /// `job_id` and `apps` are set here.
 pub async fn list(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     job: Option<&str>,
     filter: TaskFilter,
 ) -> Result<Page<Task>> {
     let filter = TaskFilter {
-        job_id: job_filter(node.store(), job).await?,
+        job_id: job_filter(ports.store(), job).await?,
         apps: who.app_filter().map(<[String]>::to_vec),
         ..filter
     };
-    Ok(node.store().list_tasks(&filter).await?)
+    Ok(ports.store().list_tasks(&filter).await?)
 }
 
 /// `PATCH /api/v1/tasks/{id}`: moves a pending task. One of `run_at` and `delay_ms` is
@@ -251,27 +250,27 @@ pub struct Reschedule {
 /// Cancels a task that has not started, on whichever node holds it (`DELETE
 /// /api/v1/tasks/{id}`, the console's Cancel); audited when it cancelled it (a second
 /// cancel answers the task, unchanged).
-pub async fn cancel(node: &Node, who: &Principal, id: i64) -> Result<Task> {
-    task_as(node.store(), who, id, Need::Change).await?;
-    let (task, cancelled) = node.cancel_task(id).await?;
+pub async fn cancel(ports: &Ports, who: &Principal, id: i64) -> Result<Task> {
+    task_as(ports.store(), who, id, Need::Change).await?;
+    let (task, cancelled) = ports.cancel_task(id).await?;
     if cancelled {
-        node.audit(&who.name, "cancel task", &id.to_string()).await;
+        ports.audit(&who.name, "cancel task", &id.to_string()).await;
     }
     Ok(task)
 }
 
 /// Cancels the task of `job` (a name or an id) created with `key`, as [`cancel`] does.
-pub async fn cancel_by_key(node: &Node, who: &Principal, job: &str, key: &str) -> Result<Task> {
-    let found = find_job(node.store(), job).await?;
+pub async fn cancel_by_key(ports: &Ports, who: &Principal, job: &str, key: &str) -> Result<Task> {
+    let found = find_job(ports.store(), job).await?;
     who.check(&found.spec.app, Need::Change, &format!("job `{job}`"))?;
-    let task = node.store().get_task_by_key(found.id, key).await?;
-    cancel(node, who, task.id).await
+    let task = ports.store().get_task_by_key(found.id, key).await?;
+    cancel(ports, who, task.id).await
 }
 
 /// Moves a pending task (not yet in a scheduler's wheel, or waiting for an executor or a
 /// consumer) to a new due time, and optionally a new priority or payload.
-pub async fn reschedule(node: &Node, who: &Principal, id: i64, f: Reschedule) -> Result<Task> {
-    let now = now_ms();
+pub async fn reschedule(ports: &Ports, who: &Principal, id: i64, f: Reschedule) -> Result<Task> {
+    let now = ports.clock().now_ms();
     if f.delay_ms.is_none() && f.run_at.is_none() {
         return Err(invalid(
             "run_at",
@@ -284,15 +283,15 @@ pub async fn reschedule(node: &Node, who: &Principal, id: i64, f: Reschedule) ->
         .map(|p| validate::within("priority", p, -MAX_PRIORITY..=MAX_PRIORITY).map(|p| p as i32))
         .transpose()?;
     if let Some(Some(payload)) = &f.payload {
-        validate::max_bytes("payload", payload, node.config().max_payload_bytes)?;
+        validate::max_bytes("payload", payload, ports.config().max_payload_bytes)?;
     }
-    task_as(node.store(), who, id, Need::Change).await?;
+    task_as(ports.store(), who, id, Need::Change).await?;
     let payload = f.payload.as_ref().map(|p| p.as_deref());
-    let moved = node
+    let moved = ports
         .store()
         .reschedule_task(id, due_at, priority, payload, now)
         .await?;
-    let task = node.store().get_task(id).await?;
+    let task = ports.store().get_task(id).await?;
     if !moved {
         return Err(Error::Conflict(match task.status {
             TaskStatus::Claimed => format!(
@@ -305,24 +304,25 @@ pub async fn reschedule(node: &Node, who: &Principal, id: i64, f: Reschedule) ->
             ),
         }));
     }
-    if due_at - now <= node.config().window_ms {
-        node.wake_scan();
+    if due_at - now <= ports.config().window_ms {
+        ports.wake_scan();
     }
-    node.audit(&who.name, "reschedule task", &id.to_string())
+    ports
+        .audit(&who.name, "reschedule task", &id.to_string())
         .await;
     Ok(task)
 }
 
 /// Task `id`, if `who` may read it.
-pub async fn get(node: &Node, who: &Principal, id: i64) -> Result<Task> {
-    super::jobs::task_as(node.store(), who, id, Need::Read).await
+pub async fn get(ports: &Ports, who: &Principal, id: i64) -> Result<Task> {
+    super::jobs::task_as(ports.store(), who, id, Need::Read).await
 }
 
 /// An operator schedules one task of a job by hand, due in `delay_s` seconds (up to the
 /// fire horizon): created as [`create`] does, and audited as the operator's action (tasks
 /// created by programs through the API are the queue's data, not audited one by one).
 pub async fn schedule(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     fields: TaskFields,
     delay_s: i64,
@@ -333,13 +333,14 @@ pub async fn schedule(
         delay_ms: Some(delay_s * 1000),
         ..fields
     };
-    let (task, _) = create(node, who, fields).await?;
-    let job = node.store().get_job(task.job_id).await?;
-    node.audit(
-        &who.name,
-        "schedule task",
-        &format!("{} in {delay_s} s", job.spec.name),
-    )
-    .await;
+    let (task, _) = create(ports, who, fields).await?;
+    let job = ports.store().get_job(task.job_id).await?;
+    ports
+        .audit(
+            &who.name,
+            "schedule task",
+            &format!("{} in {delay_s} s", job.spec.name),
+        )
+        .await;
     Ok(task)
 }

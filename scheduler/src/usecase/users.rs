@@ -5,8 +5,7 @@
 use super::{Error, Result, validate};
 use crate::access::{Apps, Principal, Role};
 use crate::credentials::{hash_password, random_token, token_hash};
-use crate::model::now_ms;
-use crate::node::Node;
+use crate::ports::Ports;
 use crate::store::{self, ApiToken, TokenUser, User};
 
 /// How long a console sign-in lasts.
@@ -16,15 +15,15 @@ pub const SESSION_MS: crate::model::Millis = 12 * 3600 * 1000;
 pub const MIN_PASSWORD_CHARS: usize = 10;
 
 /// Every user, for an admin.
-pub async fn list(node: &Node, who: &Principal) -> Result<Vec<User>> {
+pub async fn list(ports: &Ports, who: &Principal) -> Result<Vec<User>> {
     who.check_admin("managing users")?;
-    Ok(node.store().list_users().await?)
+    Ok(ports.store().list_users().await?)
 }
 
 /// A new user `name` with `password`, `role` over `apps` (an admin's apps are all).
 /// A taken name is a conflict naming the field.
 pub async fn create(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     name: &str,
     password: &str,
@@ -38,9 +37,15 @@ pub async fn create(
     let hash = hash_password(password.to_owned())
         .await
         .map_err(Error::Internal)?;
-    match node
+    match ports
         .store()
-        .insert_user(name, &hash, role.as_str(), &apps.to_text(), now_ms())
+        .insert_user(
+            name,
+            &hash,
+            role.as_str(),
+            &apps.to_text(),
+            ports.clock().now_ms(),
+        )
         .await
     {
         Ok(_) => {}
@@ -49,7 +54,8 @@ pub async fn create(
         }
         Err(e) => return Err(e.into()),
     }
-    node.audit(&who.name, "create user", &format!("{name} ({role})"))
+    ports
+        .audit(&who.name, "create user", &format!("{name} ({role})"))
         .await;
     Ok(())
 }
@@ -67,45 +73,45 @@ pub fn check_password(field: &str, password: &str) -> Result<()> {
 
 /// Gives user `id` `role` over `apps`. The last admin keeps the role.
 pub async fn set_access(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     id: i64,
     role: Role,
     apps: Apps,
 ) -> Result<()> {
     who.check_admin("managing users")?;
-    let store = node.store();
+    let store = ports.store();
     let user = store.get_user(id).await?;
     if role != Role::Admin {
-        keep_an_admin(node, &user).await?;
+        keep_an_admin(ports, &user).await?;
     }
     let apps = if role == Role::Admin { Apps::All } else { apps };
     store
         .set_user_access(id, role.as_str(), &apps.to_text())
         .await?;
     let target = format!("{} → {role} of {}", user.name, apps.to_text());
-    node.audit(&who.name, "change user access", &target).await;
+    ports.audit(&who.name, "change user access", &target).await;
     Ok(())
 }
 
 /// Deletes user `id`: not oneself, not the last admin.
-pub async fn delete(node: &Node, who: &Principal, id: i64) -> Result<()> {
+pub async fn delete(ports: &Ports, who: &Principal, id: i64) -> Result<()> {
     who.check_admin("managing users")?;
-    let store = node.store();
+    let store = ports.store();
     let user = store.get_user(id).await?;
     if user.name == who.name {
         return Err(Error::Conflict("you cannot delete yourself".into()));
     }
-    keep_an_admin(node, &user).await?;
+    keep_an_admin(ports, &user).await?;
     store.delete_user(id).await?;
-    node.audit(&who.name, "delete user", &user.name).await;
+    ports.audit(&who.name, "delete user", &user.name).await;
     Ok(())
 }
 
 /// The last admin cannot be demoted or deleted: nobody could manage users after.
-async fn keep_an_admin(node: &Node, user: &User) -> Result<()> {
+async fn keep_an_admin(ports: &Ports, user: &User) -> Result<()> {
     if user.principal().is_admin() {
-        let admins = node
+        let admins = ports
             .store()
             .list_users()
             .await?
@@ -125,7 +131,7 @@ async fn keep_an_admin(node: &Node, user: &User) -> Result<()> {
 /// Sets user `user_id`'s (who is `who`) password to `new` (the caller checked the
 /// current one) and ends their sessions but the one of hash `keep_session`.
 pub async fn change_password(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     user_id: i64,
     new: &str,
@@ -135,78 +141,89 @@ pub async fn change_password(
     let hash = hash_password(new.to_owned())
         .await
         .map_err(Error::Internal)?;
-    node.store()
+    ports
+        .store()
         .set_password(user_id, &hash, keep_session)
         .await?;
-    node.audit(&who.name, "change password", &who.name).await;
+    ports.audit(&who.name, "change password", &who.name).await;
     Ok(())
 }
 
 /// The tokens `who` (user `user_id`) may see: their own; an admin's, everyone's.
-pub async fn tokens(node: &Node, who: &Principal, user_id: i64) -> Result<Vec<ApiToken>> {
+pub async fn tokens(ports: &Ports, who: &Principal, user_id: i64) -> Result<Vec<ApiToken>> {
     let whose = (!who.is_admin()).then_some(user_id);
-    Ok(node.store().list_tokens(whose).await?)
+    Ok(ports.store().list_tokens(whose).await?)
 }
 
 /// Issues user `user_id` (who is `who`) a token named `name`: `rota_` and 40 hex digits,
 /// returned this once; only its hash is stored.
 pub async fn create_token(
-    node: &Node,
+    ports: &Ports,
     who: &Principal,
     user_id: i64,
     name: &str,
 ) -> Result<String> {
     validate::name("name", name)?;
     let token = format!("rota_{}", random_token(20));
-    node.store()
-        .insert_token(user_id, name, &token_hash(&token), now_ms())
+    ports
+        .store()
+        .insert_token(user_id, name, &token_hash(&token), ports.clock().now_ms())
         .await?;
-    node.audit(&who.name, "create API token", name).await;
+    ports.audit(&who.name, "create API token", name).await;
     Ok(token)
 }
 
 /// Revokes token `id`: one of `who`'s own (user `user_id`), or anyone's for an admin.
-pub async fn revoke_token(node: &Node, who: &Principal, user_id: i64, id: i64) -> Result<()> {
+pub async fn revoke_token(ports: &Ports, who: &Principal, user_id: i64, id: i64) -> Result<()> {
     let whose = (!who.is_admin()).then_some(user_id);
-    if !node.store().revoke_token(id, whose, now_ms()).await? {
+    if !ports
+        .store()
+        .revoke_token(id, whose, ports.clock().now_ms())
+        .await?
+    {
         return Err(Error::NotFound(format!("no live token {id} of yours")));
     }
-    node.audit(&who.name, "revoke API token", &id.to_string())
+    ports
+        .audit(&who.name, "revoke API token", &id.to_string())
         .await;
     Ok(())
 }
 
 /// The user behind an API token, by the token's hash; `None` for an unknown or revoked one.
-pub async fn token_user(node: &Node, hash: &str) -> Result<Option<TokenUser>> {
-    Ok(node.store().token_user(hash).await?)
+pub async fn token_user(ports: &Ports, hash: &str) -> Result<Option<TokenUser>> {
+    Ok(ports.store().token_user(hash).await?)
 }
 
 /// The user of a live console session, by the session cookie's hash.
-pub async fn session_user(node: &Node, session_hash: &str) -> Result<Option<User>> {
-    Ok(node.store().session_user(session_hash, now_ms()).await?)
+pub async fn session_user(ports: &Ports, session_hash: &str) -> Result<Option<User>> {
+    Ok(ports
+        .store()
+        .session_user(session_hash, ports.clock().now_ms())
+        .await?)
 }
 
 /// The user named `name`, for signing in.
-pub async fn named(node: &Node, name: &str) -> Result<Option<User>> {
-    Ok(node.store().user_by_name(name).await?)
+pub async fn named(ports: &Ports, name: &str) -> Result<Option<User>> {
+    Ok(ports.store().user_by_name(name).await?)
 }
 
 /// Opens a console session of hash `session_hash` for `user`, whose password the caller
 /// checked, for [`SESSION_MS`]; audited.
-pub async fn sign_in(node: &Node, user: &User, session_hash: &str) -> Result<()> {
-    let at = now_ms();
-    node.store()
+pub async fn sign_in(ports: &Ports, user: &User, session_hash: &str) -> Result<()> {
+    let at = ports.clock().now_ms();
+    ports
+        .store()
         .insert_session(session_hash, user.id, at, at + SESSION_MS)
         .await?;
-    node.audit(&user.name, "login", "").await;
+    ports.audit(&user.name, "login", "").await;
     Ok(())
 }
 
 /// Ends the console session of hash `session_hash` (if any) of user `name`, audited.
-pub async fn sign_out(node: &Node, name: &str, session_hash: Option<&str>) -> Result<()> {
+pub async fn sign_out(ports: &Ports, name: &str, session_hash: Option<&str>) -> Result<()> {
     if let Some(hash) = session_hash {
-        node.store().delete_session(hash).await?;
+        ports.store().delete_session(hash).await?;
     }
-    node.audit(name, "logout", "").await;
+    ports.audit(name, "logout", "").await;
     Ok(())
 }

@@ -111,7 +111,9 @@ impl TestApp {
         let store = Store::connect(&url).await.expect("store");
         let (stop, stop_rx) = watch::channel(false);
         let node = Node::start(config, store, stop_rx).await.expect("node");
-        let app = router(AppState { node: node.clone() });
+        let app = router(AppState {
+            ports: node.ports().clone(),
+        });
         TestApp {
             app,
             node,

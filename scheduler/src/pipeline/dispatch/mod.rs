@@ -31,8 +31,10 @@ use super::ready::ReadyBoard;
 use super::ring::Ring;
 use super::{Cluster, ExecutorCache, JobCache, JobEntry, RunIds};
 use crate::client::{ClientError, ExecutorClient};
+use crate::clock::Clock;
 use crate::lateness::RecentLateness;
 use crate::model::*;
+use crate::periodic::Retrying;
 use crate::route::{Route, Router};
 
 mod handoff;
@@ -149,14 +151,16 @@ const RECORD_LINGER: Duration = Duration::from_millis(100);
 /// Counts slow dispatches per job in the current minute (XXL-JOB's rule, configurable).
 pub(crate) struct SlowTracker {
     state: Mutex<(i64, HashMap<i64, u32>)>,
+    clock: Clock,
     slow_ms: u64,
     max_count: u32,
 }
 
 impl SlowTracker {
-    pub(crate) fn new(slow_ms: u64, max_count: u32) -> Self {
+    pub(crate) fn new(clock: Clock, slow_ms: u64, max_count: u32) -> Self {
         SlowTracker {
             state: Mutex::new((0, HashMap::new())),
+            clock,
             slow_ms,
             max_count,
         }
@@ -164,7 +168,7 @@ impl SlowTracker {
 
     fn with<R>(&self, f: impl FnOnce(&mut HashMap<i64, u32>) -> R) -> R {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let minute = now_ms() / 60_000;
+        let minute = self.clock.now_ms() / 60_000;
         if g.0 != minute {
             g.0 = minute;
             g.1.clear();
@@ -373,7 +377,7 @@ mod tests {
 
     #[test]
     fn a_job_with_more_than_the_allowed_slow_dispatches_moves_to_the_slow_pool() {
-        let slow = SlowTracker::new(500, 10);
+        let slow = SlowTracker::new(Clock::Wall, 500, 10);
         for _ in 0..10 {
             slow.record([7], Duration::from_millis(600));
             slow.record([8], Duration::from_millis(100));

@@ -43,7 +43,7 @@ pub(crate) async fn record_loop(dispatcher: Arc<Dispatcher>, mut rx: mpsc::Recei
                 Ok(_) => {}
             }
         }
-        let mut delay = Duration::from_millis(50);
+        let mut retrying = Retrying::new(dispatcher.cluster.shutdown.clone());
         loop {
             // Under the lease held now: what was sent under an epoch this node lost is not
             // recorded (the taker recorded what had arrived).
@@ -75,8 +75,13 @@ pub(crate) async fn record_loop(dispatcher: Arc<Dispatcher>, mut rx: mpsc::Recei
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, rows = buf.len(), "recording dispatches failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    if !retrying.pause().await {
+                        tracing::warn!(
+                            rows = buf.len(),
+                            "stopping: dispatches left unrecorded, for the next start's recovery"
+                        );
+                        break;
+                    }
                 }
             }
         }

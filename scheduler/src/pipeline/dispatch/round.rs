@@ -274,7 +274,7 @@ impl Dispatch {
                 )
                 .await;
             }
-            self.not_sent(&address, out.unsent, out.why);
+            self.not_sent(dispatcher, &address, out.unsent, out.why);
         }
         if !expired.is_empty() {
             tracing::warn!(
@@ -442,7 +442,13 @@ impl Dispatch {
     }
 
     /// Triggers of one executor that this round did not send, and why.
-    fn not_sent(&mut self, address: &str, unsent: Vec<Pending>, why: Unsent) {
+    fn not_sent(
+        &mut self,
+        dispatcher: &Dispatcher,
+        address: &str,
+        unsent: Vec<Pending>,
+        why: Unsent,
+    ) {
         match why {
             Unsent::Full => {
                 for mut p in unsent {
@@ -461,7 +467,8 @@ impl Dispatch {
                     } else {
                         // Other shards of the task may be out: fail this one alone.
                         let reason = format!("no run id could be reserved: {reason}");
-                        self.failed.push(Failed::of(p, None, now_ms(), reason));
+                        let at = dispatcher.cluster.clock.now_ms();
+                        self.failed.push(Failed::of(p, None, at, reason));
                     }
                 }
             }

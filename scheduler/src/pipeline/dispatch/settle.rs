@@ -163,7 +163,7 @@ pub(super) async fn complete_failures(dispatcher: &Dispatcher, failed: Vec<Faile
         .map(|f| (f.task.task_id, f.task.attempt))
         .collect();
     let unnumbered = failed.iter().filter(|f| f.run_id.is_none()).count();
-    let mut delay = Duration::from_millis(50);
+    let mut retrying = Retrying::new(dispatcher.cluster.shutdown.clone());
     let mut ids = loop {
         match dispatcher
             .run_ids
@@ -173,12 +173,10 @@ pub(super) async fn complete_failures(dispatcher: &Dispatcher, failed: Vec<Faile
             Ok(ids) => break ids.into_iter(),
             Err(e) => {
                 tracing::warn!(error = %e, "reserving run ids for failed dispatches failed; retrying");
-                if *dispatcher.cluster.shutdown.borrow() {
+                if !retrying.pause().await {
                     dispatcher.ring.fired(attempts);
                     return;
                 }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
             }
         }
     };
@@ -202,7 +200,7 @@ pub(super) async fn apply_then_fired(
     retry_after: &HashMap<i64, Millis>,
     attempts: Vec<(i64, i32)>,
 ) {
-    let mut delay = Duration::from_millis(50);
+    let mut retrying = Retrying::new(dispatcher.cluster.shutdown.clone());
     loop {
         match crate::pipeline::complete::apply_with(&dispatcher.completion, updates, retry_after)
             .await
@@ -210,11 +208,9 @@ pub(super) async fn apply_then_fired(
             Ok(_) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "recording runs that ended at the scheduler failed; retrying");
-                if *dispatcher.cluster.shutdown.borrow() {
+                if !retrying.pause().await {
                     break;
                 }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
             }
         }
     }

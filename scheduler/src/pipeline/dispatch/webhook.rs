@@ -212,12 +212,12 @@ fn receiver(job: &JobEntry) -> String {
 }
 
 async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
-    let started_at = now_ms();
+    let started_at = dispatcher.cluster.clock.now_ms();
     let failed = |message: String| Outcome {
         status: RunStatus::Failed,
         message: Some(message),
         started_at,
-        finished_at: now_ms(),
+        finished_at: dispatcher.cluster.clock.now_ms(),
         retry_after_ms: None,
     };
     let spec = &d.job.job.spec;
@@ -304,7 +304,7 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
             status: RunStatus::Succeeded,
             message: Some(format!("HTTP {}", status.as_u16())),
             started_at,
-            finished_at: now_ms(),
+            finished_at: dispatcher.cluster.clock.now_ms(),
             retry_after_ms: None,
         };
     }

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::Node;
+use super::Ports;
 use crate::model::JobSpec;
 
 /// How long one executor may take to accept the list (it answers before compiling).
@@ -17,7 +17,7 @@ const WARM_TIMEOUT: Duration = Duration::from_secs(2);
 /// At most this many plugins per call (as in a heartbeat answer).
 const PLUGINS_PER_CALL: u32 = 64;
 
-impl Node {
+impl Ports {
     /// A job was created or changed: its app's executors prepare the plugin it binds.
     pub(super) fn warm_app(&self, spec: &JobSpec) {
         if spec.plugin.is_empty() || !spec.enabled {

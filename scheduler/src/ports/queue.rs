@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::Node;
-use crate::model::{Millis, now_ms};
+use super::Ports;
+use crate::model::Millis;
 use crate::pipeline::complete;
 use crate::pipeline::ready::ReadyBoard;
 use crate::store::{self, LeaseEnding, LeasesEnded, NodeRef};
@@ -19,7 +19,7 @@ const READY_NOTICE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long the list of the other nodes is reused by the notice loop.
 const PEERS_TTL: Duration = Duration::from_secs(1);
 
-impl Node {
+impl Ports {
     /// Where this node's long polls wait for a pull job's tasks to become ready.
     pub(crate) fn ready_board(&self) -> &ReadyBoard {
         &self.ready
@@ -72,7 +72,7 @@ impl Node {
 
 /// Sends the pull jobs that had tasks become ready here to every other live node, one
 /// request per node for whatever gathered since the last send, until shutdown.
-pub(super) async fn announce_loop(node: Node) {
+pub(crate) async fn announce_loop(node: Ports) {
     let mut shutdown = node.cluster.shutdown.clone();
     // The other nodes, read again at most once a second: an announcement must not wait
     // for the database (a node that joined meanwhile is told from the next read on; its
@@ -85,7 +85,7 @@ pub(super) async fn announce_loop(node: Node) {
             _ = shutdown.wait_for(|s| *s) => return,
         };
         if read_at.is_none_or(|at| at.elapsed() >= PEERS_TTL) {
-            let alive_after = now_ms() - node.cluster.config.node_dead_after_ms;
+            let alive_after = node.cluster.clock.now_ms() - node.cluster.config.node_dead_after_ms;
             match node.cluster.store.live_nodes(alive_after).await {
                 Ok(live) => {
                     let me = node.cluster.lease.get().node_id;

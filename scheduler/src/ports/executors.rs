@@ -1,0 +1,149 @@
+//! The executor registry: registrations, heartbeats and goodbyes (a replayed one changes
+//! nothing), and the reports executors send.
+
+use rota_proto::{Deregistration, Registration, RunReport};
+
+use crate::model::*;
+use crate::pipeline::complete::{self};
+
+use super::*;
+
+impl Ports {
+    /// Whether a registration, heartbeat or goodbye signed at `signed_at` is newer than
+    /// what the executor sent before (to any node). An older one is a captured request
+    /// replayed to another node within the signature window: it must not report a stale
+    /// list of runs, nor remove a live executor.
+    async fn is_newest(&self, app: &str, address: &str, signed_at: Millis) -> anyhow::Result<bool> {
+        let newest = self.cluster.store.executor_clock(app, address).await?;
+        let fresh = newest.is_none_or(|newest| signed_at > newest);
+        if !fresh {
+            tracing::warn!(
+                app,
+                executor = address,
+                signed_at,
+                "ignoring a request older than one already accepted from this executor (replayed?)"
+            );
+        }
+        Ok(fresh)
+    }
+
+    pub async fn executor_registered(
+        &self,
+        reg: &Registration,
+        signed_at: Millis,
+    ) -> anyhow::Result<()> {
+        if !self.is_newest(&reg.app, &reg.address, signed_at).await? {
+            return Ok(());
+        }
+        let now = self.cluster.clock.now_ms();
+        self.upsert_executor(reg, now, signed_at).await?;
+        // A (re)started executor lists the runs it still has; the others it was given are lost.
+        complete::reconcile_executor(
+            &self.completion,
+            &reg.app,
+            &reg.address,
+            &reg.active_runs,
+            None,
+            now,
+        )
+        .await?;
+        self.refresh_executors().await?;
+        // Fires that found no executor of this app go out now.
+        let woken = self
+            .cluster
+            .store
+            .wake_waiting(std::slice::from_ref(&reg.app))
+            .await?;
+        if woken > 0 {
+            tracing::info!(app = %reg.app, tasks = woken, "an executor registered; fires that waited for one go out");
+            self.scan_wake.notify_one();
+        }
+        Ok(())
+    }
+
+    pub async fn executor_heartbeat(
+        &self,
+        reg: &Registration,
+        signed_at: Millis,
+    ) -> anyhow::Result<()> {
+        if !self.is_newest(&reg.app, &reg.address, signed_at).await? {
+            return Ok(());
+        }
+        let now = self.cluster.clock.now_ms();
+        let previous = self
+            .cluster
+            .store
+            .executor_heartbeat_at(&reg.app, &reg.address)
+            .await?;
+        self.upsert_executor(reg, now, signed_at).await?;
+        // A run dispatched before the previous heartbeat arrived was known to the executor
+        // before it built this one (heartbeats go one at a time), so it must be listed.
+        // Anything dispatched later may legitimately be missing.
+        if let Some(previous) = previous {
+            complete::reconcile_executor(
+                &self.completion,
+                &reg.app,
+                &reg.address,
+                &reg.active_runs,
+                Some(previous),
+                now,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// An executor's goodbye, unless it sent something signed later (a replayed goodbye
+    /// does not remove an executor that registered again).
+    pub async fn executor_deregistered(
+        &self,
+        d: &Deregistration,
+        signed_at: Millis,
+    ) -> anyhow::Result<()> {
+        self.cluster
+            .store
+            .remove_executor(&d.app, &d.address, Some(signed_at))
+            .await?;
+        self.refresh_executors().await
+    }
+
+    /// Records a registration or heartbeat, and moves the executor's clock to its signed time.
+    async fn upsert_executor(
+        &self,
+        reg: &Registration,
+        now: Millis,
+        signed_at: Millis,
+    ) -> anyhow::Result<()> {
+        let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        self.cluster
+            .store
+            .upsert_executor(
+                &reg.app,
+                &reg.address,
+                clamp(reg.capacity),
+                clamp(reg.running),
+                now,
+            )
+            .await?;
+        self.cluster
+            .store
+            .advance_executor_clock(&reg.app, &reg.address, signed_at)
+            .await?;
+        Ok(())
+    }
+
+    async fn refresh_executors(&self) -> anyhow::Result<()> {
+        let alive_after = self.cluster.clock.now_ms() - self.cluster.config.executor_dead_after_ms;
+        self.executors
+            .refresh(&self.cluster.store, alive_after)
+            .await?;
+        Ok(())
+    }
+
+    /// Applies executor reports; returns how many run rows were written.
+    pub async fn apply_reports(&self, reports: &[RunReport]) -> anyhow::Result<usize> {
+        let updates: Vec<RunUpdate> = reports.iter().map(RunUpdate::from_report).collect();
+        let applied = complete::apply(&self.completion, &updates).await?;
+        Ok(applied.written)
+    }
+}

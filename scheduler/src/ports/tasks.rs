@@ -1,0 +1,130 @@
+//! Tasks into the wheel and out of it: storing new tasks (claimed here when due inside the
+//! window) and cancelling one wherever it is claimed.
+
+use std::collections::HashMap;
+
+use crate::client::ClientError;
+use crate::model::*;
+use crate::pipeline::ring::CancelState;
+use crate::store::{self, NodeRef};
+
+use super::*;
+
+impl Ports {
+    /// Stores new tasks (all or nothing; an existing key yields its task, `false`). Those
+    /// due inside the window, of jobs without `max_concurrency`, are created already
+    /// claimed by this node and go straight into its wheel: no scan, no claim statement of
+    /// their own. The rest wait for a scan (woken at once when one is due soon).
+    pub async fn store_tasks(
+        &self,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> Result<Vec<(i64, bool)>, store::Error> {
+        let store = &self.cluster.store;
+        let until = now + self.cluster.config.window_ms;
+        let mut limited: HashMap<i64, bool> = HashMap::new();
+        for t in tasks {
+            if let std::collections::hash_map::Entry::Vacant(e) = limited.entry(t.job_id) {
+                let job = self.jobs.get(store, t.job_id).await?;
+                e.insert(job.is_none_or(|j| j.job.spec.max_concurrency.is_some()));
+            }
+        }
+        let claimable: Vec<bool> = tasks
+            .iter()
+            .map(|t| t.due_at <= until && !limited[&t.job_id])
+            .collect();
+        let lease = self.cluster.lease.get();
+        let (ids, claimed) = match store
+            .insert_tasks_claiming(tasks, Some((lease, &claimable)), now)
+            .await
+        {
+            Ok(ids) => (ids, true),
+            // Fenced (rejoining): the tasks are stored unclaimed, for any node's scan.
+            Err(store::Error::Fenced) => (store.insert_tasks(tasks, now).await?, false),
+            Err(e) => return Err(e),
+        };
+        let mut due = Vec::new();
+        let mut soon = false;
+        for (((id, created), t), claim) in ids.iter().zip(tasks).zip(&claimable) {
+            if !created {
+                continue;
+            }
+            if claimed && *claim {
+                due.push(DueTask {
+                    task_id: *id,
+                    job_id: t.job_id,
+                    kind: t.kind,
+                    due_at: t.due_at,
+                    attempt: 1,
+                    priority: t.priority,
+                    payload: t.payload.clone(),
+                    params: t.params.clone(),
+                    epoch: lease.epoch,
+                    generation: 0,
+                    waiting_since: None,
+                });
+            } else if t.due_at <= until {
+                soon = true;
+            }
+        }
+        self.ring.insert(due);
+        if soon {
+            self.scan_wake.notify_one();
+        }
+        Ok(ids)
+    }
+
+    /// Cancels a task that has not started, even if it sits in a wheel: this node's, or
+    /// (forwarded) that of the node that claimed it.
+    pub async fn cancel_task(&self, id: i64) -> Result<(Task, bool), NodeError> {
+        let owner = self.cluster.store.task_owner(id).await?;
+        let Some(NodeRef { address, .. }) =
+            owner.filter(|node| node.id != self.cluster.lease.get().node_id)
+        else {
+            return Ok(self.cancel_here(id).await?);
+        };
+        match self
+            .client
+            .node_cancel(&address, &rota_proto::wire::PeerCancel { task_id: id })
+            .await
+        {
+            Ok(ack) => Ok((self.cluster.store.get_task(id).await?, ack.cancelled)),
+            // The owner's own answer (a 409 for a task being dispatched, a 404) stands.
+            Err(ClientError::Refused { status, body, .. }) if (400..500).contains(&status) => {
+                let message = serde_json::from_str::<rota_proto::ErrorBody>(&body)
+                    .map(|b| b.error)
+                    .unwrap_or(body);
+                Err(if status == 404 {
+                    store::Error::NotFound(format!("task {id}"))
+                } else {
+                    store::Error::Conflict(message)
+                }
+                .into())
+            }
+            Err(e) => Err(NodeError::OwnerUnreachable {
+                task_id: id,
+                address,
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// Cancels a task here, taking it out of this node's wheel if it is there.
+    pub async fn cancel_here(&self, id: i64) -> Result<(Task, bool), store::Error> {
+        match self.ring.begin_cancel(id) {
+            CancelState::Firing => {
+                return Err(store::Error::Conflict(format!(
+                    "task {id} is being dispatched; only a pending task can be cancelled"
+                )));
+            }
+            CancelState::Held | CancelState::Absent => {}
+        }
+        let result = self
+            .cluster
+            .store
+            .cancel_task(id, self.cluster.clock.now_ms())
+            .await;
+        self.ring.finish_cancel(id, result.is_ok());
+        result
+    }
+}
