@@ -14,7 +14,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-#[path = "common.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -45,7 +45,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-#[path = "common.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
@@ -156,23 +156,20 @@ async fn real_executor(bin: &str, server: &TestServer, app: &str) -> Executor {
         .port();
     let dir = tempfile::tempdir().unwrap();
     let capacity = env_or("ROTA_BENCH_EXECUTOR_CAPACITY", 256);
-    let child = std::process::Command::new(bin)
-        .args(["executor", "--scheduler", &server.url, "--app", app])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--capacity", &capacity.to_string()])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .env(
-            "ROTA_EXECUTOR_SECRET",
-            String::from_utf8_lossy(
-                rota_proto::app_secret(&rota_proto::Secret::new(SECRET), app).as_bytes(),
-            )
-            .as_ref(),
-        )
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
+    let mut child = std::process::Command::new(bin);
+    executor_setup(
+        &mut child,
+        app,
+        &server.url,
+        &format!("127.0.0.1:{port}"),
+        dir.path(),
+    )
+    .args(["--capacity", &capacity.to_string()])
+    .env(
+        "ROTA_LOG",
+        std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+    );
+    let child = child
         .spawn()
         .unwrap_or_else(|e| panic!("starting {bin} executor: {e}"));
     let executor = Executor::Real { child, _data: dir };

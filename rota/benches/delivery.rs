@@ -26,15 +26,16 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-#[path = "common.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Db, cpu_seconds, diff, env_or, percentile, post_batch, rfc3339};
+use common::{
+    Db, bench_database, cpu_seconds, diff, env_or, percentile, post_batch, rfc3339, rota_bin,
+    start_nodes,
+};
 use serde_json::{Value, json};
 use support::*;
 
@@ -70,41 +71,17 @@ struct Bed {
 
 impl Bed {
     async fn start() -> Bed {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let bin = std::env::var("ROTA_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| root.join("target/release/rota"));
-        assert!(bin.exists(), "no rota binary at {}", bin.display());
         let mut dirs = Vec::new();
-        let (url, db_name) = match std::env::var("ROTA_BENCH_MYSQL_URL") {
-            Ok(url) if !url.is_empty() => (url, "MariaDB"),
-            _ => {
-                let (url, dir) = sqlite_url();
-                dirs.push(dir);
-                (url, "SQLite")
-            }
-        };
+        let (url, db_name) = bench_database(&mut dirs);
         let log_dir = tempfile::tempdir().unwrap();
-        let mut nodes = Vec::new();
-        for i in 1..=env_or("ROTA_BENCH_NODES", 1).max(1) {
-            let port = free_port();
-            let child = Command::new(&bin)
-                .args(["server", "--database-url", &url])
-                .args(["--listen", &format!("127.0.0.1:{port}")])
-                .args(["--node-name", &format!("n{i}")])
-                .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
-                .env("ROTA_API_TOKEN", TOKEN)
-                .env("ROTA_LOG", "warn")
-                // The webhook receiver listens on 127.0.0.1, which the egress policy denies.
-                .env("ROTA_EGRESS_ALLOW", "127.0.0.1")
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(log_dir.path().join(format!("n{i}.log"))).unwrap())
-                .spawn()
-                .expect("starting rota server");
-            let api = Api::new(format!("http://127.0.0.1:{port}"));
-            wait_healthy(&api).await;
-            nodes.push((KillOnDrop(child), api));
-        }
+        // The webhook receiver listens on 127.0.0.1, which the egress policy denies.
+        let nodes = start_nodes(
+            &rota_bin(),
+            &url,
+            log_dir.path(),
+            &[("ROTA_EGRESS_ALLOW", "127.0.0.1")],
+        )
+        .await;
         dirs.push(log_dir);
         Bed {
             db: Db::connect(&url).await,

@@ -15,7 +15,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-#[path = "common.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
 use common::{percentile, rfc3339};

@@ -27,15 +27,18 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-#[path = "common.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Db, cpu_seconds, diff, env_or, percentile, post_batch, rfc3339};
+use common::{
+    Db, bench_database, cpu_seconds, diff, env_or, first_member, percentile, post_batch, rfc3339,
+    rota_bin, start_nodes,
+};
 use serde_json::{Value, json};
 use support::*;
 
@@ -78,14 +81,7 @@ struct Bed {
 impl Bed {
     async fn start() -> Bed {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let bin = std::env::var("ROTA_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| root.join("target/release/rota"));
-        assert!(
-            bin.exists(),
-            "no rota binary at {} (cargo build --release -p rota)",
-            bin.display()
-        );
+        let bin = rota_bin();
         let plugin_path = std::env::var("ROTA_BENCH_PLUGIN")
             .map(PathBuf::from)
             .unwrap_or_else(|_| root.join("plugins/target/hello.wasm"));
@@ -97,65 +93,26 @@ impl Bed {
         });
         let floor = plugin_path.extension().is_some_and(|e| e == "wat");
         let mut dirs = Vec::new();
-        let (url, db_name) = match std::env::var("ROTA_BENCH_MYSQL_URL") {
-            Ok(url) if url.contains(',') => (url, "Galera, 3 members"),
-            Ok(url) if !url.is_empty() => (url, "MariaDB"),
-            _ => {
-                let (url, dir) = sqlite_url();
-                dirs.push(dir);
-                (url, "SQLite")
-            }
-        };
+        let (url, db_name) = bench_database(&mut dirs);
         let log_dir = tempfile::tempdir().unwrap();
-        let nodes_wanted = env_or("ROTA_BENCH_NODES", 1).max(1);
-        let mut nodes = Vec::new();
-        for i in 1..=nodes_wanted {
-            let port = free_port();
-            let log = log_dir.path().join(format!("n{i}.log"));
-            let child = Command::new(&bin)
-                // On a multi-host URL (Galera) node i starts on member i.
-                .args(["server", "--database-url", &rotated(&url, (i - 1) as usize)])
-                .args([
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                    "--node-name",
-                    &format!("n{i}"),
-                ])
-                .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
-                .env("ROTA_API_TOKEN", TOKEN)
-                .env("ROTA_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .expect("starting rota server");
-            let api = Api::new(format!("http://127.0.0.1:{port}"));
-            wait_healthy(&api).await;
-            nodes.push((KillOnDrop(child), api));
-        }
+        let nodes = start_nodes(&bin, &url, log_dir.path(), &[]).await;
         let schedulers: Vec<String> = nodes.iter().map(|(_, a)| a.base.clone()).collect();
         let exec_dir = tempfile::tempdir().unwrap();
         let exec_port = free_port();
-        let executor = Command::new(&bin)
-            .args([
-                "executor",
-                "--app",
-                "default",
-                "--scheduler",
-                &schedulers.join(","),
-            ])
-            .args(["--listen", &format!("127.0.0.1:{exec_port}")])
-            .args([
-                "--capacity",
-                &env_or("ROTA_BENCH_CAPACITY", 256).to_string(),
-            ])
-            .arg("--data-dir")
-            .arg(exec_dir.path())
-            .env("ROTA_EXECUTOR_SECRET", app_key_text("default"))
-            .env("ROTA_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log_dir.path().join("executor.log")).unwrap())
-            .spawn()
-            .expect("starting rota executor");
+        let mut executor = Command::new(&bin);
+        executor_setup(
+            &mut executor,
+            "default",
+            &schedulers.join(","),
+            &format!("127.0.0.1:{exec_port}"),
+            exec_dir.path(),
+        )
+        .args([
+            "--capacity",
+            &env_or("ROTA_BENCH_CAPACITY", 256).to_string(),
+        ])
+        .stderr(std::fs::File::create(log_dir.path().join("executor.log")).unwrap());
+        let executor = executor.spawn().expect("starting rota executor");
         let api = nodes[0].1.clone();
         wait_executors(&api, 1).await;
         api.upload("bench", plugin).await;
@@ -400,28 +357,6 @@ async fn sweep(bed: &Bed) {
         );
         assert_eq!(stuck, 0, "runs left dispatched or running after the drain");
     }
-}
-
-/// A multi-host URL (`mysql://u@h1,h2,h3/db`) with its host list rotated by `by`, so that
-/// node `by` starts on member `by`; any other URL as it is.
-fn rotated(url: &str, by: usize) -> String {
-    let Some((head, rest)) = url.split_once('@') else {
-        return url.to_owned();
-    };
-    let (hosts, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut hosts: Vec<&str> = hosts.split(',').collect();
-    let n = hosts.len();
-    hosts.rotate_left(by % n);
-    format!("{head}@{}{tail}", hosts.join(","))
-}
-
-/// The first member of a multi-host URL, as a URL of its own (the bench reads from it).
-fn first_member(url: &str) -> String {
-    let Some((head, rest)) = url.split_once('@') else {
-        return url.to_owned();
-    };
-    let (hosts, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    format!("{head}@{}{tail}", hosts.split(',').next().unwrap_or(hosts))
 }
 
 /// Database retries per 1,000 tasks since `before` (the nodes' own), and the batches the

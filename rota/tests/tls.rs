@@ -85,20 +85,17 @@ async fn scheduler_executor_and_plugin_traffic_over_tls() {
     assert!(err.is_connect(), "{err:?}");
 
     let executor_port = free_port();
-    let _executor = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_rota"))
-            .args(["executor", "--scheduler", &url, "--app", "default"])
-            .args(["--listen", &format!("127.0.0.1:{executor_port}")])
-            .arg("--data-dir")
-            .arg(dir.path().join("executor"))
-            .args(tls_args())
-            .env("ROTA_EXECUTOR_SECRET", app_key_text("default"))
-            .env("ROTA_EGRESS_ALLOW", TEST_EGRESS_ALLOW)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("executor.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut executor = Command::new(env!("CARGO_BIN_EXE_rota"));
+    executor_setup(
+        &mut executor,
+        "default",
+        &url,
+        &format!("127.0.0.1:{executor_port}"),
+        &dir.path().join("executor"),
+    )
+    .args(tls_args())
+    .stderr(std::fs::File::create(dir.path().join("executor.log")).unwrap());
+    let _executor = KillOnDrop(executor.spawn().unwrap());
     let executors = eventually(
         Duration::from_secs(30),
         "the executor to register",

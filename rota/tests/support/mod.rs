@@ -985,6 +985,28 @@ fn rota_command(netns: Option<&str>) -> Command {
     }
 }
 
+/// Makes `cmd` (a `rota` binary, or one run inside a namespace) a `rota executor` of
+/// `app`: signing with the app's key from the test secret, reporting to `scheduler`,
+/// listening on `listen`, keeping its data in `data_dir`, the egress policy opened for the
+/// tests' loopback, warnings logged, stdout dropped. Every test and bench starts its
+/// executors through here and adds what it needs (TLS flags, a capacity, its log file).
+pub fn executor_setup<'c>(
+    cmd: &'c mut Command,
+    app: &str,
+    scheduler: &str,
+    listen: &str,
+    data_dir: &std::path::Path,
+) -> &'c mut Command {
+    cmd.args(["executor", "--scheduler", scheduler, "--app", app])
+        .args(["--listen", listen])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("ROTA_EXECUTOR_SECRET", app_key_text(app))
+        .env("ROTA_EGRESS_ALLOW", TEST_EGRESS_ALLOW)
+        .env("ROTA_LOG", "warn")
+        .stdout(Stdio::null())
+}
+
 /// A real `rota executor` for app `default`, signing with the test secret, listening on
 /// `listen`; inside network namespace `netns` when given. Its log goes to `log` at the
 /// given level (`Some((path, "debug"))`), or nowhere.
@@ -1008,15 +1030,9 @@ pub fn spawn_executor_env(
     env: &[(&str, &str)],
 ) -> KillOnDrop {
     let mut cmd = rota_command(netns);
-    cmd.args(["executor", "--scheduler", scheduler, "--app", "default"])
-        .args(["--listen", listen])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("ROTA_EXECUTOR_SECRET", app_key_text("default"))
-        .env("ROTA_EGRESS_ALLOW", TEST_EGRESS_ALLOW)
+    executor_setup(&mut cmd, "default", scheduler, listen, data_dir)
         .env("ROTA_LOG", log.map_or("warn", |(_, level)| level))
-        .envs(env.iter().copied())
-        .stdout(Stdio::null());
+        .envs(env.iter().copied());
     match log {
         Some((path, _)) => cmd.stderr(std::fs::File::create(path).unwrap()),
         None => cmd.stderr(Stdio::null()),

@@ -278,3 +278,93 @@ pub fn rfc3339(ms: i64) -> String {
         .expect("a valid time")
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
+
+// ----- the nodes under test, started the same way by every bench that needs them --------
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::support::{Api, KillOnDrop, SECRET, TOKEN, free_port, sqlite_url, wait_healthy};
+
+/// The `rota` binary under test: `ROTA_BIN` (compare.sh switches it), else this
+/// workspace's release build.
+pub fn rota_bin() -> PathBuf {
+    let bin = std::env::var("ROTA_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/rota")
+        });
+    assert!(
+        bin.exists(),
+        "no rota binary at {} (cargo build --release -p rota)",
+        bin.display()
+    );
+    bin
+}
+
+/// The database under test and its label: `ROTA_BENCH_MYSQL_URL` (several hosts: a
+/// Galera cluster), else a fresh SQLite file kept in `dirs`.
+pub fn bench_database(dirs: &mut Vec<tempfile::TempDir>) -> (String, &'static str) {
+    match std::env::var("ROTA_BENCH_MYSQL_URL") {
+        Ok(url) if url.contains(',') => (url, "Galera, 3 members"),
+        Ok(url) if !url.is_empty() => (url, "MariaDB"),
+        _ => {
+            let (url, dir) = sqlite_url();
+            dirs.push(dir);
+            (url, "SQLite")
+        }
+    }
+}
+
+/// Starts `ROTA_BENCH_NODES` (at least one) scheduler nodes `n1`, `n2`, … on `url` —
+/// node i on member i of a multi-host URL — each logging to `log_dir`, with `env` added;
+/// each answers `/healthz` before this returns.
+pub async fn start_nodes(
+    bin: &Path,
+    url: &str,
+    log_dir: &Path,
+    env: &[(&str, &str)],
+) -> Vec<(KillOnDrop, Api)> {
+    let mut nodes = Vec::new();
+    for i in 1..=env_or("ROTA_BENCH_NODES", 1).max(1) {
+        let port = free_port();
+        let child = Command::new(bin)
+            .args(["server", "--database-url", &rotated(url, (i - 1) as usize)])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--node-name", &format!("n{i}")])
+            .env("ROTA_EXECUTOR_SECRET", std::str::from_utf8(SECRET).unwrap())
+            .env("ROTA_API_TOKEN", TOKEN)
+            .env("ROTA_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log_dir.join(format!("n{i}.log"))).unwrap())
+            .spawn()
+            .expect("starting rota server");
+        let api = Api::new(format!("http://127.0.0.1:{port}"));
+        wait_healthy(&api).await;
+        nodes.push((KillOnDrop(child), api));
+    }
+    nodes
+}
+
+/// A multi-host URL (`mysql://u@h1,h2,h3/db`) with its host list rotated by `by`, so that
+/// node `by` starts on member `by`; any other URL as it is.
+pub fn rotated(url: &str, by: usize) -> String {
+    let Some((head, rest)) = url.split_once('@') else {
+        return url.to_owned();
+    };
+    let (hosts, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut hosts: Vec<&str> = hosts.split(',').collect();
+    let n = hosts.len();
+    hosts.rotate_left(by % n);
+    format!("{head}@{}{tail}", hosts.join(","))
+}
+
+/// The first member of a multi-host URL, as a URL of its own (the bench reads from it).
+pub fn first_member(url: &str) -> String {
+    let Some((head, rest)) = url.split_once('@') else {
+        return url.to_owned();
+    };
+    let (hosts, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    format!("{head}@{}{tail}", hosts.split(',').next().unwrap_or(hosts))
+}
