@@ -488,7 +488,6 @@ async fn the_job_form_shows_errors_next_to_their_fields() {
             with(base.clone(), "max_attempts", "0"),
             "must be between 1 and 100",
         ),
-        (with(base.clone(), "plugin", "nope"), "nope"),
         (
             with(
                 with(base.clone(), "schedule_kind", "cron"),
@@ -531,12 +530,19 @@ async fn the_job_form_shows_errors_next_to_their_fields() {
         "{}",
         res.text
     );
-    // A taken name is an error on the name.
+    // A plugin that does not exist is shown next to its field, with the API's 404.
+    t.submit(&b, "/console/jobs", &with(base.clone(), "plugin", "nope"))
+        .await
+        .expect(StatusCode::NOT_FOUND)
+        .contains("field-error")
+        .contains("plugin `nope` does not exist")
+        .contains(r#"value="default""#);
+    // A taken name is the API's 409, in its words, above the form.
     t.create_job(&b, "daily").await;
     t.submit(&b, "/console/jobs", &base)
         .await
-        .expect(StatusCode::UNPROCESSABLE_ENTITY)
-        .contains("a job with this name already exists");
+        .expect(StatusCode::CONFLICT)
+        .contains("a job named `daily` already exists");
     t.stop().await;
 }
 
@@ -1706,7 +1712,7 @@ async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened()
     // URL may hold a token).
     let tested = t.submit(&b, "/console/alarms/channels/ops/test", &[]).await;
     tested
-        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .expect(StatusCode::BAD_GATEWAY)
         .contains("did not deliver the test message")
         .contains("Connection refused");
     assert!(
@@ -1780,7 +1786,7 @@ async fn alarms_are_managed_from_their_page_and_a_test_send_says_what_happened()
     // A channel in use is not deleted.
     t.submit(&b, "/console/alarms/channels/ops/delete", &[])
         .await
-        .expect(StatusCode::UNPROCESSABLE_ENTITY)
+        .expect(StatusCode::CONFLICT)
         .contains("used by rule(s) late, report-failed");
 }
 
@@ -1859,5 +1865,940 @@ async fn job_and_run_changes_are_one_use_case_through_the_api_and_the_console() 
         .await
         .expect(StatusCode::NOT_FOUND)
         .contains(message);
+    t.stop().await;
+}
+
+// ----- one door: every change through both adapters ---------------------------------------
+//
+// Each use case the REST API and the console both reach is tested through both: a change
+// made through each door is audited with its actor (the API token acts as `root`, the
+// console's admin is `admin`), and the same mistake gets the same status and the same
+// words. Only the API reaches: queue consumers (pull, ack, nack, extend), batch and by-key
+// task calls, changing an alarm rule. Only the console reaches: users, API tokens,
+// passwords, sign-in.
+
+impl TestApp {
+    /// An API call with the token and a JSON body (or none), which must succeed.
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Value {
+        let body = body.map_or_else(String::new, |b| b.to_string());
+        self.api(method, path, "application/json", body).await
+    }
+}
+
+/// Asserts the audit log has each `(actor, action, target)`.
+async fn assert_audited(t: &TestApp, expected: &[(&str, &str, &str)]) {
+    let rows: Vec<(String, String, String)> = t
+        .node
+        .store()
+        .list_audit(None, 500)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.user_name, e.action, e.target))
+        .collect();
+    for (user, action, target) in expected {
+        assert!(
+            rows.iter()
+                .any(|(u, a, x)| (u.as_str(), a.as_str(), x.as_str()) == (*user, *action, *target)),
+            "no `{action}` of `{target}` by `{user}` in {rows:?}"
+        );
+    }
+}
+
+/// What the API answers a mistake with `token`: its status and `error` message.
+async fn refused_as(
+    t: &TestApp,
+    token: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, String) {
+    let (status, text) = api_as(t, token, method, path, body).await;
+    let said: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{path}: {status}, not the error shape ({e}): {text}"));
+    let message = said["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{path}: {status}, no error: {text}"));
+    (status, message.to_owned())
+}
+
+/// What the API answers a mistake with the test token.
+async fn refused(
+    t: &TestApp,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, String) {
+    refused_as(t, TOKEN, method, path, body).await
+}
+
+/// `text` as a page shows it (askama's escapes).
+fn html(text: &str) -> String {
+    text.replace('&', "&#38;")
+        .replace('<', "&#60;")
+        .replace('>', "&#62;")
+        .replace('"', "&#34;")
+        .replace('\'', "&#39;")
+}
+
+/// One mistake made through both doors: the API's request (method, path, JSON body), the
+/// console's form (path, fields), the status both must answer, how the message starts.
+type Mistake<'a> = (
+    (Method, String, Option<Value>),
+    (String, Vec<(&'a str, &'a str)>),
+    StatusCode,
+    &'a str,
+);
+
+/// Each mistake, as the admin: the API answers it with its status and a message starting
+/// as given; the console answers with the same status and a page showing that message.
+async fn refused_alike(t: &TestApp, b: &Browser, mistakes: Vec<Mistake<'_>>) {
+    for ((method, api, body), (console, form), status, says) in mistakes {
+        let (got, message) = refused(t, method, &api, body).await;
+        assert_eq!(got, status, "{api}: {message}");
+        assert!(
+            message.starts_with(says),
+            "{api}: `{message}` is not `{says}…`"
+        );
+        t.submit(b, &console, &form)
+            .await
+            .expect(status)
+            .contains(&html(&message));
+    }
+}
+
+/// A plugin upload: the API's with the token, or the console's (`b`) with the session and
+/// the CSRF header its script sends.
+fn upload_request(b: Option<&Browser>, name: &str, module: &'static str) -> Request<Body> {
+    let req = match b {
+        None => Request::post(format!("/api/v1/plugins?name={name}"))
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}")),
+        Some(b) => Request::post(format!("/console/plugins?name={name}"))
+            .header(header::COOKIE, &b.cookie)
+            .header("x-csrf-token", &b.csrf),
+    };
+    req.header(header::CONTENT_TYPE, "application/wasm")
+        .body(Body::from(module))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn plugin_changes_are_one_use_case_through_the_api_and_the_console() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    for (door, name) in [(None, "by-api"), (Some(&b), "by-console")] {
+        t.send(upload_request(door, name, START))
+            .await
+            .expect(StatusCode::CREATED);
+    }
+    t.call(Method::DELETE, "/api/v1/plugins/by-api", None).await;
+    t.submit(&b, "/console/plugins/by-console/delete", &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    assert_audited(
+        &t,
+        &[
+            ("root", "upload plugin", "by-api v1"),
+            ("admin", "upload plugin", "by-console v1"),
+            ("root", "delete plugin", "by-api"),
+            ("admin", "delete plugin", "by-console"),
+        ],
+    )
+    .await;
+
+    // Not a module, and a name that is not one: the same 422 and words (the console's
+    // upload answers its script in the API's JSON).
+    for (name, module, says) in [
+        (
+            "broken",
+            "(module (func $oops",
+            "nor valid WebAssembly text",
+        ),
+        ("bad%20name", START, "name: "),
+    ] {
+        let api = t.send(upload_request(None, name, module)).await;
+        api.expect(StatusCode::UNPROCESSABLE_ENTITY);
+        let message = api.error();
+        assert!(message.contains(says), "{message}");
+        let console = t.send(upload_request(Some(&b), name, module)).await;
+        console.expect(StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(console.error(), message);
+    }
+    // A plugin a job binds, and one that is not there.
+    t.upload_plugin().await;
+    t.create_job(&b, "uses-echo").await;
+    let delete = |name: &str| {
+        (
+            (Method::DELETE, format!("/api/v1/plugins/{name}"), None),
+            (format!("/console/plugins/{name}/delete"), vec![]),
+        )
+    };
+    let (echo, nope) = (delete("echo"), delete("nope"));
+    refused_alike(
+        &t,
+        &b,
+        vec![
+            (
+                echo.0,
+                echo.1,
+                StatusCode::CONFLICT,
+                "plugin `echo` is used by job `uses-echo`; change or delete those jobs first",
+            ),
+            (
+                nope.0,
+                nope.1,
+                StatusCode::NOT_FOUND,
+                "plugin `nope` not found",
+            ),
+        ],
+    )
+    .await;
+    t.stop().await;
+}
+
+/// A job's fields as the API takes them: `echo` runs it, on no schedule.
+fn job_json(name: &str) -> Value {
+    json!({"name": name, "app": "default", "plugin": "echo", "schedule": {"kind": "none"}})
+}
+
+/// How the job form shows the API's error `message`: the words after `field: ` next to the
+/// field, or the whole message above the form when it names no field.
+fn on_the_job_form(message: &str) -> String {
+    match message.split_once(": ") {
+        Some((field, rest)) if !field.contains(' ') => {
+            format!(r#"<span class="field-error">{}</span>"#, html(rest))
+        }
+        _ => format!(r#"<p class="error">{}</p>"#, html(message)),
+    }
+}
+
+#[tokio::test]
+async fn creating_changing_and_triggering_a_job_are_one_use_case_through_both_doors() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let by_api = t
+        .call(Method::POST, "/api/v1/jobs", Some(job_json("by-api")))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let by_console = t.create_job(&b, "by-console").await;
+    let (api_job, console_job) = (
+        format!("/api/v1/jobs/{by_api}"),
+        format!("/console/jobs/{by_console}"),
+    );
+    t.call(Method::PATCH, &api_job, Some(json!({"params": "--api"})))
+        .await;
+    let changed = with(job_form("by-console"), "params", "--console");
+    t.submit(&b, &console_job, &changed)
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    t.call(Method::POST, &format!("{api_job}/trigger"), None)
+        .await;
+    t.submit(&b, &format!("{console_job}/trigger"), &[("params", "")])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    assert_audited(
+        &t,
+        &[
+            ("root", "create job", "by-api"),
+            ("admin", "create job", "by-console"),
+            ("root", "update job", "by-api"),
+            ("admin", "update job", "by-console"),
+            ("root", "trigger job", "by-api"),
+            ("admin", "trigger job", "by-console"),
+        ],
+    )
+    .await;
+
+    // The same bad job through both: the API's status and `field: words`, the console's
+    // page with that status and the words next to the field (or above the form when the
+    // message names no field).
+    let cron = with(job_form("new"), "schedule_kind", "cron");
+    let cases = vec![
+        (
+            json!({"schedule": {"kind": "cron", "expr": "every day"}}),
+            with(cron, "cron_expr", "every day"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "schedule: ",
+        ),
+        (
+            json!({"name": "  "}),
+            job_form("  "),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "name: must not be empty",
+        ),
+        (
+            json!({"max_attempts": 0}),
+            with(job_form("new"), "max_attempts", "0"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "max_attempts: must be between 1 and 100 (got 0)",
+        ),
+        (
+            json!({"plugin": "nope"}),
+            with(job_form("new"), "plugin", "nope"),
+            StatusCode::NOT_FOUND,
+            "plugin: plugin `nope` does not exist; upload it first with POST /api/v1/plugins?name=…",
+        ),
+        (
+            json!({"name": "by-api"}),
+            job_form("by-api"),
+            StatusCode::CONFLICT,
+            "a job named `by-api` already exists",
+        ),
+    ];
+    for (change, form, status, says) in cases {
+        let mut body = job_json("new");
+        for (k, v) in change.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let (got, message) = refused(&t, Method::POST, "/api/v1/jobs", Some(body)).await;
+        assert_eq!(got, status, "{message}");
+        assert!(message.starts_with(says), "`{message}` is not `{says}…`");
+        t.submit(&b, "/console/jobs", &form)
+            .await
+            .expect(status)
+            .contains(&on_the_job_form(&message));
+    }
+    // Changed the same bad way.
+    let (status, message) = refused(
+        &t,
+        Method::PATCH,
+        &api_job,
+        Some(json!({"max_attempts": 101})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{message}");
+    assert_eq!(message, "max_attempts: must be between 1 and 100 (got 101)");
+    let changed = with(job_form("by-console"), "max_attempts", "101");
+    t.submit(&b, &console_job, &changed)
+        .await
+        .expect(status)
+        .contains(&on_the_job_form(&message));
+    // Params too large to trigger with; a job that is not there, changed or triggered.
+    let params = "x".repeat(64 * 1024 + 1);
+    let gone = job_form("gone");
+    refused_alike(
+        &t,
+        &b,
+        vec![
+            (
+                (
+                    Method::POST,
+                    format!("{api_job}/trigger"),
+                    Some(json!({"params": params})),
+                ),
+                (format!("{console_job}/trigger"), vec![("params", &params)]),
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "params: is 65537 bytes",
+            ),
+            (
+                (
+                    Method::PATCH,
+                    "/api/v1/jobs/424242".into(),
+                    Some(json!({"params": "x"})),
+                ),
+                ("/console/jobs/424242".into(), gone),
+                StatusCode::NOT_FOUND,
+                "job `424242` not found",
+            ),
+            (
+                (Method::POST, "/api/v1/jobs/424242/trigger".into(), None),
+                ("/console/jobs/424242/trigger".into(), vec![("params", "")]),
+                StatusCode::NOT_FOUND,
+                "job `424242` not found",
+            ),
+        ],
+    )
+    .await;
+    t.stop().await;
+}
+
+/// Creates a pull job `queue` (its tasks wait for consumers: no executor, no plugin).
+async fn pull_job(t: &TestApp) -> i64 {
+    let job = json!({"name": "queue", "app": "default", "schedule": {"kind": "none"},
+                     "delivery": {"kind": "pull"}});
+    t.call(Method::POST, "/api/v1/jobs", Some(job)).await["id"]
+        .as_i64()
+        .unwrap()
+}
+
+/// A task of `queue` from the API, due in `delay_ms`; its id.
+async fn queue_task(t: &TestApp, delay_ms: i64) -> i64 {
+    let task = json!({"job": "queue", "delay_ms": delay_ms});
+    t.call(Method::POST, "/api/v1/tasks", Some(task)).await["id"]
+        .as_i64()
+        .unwrap()
+}
+
+/// Pulls `n` due tasks of `queue` and nacks each: with one attempt each, they are dead.
+async fn pull_and_nack(t: &TestApp, n: usize) {
+    let mut nacked = 0;
+    while nacked < n {
+        let pull = json!({"wait_ms": 10_000, "consumer": "c-1", "max": n - nacked});
+        let pulled = t
+            .call(Method::POST, "/api/v1/jobs/queue/pull", Some(pull))
+            .await;
+        for item in pulled["items"].as_array().unwrap() {
+            let path = format!("/api/v1/tasks/{}/nack", item["task"]);
+            t.call(Method::POST, &path, Some(json!({"lease": item["lease"]})))
+                .await;
+            nacked += 1;
+        }
+    }
+}
+
+#[tokio::test]
+async fn task_changes_are_one_use_case_through_both_doors() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    let job = pull_job(&t).await;
+    let hour = 3_600_000;
+    let later = json!({"run_at": "2030-01-02T03:04:05Z"});
+    let later_form = vec![("run_at", "2030-01-02T03:04:05"), ("priority", "")];
+
+    // Cancel and reschedule, one task through each door.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        tasks.push(queue_task(&t, hour).await);
+    }
+    let [cancel_api, cancel_console, move_api, move_console] = tasks[..] else {
+        unreachable!()
+    };
+    t.call(Method::DELETE, &format!("/api/v1/tasks/{cancel_api}"), None)
+        .await;
+    t.submit(&b, &format!("/console/tasks/{cancel_console}/cancel"), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    t.call(
+        Method::PATCH,
+        &format!("/api/v1/tasks/{move_api}"),
+        Some(later.clone()),
+    )
+    .await;
+    t.submit(
+        &b,
+        &format!("/console/tasks/{move_console}/reschedule"),
+        &later_form,
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+
+    // Two dead tasks, each re-driven through one door; dead again, the job's dead tasks
+    // re-driven through each (one through the API, the rest from the job page).
+    let dead = [queue_task(&t, 0).await, queue_task(&t, 0).await];
+    pull_and_nack(&t, 2).await;
+    t.call(
+        Method::POST,
+        &format!("/api/v1/tasks/{}/retry", dead[0]),
+        None,
+    )
+    .await;
+    t.submit(&b, &format!("/console/tasks/{}/retry", dead[1]), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    pull_and_nack(&t, 2).await;
+    let bulk = json!({"job": "queue", "status": "dead", "limit": 1});
+    let retried = t
+        .call(Method::POST, "/api/v1/tasks/retry", Some(bulk))
+        .await;
+    assert_eq!(retried["retried"], 1, "{retried}");
+    t.submit(&b, &format!("/console/jobs/{job}/retry-dead"), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    // A task scheduled by hand from the job page is the operator's action, audited; the
+    // API's tasks are the queue's data, not audited one by one.
+    t.submit(
+        &b,
+        &format!("/console/jobs/{job}/tasks"),
+        &[("delay_s", "60"), ("key", ""), ("payload", "")],
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+
+    let ids = [
+        cancel_api,
+        cancel_console,
+        move_api,
+        move_console,
+        dead[0],
+        dead[1],
+    ]
+    .map(|id| id.to_string());
+    let dead_ones = "1 dead task(s) of job `queue`";
+    assert_audited(
+        &t,
+        &[
+            ("root", "cancel task", &ids[0]),
+            ("admin", "cancel task", &ids[1]),
+            ("root", "reschedule task", &ids[2]),
+            ("admin", "reschedule task", &ids[3]),
+            ("root", "retry task", &ids[4]),
+            ("admin", "retry task", &ids[5]),
+            ("root", "retry dead tasks", dead_ones),
+            ("admin", "retry dead tasks", dead_ones),
+            ("admin", "schedule task", "queue in 60 s"),
+        ],
+    )
+    .await;
+    let audit = t.node.ports().store().list_audit(None, 500).await.unwrap();
+    assert!(
+        !audit
+            .iter()
+            .any(|e| e.user_name == "root" && e.action == "schedule task"),
+        "the API's tasks are not audited"
+    );
+
+    // The same mistakes through both doors.
+    let pending = queue_task(&t, hour).await;
+    let task = |id: i64, to: &str| {
+        (
+            format!("/api/v1/tasks/{id}"),
+            format!("/console/tasks/{id}/{to}"),
+        )
+    };
+    let (cancel_gone, move_gone) = (task(424242, "cancel"), task(424242, "reschedule"));
+    let (move_cancelled, move_pending) =
+        (task(cancel_api, "reschedule"), task(pending, "reschedule"));
+    let retry_pending = task(pending, "retry");
+    let schedule_key = vec![("delay_s", "60"), ("key", "a\tb"), ("payload", "")];
+    let (cancelled, not_dead) = (
+        format!("task {cancel_api} is cancelled; only a pending task can be rescheduled"),
+        format!("task {pending} is pending; only a dead task can be retried"),
+    );
+    refused_alike(
+        &t,
+        &b,
+        vec![
+            (
+                (Method::DELETE, cancel_gone.0, None),
+                (cancel_gone.1, vec![]),
+                StatusCode::NOT_FOUND,
+                "task 424242 not found",
+            ),
+            (
+                (Method::PATCH, move_gone.0, Some(later.clone())),
+                (move_gone.1, later_form.clone()),
+                StatusCode::NOT_FOUND,
+                "task 424242 not found",
+            ),
+            (
+                (Method::PATCH, move_cancelled.0, Some(later.clone())),
+                (move_cancelled.1, later_form.clone()),
+                StatusCode::CONFLICT,
+                &cancelled,
+            ),
+            (
+                (
+                    Method::PATCH,
+                    move_pending.0,
+                    Some(json!({"run_at": "2030-01-02T03:04:05Z", "priority": 1001})),
+                ),
+                (
+                    move_pending.1,
+                    vec![("run_at", "2030-01-02T03:04:05"), ("priority", "1001")],
+                ),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "priority: must be between -1000 and 1000 (got 1001)",
+            ),
+            (
+                (Method::POST, format!("{}/retry", retry_pending.0), None),
+                (retry_pending.1, vec![]),
+                StatusCode::CONFLICT,
+                &not_dead,
+            ),
+            (
+                (
+                    Method::POST,
+                    "/api/v1/tasks/retry".into(),
+                    Some(json!({"job": 424242, "status": "dead"})),
+                ),
+                ("/console/jobs/424242/retry-dead".into(), vec![]),
+                StatusCode::NOT_FOUND,
+                "job: job 424242 does not exist",
+            ),
+            // A task of a job that is not there, and a key that is not a name.
+            (
+                (
+                    Method::POST,
+                    "/api/v1/tasks".into(),
+                    Some(json!({"job": 424242, "delay_ms": 60_000})),
+                ),
+                (
+                    "/console/jobs/424242/tasks".into(),
+                    vec![("delay_s", "60"), ("key", ""), ("payload", "")],
+                ),
+                StatusCode::NOT_FOUND,
+                "job: job 424242 does not exist",
+            ),
+            (
+                (
+                    Method::POST,
+                    "/api/v1/tasks".into(),
+                    Some(json!({"job": job, "delay_ms": 60_000, "key": "a\tb"})),
+                ),
+                (format!("/console/jobs/{job}/tasks"), schedule_key),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "key: must not contain control characters (newlines, tabs, …)",
+            ),
+        ],
+    )
+    .await;
+    t.stop().await;
+}
+
+/// An executor that has every run it is asked to kill: its address.
+async fn killing_executor() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new()
+        .fallback(|| async { axum::Json(json!({"killed": true, "message": "killed"})) });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    address
+}
+
+#[tokio::test]
+async fn killing_a_run_is_one_use_case_through_both_doors() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, "long").await;
+    // Runs 7 and 8 on an executor, as if dispatched to it.
+    let executor = killing_executor().await;
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let task = json!({"job": job, "delay_ms": 3_600_000});
+        let task = t.call(Method::POST, "/api/v1/tasks", Some(task)).await;
+        tasks.push(task["id"].as_i64().unwrap());
+    }
+    let (store, lease, now) = (t.node.ports().store(), t.node.ports().lease(), now_ms());
+    store
+        .claim_due(lease, now, now + 3_600_001, 10, &mut |_| {
+            JobFires::default()
+        })
+        .await
+        .unwrap();
+    let runs: Vec<Dispatched> = tasks
+        .iter()
+        .zip([7, 8])
+        .map(|(&task_id, run_id)| Dispatched {
+            run_id,
+            job_id: job,
+            task_id,
+            attempt: 1,
+            shard_index: 0,
+            shard_total: 1,
+            executor: executor.clone(),
+            scheduled_at: now,
+            dispatched_at: now,
+        })
+        .collect();
+    store.record_dispatches(lease, &runs, now).await.unwrap();
+    let (status, body) = api_as(&t, TOKEN, Method::POST, "/api/v1/runs/7/kill", None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    t.submit(&b, "/console/runs/8/kill", &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    assert_audited(&t, &[("root", "kill run", "7"), ("admin", "kill run", "8")]).await;
+
+    // A run that has finished (pulled, then nacked): the same 409 and words.
+    pull_job(&t).await;
+    queue_task(&t, 0).await;
+    pull_and_nack(&t, 1).await;
+    let runs = t.call(Method::GET, "/api/v1/runs?job=queue", None).await;
+    let finished = runs["items"][0]["id"].as_i64().unwrap();
+    let says = format!("run {finished} has already finished");
+    refused_alike(
+        &t,
+        &b,
+        vec![(
+            (Method::POST, format!("/api/v1/runs/{finished}/kill"), None),
+            (format!("/console/runs/{finished}/kill"), vec![]),
+            StatusCode::CONFLICT,
+            &says,
+        )],
+    )
+    .await;
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn secret_changes_are_one_use_case_through_both_doors() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    let value = Some(json!({"value": "v"}));
+    t.call(
+        Method::PUT,
+        "/api/v1/apps/shop/secrets/BY_API",
+        value.clone(),
+    )
+    .await;
+    let form = |app, name, value| vec![("app", app), ("name", name), ("value", value)];
+    t.submit(&b, "/console/secrets", &form("shop", "BY_CONSOLE", "v"))
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    t.call(Method::DELETE, "/api/v1/apps/shop/secrets/BY_API", None)
+        .await;
+    t.submit(&b, "/console/secrets/shop/BY_CONSOLE/delete", &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    assert_audited(
+        &t,
+        &[
+            ("root", "set secret", "shop/BY_API"),
+            ("admin", "set secret", "shop/BY_CONSOLE"),
+            ("root", "delete secret", "shop/BY_API"),
+            ("admin", "delete secret", "shop/BY_CONSOLE"),
+        ],
+    )
+    .await;
+
+    // A bad name (set and delete), a bad app, a value too large, a secret not there.
+    let big = "x".repeat(64 * 1024 + 1);
+    let bad_name =
+        "secret name `bad name` may hold only letters, digits, `_`, `-` and `.`, not ' '";
+    let set = |path: &str| "/api/v1/apps/".to_owned() + path;
+    refused_alike(
+        &t,
+        &b,
+        vec![
+            (
+                (Method::PUT, set("shop/secrets/bad%20name"), value.clone()),
+                ("/console/secrets".into(), form("shop", "bad name", "v")),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                bad_name,
+            ),
+            (
+                (Method::DELETE, set("shop/secrets/bad%20name"), None),
+                ("/console/secrets/shop/bad%20name/delete".into(), vec![]),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                bad_name,
+            ),
+            (
+                (Method::PUT, set("bad%20app/secrets/KEY"), value.clone()),
+                ("/console/secrets".into(), form("bad app", "KEY", "v")),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "app: ",
+            ),
+            (
+                (
+                    Method::PUT,
+                    set("shop/secrets/BIG"),
+                    Some(json!({"value": big})),
+                ),
+                ("/console/secrets".into(), form("shop", "BIG", &big)),
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "a secret may be at most 65536 bytes, not 65537",
+            ),
+            (
+                (Method::DELETE, set("shop/secrets/NOPE"), None),
+                ("/console/secrets/shop/NOPE/delete".into(), vec![]),
+                StatusCode::NOT_FOUND,
+                "secret `NOPE` of app `shop` not found",
+            ),
+        ],
+    )
+    .await;
+    t.stop().await;
+}
+
+/// An email channel's form (no URL, so no egress rule applies).
+fn channel_form<'a>(name: &'a str, kind: &'a str) -> Vec<(&'a str, &'a str)> {
+    let to = "ops@example.com";
+    vec![
+        ("name", name),
+        ("kind", kind),
+        ("app", ""),
+        ("url", ""),
+        ("to", to),
+        ("secret", ""),
+    ]
+}
+
+fn rule_form<'a>(name: &'a str, channel: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("name", name),
+        ("app", "default"),
+        ("job", ""),
+        ("on", "task_dead"),
+        ("threshold", ""),
+        ("channels", channel),
+        ("throttle_s", ""),
+    ]
+}
+
+#[tokio::test]
+async fn alarm_changes_are_one_use_case_through_both_doors() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    let channel = |name: &str| json!({"name": name, "kind": "email", "to": ["ops@example.com"]});
+    let rule = |name: &str, channel: &str| json!({"name": name, "app": "default", "on": "task_dead", "channels": [channel]});
+    let (channels, rules) = ("/api/v1/alarm-channels", "/api/v1/alarm-rules");
+    t.call(Method::POST, channels, Some(channel("by-api")))
+        .await;
+    t.submit(
+        &b,
+        "/console/alarms/channels",
+        &channel_form("by-console", "email"),
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+    t.call(Method::POST, rules, Some(rule("rule-api", "by-api")))
+        .await;
+    t.submit(
+        &b,
+        "/console/alarms/rules",
+        &rule_form("rule-console", "by-console"),
+    )
+    .await
+    .expect(StatusCode::SEE_OTHER);
+
+    // The same mistakes through both doors (the console shows them above the form).
+    let api = |method: Method, path: &str, body: Option<Value>| (method, path.to_owned(), body);
+    let console = |path: &str, form: Vec<(&'static str, &'static str)>| (path.to_owned(), form);
+    refused_alike(
+        &t,
+        &b,
+        vec![
+            (
+                api(Method::DELETE, "/api/v1/alarm-channels/by-api", None),
+                console("/console/alarms/channels/by-api/delete", vec![]),
+                StatusCode::CONFLICT,
+                "alarm channel `by-api` is used by rule(s) rule-api: change them first",
+            ),
+            (
+                api(Method::DELETE, "/api/v1/alarm-channels/nope", None),
+                console("/console/alarms/channels/nope/delete", vec![]),
+                StatusCode::NOT_FOUND,
+                "alarm channel `nope` not found",
+            ),
+            (
+                api(Method::POST, "/api/v1/alarm-channels/nope/test", None),
+                console("/console/alarms/channels/nope/test", vec![]),
+                StatusCode::NOT_FOUND,
+                "alarm channel `nope` not found",
+            ),
+            (
+                api(Method::DELETE, "/api/v1/alarm-rules/nope", None),
+                console("/console/alarms/rules/nope/delete", vec![]),
+                StatusCode::NOT_FOUND,
+                "alarm rule `nope` not found",
+            ),
+            (
+                api(
+                    Method::POST,
+                    channels,
+                    Some(json!({"name": "c2", "kind": "pigeon", "to": ["ops@example.com"]})),
+                ),
+                console("/console/alarms/channels", channel_form("c2", "pigeon")),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "kind: ",
+            ),
+            (
+                api(Method::POST, channels, Some(channel("by-api"))),
+                console("/console/alarms/channels", channel_form("by-api", "email")),
+                StatusCode::CONFLICT,
+                "alarm channel `by-api` already exists",
+            ),
+            (
+                api(Method::POST, rules, Some(rule("r2", "nope"))),
+                console("/console/alarms/rules", rule_form("r2", "nope")),
+                StatusCode::NOT_FOUND,
+                "channels[0]: alarm channel `nope` not found",
+            ),
+        ],
+    )
+    .await;
+    // An operator may not add a channel for every app (admins only): the same 403 and
+    // words through both.
+    let otto = make_user(&t, &b, "otto", "operator", "default").await;
+    let otto_token = make_token(&t, &otto, "otto-ci").await;
+    let (status, message) = refused_as(
+        &t,
+        &otto_token,
+        Method::POST,
+        channels,
+        Some(channel("otto-ops")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{message}");
+    assert!(message.contains("for every app"), "{message}");
+    t.submit(
+        &otto,
+        "/console/alarms/channels",
+        &channel_form("otto-ops", "email"),
+    )
+    .await
+    .expect(status)
+    .contains(&html(&message));
+
+    t.call(Method::DELETE, "/api/v1/alarm-rules/rule-api", None)
+        .await;
+    t.submit(&b, "/console/alarms/rules/rule-console/delete", &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    t.call(Method::DELETE, "/api/v1/alarm-channels/by-api", None)
+        .await;
+    t.submit(&b, "/console/alarms/channels/by-console/delete", &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    assert_audited(
+        &t,
+        &[
+            ("root", "create alarm channel", "by-api"),
+            ("admin", "create alarm channel", "by-console"),
+            ("root", "create alarm rule", "rule-api"),
+            ("admin", "create alarm rule", "rule-console"),
+            ("root", "delete alarm rule", "rule-api"),
+            ("admin", "delete alarm rule", "rule-console"),
+            ("root", "delete alarm channel", "by-api"),
+            ("admin", "delete alarm channel", "by-console"),
+        ],
+    )
+    .await;
+    t.stop().await;
+}
+
+/// Reads refuse alike too: a job, task or run that is not there is the same 404 and words,
+/// and the audit log is the admins' through both doors.
+#[tokio::test]
+async fn reads_refuse_alike_through_both_doors() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    for (api, console, message) in [
+        (
+            "/api/v1/jobs/424242",
+            "/console/jobs/424242",
+            "job `424242` not found",
+        ),
+        (
+            "/api/v1/tasks/424242",
+            "/console/tasks/424242",
+            "task 424242 not found",
+        ),
+        (
+            "/api/v1/runs/424242",
+            "/console/runs/424242",
+            "run 424242 not found",
+        ),
+    ] {
+        assert_eq!(
+            refused(&t, Method::GET, api, None).await,
+            (StatusCode::NOT_FOUND, message.to_owned())
+        );
+        t.get(console, Some(&b.cookie))
+            .await
+            .expect(StatusCode::NOT_FOUND)
+            .contains(&html(message));
+    }
+    let otto = make_user(&t, &b, "otto", "operator", "default").await;
+    let token = make_token(&t, &otto, "otto-ci").await;
+    let (status, message) = refused_as(&t, &token, Method::GET, "/api/v1/audit", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{message}");
+    assert!(message.contains("reading the audit log"), "{message}");
+    t.get("/console/audit", Some(&otto.cookie))
+        .await
+        .expect(status)
+        .contains(&html(&message));
     t.stop().await;
 }

@@ -5,12 +5,13 @@
 
 use askama::Template;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::{Extension, Form};
 use serde::Deserialize;
 
 use super::auth::Session;
-use super::pages::{Chrome, Errors, Opt, empty_none, form_status, options};
+use super::pages::{Chrome, Errors, Opt, empty_none, options};
 use super::{Console, PREFIX, PageResult, When, render_status};
 use crate::alarm::On;
 use crate::alarm::channel::Kind;
@@ -108,6 +109,8 @@ struct Shown {
     channel_form: ChannelForm,
     rule_form: RuleForm,
     errors: Errors,
+    /// The page's status: that of the use case's error it shows, as the API answers it.
+    status: StatusCode,
     tested: Option<String>,
 }
 
@@ -184,7 +187,7 @@ async fn page(console: &Console, s: &Session, shown: Shown) -> PageResult {
     let kinds = options(Kind::ALL, &shown.channel_form.kind);
     let events = options(On::ALL, &shown.rule_form.on);
     render_status(
-        form_status(&shown.errors),
+        shown.status,
         &AlarmsPage {
             chrome: Chrome::of(s, "alarms"),
             channels,
@@ -205,15 +208,20 @@ fn empty() -> Shown {
         channel_form: ChannelForm::default(),
         rule_form: RuleForm::default(),
         errors: Errors::new(),
+        status: StatusCode::OK,
         tested: None,
     }
 }
 
-/// Shows a user's mistake above the form (`key`); anything else is the error page's.
-fn shown_error(key: &str, e: Error) -> Result<Errors, Error> {
+/// Shows a user's mistake above the form (`key`), with its status (the API's for the same
+/// mistake); anything else is the error page's.
+fn shown_error(key: &str, e: Error) -> Result<(StatusCode, Errors), Error> {
     match e {
         Error::Internal(_) | Error::Unavailable(_) | Error::InsufficientStorage(_) => Err(e),
-        other => Ok(Errors::from([(key.to_owned(), other.to_string())])),
+        other => Ok((
+            crate::status::http_status(&other),
+            Errors::from([(key.to_owned(), other.to_string())]),
+        )),
     }
 }
 
@@ -229,8 +237,13 @@ async fn after(
     match done {
         Ok(()) => Ok(Redirect::to(&format!("{PREFIX}/alarms")).into_response()),
         Err(e) => {
-            let errors = shown_error(key, e)?;
-            page(console, s, Shown { errors, ..shown }).await
+            let (status, errors) = shown_error(key, e)?;
+            let shown = Shown {
+                errors,
+                status,
+                ..shown
+            };
+            page(console, s, shown).await
         }
     }
 }
@@ -267,13 +280,15 @@ pub async fn test_channel(
     Extension(s): Extension<Session>,
     Path(name): Path<String>,
 ) -> PageResult {
-    let (tested, errors) = match alarms::test_channel(&console.ports, &s.who, &name).await {
-        Ok(()) => (Some(name), Errors::new()),
+    let (tested, (status, errors)) = match alarms::test_channel(&console.ports, &s.who, &name).await
+    {
+        Ok(()) => (Some(name), (StatusCode::OK, Errors::new())),
         Err(e) => (None, shown_error("test", e)?),
     };
     let shown = Shown {
         tested,
         errors,
+        status,
         ..empty()
     };
     page(&console, &s, shown).await

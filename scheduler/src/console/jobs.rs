@@ -5,6 +5,7 @@
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::{Extension, Form};
 use serde::Deserialize;
@@ -303,14 +304,12 @@ pub(super) fn int(field: &str, text: &str, errors: &mut Errors) -> Option<i64> {
     }
 }
 
-/// Files an API error under the form field its message names (`field: …`), or under the
-/// form as a whole.
-pub(super) fn file_error(errors: &mut Errors, e: Error) -> Result<(), Error> {
+/// Files a use case's error under the form field its message names (`field: …`), or under
+/// the form as a whole (a job whose name is taken, a delivery that cannot change now), in
+/// the use case's words; its status, which the page answers with as the API does.
+pub(super) fn file_error(errors: &mut Errors, e: Error) -> Result<StatusCode, Error> {
+    let status = crate::status::http_status(&e);
     let message = match e {
-        Error::Conflict(_) => {
-            errors.insert("name".into(), "a job with this name already exists".into());
-            return Ok(());
-        }
         // Not about a field: the page answers it with its own status, as the API does.
         Error::Internal(_)
         | Error::Unavailable(_)
@@ -331,7 +330,7 @@ pub(super) fn file_error(errors: &mut Errors, e: Error) -> Result<(), Error> {
             errors.entry(String::new()).or_insert(message);
         }
     }
-    Ok(())
+    Ok(status)
 }
 
 pub(super) const JOB_FIELDS: &[&str] = &[
@@ -480,13 +479,17 @@ pub(super) async fn save_job(
     form: JobForm,
 ) -> PageResult {
     let mut errors = Errors::new();
+    // The status of the use case's first error, as the API answers the same fields (a
+    // field that is not even a number is the form's own 422).
+    let mut status = None;
     let fields = form.fields(&mut errors);
     let built = match fields {
         Some(f) => match build_spec(&console.ports, &s.who, f, base.as_ref()).await {
             Ok(b) => Some(b),
             Err(SpecErrors(all)) => {
                 for e in all {
-                    file_error(&mut errors, e)?;
+                    let filed = file_error(&mut errors, e)?;
+                    status.get_or_insert(filed);
                 }
                 None
             }
@@ -507,10 +510,16 @@ pub(super) async fn save_job(
             Ok(job) => {
                 return Ok(Redirect::to(&format!("{PREFIX}/jobs/{}", job.id)).into_response());
             }
-            Err(e) => file_error(&mut errors, e)?,
+            Err(e) => {
+                let filed = file_error(&mut errors, e)?;
+                status.get_or_insert(filed);
+            }
         }
     }
-    let status = form_status(&errors);
+    let status = match status {
+        Some(status) if !errors.is_empty() => status,
+        _ => form_status(&errors),
+    };
     let page = JobFormPage::new(&console, &s, base.as_ref(), form, errors).await?;
     render_status(status, &page)
 }

@@ -4,15 +4,15 @@
 
 use askama::Template;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::{Extension, Form};
 use serde::Deserialize;
 
 use super::auth::Session;
-use super::pages::{Chrome, Errors, form_status};
+use super::pages::{Chrome, Errors};
 use super::{Console, PREFIX, PageResult, When, render_status};
-use crate::secrets;
-use crate::usecase::{self};
+use crate::usecase::{self, Error};
 
 pub struct SecretRow {
     app: String,
@@ -44,7 +44,14 @@ pub struct SecretForm {
     value: String,
 }
 
-async fn page(console: &Console, s: &Session, form: SecretForm, errors: Errors) -> PageResult {
+/// The page, with the form as typed and its `errors` (answered with `status`).
+async fn page(
+    console: &Console,
+    s: &Session,
+    form: SecretForm,
+    errors: Errors,
+    status: StatusCode,
+) -> PageResult {
     let mut rows = Vec::new();
     let mut apps = Vec::new();
     for app in crate::usecase::secrets::list(&console.ports, &s.who).await? {
@@ -70,7 +77,7 @@ async fn page(console: &Console, s: &Session, form: SecretForm, errors: Errors) 
         ..form
     };
     render_status(
-        form_status(&errors),
+        status,
         &SecretsPage {
             chrome: Chrome::of(s, "secrets"),
             secrets: rows,
@@ -82,7 +89,14 @@ async fn page(console: &Console, s: &Session, form: SecretForm, errors: Errors) 
 }
 
 pub async fn list(State(console): State<Console>, Extension(s): Extension<Session>) -> PageResult {
-    page(&console, &s, SecretForm::default(), Errors::new()).await
+    page(
+        &console,
+        &s,
+        SecretForm::default(),
+        Errors::new(),
+        StatusCode::OK,
+    )
+    .await
 }
 
 pub async fn set(
@@ -92,24 +106,30 @@ pub async fn set(
 ) -> PageResult {
     let app = form.app.trim().to_owned();
     let name = form.name.trim().to_owned();
-    s.who.check_app(&app)?;
-    let mut errors = Errors::new();
-    if let Err(e) = secrets::check_name(&name) {
-        errors.insert("name".into(), e);
-    }
+    // The form's own `required`: a value left empty is a slip of the form, not a secret.
     if form.value.is_empty() {
-        errors.insert("value".into(), "required".into());
-    } else if form.value.len() > secrets::VALUE_MAX {
-        errors.insert(
-            "value".into(),
-            format!("at most {} bytes", secrets::VALUE_MAX),
-        );
+        let errors = Errors::from([("value".to_owned(), "required".to_owned())]);
+        let form = SecretForm { app, name, ..form };
+        return page(&console, &s, form, errors, StatusCode::UNPROCESSABLE_ENTITY).await;
     }
-    if !errors.is_empty() {
-        return page(&console, &s, SecretForm { app, name, ..form }, errors).await;
+    // The names and the value's size are the use case's to check, as for the API: the
+    // same mistake gets the same status and words, shown above the form.
+    match usecase::secrets::set(&console.ports, &s.who, &app, &name, form.value.as_bytes()).await {
+        Ok(()) => Ok(Redirect::to(&format!("{PREFIX}/secrets")).into_response()),
+        Err(e @ (Error::Unprocessable(_) | Error::PayloadTooLarge(_))) => {
+            let status = crate::status::http_status(&e);
+            let errors = Errors::from([(String::new(), e.to_string())]);
+            page(
+                &console,
+                &s,
+                SecretForm { app, name, ..form },
+                errors,
+                status,
+            )
+            .await
+        }
+        Err(e) => Err(e.into()),
     }
-    usecase::secrets::set(&console.ports, &s.who, &app, &name, form.value.as_bytes()).await?;
-    Ok(Redirect::to(&format!("{PREFIX}/secrets")).into_response())
 }
 
 pub async fn delete(

@@ -8,17 +8,16 @@ use crate::ports::Ports;
 use crate::secrets;
 use crate::store::SecretMeta;
 
+/// An app's and a secret's names, checked (the same 422 through every door).
+fn check_names(app: &str, name: &str) -> Result<()> {
+    super::validate::app("app", app)?;
+    secrets::check_name(name).map_err(|e| Error::Unprocessable(format!("secret name `{name}` {e}")))
+}
+
 /// Sets `app`'s secret `name` to `value` (creating or replacing it).
-pub async fn set(
-    ports: &Ports,
-    who: &Principal,
-    app: &str,
-    name: &str,
-    value: &[u8],
-) -> Result<()> {
+pub async fn set(ports: &Ports, who: &Principal, app: &str, name: &str, value: &[u8]) -> Result<()> {
+    check_names(app, name)?;
     who.check_app(app)?;
-    secrets::check_name(name)
-        .map_err(|e| Error::Unprocessable(format!("secret name `{name}` {e}")))?;
     if value.len() > secrets::VALUE_MAX {
         return Err(Error::PayloadTooLarge(format!(
             "a secret may be at most {} bytes, not {}",
@@ -27,12 +26,10 @@ pub async fn set(
         )));
     }
     let sealed = ports.secrets().seal(app, name, value);
-    ports
-        .store()
+    ports.store()
         .set_secret(app, name, &sealed, ports.clock().now_ms())
         .await?;
-    ports
-        .audit(&who.name, "set secret", &format!("{app}/{name}"))
+    ports.audit(&who.name, "set secret", &format!("{app}/{name}"))
         .await;
     tracing::info!(app = %app, secret = %name, by = %who.name, "secret set");
     Ok(())
@@ -40,14 +37,14 @@ pub async fn set(
 
 /// Deletes `app`'s secret `name`.
 pub async fn delete(ports: &Ports, who: &Principal, app: &str, name: &str) -> Result<()> {
+    check_names(app, name)?;
     who.check_app(app)?;
     if !ports.store().delete_secret(app, name).await? {
         return Err(Error::NotFound(format!(
             "secret `{name}` of app `{app}` not found"
         )));
     }
-    ports
-        .audit(&who.name, "delete secret", &format!("{app}/{name}"))
+    ports.audit(&who.name, "delete secret", &format!("{app}/{name}"))
         .await;
     Ok(())
 }
