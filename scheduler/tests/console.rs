@@ -1889,6 +1889,7 @@ impl TestApp {
 async fn assert_audited(t: &TestApp, expected: &[(&str, &str, &str)]) {
     let rows: Vec<(String, String, String)> = t
         .node
+        .ports()
         .store()
         .list_audit(None, 500)
         .await

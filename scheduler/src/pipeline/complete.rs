@@ -497,6 +497,60 @@ mod tests {
         );
     }
 
+    /// A failed attempt on a paused clock: its retry is due one backoff after the failure,
+    /// the first scan whose window reaches that time claims it, and the ring fires it then,
+    /// not a millisecond before.
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_is_claimed_one_window_ahead_and_fires_one_backoff_after_the_failure() {
+        use crate::clock::Clock;
+        use crate::pipeline::ring::Ring;
+        use crate::pipeline::scan::window;
+
+        let clock = Clock::tokio_from(10_000_000);
+        let config = crate::config::Config::for_tests("sqlite::memory:");
+        let mut rng = StdRng::seed_from_u64(1);
+        let failed_at = clock.now_ms();
+        let TaskNext::Retry {
+            due_at,
+            lost: false,
+        } = decide(&ended(RunStatus::Failed, 1, 0, 4), failed_at, &mut rng)
+        else {
+            panic!("a first failure of four attempts is retried");
+        };
+        assert_eq!(due_at, failed_at + 60_000, "the backoff's first delay");
+
+        let ring = Ring::new(clock.clone());
+        let retry = DueTask {
+            task_id: 1,
+            job_id: 1,
+            kind: TaskKind::Delayed,
+            due_at,
+            attempt: 2,
+            priority: 0,
+            payload: None,
+            params: None,
+            epoch: 1,
+            generation: 0,
+            waiting_since: None,
+        };
+        // A scan a second: the first whose window reaches the due time claims it.
+        let claimed_at = loop {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            let reach = window(clock.now_ms(), &config, ring.len()).unwrap().until;
+            if due_at <= reach {
+                ring.insert([retry.clone()]);
+                break clock.now_ms();
+            }
+        };
+        assert_eq!(claimed_at, due_at - config.window_ms, "one window ahead");
+        tokio::time::advance(Duration::from_millis((due_at - claimed_at - 1) as u64)).await;
+        assert!(ring.due_now().is_empty(), "fired before its backoff");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let fired = ring.due_now();
+        assert_eq!((fired[0].task_id, fired[0].attempt), (1, 2));
+        assert_eq!(clock.now_ms() - failed_at, 60_000);
+    }
+
     #[test]
     fn losses_retry_at_once_without_spending_attempts() {
         let mut rng = StdRng::seed_from_u64(1);

@@ -304,7 +304,7 @@ impl Ring {
     /// What is due by the ring's clock now, as the ring thread would fire it (tests drive
     /// the ring on a paused clock through this instead of the thread).
     #[cfg(test)]
-    fn due_now(&self) -> Vec<DueTask> {
+    pub(crate) fn due_now(&self) -> Vec<DueTask> {
         let now = self.inner.clock.now_ms();
         let mut batch = take_due(&mut self.lock(), now, &mut Vec::new());
         by_priority(&mut batch);

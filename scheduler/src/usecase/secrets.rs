@@ -15,7 +15,13 @@ fn check_names(app: &str, name: &str) -> Result<()> {
 }
 
 /// Sets `app`'s secret `name` to `value` (creating or replacing it).
-pub async fn set(ports: &Ports, who: &Principal, app: &str, name: &str, value: &[u8]) -> Result<()> {
+pub async fn set(
+    ports: &Ports,
+    who: &Principal,
+    app: &str,
+    name: &str,
+    value: &[u8],
+) -> Result<()> {
     check_names(app, name)?;
     who.check_app(app)?;
     if value.len() > secrets::VALUE_MAX {
@@ -26,10 +32,12 @@ pub async fn set(ports: &Ports, who: &Principal, app: &str, name: &str, value: &
         )));
     }
     let sealed = ports.secrets().seal(app, name, value);
-    ports.store()
+    ports
+        .store()
         .set_secret(app, name, &sealed, ports.clock().now_ms())
         .await?;
-    ports.audit(&who.name, "set secret", &format!("{app}/{name}"))
+    ports
+        .audit(&who.name, "set secret", &format!("{app}/{name}"))
         .await;
     tracing::info!(app = %app, secret = %name, by = %who.name, "secret set");
     Ok(())
@@ -44,7 +52,8 @@ pub async fn delete(ports: &Ports, who: &Principal, app: &str, name: &str) -> Re
             "secret `{name}` of app `{app}` not found"
         )));
     }
-    ports.audit(&who.name, "delete secret", &format!("{app}/{name}"))
+    ports
+        .audit(&who.name, "delete secret", &format!("{app}/{name}"))
         .await;
     Ok(())
 }

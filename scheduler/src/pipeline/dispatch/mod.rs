@@ -375,6 +375,22 @@ mod tests {
         );
     }
 
+    /// Slow dispatches count per minute of the node's clock: a job moved to the slow pool
+    /// comes back at the next minute.
+    #[tokio::test(start_paused = true)]
+    async fn slow_dispatches_count_per_minute_of_the_nodes_clock() {
+        let clock = Clock::tokio_from(60_000 * 1_000);
+        let slow = SlowTracker::new(clock.clone(), 500, 10);
+        for _ in 0..11 {
+            slow.record([7], Duration::from_millis(600));
+        }
+        assert!(slow.is_slow(7));
+        tokio::time::advance(Duration::from_millis(59_999)).await;
+        assert!(slow.is_slow(7), "still the same minute");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!slow.is_slow(7), "a new minute counts afresh");
+    }
+
     #[test]
     fn a_job_with_more_than_the_allowed_slow_dispatches_moves_to_the_slow_pool() {
         let slow = SlowTracker::new(Clock::Wall, 500, 10);
