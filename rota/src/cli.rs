@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use rota_proto::Secret;
 use rota_scheduler::Config;
+use rota_scheduler::config::defaults;
 use tokio::net::TcpListener;
 
 use crate::cmd::{QueueArgs, TaskArgs};
@@ -128,7 +129,7 @@ struct ServerArgs {
     #[arg(long, env = "ROTA_DATABASE_URL")]
     database_url: String,
     /// Address to listen on.
-    #[arg(long, env = "ROTA_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "ROTA_LISTEN", default_value = defaults::LISTEN)]
     listen: SocketAddr,
     /// This node's stable name; defaults to <hostname>:<port>.
     #[arg(long, env = "ROTA_NODE_NAME")]
@@ -153,32 +154,33 @@ struct ServerArgs {
     #[arg(long, env = "ROTA_SECRETS_KEY", hide_env_values = true)]
     secrets_key: Option<String>,
     /// Concurrent dispatches of the fast pool.
-    #[arg(long, env = "ROTA_FAST_POOL", default_value_t = 64)]
+    #[arg(long, env = "ROTA_FAST_POOL", default_value_t = defaults::FAST_POOL)]
     fast_pool: usize,
     /// Concurrent dispatches of the slow pool.
-    #[arg(long, env = "ROTA_SLOW_POOL", default_value_t = 16)]
+    #[arg(long, env = "ROTA_SLOW_POOL", default_value_t = defaults::SLOW_POOL)]
     slow_pool: usize,
     /// A dispatch slower than this (ms) counts against its job.
-    #[arg(long, env = "ROTA_SLOW_DISPATCH_MS", default_value_t = 500)]
+    #[arg(long, env = "ROTA_SLOW_DISPATCH_MS", default_value_t = defaults::SLOW_DISPATCH_MS)]
     slow_dispatch_ms: u64,
     /// Slow dispatches per minute after which a job moves to the slow pool.
-    #[arg(long, env = "ROTA_SLOW_DISPATCH_COUNT", default_value_t = 10)]
+    #[arg(long, env = "ROTA_SLOW_DISPATCH_COUNT", default_value_t = defaults::SLOW_DISPATCH_COUNT)]
     slow_dispatch_count: u32,
     /// Other scheduler nodes take this one's claims over after this long without its
     /// heartbeat (ms); it stops firing at half of it. Raise it where nodes can pause longer.
-    #[arg(long, env = "ROTA_NODE_DEAD_AFTER_MS", default_value_t = 3_000,
+    #[arg(long, env = "ROTA_NODE_DEAD_AFTER_MS", default_value_t = defaults::NODE_DEAD_AFTER_MS,
           value_parser = clap::value_parser!(i64).range(600..=600_000))]
     node_dead_after_ms: i64,
-    /// A clock further than this (ms) off the database's makes `/readyz` answer 503 and is
-    /// logged; due times stay right, corrected by the measured offset.
-    #[arg(long, env = "ROTA_MAX_CLOCK_OFFSET_MS", default_value_t = 500,
+    /// A clock further than this (ms) off the database's is a warning on `/readyz` (still
+    /// 200: every node's times are corrected by the measured offset), in the log and as a
+    /// `clock_skew` alarm.
+    #[arg(long, env = "ROTA_MAX_CLOCK_OFFSET_MS", default_value_t = defaults::MAX_CLOCK_OFFSET_MS,
           value_parser = clap::value_parser!(i64).range(1..=3_600_000))]
     max_clock_offset_ms: i64,
     /// Executors are dead after this long without a heartbeat (ms).
-    #[arg(long, env = "ROTA_EXECUTOR_DEAD_AFTER_MS", default_value_t = 90_000)]
+    #[arg(long, env = "ROTA_EXECUTOR_DEAD_AFTER_MS", default_value_t = defaults::EXECUTOR_DEAD_AFTER_MS)]
     executor_dead_after_ms: i64,
     /// Largest task payload accepted (bytes).
-    #[arg(long, env = "ROTA_MAX_PAYLOAD_BYTES", default_value_t = 64 * 1024)]
+    #[arg(long, env = "ROTA_MAX_PAYLOAD_BYTES", default_value_t = defaults::MAX_PAYLOAD_BYTES)]
     max_payload_bytes: usize,
     #[command(flatten)]
     tls: TlsArgs,

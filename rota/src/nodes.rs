@@ -28,13 +28,13 @@ pub struct StandaloneArgs {
     #[arg(long, env = "ROTA_DATA_DIR", default_value = "./rota-data")]
     data_dir: PathBuf,
     /// Address of the console and REST API.
-    #[arg(long, env = "ROTA_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "ROTA_LISTEN", default_value = rota_scheduler::config::defaults::LISTEN)]
     listen: SocketAddr,
     /// App (executor group) of the embedded executor.
     #[arg(long, env = "ROTA_APP", default_value = "default")]
     app: String,
     /// Concurrent runs of the embedded executor.
-    #[arg(long, env = "ROTA_CAPACITY", default_value_t = 64)]
+    #[arg(long, env = "ROTA_CAPACITY", default_value_t = rota_executor::config::DEFAULT_CAPACITY)]
     capacity: usize,
     #[command(flatten)]
     logs: LogArgs,
@@ -65,12 +65,12 @@ pub struct ExecutorArgs {
     #[arg(long, env = "ROTA_DATA_DIR", default_value = "./rota-executor-data")]
     data_dir: PathBuf,
     /// Concurrent runs.
-    #[arg(long, env = "ROTA_CAPACITY", default_value_t = 64)]
+    #[arg(long, env = "ROTA_CAPACITY", default_value_t = rota_executor::config::DEFAULT_CAPACITY)]
     capacity: usize,
     #[command(flatten)]
     logs: LogArgs,
     /// Largest linear memory a job may ask for, MiB.
-    #[arg(long, env = "ROTA_MEMORY_CAP_MB", default_value_t = 1024)]
+    #[arg(long, env = "ROTA_MEMORY_CAP_MB", default_value_t = rota_executor::runtime::DEFAULT_MEMORY_CAP_MB)]
     memory_cap_mb: u32,
     #[command(flatten)]
     tls: crate::cli::TlsArgs,
@@ -82,11 +82,11 @@ pub struct ExecutorArgs {
 #[derive(Args)]
 pub struct LogArgs {
     /// Run logs older than this are deleted, days.
-    #[arg(long, env = "ROTA_LOG_RETENTION_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u64).range(1..=3650))]
+    #[arg(long, env = "ROTA_LOG_RETENTION_DAYS", default_value_t = rota_executor::logs::DEFAULT_LOG_RETENTION.as_secs() / 86_400, value_parser = clap::value_parser!(u64).range(1..=3650))]
     log_retention_days: u64,
     /// Bound on the run logs' total size on disk, MiB; the oldest go first (a log still
     /// being written is kept).
-    #[arg(long, env = "ROTA_LOG_MAX_MIB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(16..=16 * 1024 * 1024))]
+    #[arg(long, env = "ROTA_LOG_MAX_MIB", default_value_t = rota_executor::logs::DEFAULT_LOG_MAX_TOTAL_BYTES >> 20, value_parser = clap::value_parser!(u64).range(16..=16 * 1024 * 1024))]
     log_max_mib: u64,
 }
 

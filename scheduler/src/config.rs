@@ -90,12 +90,35 @@ pub struct Config {
     pub engine: Option<wasmtime::Engine>,
 }
 
+/// The server's defaults, in one place: [`Config::new`] and the CLI's flags both read
+/// them.
+pub mod defaults {
+    /// Where the REST API and the console listen.
+    pub const LISTEN: &str = "127.0.0.1:8080";
+    /// Concurrent dispatches of the fast pool.
+    pub const FAST_POOL: usize = 64;
+    /// Concurrent dispatches of the slow pool.
+    pub const SLOW_POOL: usize = 16;
+    /// A dispatch slower than this (ms) counts against its job.
+    pub const SLOW_DISPATCH_MS: u64 = 500;
+    /// Slow dispatches per minute after which a job moves to the slow pool.
+    pub const SLOW_DISPATCH_COUNT: u32 = 10;
+    /// Other nodes take a node's claims over after this long without its heartbeat (ms).
+    pub const NODE_DEAD_AFTER_MS: i64 = 3_000;
+    /// A clock further than this (ms) off the database's is warned about.
+    pub const MAX_CLOCK_OFFSET_MS: i64 = 500;
+    /// Executors are dead after this long without a heartbeat (ms).
+    pub const EXECUTOR_DEAD_AFTER_MS: i64 = rota_proto::wire::DEFAULT_EXECUTOR_DEAD_AFTER_MS;
+    /// Largest task payload accepted (bytes).
+    pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+}
+
 impl Config {
     pub fn new(database_url: impl Into<String>, secret: Secret) -> Self {
         Config {
             database_url: database_url.into(),
             node_name: "rota-1".into(),
-            advertise_url: "http://127.0.0.1:8080".into(),
+            advertise_url: format!("http://{}", defaults::LISTEN),
             api_token: None,
             executor_secret: secret,
             window_ms: 5_000,
@@ -103,19 +126,19 @@ impl Config {
             scan_batch: 20_000,
             wheel_capacity: 200_000,
             misfire_threshold_ms: 5_000,
-            fast_pool_size: 64,
-            slow_pool_size: 16,
+            fast_pool_size: defaults::FAST_POOL,
+            slow_pool_size: defaults::SLOW_POOL,
             pool_queue: 1_024,
-            slow_dispatch_ms: 500,
-            slow_dispatch_count: 10,
+            slow_dispatch_ms: defaults::SLOW_DISPATCH_MS,
+            slow_dispatch_count: defaults::SLOW_DISPATCH_COUNT,
             dispatch_timeout_ms: 3_000,
-            node_dead_after_ms: 3_000,
-            max_clock_offset_ms: 500,
+            node_dead_after_ms: defaults::NODE_DEAD_AFTER_MS,
+            max_clock_offset_ms: defaults::MAX_CLOCK_OFFSET_MS,
             heartbeat_interval_ms: rota_proto::wire::DEFAULT_HEARTBEAT_INTERVAL_MS,
-            executor_dead_after_ms: rota_proto::wire::DEFAULT_EXECUTOR_DEAD_AFTER_MS,
+            executor_dead_after_ms: defaults::EXECUTOR_DEAD_AFTER_MS,
             executors_die_with_node: false,
             retention_ms: 7 * 24 * 3600 * 1000,
-            max_payload_bytes: 64 * 1024,
+            max_payload_bytes: defaults::MAX_PAYLOAD_BYTES,
             max_body_bytes: 32 * 1024 * 1024,
             max_plugin_bytes: 32 * 1024 * 1024,
             admin_password: None,
