@@ -47,27 +47,55 @@ pub fn offset_ms() -> i64 {
 }
 
 /// One exchange with a scheduler, NTP's four timestamps: this process's monotonic clock
-/// when the request left and when the answer came back, the scheduler's clock when the
-/// request arrived and when the answer left.
+/// when the request left and when the answer came back, the scheduler's clock (epoch µs)
+/// when the request arrived and when the answer left, and how fine the scheduler's
+/// readings are (µs: 1, or 1,000 from a scheduler that answers in ms).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Reading {
     pub sent_us: i64,
-    pub received_ms: i64,
-    pub answered_ms: i64,
+    pub received_us: i64,
+    pub answered_us: i64,
     pub back_us: i64,
+    pub resolution_us: i64,
 }
 
 impl Reading {
+    /// The reading a heartbeat answer carries, sent and back at `sent_us` and `back_us`
+    /// of this process's monotonic clock: in µs, or in ms from an older scheduler (each
+    /// truncated to its millisecond, so taken at its middle); none without a time.
+    pub(crate) fn of(
+        ack: &rota_proto::RegistrationAck,
+        sent_us: i64,
+        back_us: i64,
+    ) -> Option<Reading> {
+        let (received_us, answered_us, resolution_us) =
+            match (ack.scheduler_received_us, ack.scheduler_time_us) {
+                (Some(received), Some(answered)) => (received, answered, 1),
+                _ => {
+                    let answered = ack.scheduler_time_ms?;
+                    let received = ack.scheduler_received_ms.unwrap_or(answered);
+                    (received * 1000 + 500, answered * 1000 + 500, 1000)
+                }
+            };
+        Some(Reading {
+            sent_us,
+            received_us,
+            answered_us,
+            back_us,
+            resolution_us,
+        })
+    }
+
     /// The schedulers' time at this process's monotonic zero, µs, and its error: the
-    /// midpoint of the scheduler's two readings (each truncated to its millisecond, so
-    /// +500 µs) against the midpoint of ours; the error is half the round trip less the
-    /// time the scheduler spent answering, plus the readings' millisecond.
+    /// midpoint of the scheduler's two readings against the midpoint of ours; the error is
+    /// half the round trip less the time the scheduler spent answering, plus the
+    /// readings' resolution.
     fn base_and_error(&self) -> (i64, i64) {
-        let theirs = (self.received_ms + self.answered_ms) * 500 + 500;
+        let theirs = (self.received_us + self.answered_us) / 2;
         let ours = (self.sent_us + self.back_us) / 2;
-        let spent_us = (self.answered_ms - self.received_ms).max(0) * 1000;
+        let spent_us = (self.answered_us - self.received_us).max(0);
         let in_flight = (self.back_us - self.sent_us - spent_us).max(0);
-        (theirs - ours, (in_flight + 1) / 2 + 1000)
+        (theirs - ours, (in_flight + 1) / 2 + self.resolution_us)
     }
 }
 
@@ -98,12 +126,14 @@ pub(crate) fn follow(reading: Reading) {
 mod tests {
     use super::*;
 
+    /// A reading from a scheduler that answers in ms, as before 2026-12-04.
     fn reading(sent_us: i64, received_ms: i64, answered_ms: i64, back_us: i64) -> Reading {
         Reading {
             sent_us,
-            received_ms,
-            answered_ms,
+            received_us: received_ms * 1000 + 500,
+            answered_us: answered_ms * 1000 + 500,
             back_us,
+            resolution_us: 1000,
         }
     }
 
@@ -147,5 +177,42 @@ mod tests {
         // at our midpoint, 5 ms: 4 ms ahead.
         let (naive, _) = reading(0, 1_009, 1_009, 10_000).base_and_error();
         assert!((naive - 1_004_000).abs() <= 1_000, "naive {naive} µs");
+    }
+
+    /// In µs the reading is as fine as its round trip: a scheduler 1,000.3 ms ahead of our
+    /// zero, read over 200 µs each way, is found within a tenth of a millisecond, where a
+    /// millisecond reading could be half a millisecond off and would not be corrected.
+    #[test]
+    fn microsecond_readings_fix_the_clock_within_its_round_trip() {
+        let ack = |received_us: i64, answered_us: i64| rota_proto::RegistrationAck {
+            heartbeat_interval_ms: 30_000,
+            plugins: Vec::new(),
+            scheduler_time_ms: Some(answered_us / 1000),
+            scheduler_received_ms: Some(received_us / 1000),
+            scheduler_time_us: Some(answered_us),
+            scheduler_received_us: Some(received_us),
+        };
+        // Sent at 0, arrived at 1,000,500 µs of its clock (200 µs later: it reads 1,000,300
+        // at our zero), answered 600 µs later, back at 1,000 µs.
+        let reading = Reading::of(&ack(1_000_500, 1_001_100), 0, 1_000).unwrap();
+        let (base, error) = reading.base_and_error();
+        assert!((base - 1_000_300).abs() <= 100, "base {base} µs");
+        assert!(error <= 300, "error {error} µs");
+
+        // The same answer from a scheduler of before: milliseconds only.
+        let mut old = ack(1_000_500, 1_001_100);
+        old.scheduler_time_us = None;
+        old.scheduler_received_us = None;
+        let (base, error) = Reading::of(&old, 0, 1_000).unwrap().base_and_error();
+        assert!((base - 1_000_300).abs() <= 1_000, "base {base} µs");
+        assert!(
+            error >= 1_000,
+            "a millisecond reading is no finer than its millisecond"
+        );
+
+        // No time in the answer: no reading.
+        let mut none = old;
+        none.scheduler_time_ms = None;
+        assert!(Reading::of(&none, 0, 1_000).is_none());
     }
 }

@@ -166,13 +166,8 @@ async fn heartbeat_loop(node: Arc<Node>, stop: CancellationToken) {
             .await;
         let wait = match answer {
             Ok(ack) => {
-                if let Some(sent_back) = ack.scheduler_time_ms {
-                    let reading = crate::clock::Reading {
-                        sent_us: sent,
-                        received_ms: ack.scheduler_received_ms.unwrap_or(sent_back),
-                        answered_ms: sent_back,
-                        back_us: crate::clock::monotonic_us(),
-                    };
+                let back = crate::clock::monotonic_us();
+                if let Some(reading) = crate::clock::Reading::of(&ack, sent, back) {
                     crate::clock::follow(reading);
                 }
                 if !registered {

@@ -117,6 +117,8 @@ fn ack() -> Json<RegistrationAck> {
         plugins: Vec::new(),
         scheduler_time_ms: None,
         scheduler_received_ms: None,
+        scheduler_time_us: None,
+        scheduler_received_us: None,
     })
 }
 

@@ -126,6 +126,13 @@ pub struct RegistrationAck {
     /// NTP does) — under load that is most of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_received_ms: Option<i64>,
+    /// `scheduler_time_ms` in epoch µs: a millisecond reading leaves the executor's clock
+    /// up to a millisecond off, which is every run's reported start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_time_us: Option<i64>,
+    /// `scheduler_received_ms` in epoch µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_received_us: Option<i64>,
 }
 
 /// Graceful shutdown: the scheduler stops dispatching to `address` at once.
@@ -646,6 +653,8 @@ mod tests {
             plugins: vec!["ab".repeat(32)],
             scheduler_time_ms: Some(1_700_000_000_000),
             scheduler_received_ms: Some(1_699_999_999_990),
+            scheduler_time_us: Some(1_700_000_000_000_250),
+            scheduler_received_us: Some(1_699_999_999_990_750),
         });
         round_trip(Deregistration {
             app: "default".into(),

@@ -46,10 +46,10 @@ async fn beat(
     beat: Beat,
 ) -> ApiResult<Json<RegistrationAck>> {
     // Read first: the time the answer spends on the database is not flight time.
-    let received_ms = state.ports.clock().now_ms();
+    let received_us = state.ports.clock().now_us();
     signer.check_app(&reg.app)?;
     Ok(Json(
-        executors::beat(&state.ports, beat, reg, signed_at, received_ms).await?,
+        executors::beat(&state.ports, beat, reg, signed_at, received_us).await?,
     ))
 }
 

@@ -50,14 +50,14 @@ pub enum Beat {
 }
 
 /// An executor registering or heartbeating, its request signed at `signed_at` and
-/// received at `received_ms` (this node's time). The answer: when to beat next, the
+/// received at `received_us` (this node's time, µs). The answer: when to beat next, the
 /// plugins to compile ahead, and this node's time.
 pub async fn beat(
     ports: &Ports,
     beat: Beat,
     reg: &Registration,
     signed_at: Millis,
-    received_ms: Millis,
+    received_us: i64,
 ) -> Result<RegistrationAck> {
     check_executor(&reg.app, &reg.address)?;
     match beat {
@@ -67,19 +67,23 @@ pub async fn beat(
         }
         Beat::Heartbeat => ports.executor_heartbeat(reg, signed_at).await?,
     }
-    ack(ports, &reg.app, received_ms).await
+    ack(ports, &reg.app, received_us).await
 }
 
 /// The answer to a registration or heartbeat: when to beat next, the plugins the app's
 /// jobs bind, for the executor to compile ahead of their first run, and this node's time
-/// when the request arrived (`received_ms`) and when the answer leaves.
-async fn ack(ports: &Ports, app: &str, received_ms: Millis) -> Result<RegistrationAck> {
+/// when the request arrived (`received_us`) and when the answer leaves, in ms for
+/// executors of before 2026-12-04 and in µs.
+async fn ack(ports: &Ports, app: &str, received_us: i64) -> Result<RegistrationAck> {
     let plugins = ports.store().plugins_bound_by(app, PLUGINS_TO_WARM).await?;
+    let answered_us = ports.clock().now_us();
     Ok(RegistrationAck {
         heartbeat_interval_ms: ports.config().heartbeat_interval_ms,
         plugins,
-        scheduler_time_ms: Some(ports.clock().now_ms()),
-        scheduler_received_ms: Some(received_ms),
+        scheduler_time_ms: Some(answered_us.div_euclid(1000)),
+        scheduler_received_ms: Some(received_us.div_euclid(1000)),
+        scheduler_time_us: Some(answered_us),
+        scheduler_received_us: Some(received_us),
     })
 }
 
