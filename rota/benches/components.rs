@@ -11,7 +11,7 @@
 //! The per-run cost of each component, without the scheduler around it, is the executor's
 //! bench (`cargo bench -p rota-executor --bench runs`, "Components").
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/integration/support/mod.rs"]
 mod support;
 
 #[path = "common/mod.rs"]

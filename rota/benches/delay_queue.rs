@@ -42,7 +42,7 @@
 //! ROTA_BENCH_MYSQL_URL=mysql://root@127.0.0.1:3307/rota_bench cargo bench -p rota --bench delay_queue -- fire
 //! ```
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/integration/support/mod.rs"]
 mod support;
 
 #[path = "common/mod.rs"]

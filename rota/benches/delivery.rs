@@ -23,7 +23,7 @@
 //! Settings: `ROTA_BIN` (target/release/rota), `ROTA_BENCH_MYSQL_URL` (a private MariaDB:
 //! `scripts/bench/mariadb-instance.sh`; SQLite without it), `ROTA_BENCH_MARIADB_PID`.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/integration/support/mod.rs"]
 mod support;
 
 #[path = "common/mod.rs"]

@@ -12,7 +12,7 @@
 //! channel whose endpoint accepts connections and never answers: the figures of
 //! `FAIL=1` with and without it show whether alarms and a dead channel slow dispatch.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/integration/support/mod.rs"]
 mod support;
 
 #[path = "common/mod.rs"]

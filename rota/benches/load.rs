@@ -24,7 +24,7 @@
 //! gives the floor, and the output says so), `ROTA_BENCH_CAPACITY` (executor capacity, 256).
 //! `scripts/bench/load.sh` runs the published set and writes the tables.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/integration/support/mod.rs"]
 mod support;
 
 #[path = "common/mod.rs"]

@@ -161,7 +161,7 @@ fn the_cap_is_stated_and_the_rest_dropped() {
     assert_eq!(page.lines.len(), 11, "{:?}", page.lines);
     assert_eq!(page.lines[10], "[rota] log truncated at 1 KiB");
     assert!(logs.stored_bytes(3).unwrap() <= 1024 + 64);
-    // As `executor/tests/runtime.rs` checks through a plugin: 100-byte lines
+    // As `executor/tests/integration/runtime.rs` checks through a plugin: 100-byte lines
     // against 1 MiB, one write each.
     let (_dir, logs) = store(1 << 20);
     let log = logs.create(4);

@@ -4,7 +4,7 @@
 //! cleanly and the next run succeeds, and the compiled component survives a restart in
 //! the disk cache.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use rota_executor::runtime::{
 };
 use tokio_util::sync::CancellationToken;
 
-const HANDLER: &str = include_str!("fixtures/handler.wat");
+const HANDLER: &str = include_str!("../fixtures/handler.wat");
 
 fn config() -> RuntimeConfig {
     RuntimeConfig {

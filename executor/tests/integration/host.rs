@@ -3,7 +3,7 @@
 //! secrets (in memory here, as `rota plugin run` keeps them; `rota/tests` covers the
 //! scheduler-backed ones).
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

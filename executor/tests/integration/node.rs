@@ -2,7 +2,7 @@
 //! (register, heartbeat, deregister, callback, plugin download; every request's signature
 //! checked).
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! The sandbox end to end with real wasmtime and `.wat` fixtures: the plugin contract,
 //! limits, kill, logs and the compiled-module cache.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! receivers this test runs on 127.0.0.1 — a webhook receiver that checks the signature
 //! and an SMTP server that takes the email.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! `rota task …` end to end: the built binary against a scheduler node started in this
 //! process on port 0. Each command runs as a real process, off the runtime's threads.
 
-mod support;
+use crate::fixtures;
+use crate::support;
 
 use std::time::Duration;
 
@@ -442,9 +443,6 @@ async fn bad_flags_are_cli_errors_naming_the_flag() {
         "{out:?}"
     );
 }
-
-#[path = "../../executor/tests/common/mod.rs"]
-mod fixtures;
 
 /// `rota plugin run` gives a local run the `rota` imports: `--allow` for the allow-list,
 /// `--secret` for secrets, and a key-value state in memory.

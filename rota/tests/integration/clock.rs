@@ -13,7 +13,7 @@
 //! Needs MariaDB/MySQL and libfaketime (Debian `faketime`); under `CI=true` a missing
 //! prerequisite fails.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

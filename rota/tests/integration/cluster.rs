@@ -5,7 +5,7 @@
 //! On MariaDB/MySQL when `ROTA_TEST_MYSQL_URL` is set (a database of its own), else on one
 //! SQLite file shared by the two processes.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

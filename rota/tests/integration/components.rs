@@ -5,12 +5,12 @@
 //! timeout, or allocate without end — and the run after those succeeds on the same
 //! executor. A component importing what Rota lacks is refused at upload, by name.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;
 
-const HANDLER: &str = include_str!("../../executor/tests/fixtures/handler.wat");
+const HANDLER: &str = include_str!("../../../executor/tests/fixtures/handler.wat");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_runs_fails_and_is_stopped_like_a_module() {

@@ -2,7 +2,7 @@
 //! work, restart it on the same database, and check that every claimed fire is dispatched
 //! exactly once — none lost (XXL-JOB loses up to 5 s of fires here), none sent twice.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

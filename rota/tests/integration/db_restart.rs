@@ -9,7 +9,7 @@
 //! Needs `mariadb-install-db` and `mariadbd` (CI installs `mariadb-server`); skipped with a
 //! message where they are missing.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! `rota server` nodes on one database for the long poll that another node's wheel wakes
 //! (MariaDB when `ROTA_TEST_MYSQL_URL` is set, else one SQLite file).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

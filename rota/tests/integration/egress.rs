@@ -2,12 +2,12 @@
 //! `http_allow` says, a webhook delivery or an alarm never reaches the node itself, its
 //! database, loopback or the cloud metadata address unless the admin opened it — and then
 //! only what the admin named. A plugin's `http_request` under the same policy is tested
-//! with real wasmtime in `executor/tests/host.rs`.
+//! with real wasmtime in `executor/tests/integration/host.rs`.
 //!
 //! Every other test starts its nodes with the test-only allowance
 //! [`support::TEST_EGRESS_ALLOW`]; these set `ROTA_EGRESS_ALLOW` themselves.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 

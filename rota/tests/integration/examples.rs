@@ -6,7 +6,7 @@
 //! sets `ROTA_EXAMPLE_PLUGINS=plugins/target`. Without it, outside CI, a test says so and
 //! checks nothing (under `CI` it fails).
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

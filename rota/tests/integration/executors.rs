@@ -1,7 +1,7 @@
 //! Two real `rota executor` processes: SIGKILL the one running a plugin; the run is marked
 //! `lost` and retried on the other.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

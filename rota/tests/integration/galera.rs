@@ -9,7 +9,7 @@
 //! (as root: members run as the system user `mysql`) unless it is already running, and
 //! stops it again if it started it.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

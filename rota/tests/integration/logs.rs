@@ -2,7 +2,7 @@
 //! process: line by line while the run is going, whole once it ended, still there after
 //! the executor was SIGKILLed and started again — and no file per run on its disk.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //!
 //! Needs root (to create the namespace); skipped with a message otherwise. CI runs as root.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! End to end over real HTTP: a scheduler node and executor doubles on port 0. Jobs and
 //! tasks fire, callbacks complete runs, dead executors' runs become `lost` and are retried.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

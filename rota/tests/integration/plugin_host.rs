@@ -3,10 +3,8 @@
 //! restart, and a secret set through the API reaches the run but no log, API answer or
 //! console page.
 
-mod support;
-
-#[path = "../../executor/tests/common/mod.rs"]
-mod fixtures;
+use crate::fixtures;
+use crate::support;
 
 use std::time::Duration;
 

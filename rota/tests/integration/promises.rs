@@ -3,7 +3,7 @@
 //! real HTTP; the cluster cases (job changes seen by every node, nodes booting together)
 //! are in `cluster.rs`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

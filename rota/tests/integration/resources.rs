@@ -6,7 +6,7 @@
 //!
 //! Needs root (it mounts a tmpfs); under `CI=true` a missing prerequisite fails.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -19,7 +19,7 @@
 //! Needs root (tmpfs mounts, a network namespace), MariaDB's `mariadb-install-db` and `mariadbd`, and
 //! libfaketime; under `CI=true` a missing prerequisite fails.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

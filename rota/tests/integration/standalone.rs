@@ -2,7 +2,7 @@
 //! API, a job triggered, the run executed by the embedded executor in the wasm sandbox, its
 //! log read back through the API; and a restart that finds a run in flight.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

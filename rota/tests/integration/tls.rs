@@ -3,10 +3,8 @@
 //! certificate against a private CA (`--tls-ca`), and a plugin reaching an `https://`
 //! service through `http_request`.
 
-mod support;
-
-#[path = "../../executor/tests/common/mod.rs"]
-mod fixtures;
+use crate::fixtures;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

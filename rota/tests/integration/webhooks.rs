@@ -2,7 +2,7 @@
 //! an `http` job to a receiver this test runs on 127.0.0.1, which checks the signature,
 //! answers as told (2xx, 5xx, 503 with `Retry-After`), or is not there at all.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

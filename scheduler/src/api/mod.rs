@@ -33,7 +33,7 @@
 //!   schemas of the types the API shares with the rest of the crate.
 //!
 //! Every `/api/v1` route is added in [`api`], which records it: [`api_routes`] is the
-//! router's own list, and `tests/api.rs` checks it against the OpenAPI document both ways.
+//! router's own list, and `tests/integration/api.rs` checks it against the OpenAPI document both ways.
 
 pub mod alarms;
 pub mod audit;
@@ -121,7 +121,7 @@ pub enum Guard {
 }
 
 /// Every route of [`router`], with what guards it: built from the same lists the router
-/// is, so a route cannot be added without appearing here (`tests/security.rs` walks it).
+/// is, so a route cannot be added without appearing here (`tests/integration/security.rs` walks it).
 pub fn route_table() -> Vec<(Method, String, Guard)> {
     let mut table = vec![
         (Method::GET, "/healthz".to_owned(), Guard::Open),

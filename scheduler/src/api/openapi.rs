@@ -4,7 +4,7 @@
 //! The types the API shares with the rest of the crate or with `rota-proto` (schedules,
 //! backoffs, route and status names, log pages, the error body) get their schemas here,
 //! written by hand from the same constants the code parses with; the tests below hold each
-//! one to what serde actually writes. `tests/api.rs` checks that the document describes
+//! one to what serde actually writes. `tests/integration/api.rs` checks that the document describes
 //! exactly the routes [`super::router`] serves.
 
 use std::borrow::Cow;

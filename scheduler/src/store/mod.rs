@@ -4,7 +4,7 @@
 //! (`?` placeholders, epoch-millisecond integers), so each method is written once and the
 //! `on_pool!` macro compiles its body against each backend's concrete pool; the few
 //! dialect differences (`INSERT IGNORE` vs `INSERT OR IGNORE`, upserts, `SKIP LOCKED`) are
-//! spelled out where they occur. One contract suite (`tests/store_contract.rs`) runs on both.
+//! spelled out where they occur. One contract suite (`tests/integration/store_contract.rs`) runs on both.
 //!
 //! Batching is the rule on hot paths: the scan claims a whole window in one transaction,
 //! dispatches and run reports are written many rows per statement (`IN (…)`, `CASE id …`,

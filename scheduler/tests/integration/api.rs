@@ -1,6 +1,6 @@
 //! The HTTP API through `router(state).oneshot(req)`, on a real SQLite store in a temp dir.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use support::{Answer, SECRET, TOKEN, TestApp};
@@ -20,7 +20,30 @@ async fn start() -> TestApp {
     TestApp::start_with(|_| {}).await
 }
 
-impl TestApp {
+/// This module's calls on the shared [`TestApp`] (a trait: each test module keeps its own).
+trait ApiCalls {
+    async fn send(&self, req: Request<Body>) -> Answer;
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Answer;
+    async fn get(&self, path: &str) -> Answer;
+    async fn post(&self, path: &str, body: Value) -> Answer;
+    async fn patch(&self, path: &str, body: Value) -> Answer;
+    async fn delete(&self, path: &str) -> Answer;
+    async fn post_raw(&self, path: &str, content_type: &str, body: impl Into<Body>) -> Answer;
+    async fn upload(&self, name: &str, module: &str) -> Answer;
+    async fn job(&self, name: &str) -> i64;
+    async fn expect_rejections(&self, path: &str, cases: Vec<(Value, StatusCode, &str)>);
+    async fn signed(&self, method: Method, path: &str, body: &[u8], secret: &[u8]) -> Answer;
+    async fn signed_as(
+        &self,
+        app: &str,
+        method: Method,
+        path: &str,
+        body: &[u8],
+        secret: &[u8],
+    ) -> Answer;
+}
+
+impl ApiCalls for TestApp {
     async fn send(&self, req: Request<Body>) -> Answer {
         self.reply(req).await
     }
@@ -157,7 +180,7 @@ async fn healthz_and_readyz_are_open() {
     res.expect(StatusCode::OK);
     assert_eq!(res.json(), json!({"status": "ok"}));
     // Ready, too: the node wrote its heartbeat (the unready story, a full disk, is in
-    // rota/tests/resources.rs).
+    // rota/tests/integration/resources.rs).
     let res = t
         .send(Request::get("/readyz").body(Body::empty()).unwrap())
         .await;

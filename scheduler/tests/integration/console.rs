@@ -1,7 +1,7 @@
 //! The web console through `router(state).oneshot(req)`, on a real SQLite store in a temp
 //! dir: sign-in, the login wall on every route, CSRF, every page, the job form.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use support::{Answer, TOKEN, TestApp};
@@ -28,7 +28,21 @@ struct Browser {
     csrf: String,
 }
 
-impl TestApp {
+/// This module's calls on the shared [`TestApp`] (a trait: each test module keeps its own).
+trait ConsoleCalls {
+    async fn send(&self, req: Request<Body>) -> Answer;
+    async fn get(&self, path: &str, cookie: Option<&str>) -> Answer;
+    async fn post_form(&self, path: &str, cookie: Option<&str>, form: &[(&str, &str)]) -> Answer;
+    async fn login(&self, user: &str, password: &str) -> Answer;
+    async fn sign_in(&self) -> Browser;
+    async fn sign_in_as(&self, user: &str, password: &str) -> Browser;
+    async fn submit(&self, b: &Browser, path: &str, form: &[(&str, &str)]) -> Answer;
+    async fn api(&self, method: Method, path: &str, content_type: &str, body: String) -> Value;
+    async fn upload_plugin(&self);
+    async fn create_job(&self, b: &Browser, name: &str) -> i64;
+}
+
+impl ConsoleCalls for TestApp {
     async fn send(&self, req: Request<Body>) -> Answer {
         self.reply(req).await
     }
@@ -1322,7 +1336,7 @@ async fn plugins_show_whether_they_are_modules_or_components() {
         Method::POST,
         "/api/v1/plugins?name=handler",
         "application/wasm",
-        include_str!("../../executor/tests/fixtures/handler.wat").into(),
+        include_str!("../../../executor/tests/fixtures/handler.wat").into(),
     )
     .await;
     let b = t.sign_in().await;
@@ -1877,7 +1891,12 @@ async fn job_and_run_changes_are_one_use_case_through_the_api_and_the_console() 
 // task calls, changing an alarm rule. Only the console reaches: users, API tokens,
 // passwords, sign-in.
 
-impl TestApp {
+/// This module's calls on the shared [`TestApp`] (a trait: each test module keeps its own).
+trait ConsoleApiCalls {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Value;
+}
+
+impl ConsoleApiCalls for TestApp {
     /// An API call with the token and a JSON body (or none), which must succeed.
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Value {
         let body = body.map_or_else(String::new, |b| b.to_string());

@@ -161,7 +161,10 @@ fn run(target: &str, strategy: impl Strategy<Value = Vec<u8>>, check: impl Fn(&[
     config.failure_persistence = Some(Box::new(
         proptest::test_runner::FileFailurePersistence::WithSource("regressions"),
     ));
-    config.source_file = Some(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fuzz.rs"));
+    config.source_file = Some(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/integration/fuzz.rs"
+    ));
     let mut runner = TestRunner::new(config);
     runner
         .run(&strategy, |input| {

@@ -4,7 +4,7 @@
 //!
 //! Through `router(state).oneshot(req)` on a real SQLite store in a temp dir.
 
-mod support;
+use crate::support;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
@@ -32,7 +32,22 @@ enum As<'a> {
     Cookie(&'a str),
 }
 
-impl TestApp {
+/// This module's calls on the shared [`TestApp`] (a trait: each test module keeps its own).
+trait SecurityCalls {
+    async fn request(
+        &self,
+        who: As<'_>,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Answer;
+    async fn api(&self, method: Method, path: &str, body: Option<Value>) -> Answer;
+    async fn upload_echo(&self) -> Answer;
+    async fn token_of(&self, name: &str, role: &str) -> String;
+}
+
+impl SecurityCalls for TestApp {
     async fn request(
         &self,
         who: As<'_>,

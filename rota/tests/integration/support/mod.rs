@@ -691,7 +691,7 @@ pub fn free_port() -> u16 {
 /// The explicit, test-only egress allowance every node these tests start is given: their
 /// receivers (webhook sinks, alarm hooks, the order service plugins call) listen on
 /// 127.0.0.1, which the policy denies by default. The node's own ports and its database
-/// stay denied whatever it opens; the egress tests (`rota/tests/egress.rs`) start nodes
+/// stay denied whatever it opens; the egress tests (`rota/tests/integration/egress.rs`) start nodes
 /// without it, or with an exception of their own, by passing `ROTA_EGRESS_ALLOW` in `env`.
 pub const TEST_EGRESS_ALLOW: &str = "127.0.0.1";
 

@@ -33,10 +33,13 @@ impl TestNet {
 
     /// [`TestNet::create`] on `10.<octet>.N.0/24`: tests that may run at once keep apart.
     pub fn create_in(octet: u8) -> TestNet {
-        let id = std::process::id();
+        // One test binary runs every test: the octet keeps two namespaces of one process
+        // apart (interface names stay within 15 bytes: 3 + 3 + a pid's 7).
+        let pid = std::process::id();
+        let id = format!("{octet}{pid}");
         let name = format!("rota-part-{id}");
         let (host_if, inside_if) = (format!("rph{id}"), format!("rpn{id}"));
-        let subnet = format!("10.{octet}.{}", id % 250);
+        let subnet = format!("10.{octet}.{}", pid % 250);
         let net = TestNet {
             host_ip: format!("{subnet}.1"),
             inside_ip: format!("{subnet}.2"),

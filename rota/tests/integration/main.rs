@@ -1,0 +1,30 @@
+//! Rota's system tests: the built `rota` binary as real processes (servers, executors,
+//! MariaDB, Galera, network namespaces), one module per promise. One test binary for the
+//! crate: it links once, and its tests share the harness's threads.
+
+#[path = "../../../executor/tests/integration/common/mod.rs"]
+mod fixtures;
+mod support;
+
+mod alarms;
+mod cli;
+mod clock;
+mod cluster;
+mod components;
+mod crash;
+mod db_restart;
+mod delivery;
+mod egress;
+mod examples;
+mod executors;
+mod galera;
+mod logs;
+mod partition;
+mod pipeline;
+mod plugin_host;
+mod promises;
+mod resources;
+mod soak;
+mod standalone;
+mod tls;
+mod webhooks;
