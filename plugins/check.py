@@ -22,7 +22,7 @@ WASI = "wasi_snapshot_preview1"
 # Rota's optional host functions (executor/src/runtime/host.rs, plugins/README.md).
 ROTA = "rota"
 ROTA_FUNCS = {"http_request", "http_header", "secret_get", "kv_get", "kv_set", "kv_delete",
-              "result_read"}
+              "result_read", "output_set"}
 WASI_P1_FUNCS = {
     "args_get", "args_sizes_get", "environ_get", "environ_sizes_get", "clock_res_get",
     "clock_time_get", "fd_advise", "fd_allocate", "fd_close", "fd_datasync",

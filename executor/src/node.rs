@@ -502,6 +502,7 @@ impl Run {
             status: RunStatus::Killed,
             exit_code: None,
             message: Some("killed before it started".into()),
+            output: None,
         };
         final_report(&self.node, &self.trigger, None, &outcome)
     }
@@ -612,6 +613,7 @@ fn running_report(node: &Node, trigger: &Trigger, started_at: i64) -> RunReport 
         status: ReportStatus::Running,
         exit_code: None,
         message: None,
+        output: None,
     }
 }
 
@@ -627,6 +629,7 @@ fn final_report(
         status: outcome.status.report_status(),
         exit_code: outcome.exit_code,
         message: outcome.message.clone(),
+        output: outcome.output.clone(),
         ..running_report(node, trigger, 0)
     }
 }

@@ -597,6 +597,7 @@ mod tests {
             status,
             exit_code: None,
             message: None,
+            output: None,
         }
     }
 

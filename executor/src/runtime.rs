@@ -290,6 +290,9 @@ pub struct RunOutcome {
     pub exit_code: Option<i32>,
     /// Why it failed, timed out or was killed, in words for the console.
     pub message: Option<String>,
+    /// What the plugin set as its output (`rota.output_set`): a workflow step's, for the
+    /// steps after it.
+    pub output: Option<String>,
 }
 
 impl RunOutcome {
@@ -298,6 +301,7 @@ impl RunOutcome {
             status,
             exit_code,
             message,
+            output: None,
         }
     }
 }

@@ -187,6 +187,10 @@ pub struct RunReport {
     pub exit_code: Option<i32>,
     /// Why it failed, timed out or was killed, in words for the console.
     pub message: Option<String>,
+    /// What the plugin gave as its output (`rota.output_set`), at most 64 KiB: a workflow
+    /// step's, passed to the steps after it. Absent from executors that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 /// A run's status as an executor reports it. The scheduler-only statuses
@@ -633,6 +637,7 @@ mod tests {
             status: ReportStatus::Failed,
             exit_code: Some(3),
             message: Some("exited with status 3".into()),
+            output: None,
         }
     }
 

@@ -8,6 +8,7 @@
 //! | `secret_get(name) -> len` | a secret of the job's app |
 //! | `kv_get(key) -> len`, `kv_set(key, value)`, `kv_delete(key)` | the job's key-value state |
 //! | `result_read(buf, cap) -> len` | copies out the last call's result |
+//! | `output_set(ptr, len) -> 0` | the run's output (≤ [`OUTPUT_MAX`]): a workflow step's, passed to the next |
 //!
 //! Every argument is a `(pointer, length)` pair into the plugin's exported `memory`, every
 //! return an `i32`. Results of variable size (a body, a value) cross in two steps: the call
@@ -78,7 +79,11 @@ pub const IMPORTS: &[(&str, usize)] = &[
     ("kv_set", 4),
     ("kv_delete", 2),
     ("result_read", 2),
+    ("output_set", 2),
 ];
+
+/// Largest output a run may set (`output_set`); a larger one is refused ([`INVALID`]).
+pub const OUTPUT_MAX: usize = 64 * 1024;
 
 /// What a run's imports may reach: its job's allow-list and where KV and secrets live.
 #[derive(Debug, Clone)]
@@ -155,6 +160,8 @@ pub(super) struct Host {
     result: Vec<u8>,
     /// The last response's headers, for `http_header`.
     headers: Vec<(String, String)>,
+    /// What the plugin set with `output_set` (the last call wins).
+    output: Option<String>,
 }
 
 impl Host {
@@ -173,6 +180,33 @@ impl Host {
             deadline,
             result: Vec::new(),
             headers: Vec::new(),
+            output: None,
+        }
+    }
+
+    /// The output the plugin set, taken when its run ends.
+    pub(super) fn take_output(&mut self) -> Option<String> {
+        self.output.take()
+    }
+
+    /// `output_set`: keeps `value` as the run's output, or refuses it (too large, not
+    /// UTF-8) with a message the plugin can read.
+    fn set_output(&mut self, value: Vec<u8>) -> Answer {
+        if value.len() > OUTPUT_MAX {
+            return Err(Refused(
+                INVALID,
+                format!(
+                    "output of {} bytes, at most {OUTPUT_MAX} allowed",
+                    value.len()
+                ),
+            ));
+        }
+        match String::from_utf8(value) {
+            Ok(text) => {
+                self.output = Some(text);
+                Ok(Vec::new())
+            }
+            Err(_) => Err(Refused(INVALID, "output is not UTF-8 text".into())),
         }
     }
 
@@ -769,6 +803,18 @@ pub(super) fn add_to_linker(linker: &mut Linker<Ctx>) -> wasmtime::Result<()> {
                         )
                     })?;
                 Ok(len(total))
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        MODULE,
+        "output_set",
+        |mut caller: Caller<'_, Ctx>, (vp, vl): (i32, i32)| {
+            Box::new(async move {
+                let value = bytes(&mut caller, vp, vl)?;
+                let host = &mut caller.data_mut().host;
+                let answer = host.set_output(value);
+                Ok(host.settle(answer, |_| 0))
             })
         },
     )?;

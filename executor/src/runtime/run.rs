@@ -75,7 +75,7 @@ impl Runtime {
             deadline,
         );
         let sandbox = Sandbox { kill, deadline };
-        let (ended, out_of_memory) = match &plugin.pre {
+        let (ended, out_of_memory, output) = match &plugin.pre {
             Pre::Module(pre) => {
                 let wasi = match command_wasi(invocation, log) {
                     Ok(wasi) => wasi,
@@ -132,7 +132,9 @@ impl Runtime {
                 })
             }
         };
-        outcome(ended, out_of_memory, invocation.timeout, memory_mb, log)
+        let mut outcome = outcome(ended, out_of_memory, invocation.timeout, memory_mb, log);
+        outcome.output = output;
+        outcome
     }
 
     /// A store for one run: its memory limit, and the epoch callback that stops it when
@@ -164,8 +166,9 @@ struct Sandbox<'a> {
 
 impl Sandbox<'_> {
     /// Runs `call` on `store` to its end, or until the run is killed or out of time;
-    /// returns how it ended and whether the memory limit refused a growth.
-    fn drive<T: RunData, F>(&self, mut store: Store<T>, call: F) -> (Ended, bool)
+    /// returns how it ended, whether the memory limit refused a growth, and the output the
+    /// plugin set (`rota.output_set`).
+    fn drive<T: RunData, F>(&self, mut store: Store<T>, call: F) -> (Ended, bool, Option<String>)
     where
         F: AsyncFnOnce(&mut Store<T>) -> wasmtime::Result<Result<(), Refusal>>,
     {
@@ -182,7 +185,8 @@ impl Sandbox<'_> {
         })
         .unwrap_or_else(Ended::Executor);
         let out_of_memory = store.data_mut().limits().hit;
-        (ended, out_of_memory)
+        let output = store.data_mut().host().take_output();
+        (ended, out_of_memory, output)
     }
 }
 
@@ -310,6 +314,7 @@ enum Stop {
 /// What every run's store data has: its memory limit.
 pub(super) trait RunData: Send + 'static {
     fn limits(&mut self) -> &mut MemoryLimit;
+    fn host(&mut self) -> &mut host::Host;
 }
 
 /// The data of a preview 1 module's store.
@@ -323,11 +328,17 @@ impl RunData for Ctx {
     fn limits(&mut self) -> &mut MemoryLimit {
         &mut self.limits
     }
+    fn host(&mut self) -> &mut host::Host {
+        &mut self.host
+    }
 }
 
 impl RunData for ComponentCtx {
     fn limits(&mut self) -> &mut MemoryLimit {
         &mut self.limits
+    }
+    fn host(&mut self) -> &mut host::Host {
+        &mut self.host
     }
 }
 

@@ -13,7 +13,9 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use rota_executor::logs::RunLog;
 use rota_executor::runtime::host::{HostAccess, LocalServices, Services};
-use rota_executor::runtime::{Invocation, PluginEnv, RunStatus, Runtime, RuntimeConfig};
+use rota_executor::runtime::{
+    Invocation, PluginEnv, RunOutcome, RunStatus, Runtime, RuntimeConfig,
+};
 use rota_net::egress::Policy;
 use rota_proto::allow::AllowList;
 use tokio_util::sync::CancellationToken;
@@ -58,6 +60,17 @@ async fn run(
     input: Vec<u8>,
     access: Option<HostAccess>,
 ) -> (RunStatus, Vec<String>) {
+    let (outcome, lines) = run_to_end(rt, wat, input, access).await;
+    (outcome.status, lines)
+}
+
+/// [`run`], with the whole outcome.
+async fn run_to_end(
+    rt: &Runtime,
+    wat: String,
+    input: Vec<u8>,
+    access: Option<HostAccess>,
+) -> (RunOutcome, Vec<String>) {
     let rt = rt.clone();
     tokio::task::spawn_blocking(move || {
         let (wasm, sha256) = common::compiled(&wat);
@@ -74,7 +87,7 @@ async fn run(
         };
         let log = RunLog::memory(1 << 20);
         let outcome = rt.run(&plugin, &invocation, &log, &CancellationToken::new());
-        (outcome.status, log.lines())
+        (outcome, log.lines())
     })
     .await
     .unwrap()
@@ -384,6 +397,25 @@ async fn key_value_state_is_kept_and_oversized_values_are_refused() {
             "a value may be at most 65536 bytes, not 70000"
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_sets_its_output_and_an_oversized_one_is_refused() {
+    let rt = runtime();
+    let doc = br#"{"orders": [1, 2, 3]}"#.to_vec();
+    let (outcome, lines) = run_to_end(&rt, common::output_plugin(), doc, None).await;
+    assert_eq!(lines, ["0"]);
+    assert_eq!(outcome.status, RunStatus::Succeeded);
+    assert_eq!(outcome.output.as_deref(), Some(r#"{"orders": [1, 2, 3]}"#));
+    let (outcome, lines) = run_to_end(&rt, common::output_plugin(), vec![b'o'; 70_000], None).await;
+    assert_eq!(
+        lines,
+        ["-4", "output of 70000 bytes, at most 65536 allowed"],
+        "the plugin can read why"
+    );
+    assert_eq!(outcome.output, None, "nothing was set");
+    let (outcome, _) = run_to_end(&rt, common::output_plugin(), vec![0xff, 0xfe], None).await;
+    assert_eq!(outcome.output, None, "not UTF-8");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -174,6 +174,7 @@ int rota_kv_set_raw(const char *key, size_t key_len, const void *value, size_t v
     ROTA_IMPORT("kv_set");
 int rota_kv_delete_raw(const char *key, size_t len) ROTA_IMPORT("kv_delete");
 int rota_result_read_raw(void *buf, size_t cap) ROTA_IMPORT("result_read");
+int rota_output_set_raw(const char *value, size_t len) ROTA_IMPORT("output_set");
 #else
 static inline int rota_http_request_raw(const char *m, size_t ml, const char *u, size_t ul,
                                         const char *h, size_t hl, const void *b, size_t bl) {
@@ -189,6 +190,7 @@ static inline int rota_kv_set_raw(const char *k, size_t kl, const void *v, size_
 }
 static inline int rota_kv_delete_raw(const char *k, size_t l) { (void)k; (void)l; return ROTA_UNAVAILABLE; }
 static inline int rota_result_read_raw(void *b, size_t c) { (void)b; (void)c; return 0; }
+static inline int rota_output_set_raw(const char *v, size_t l) { (void)v; (void)l; return ROTA_UNAVAILABLE; }
 #endif
 
 /*
@@ -235,6 +237,13 @@ static inline int rota_kv_set(const char *key, const void *value, size_t len) {
 /* Deletes a key of the job's state: 0 or a code. */
 static inline int rota_kv_delete(const char *key) {
     return rota_kv_delete_raw(key, strlen(key));
+}
+
+/* Sets this run's output (at most 64 KiB of UTF-8; the last call wins): in a workflow, what
+ * the steps after this one receive (as JSON if it parses as JSON, else as a string). 0 or a
+ * code. */
+static inline int rota_output_set(const char *output) {
+    return rota_output_set_raw(output, strlen(output));
 }
 
 #endif /* ROTA_H */

@@ -248,6 +248,15 @@ pub fn kv_delete(key: &str) -> Result<(), HostError> {
     }
 }
 
+/// Sets this run's output (at most 64 KiB of UTF-8; the last call wins): in a workflow,
+/// what the steps after this one receive (as JSON if it parses as JSON, else as a string).
+pub fn output_set(output: &str) -> Result<(), HostError> {
+    match imports::call1("output_set", output) {
+        n if n >= 0 => Ok(()),
+        code => Err(last_error(code)),
+    }
+}
+
 fn read_result(len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; len];
     let total = imports::result_read(&mut buf);
@@ -296,6 +305,8 @@ mod imports {
         fn rota_kv_delete(kp: *const u8, kl: usize) -> i32;
         #[link_name = "result_read"]
         fn rota_result_read(bp: *mut u8, cap: usize) -> i32;
+        #[link_name = "output_set"]
+        fn rota_output_set(vp: *const u8, vl: usize) -> i32;
     }
 
     pub fn http_request(method: &str, url: &str, headers: &str, body: &[u8]) -> i32 {
@@ -320,6 +331,7 @@ mod imports {
                 "http_header" => rota_http_header(p, l),
                 "secret_get" => rota_secret_get(p, l),
                 "kv_get" => rota_kv_get(p, l),
+                "output_set" => rota_output_set(p, l),
                 _ => rota_kv_delete(p, l),
             }
         }

@@ -244,6 +244,7 @@ const HOST_PRELUDE: &str = concat!(
   (import "rota" "kv_set" (func $kv_set (param i32 i32 i32 i32) (result i32)))
   (import "rota" "kv_delete" (func $kv_delete (param i32 i32) (result i32)))
   (import "rota" "result_read" (func $result_read (param i32 i32) (result i32)))
+  (import "rota" "output_set" (func $output_set (param i32 i32) (result i32)))
   (memory (export "memory") 4)
 "#,
     write_fn!(),
@@ -298,6 +299,19 @@ pub fn kv_plugin() -> String {
           (call $print_code (local.get $r))
           (if (i32.ge_s (local.get $r) (i32.const 0)) (then (call $print_result)))
           (local.set $r (call $kv_set (i32.const 1024) (i32.const 1) (i32.const 65536) (local.get $len)))
+          (call $print_code (local.get $r))
+          (if (i32.lt_s (local.get $r) (i32.const 0)) (then (call $print_result))))
+        "#,
+    )
+}
+
+/// Sets stdin as the run's output; prints the code (and the error, if any).
+pub fn output_plugin() -> String {
+    host_plugin(
+        r#"
+        (func (export "_start") (local $r i32) (local $len i32)
+          (local.set $len (call $stdin (i32.const 65536)))
+          (local.set $r (call $output_set (i32.const 65536) (local.get $len)))
           (call $print_code (local.get $r))
           (if (i32.lt_s (local.get $r) (i32.const 0)) (then (call $print_result))))
         "#,

@@ -497,6 +497,7 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                     },
                     exit_code: Some(if behaviour == Behaviour::Fail { 1 } else { 0 }),
                     message: (behaviour == Behaviour::Fail).then(|| "exit status 1".to_owned()),
+                    output: None,
                 })
                 .collect();
             // Retry like a real executor (which spools) until the scheduler acknowledges:
