@@ -33,6 +33,8 @@
 //! - [`metrics`]: the Prometheus recorder.
 //! - [`access`]: roles, app scopes and the principal behind a request.
 //! - [`credentials`]: password hashes, random tokens, the first `admin`.
+//! - [`workflow`]: workflows' graphs — validation, what a step's ending starts or skips,
+//!   the payloads that pass outputs along.
 //! - [`console`]: the web console (server-rendered pages, sessions, CSRF) on the same port.
 
 pub mod access;
@@ -60,6 +62,7 @@ pub mod secrets;
 pub mod status;
 pub mod store;
 pub mod usecase;
+pub mod workflow;
 
 use std::future::Future;
 

@@ -91,6 +91,8 @@ named_enum! {
         Manual => "manual",
         Cron => "cron",
         Child => "child",
+        /// A workflow step's (or an element of a mapped step's).
+        Step => "step",
     }
 }
 
@@ -428,10 +430,11 @@ pub struct DueTask {
 
 impl DueTask {
     /// What the fire hands its receiver (a plugin's stdin, a webhook's body, …): a delayed
-    /// task's payload, else the fire's params or the job's (`job_params`).
+    /// task's payload or a workflow step's (its input and its predecessors' outputs), else
+    /// the fire's params or the job's (`job_params`).
     pub fn input(&self, job_params: Option<&str>) -> String {
         match self.kind {
-            TaskKind::Delayed => self.payload.clone(),
+            TaskKind::Delayed | TaskKind::Step => self.payload.clone(),
             _ => self
                 .params
                 .clone()
@@ -507,6 +510,8 @@ pub struct RunUpdate {
     pub status: RunStatus,
     pub exit_code: Option<i32>,
     pub message: Option<String>,
+    /// What the run gave as its output (a workflow step's, for the steps after it).
+    pub output: Option<String>,
 }
 
 impl RunUpdate {
@@ -526,6 +531,7 @@ impl RunUpdate {
             status: r.status.into(),
             exit_code: r.exit_code,
             message: r.message.clone(),
+            output: r.output.clone(),
         }
     }
 }

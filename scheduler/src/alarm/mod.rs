@@ -353,6 +353,7 @@ mod tests {
             status: RunStatus::Running,
             exit_code: None,
             message: None,
+            output: None,
         }
     }
 

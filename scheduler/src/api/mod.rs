@@ -25,7 +25,7 @@
 //! - [`validate`]: value checks shared by the handlers.
 //! - [`views`]: the JSON answers (RFC 3339 times, the API's task statuses).
 //! - [`plugins`], [`jobs`], [`tasks`], [`queue`] (pull, ack, nack, extend, re-drive),
-//!   [`runs`], [`executors`] (and nodes), [`secrets`]: the handlers, each with its
+//!   [`runs`], [`executors`] (and nodes), [`secrets`], [`workflows`]: the handlers, each with its
 //!   `#[utoipa::path]`.
 //! - The signed routes' handlers (the executor protocol, calls between nodes) are in
 //!   [`crate::protocol`]; this module only guards and mounts them.
@@ -51,6 +51,7 @@ pub mod secrets;
 pub mod tasks;
 pub use crate::usecase::validate;
 pub mod views;
+pub mod workflows;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, OriginalUri, State};
@@ -201,6 +202,19 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
         .route(M::PATCH, "/alarm-rules/{name}", alarms::update_rule)
         .route(M::DELETE, "/alarm-rules/{name}", alarms::delete_rule)
         .route(M::GET, "/alarms", alarms::history)
+        .route(M::GET, "/workflows", workflows::list)
+        .route(M::POST, "/workflows", workflows::create)
+        .route(M::GET, "/workflows/{id}", workflows::get)
+        .route(M::PATCH, "/workflows/{id}", workflows::update)
+        .route(M::DELETE, "/workflows/{id}", workflows::delete)
+        .route(M::POST, "/workflows/{id}/instances", workflows::start)
+        .route(M::GET, "/workflow-instances", workflows::list_instances)
+        .route(M::GET, "/workflow-instances/{id}", workflows::get_instance)
+        .route(
+            M::POST,
+            "/workflow-instances/{id}/cancel",
+            workflows::cancel,
+        )
 }
 
 /// The method and full path (`/api/v1/jobs/{id}`) of every REST API route, as the router

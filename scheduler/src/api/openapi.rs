@@ -21,11 +21,12 @@ use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::extract::{Json, NameOrId};
 use super::views::{PageView, TASK_STATUSES};
-use super::{alarms, audit, executors, jobs, plugins, queue, runs, secrets, tasks};
+use super::{alarms, audit, executors, jobs, plugins, queue, runs, secrets, tasks, workflows};
 use crate::backoff::Backoff;
 use crate::model::{BlockName, RunStatus, TaskKind};
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
+use crate::workflow::{InstanceStatus, StepStatus, When};
 
 /// The name of the bearer-token security scheme every operation requires (repeated in
 /// `#[openapi(security(…))]`, which takes a literal only).
@@ -84,6 +85,15 @@ const API_TOKEN: &str = "api_token";
         alarms::delete_rule,
         alarms::history,
         audit::list,
+        workflows::create,
+        workflows::list,
+        workflows::get,
+        workflows::update,
+        workflows::delete,
+        workflows::start,
+        workflows::list_instances,
+        workflows::get_instance,
+        workflows::cancel,
         document,
     ),
     modifiers(&CommonAnswers),
@@ -341,6 +351,33 @@ schema!(
     names(
         "What created the task",
         TaskKind::ALL.iter().map(|k| k.as_str())
+    )
+);
+
+schema!(
+    When,
+    "When",
+    names(
+        "When a workflow step runs once its predecessors are done",
+        When::ALL.iter().map(|w| w.as_str())
+    )
+);
+
+schema!(
+    StepStatus,
+    "StepStatus",
+    names(
+        "Where a workflow instance's step is, or how it ended",
+        StepStatus::ALL.iter().map(|s| s.as_str())
+    )
+);
+
+schema!(
+    InstanceStatus,
+    "InstanceStatus",
+    names(
+        "Where a workflow instance is, or how it ended",
+        InstanceStatus::ALL.iter().map(|s| s.as_str())
     )
 );
 

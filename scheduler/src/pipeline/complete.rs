@@ -282,6 +282,7 @@ fn lost_update(r: &Run, now: Millis, message: String) -> RunUpdate {
         status: RunStatus::Lost,
         exit_code: None,
         message: Some(message),
+        output: None,
     }
 }
 
@@ -386,6 +387,7 @@ pub(crate) async fn settle_waiting(completion: &Completion, now: Millis) -> anyh
                 "no live executor in app `{app}` for {} s",
                 (now - since) / 1000
             )),
+            output: None,
         })
         .collect();
     tracing::warn!(

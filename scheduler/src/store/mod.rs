@@ -364,6 +364,7 @@ mod rows;
 mod runs;
 mod secrets;
 mod tasks;
+mod workflows;
 
 pub use alarms::{
     AlarmChannelRow, AlarmDelivery, AlarmEvent, AlarmRow, AlarmRuleRow, Folded, Pending, Problems,
@@ -379,6 +380,8 @@ pub use rows::{
     ApiToken, Applied, AuditEntry, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef, NodeRow,
     PluginUser, ReportOwners, RunStat, SecretMeta, TokenUser, User,
 };
+use workflows::StepTaskEnded;
+pub use workflows::{Instance, InstanceStep, ItemCounts, Workflow};
 
 /// The id of the row an `INSERT` created, on either backend.
 trait InsertId {

@@ -73,6 +73,7 @@ impl HeldLease {
             status,
             exit_code: None,
             message,
+            output: None,
         }
     }
 
@@ -847,6 +848,7 @@ fn lease_run_update(
         status: ending.status,
         exit_code: None,
         message: ending.message.clone(),
+        output: None,
     }
 }
 

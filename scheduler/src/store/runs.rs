@@ -8,8 +8,8 @@ use sqlx::{FromRow, QueryBuilder};
 use super::*;
 
 /// The columns of a task whose attempt ended, read (and locked).
-pub(super) const ENDED_SELECT: &str = "SELECT t.id, t.job_id, t.attempt, t.lost_count, t.status, t.max_attempts, \
-     t.backoff";
+pub(super) const ENDED_SELECT: &str = "SELECT t.id, t.job_id, t.kind, t.attempt, t.lost_count, t.status, \
+     t.max_attempts, t.backoff";
 
 /// What the jobs of ended attempts say of retries and children, read apart and without
 /// locks (a join would lock the job's row too, and a concurrent change of the job would
@@ -29,6 +29,8 @@ pub type Raise<'a> = dyn Fn(&[&RunUpdate], &[EndedAttempt]) -> Vec<AlarmEvent> +
 pub(super) struct EndedRow {
     pub id: i64,
     pub job_id: i64,
+    /// `step`: a workflow's, whose ending moves its instance on.
+    pub kind: String,
     pub attempt: i32,
     lost_count: i32,
     pub status: String,
@@ -59,6 +61,8 @@ pub(super) struct Verdicts {
     ended: Vec<EndedAttempt>,
     /// Tasks of succeeded attempts' child jobs, to create.
     children: Vec<NewTask>,
+    /// Workflow steps' tasks that ended for good.
+    steps: Vec<StepTaskEnded>,
     /// Runs that ended an attempt (or a shard of one), for the dashboard's counts.
     counted: Vec<(Millis, RunStatus)>,
     freed_limited: bool,
@@ -117,8 +121,9 @@ impl Store {
     }
 
     /// The rest of a batch that ended attempts, in its transaction, then the commit: the
-    /// alarm events `raise` sees, the tasks' next states, the children of succeeded tasks
-    /// and the dashboard's counts.
+    /// alarm events `raise` sees, the tasks' next states, the children of succeeded tasks,
+    /// the workflow steps those tasks ended (and the tasks they make ready) and the
+    /// dashboard's counts.
     pub(super) async fn conclude(
         &self,
         mut tx: Tx,
@@ -135,7 +140,8 @@ impl Store {
             .await?;
         let children = self
             .insert_children(&mut tx, &verdicts.children, now)
-            .await?;
+            .await?
+            + self.end_steps(&mut tx, &verdicts.steps, now).await?;
         // Last: every batch that ends a run this minute updates the same `run_stats` row,
         // so it is held from here to the commit only.
         self.count_finished(&mut tx, &verdicts.counted).await?;
@@ -360,6 +366,15 @@ impl Store {
                         priority: 0,
                     }));
             }
+            if row.kind == TaskKind::Step.as_str()
+                && matches!(verdict, TaskNext::Succeeded | TaskNext::Dead)
+            {
+                verdicts.steps.push(StepTaskEnded {
+                    task_id: row.id,
+                    succeeded: verdict == TaskNext::Succeeded,
+                    output: last.output.clone(),
+                });
+            }
             verdicts.ended.push(EndedAttempt {
                 task_id: row.id,
                 job_id: row.job_id,
@@ -517,22 +532,38 @@ impl Store {
         if children.is_empty() {
             return Ok(0);
         }
-        let first = self.task_ids_in(tx, children.len() as i64).await?;
+        self.insert_new_tasks(tx, children, now).await?;
+        Ok(children.len())
+    }
+
+    /// Inserts `tasks` (pending, first attempt) in `tx` under consecutive new ids; the
+    /// first id.
+    pub(super) async fn insert_new_tasks(
+        &self,
+        tx: &mut Tx,
+        tasks: &[NewTask],
+        now: Millis,
+    ) -> Result<i64> {
+        let first = self.task_ids_in(tx, tasks.len() as i64).await?;
         on_tx!(tx, |tx, Db| {
-            for (chunk_no, chunk) in children.chunks(CHUNK).enumerate() {
+            for (chunk_no, chunk) in tasks.chunks(CHUNK).enumerate() {
                 let base = first + (chunk_no * CHUNK) as i64;
                 let mut qb = QueryBuilder::<Db>::new(
-                    "INSERT INTO tasks (id, job_id, kind, status, due_at, attempt, lost_count, priority, \
-                     created_at, updated_at) ",
+                    "INSERT INTO tasks (id, job_id, kind, payload, params, status, due_at, attempt, \
+                     lost_count, max_attempts, backoff, priority, created_at, updated_at) ",
                 );
                 qb.push_values(chunk.iter().enumerate(), |mut b, (i, t)| {
                     b.push_bind(base + i as i64)
                         .push_bind(t.job_id)
                         .push_bind(t.kind.as_str())
+                        .push_bind(t.payload.as_deref())
+                        .push_bind(t.params.as_deref())
                         .push_bind(TaskStatus::Pending.as_str())
                         .push_bind(t.due_at)
                         .push_bind(1_i32)
                         .push_bind(0_i32)
+                        .push_bind(t.max_attempts)
+                        .push_bind(t.backoff.as_ref().map(to_json))
                         .push_bind(t.priority)
                         .push_bind(now)
                         .push_bind(now);
@@ -540,7 +571,7 @@ impl Store {
                 qb.build().execute(&mut **tx).await?;
             }
         });
-        Ok(children.len())
+        Ok(first)
     }
 }
 
@@ -868,6 +899,7 @@ mod tests {
             status,
             exit_code: None,
             message: None,
+            output: None,
         }
     }
 

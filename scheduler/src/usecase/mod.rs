@@ -18,5 +18,6 @@ pub mod secrets;
 pub mod tasks;
 pub mod users;
 pub mod validate;
+pub mod workflows;
 
 pub use error::{Error, Result};

@@ -49,18 +49,7 @@ impl ApiCalls for TestApp {
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Answer {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"));
-        let body = match body {
-            Some(v) => {
-                req = req.header(header::CONTENT_TYPE, "application/json");
-                Body::from(v.to_string())
-            }
-            None => Body::empty(),
-        };
-        self.send(req.body(body).unwrap()).await
+        self.token_call(method, path, body).await
     }
 
     async fn get(&self, path: &str) -> Answer {

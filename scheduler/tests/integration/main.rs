@@ -8,4 +8,7 @@ mod api;
 mod console;
 mod fuzz;
 mod security;
+#[macro_use]
 mod store_contract;
+mod store_workflows;
+mod workflows;

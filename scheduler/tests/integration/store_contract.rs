@@ -13,14 +13,14 @@ use rota_scheduler::store::{
 };
 
 /// A store on a fresh database, dropped with the value.
-struct TestDb {
-    store: Store,
+pub(crate) struct TestDb {
+    pub(crate) store: Store,
     _dir: Option<tempfile::TempDir>,
     mysql: Option<rota_testkit::MysqlDb>,
 }
 
 impl TestDb {
-    async fn sqlite() -> TestDb {
+    pub(crate) async fn sqlite() -> TestDb {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("rota.db").display());
         TestDb {
@@ -31,7 +31,7 @@ impl TestDb {
     }
 
     /// `None` (a skip, or a failure under CI) when `ROTA_TEST_MYSQL_URL` is not set.
-    async fn mysql() -> Option<TestDb> {
+    pub(crate) async fn mysql() -> Option<TestDb> {
         let db = rota_testkit::MysqlDb::create("rota_t").await?;
         let store = Store::connect(&db.url).await.unwrap();
         Some(TestDb {
@@ -41,7 +41,7 @@ impl TestDb {
         })
     }
 
-    async fn drop_db(self) {
+    pub(crate) async fn drop_db(self) {
         self.store.close().await;
         if let Some(db) = self.mysql {
             db.drop_db().await;
@@ -74,9 +74,9 @@ macro_rules! contract {
     };
 }
 
-const NOW: Millis = 1_800_000_000_000;
+pub(crate) const NOW: Millis = 1_800_000_000_000;
 
-fn spec(name: &str) -> JobSpec {
+pub(crate) fn spec(name: &str) -> JobSpec {
     JobSpec {
         name: name.into(),
         app: "default".into(),
@@ -162,11 +162,11 @@ fn task(job_id: i64, due_at: Millis, key: Option<&str>) -> NewTask {
     }
 }
 
-fn no_jobs(_: &DueJob) -> JobFires {
+pub(crate) fn no_jobs(_: &DueJob) -> JobFires {
     JobFires::default()
 }
 
-fn dispatched(t: &DueTask, run_id: i64) -> Dispatched {
+pub(crate) fn dispatched(t: &DueTask, run_id: i64) -> Dispatched {
     Dispatched {
         run_id,
         job_id: t.job_id,
@@ -180,7 +180,7 @@ fn dispatched(t: &DueTask, run_id: i64) -> Dispatched {
     }
 }
 
-fn report(t: &DueTask, run_id: i64, status: RunStatus) -> RunUpdate {
+pub(crate) fn report(t: &DueTask, run_id: i64, status: RunStatus) -> RunUpdate {
     RunUpdate {
         run_id,
         job_id: t.job_id,
@@ -197,6 +197,7 @@ fn report(t: &DueTask, run_id: i64, status: RunStatus) -> RunUpdate {
         status,
         exit_code: Some(if status == RunStatus::Succeeded { 0 } else { 1 }),
         message: None,
+        output: None,
     }
 }
 
@@ -205,12 +206,12 @@ fn policy(a: &AttemptEnded) -> TaskNext {
     rota_scheduler::pipeline::complete::decide(a, NOW, &mut rand::rng())
 }
 
-async fn lease(store: &Store) -> NodeLease {
+pub(crate) async fn lease(store: &Store) -> NodeLease {
     lease_of(store).await
 }
 
 /// Node A's lease: a new epoch each call (a restart).
-async fn lease_of(store: &Store) -> NodeLease {
+pub(crate) async fn lease_of(store: &Store) -> NodeLease {
     store
         .start_node("node-a", "http://127.0.0.1:8080", NOW)
         .await

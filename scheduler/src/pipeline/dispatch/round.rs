@@ -592,7 +592,9 @@ pub(super) fn to_trigger(p: &Pending, sent_at: Millis) -> Option<Trigger> {
     let run_id = p.run_id?;
     let spec = &p.job.job.spec;
     let params = p.task.params.clone().or_else(|| spec.params.clone());
-    let exclusive = !matches!(p.task.kind, TaskKind::Delayed);
+    // A job's block strategy orders its fires; a delayed task or a workflow step (a map's
+    // elements) runs beside the others, bounded by the job's concurrency only.
+    let exclusive = !matches!(p.task.kind, TaskKind::Delayed | TaskKind::Step);
     let input = p.task.input(spec.params.as_deref());
     let plugin = p.job.plugin.as_ref();
     Some(Trigger {

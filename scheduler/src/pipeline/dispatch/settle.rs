@@ -234,5 +234,6 @@ pub(super) fn failure(f: &Failed, run_id: i64) -> RunUpdate {
         status: RunStatus::Failed,
         exit_code: None,
         message: Some(f.reason.clone()),
+        output: None,
     }
 }

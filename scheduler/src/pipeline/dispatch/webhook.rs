@@ -190,6 +190,7 @@ pub(super) async fn deliver(dispatcher: &Dispatcher, deliveries: Vec<Webhook>) {
                 status: o.status,
                 exit_code: None,
                 message: o.message,
+                output: None,
             }
         })
         .collect();

@@ -6,7 +6,7 @@
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, Request, StatusCode, header};
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use rota_scheduler::api::{AppState, router};
 use rota_scheduler::{Config, Node, Store};
 use serde_json::Value;
@@ -125,6 +125,22 @@ impl TestApp {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         self.node.stopped().await;
+    }
+
+    /// An API call with the admin token and a JSON body (or none).
+    pub async fn token_call(&self, method: Method, path: &str, body: Option<Value>) -> Answer {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"));
+        let body = match body {
+            Some(v) => {
+                req = req.header(header::CONTENT_TYPE, "application/json");
+                Body::from(v.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.reply(req.body(body).unwrap()).await
     }
 
     /// Sends `req` through the router and reads the whole answer.

@@ -1,0 +1,572 @@
+//! Workflows (SPEC §10): definitions by version, instances and their steps — started,
+//! read, listed, cancelled. What moves an instance on when a step's task ends is in
+//! [`advance`], in the transaction of the report (or ack) that ended it.
+
+use serde_json::Value;
+
+use super::*;
+use crate::workflow::{Graph, InstanceStatus, StepSpec, StepStatus};
+
+mod advance;
+
+use advance::{Moving, StepChange};
+
+/// A workflow at its current version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub id: i64,
+    pub name: String,
+    pub app_id: i64,
+    /// The app's name.
+    pub app: String,
+    pub version: i32,
+    pub steps: Vec<StepSpec>,
+    pub enabled: bool,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// An instance of a workflow, with its steps in the order of its version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Instance {
+    pub id: i64,
+    pub workflow_id: i64,
+    pub version: i32,
+    pub status: InstanceStatus,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub key: Option<String>,
+    pub created_at: Millis,
+    pub finished_at: Option<Millis>,
+    pub steps: Vec<InstanceStep>,
+}
+
+/// A step of an instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceStep {
+    pub name: String,
+    pub status: StepStatus,
+    /// The step's task; for a mapped step, that of its first element.
+    pub task_id: Option<i64>,
+    /// Every run of the step's tasks, oldest first.
+    pub runs: Vec<i64>,
+    pub output: Option<Value>,
+    /// A mapped step's elements, by outcome.
+    pub items: Option<ItemCounts>,
+    /// Why it failed, when the reason is the workflow's (a map over a non-array, an
+    /// output too large), not its task's.
+    pub message: Option<String>,
+    pub started_at: Option<Millis>,
+    pub finished_at: Option<Millis>,
+}
+
+/// A mapped step's elements: how many, and how many ended which way.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ItemCounts {
+    pub total: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub running: i64,
+}
+
+/// A task of kind `step` whose attempt ended for good, as the report batch decided it.
+#[derive(Debug, Clone)]
+pub(super) struct StepTaskEnded {
+    pub task_id: i64,
+    pub succeeded: bool,
+    /// The ending run's output, as the executor (or consumer) gave it.
+    pub output: Option<String>,
+}
+
+#[derive(FromRow)]
+struct WorkflowRow {
+    id: i64,
+    name: String,
+    app_id: i64,
+    app: String,
+    version: i32,
+    steps: String,
+    enabled: bool,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl WorkflowRow {
+    fn into_workflow(self) -> Result<Workflow> {
+        Ok(Workflow {
+            id: self.id,
+            name: self.name,
+            app_id: self.app_id,
+            app: self.app,
+            version: self.version,
+            steps: parse_json(&self.steps)?,
+            enabled: self.enabled,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+const WORKFLOW_SELECT: &str = "SELECT w.id, w.name, w.app_id, a.name AS app, w.version, v.steps, \
+     w.enabled, w.created_at, w.updated_at FROM workflows w JOIN workflow_versions v \
+     ON v.workflow_id = w.id AND v.version = w.version JOIN apps a ON a.id = w.app_id";
+
+#[derive(FromRow)]
+struct InstanceRow {
+    id: i64,
+    workflow_id: i64,
+    version: i32,
+    status: String,
+    input: Option<String>,
+    output: Option<String>,
+    idem_key: Option<String>,
+    created_at: i64,
+    finished_at: Option<i64>,
+}
+
+const INSTANCE_SELECT: &str = "SELECT id, workflow_id, version, status, input, output, idem_key, \
+     created_at, finished_at FROM workflow_instances";
+
+#[derive(FromRow)]
+struct StepRow {
+    step: i32,
+    status: String,
+    task_id: Option<i64>,
+    output: Option<String>,
+    items: Option<i32>,
+    message: Option<String>,
+    started_at: Option<i64>,
+    finished_at: Option<i64>,
+}
+
+impl Store {
+    /// Creates a workflow at version 1. `Error::Conflict` if the name is taken.
+    pub async fn create_workflow(
+        &self,
+        name: &str,
+        app_id: i64,
+        steps: &[StepSpec],
+        enabled: bool,
+        now: Millis,
+    ) -> Result<Workflow> {
+        let mut tx = self.begin().await?;
+        let id = on_tx!(&mut tx, |tx, Db| {
+            sqlx::query(
+                "INSERT INTO workflows (name, app_id, version, enabled, created_at, updated_at) \
+                 VALUES (?, ?, 1, ?, ?, ?)",
+            )
+            .bind(name)
+            .bind(app_id)
+            .bind(enabled)
+            .bind(now)
+            .bind(now)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| match Error::from(e) {
+                Error::Conflict(_) => Error::Conflict(format!("workflow `{name}` already exists")),
+                other => other,
+            })?
+            .insert_id()
+        });
+        self.insert_version(&mut tx, id, 1, steps, now).await?;
+        tx.commit().await?;
+        self.get_workflow(id).await
+    }
+
+    /// Gives a workflow new steps as its next version; running instances keep theirs.
+    pub async fn update_workflow(
+        &self,
+        id: i64,
+        steps: Option<&[StepSpec]>,
+        enabled: Option<bool>,
+        now: Millis,
+    ) -> Result<Workflow> {
+        let current = self.get_workflow(id).await?;
+        let mut tx = self.begin().await?;
+        let version = match steps {
+            Some(steps) if steps != current.steps.as_slice() => {
+                let version = current.version + 1;
+                self.insert_version(&mut tx, id, version, steps, now)
+                    .await?;
+                version
+            }
+            _ => current.version,
+        };
+        on_tx!(&mut tx, |tx, Db| {
+            sqlx::query(
+                "UPDATE workflows SET version = ?, enabled = ?, updated_at = ? WHERE id = ?",
+            )
+            .bind(version)
+            .bind(enabled.unwrap_or(current.enabled))
+            .bind(now)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+        });
+        tx.commit().await?;
+        self.get_workflow(id).await
+    }
+
+    async fn insert_version(
+        &self,
+        tx: &mut Tx,
+        workflow_id: i64,
+        version: i32,
+        steps: &[StepSpec],
+        now: Millis,
+    ) -> Result<()> {
+        on_tx!(tx, |tx, Db| {
+            sqlx::query(
+                "INSERT INTO workflow_versions (workflow_id, version, steps, created_at) \
+                 VALUES (?, ?, ?, ?)",
+            )
+            .bind(workflow_id)
+            .bind(version)
+            .bind(to_json(&steps))
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        });
+        Ok(())
+    }
+
+    pub async fn get_workflow(&self, id: i64) -> Result<Workflow> {
+        let row: Option<WorkflowRow> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{WORKFLOW_SELECT} WHERE w.id = ?"
+            )))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        });
+        row.ok_or_else(|| Error::NotFound(format!("workflow {id}")))?
+            .into_workflow()
+    }
+
+    pub async fn get_workflow_by_name(&self, name: &str) -> Result<Workflow> {
+        let row: Option<WorkflowRow> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{WORKFLOW_SELECT} WHERE w.name = ?"
+            )))
+            .bind(name)
+            .fetch_optional(pool)
+            .await?
+        });
+        row.ok_or_else(|| Error::NotFound(format!("workflow `{name}`")))?
+            .into_workflow()
+    }
+
+    /// Every workflow, by name.
+    pub async fn list_workflows(&self) -> Result<Vec<Workflow>> {
+        let rows: Vec<WorkflowRow> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{WORKFLOW_SELECT} ORDER BY w.name"
+            )))
+            .fetch_all(pool)
+            .await?
+        });
+        rows.into_iter().map(WorkflowRow::into_workflow).collect()
+    }
+
+    /// Starts an instance of `workflow` at its current version: its steps recorded, the
+    /// tasks of those with no predecessor created, all in one transaction. With a `key`
+    /// already used for this workflow, that instance comes back with `false` and nothing
+    /// is created.
+    pub async fn start_instance(
+        &self,
+        workflow: &Workflow,
+        input: &Value,
+        key: Option<&str>,
+        now: Millis,
+    ) -> Result<(Instance, bool)> {
+        let graph = Graph::new(&workflow.steps).map_err(Error::Corrupt)?;
+        let mut tx = self.begin().await?;
+        if let Some(key) = key {
+            let existing: Option<i64> = on_tx!(&mut tx, |tx, Db| {
+                sqlx::query_scalar(
+                    "SELECT id FROM workflow_instances WHERE workflow_id = ? AND idem_key = ?",
+                )
+                .bind(workflow.id)
+                .bind(key)
+                .fetch_optional(&mut **tx)
+                .await?
+            });
+            if let Some(id) = existing {
+                tx.rollback().await?;
+                return Ok((self.get_instance(id).await?, false));
+            }
+        }
+        let id = on_tx!(&mut tx, |tx, Db| {
+            sqlx::query(
+                "INSERT INTO workflow_instances (workflow_id, version, status, input, idem_key, created_at) \
+                 VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(workflow.id)
+            .bind(workflow.version)
+            .bind(InstanceStatus::Running.as_str())
+            .bind(to_json(input))
+            .bind(key)
+            .bind(now)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| match Error::from(e) {
+                Error::Conflict(_) => Error::Conflict(
+                    "an instance with this key was started concurrently; retry".into(),
+                ),
+                other => other,
+            })?
+            .insert_id()
+        });
+        let n = graph.steps().len();
+        on_tx!(&mut tx, |tx, Db| {
+            let mut qb =
+                QueryBuilder::<Db>::new("INSERT INTO workflow_steps (instance_id, step, status) ");
+            qb.push_values(0..n, |mut b, i| {
+                b.push_bind(id)
+                    .push_bind(i as i32)
+                    .push_bind(StepStatus::Pending.as_str());
+            });
+            qb.build().execute(&mut **tx).await?;
+        });
+        let mut moving = Moving {
+            id,
+            graph,
+            input: input.clone(),
+            statuses: vec![StepStatus::Pending; n],
+            outputs: vec![None; n],
+            changed: Vec::new(),
+            status: InstanceStatus::Running,
+        };
+        self.move_on(&mut tx, &mut moving, now).await?;
+        tx.commit().await?;
+        Ok((self.get_instance(id).await?, true))
+    }
+
+    pub async fn get_instance(&self, id: i64) -> Result<Instance> {
+        let row: Option<InstanceRow> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{INSTANCE_SELECT} WHERE id = ?"
+            )))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        });
+        let row = row.ok_or_else(|| Error::NotFound(format!("workflow instance {id}")))?;
+        let steps: Vec<StepSpec> = {
+            let text: String = on_pool!(self, |pool, Db| {
+                sqlx::query_scalar(
+                    "SELECT steps FROM workflow_versions WHERE workflow_id = ? AND version = ?",
+                )
+                .bind(row.workflow_id)
+                .bind(row.version)
+                .fetch_one(pool)
+                .await?
+            });
+            parse_json(&text)?
+        };
+        let step_rows: Vec<StepRow> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(
+                "SELECT step, status, task_id, output, items, message, started_at, finished_at \
+                 FROM workflow_steps WHERE instance_id = ? ORDER BY step",
+            )
+            .bind(id)
+            .fetch_all(pool)
+            .await?
+        });
+        // Each step's runs, and a map's elements by outcome.
+        let runs: Vec<(i32, i64)> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(
+                "SELECT w.step, r.id FROM workflow_tasks w JOIN runs r ON r.task_id = w.task_id \
+                 WHERE w.instance_id = ? ORDER BY r.id",
+            )
+            .bind(id)
+            .fetch_all(pool)
+            .await?
+        });
+        let items: Vec<(i32, Option<String>, i64)> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(
+                "SELECT step, status, COUNT(*) FROM workflow_tasks \
+                 WHERE instance_id = ? AND item IS NOT NULL GROUP BY step, status",
+            )
+            .bind(id)
+            .fetch_all(pool)
+            .await?
+        });
+        let mut out = Vec::with_capacity(step_rows.len());
+        for r in step_rows {
+            let counts = r.items.map(|total| {
+                let mut c = ItemCounts {
+                    total: i64::from(total),
+                    ..ItemCounts::default()
+                };
+                for (_, status, n) in items.iter().filter(|(s, _, _)| *s == r.step) {
+                    match status.as_deref() {
+                        Some("succeeded") => c.succeeded += n,
+                        Some(_) => c.failed += n,
+                        None => c.running += n,
+                    }
+                }
+                c
+            });
+            let name = steps
+                .get(r.step as usize)
+                .map(|s| s.name.clone())
+                .ok_or_else(|| Error::Corrupt(format!("instance {id}: no step {}", r.step)))?;
+            out.push(InstanceStep {
+                name,
+                status: parse(&r.status)?,
+                task_id: r.task_id,
+                runs: runs
+                    .iter()
+                    .filter(|(s, _)| *s == r.step)
+                    .map(|(_, run)| *run)
+                    .collect(),
+                output: r.output.as_deref().map(parse_json).transpose()?,
+                items: counts,
+                message: r.message,
+                started_at: r.started_at,
+                finished_at: r.finished_at,
+            });
+        }
+        Ok(Instance {
+            id: row.id,
+            workflow_id: row.workflow_id,
+            version: row.version,
+            status: parse(&row.status)?,
+            input: row
+                .input
+                .as_deref()
+                .map(parse_json)
+                .transpose()?
+                .unwrap_or(Value::Null),
+            output: row.output.as_deref().map(parse_json).transpose()?,
+            key: row.idem_key,
+            created_at: row.created_at,
+            finished_at: row.finished_at,
+            steps: out,
+        })
+    }
+
+    /// Deletes workflow `id`. Its instances keep running on their versions (kept); a
+    /// workflow with running instances is a conflict unless `force`.
+    pub async fn delete_workflow(&self, id: i64, force: bool) -> Result<()> {
+        let running: i64 = on_pool!(self, |pool, Db| {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM workflow_instances WHERE workflow_id = ? AND status = 'running'",
+            )
+            .bind(id)
+            .fetch_one(pool)
+            .await?
+        });
+        if running > 0 && !force {
+            return Err(Error::Conflict(format!(
+                "workflow {id} has {running} running instances: cancel them, or delete with force"
+            )));
+        }
+        let gone = on_pool!(self, |pool, Db| {
+            sqlx::query("DELETE FROM workflows WHERE id = ?")
+                .bind(id)
+                .execute(pool)
+                .await?
+                .affected()
+        });
+        if gone == 0 {
+            return Err(Error::NotFound(format!("workflow {id}")));
+        }
+        Ok(())
+    }
+
+    /// Instances, newest first: of `workflow_id` and in `status` when given, before
+    /// `before_id`, at most `limit` (and one more, to tell a next page).
+    pub async fn list_instances(
+        &self,
+        workflow_id: Option<i64>,
+        status: Option<InstanceStatus>,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Instance>> {
+        let ids: Vec<i64> = on_pool!(self, |pool, Db| {
+            let mut qb = QueryBuilder::<Db>::new("SELECT id FROM workflow_instances WHERE 1 = 1");
+            if let Some(w) = workflow_id {
+                qb.push(" AND workflow_id = ").push_bind(w);
+            }
+            if let Some(s) = status {
+                qb.push(" AND status = ").push_bind(s.as_str());
+            }
+            if let Some(b) = before_id {
+                qb.push(" AND id < ").push_bind(b);
+            }
+            qb.push(" ORDER BY id DESC LIMIT ")
+                .push_bind(i64::from(limit) + 1);
+            qb.build_query_scalar().fetch_all(pool).await?
+        });
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.push(self.get_instance(id).await?);
+        }
+        Ok(out)
+    }
+
+    /// Cancels a running instance: its pending steps and the unstarted tasks of its
+    /// running ones are cancelled, in one transaction. Returns the tasks that had started
+    /// (their runs are the caller's to kill; their endings change nothing now). A
+    /// finished instance is a conflict.
+    pub async fn cancel_instance(&self, id: i64, now: Millis) -> Result<Vec<i64>> {
+        let mut tx = self.begin().await?;
+        let Some(mut moving) = self.lock_instance(&mut tx, id).await? else {
+            tx.rollback().await?;
+            let inst = self.get_instance(id).await?;
+            return Err(Error::Conflict(format!(
+                "workflow instance {id} is {}; only a running instance can be cancelled",
+                inst.status
+            )));
+        };
+        let tasks: Vec<(i64, String)> = on_tx!(&mut tx, |tx, Db| {
+            sqlx::query_as(
+                "SELECT t.id, t.status FROM workflow_tasks w JOIN tasks t ON t.id = w.task_id \
+                 WHERE w.instance_id = ? AND w.status IS NULL",
+            )
+            .bind(id)
+            .fetch_all(&mut **tx)
+            .await?
+        });
+        let unstarted: Vec<i64> = tasks
+            .iter()
+            .filter(|(_, s)| matches!(s.as_str(), "pending" | "claimed" | "waiting" | "ready"))
+            .map(|(t, _)| *t)
+            .collect();
+        let started: Vec<i64> = tasks
+            .iter()
+            .filter(|(_, s)| s == "running")
+            .map(|(t, _)| *t)
+            .collect();
+        on_tx!(&mut tx, |tx, Db| {
+            for chunk in unstarted.chunks(CHUNK) {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "UPDATE tasks SET status = 'cancelled', owner_node = NULL, owner_epoch = NULL, \
+                     updated_at = ",
+                );
+                qb.push_bind(now)
+                    .push(" WHERE status IN ")
+                    .push(unstarted!())
+                    .push(" AND id IN ");
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.build().execute(&mut **tx).await?;
+            }
+        });
+        for i in 0..moving.statuses.len() {
+            if matches!(
+                moving.statuses[i],
+                StepStatus::Pending | StepStatus::Running
+            ) {
+                moving.statuses[i] = StepStatus::Cancelled;
+                moving
+                    .changed
+                    .push(StepChange::ended(i, StepStatus::Cancelled));
+            }
+        }
+        self.move_on(&mut tx, &mut moving, now).await?;
+        tx.commit().await?;
+        Ok(started)
+    }
+}

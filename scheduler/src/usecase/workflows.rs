@@ -1,0 +1,301 @@
+//! Workflows (SPEC §10): defining one (its graph checked, each step's job in the
+//! workflow's app), reading, changing (a new version) and deleting it; starting an
+//! instance (idempotent by key), reading and cancelling instances — checked, stored and
+//! audited here for every door.
+
+use serde_json::Value;
+
+use super::fields::NameOrId;
+use super::jobs::job_ref;
+use super::validate::{self, invalid};
+use super::{Error, Result};
+use crate::access::{Need, Principal};
+use crate::model::Page;
+use crate::ports::Ports;
+use crate::store::{self, Instance, Store, Workflow};
+use crate::workflow::{Graph, InstanceStatus, StepSpec};
+
+/// A step's `params` are at most this long.
+const MAX_PARAMS_BYTES: usize = 64 * 1024;
+
+/// A step as a user writes it: its job by name or id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepFields {
+    pub name: String,
+    pub job: NameOrId,
+    pub after: Vec<String>,
+    pub when: Option<String>,
+    pub map: bool,
+    pub params: Option<String>,
+}
+
+/// A new workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowFields {
+    pub name: String,
+    pub app: String,
+    pub steps: Vec<StepFields>,
+    pub enabled: bool,
+}
+
+/// A change to a workflow: new steps (a new version), on or off.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkflowChange {
+    pub steps: Option<Vec<StepFields>>,
+    pub enabled: Option<bool>,
+}
+
+/// Each step's job resolved (it must exist and be in `app`), and the graph checked: the
+/// steps as stored, or the first problem, named.
+async fn resolve(store: &Store, app: &str, steps: &[StepFields]) -> Result<Vec<StepSpec>> {
+    let mut specs = Vec::with_capacity(steps.len());
+    for (i, s) in steps.iter().enumerate() {
+        validate::name(&format!("steps[{i}].name"), &s.name)?;
+        if let Some(params) = &s.params {
+            validate::max_bytes(&format!("steps[{i}].params"), params, MAX_PARAMS_BYTES)?;
+        }
+        let field = format!("steps[{i}].job");
+        let job = job_ref(store, &field, &s.job).await?;
+        if job.spec.app != app {
+            return Err(invalid(
+                &field,
+                format!(
+                    "job `{}` is in app `{}`, not in the workflow's app `{app}`",
+                    job.spec.name, job.spec.app
+                ),
+            ));
+        }
+        specs.push(StepSpec {
+            name: s.name.clone(),
+            job_id: job.id,
+            after: s.after.clone(),
+            when: s.when.clone(),
+            map: s.map,
+            params: s.params.clone(),
+        });
+    }
+    Graph::new(&specs).map_err(Error::Unprocessable)?;
+    Ok(specs)
+}
+
+/// A workflow named in a path: an integer is tried as an id first, then as a name.
+async fn find(store: &Store, id_or_name: &str) -> Result<Workflow> {
+    if let Ok(id) = id_or_name.parse::<i64>() {
+        match store.get_workflow(id).await {
+            Err(store::Error::NotFound(_)) => {}
+            other => return Ok(other?),
+        }
+    }
+    match store.get_workflow_by_name(id_or_name).await {
+        Err(store::Error::NotFound(_)) => Err(Error::NotFound(format!(
+            "workflow `{id_or_name}` not found"
+        ))),
+        other => Ok(other?),
+    }
+}
+
+/// Workflow `id` (an id or a name), if `who` may read (or change) it.
+pub async fn get_as(ports: &Ports, who: &Principal, id: &str, need: Need) -> Result<Workflow> {
+    let wf = find(ports.store(), id).await?;
+    who.check(&wf.app, need, &format!("workflow `{id}`"))?;
+    Ok(wf)
+}
+
+/// Stores a new workflow at version 1, audited.
+pub async fn create(ports: &Ports, who: &Principal, fields: WorkflowFields) -> Result<Workflow> {
+    validate::name("name", &fields.name)?;
+    validate::app("app", &fields.app)?;
+    who.check_app(&fields.app)?;
+    let steps = resolve(ports.store(), &fields.app, &fields.steps).await?;
+    let now = ports.clock().now_ms();
+    let app_id = ports.store().ensure_app(&fields.app, now).await?;
+    let wf = ports
+        .store()
+        .create_workflow(&fields.name, app_id, &steps, fields.enabled, now)
+        .await?;
+    ports.audit(&who.name, "create workflow", &wf.name).await;
+    tracing::info!(workflow.id = wf.id, workflow.name = %wf.name, "workflow created");
+    Ok(wf)
+}
+
+/// Changes workflow `id`: new steps make a new version (running instances keep theirs).
+pub async fn update(
+    ports: &Ports,
+    who: &Principal,
+    id: &str,
+    change: WorkflowChange,
+) -> Result<Workflow> {
+    let wf = get_as(ports, who, id, Need::Change).await?;
+    let steps = match &change.steps {
+        Some(steps) => Some(resolve(ports.store(), &wf.app, steps).await?),
+        None => None,
+    };
+    let updated = ports
+        .store()
+        .update_workflow(
+            wf.id,
+            steps.as_deref(),
+            change.enabled,
+            ports.clock().now_ms(),
+        )
+        .await?;
+    ports.audit(&who.name, "update workflow", &wf.name).await;
+    Ok(updated)
+}
+
+/// Deletes workflow `id`; one with running instances only with `force` (they run on).
+pub async fn delete(ports: &Ports, who: &Principal, id: &str, force: bool) -> Result<()> {
+    let wf = get_as(ports, who, id, Need::Change).await?;
+    ports.store().delete_workflow(wf.id, force).await?;
+    ports.audit(&who.name, "delete workflow", &wf.name).await;
+    Ok(())
+}
+
+/// The workflows `who` sees, by name.
+pub async fn list(ports: &Ports, who: &Principal) -> Result<Vec<Workflow>> {
+    let all = ports.store().list_workflows().await?;
+    Ok(match who.app_filter() {
+        None => all,
+        Some(apps) => all.into_iter().filter(|w| apps.contains(&w.app)).collect(),
+    })
+}
+
+/// Starts an instance of workflow `id` with `input`; with a `key` already used for it,
+/// that instance (and `false`). Audited when one is created.
+pub async fn start(
+    ports: &Ports,
+    who: &Principal,
+    id: &str,
+    input: Value,
+    key: Option<String>,
+) -> Result<(Instance, bool)> {
+    let wf = get_as(ports, who, id, Need::Change).await?;
+    if !wf.enabled {
+        return Err(Error::Conflict(format!(
+            "workflow `{}` is disabled; enable it to start instances",
+            wf.name
+        )));
+    }
+    if let Some(key) = &key {
+        validate::name("key", key)?;
+    }
+    validate::max_bytes(
+        "input",
+        &input.to_string(),
+        ports.config().max_payload_bytes,
+    )?;
+    let (instance, created) = ports
+        .store()
+        .start_instance(&wf, &input, key.as_deref(), ports.clock().now_ms())
+        .await?;
+    if created {
+        ports.wake_scan();
+        ports
+            .audit(
+                &who.name,
+                "start workflow",
+                &format!("{} (instance {})", wf.name, instance.id),
+            )
+            .await;
+    }
+    Ok((instance, created))
+}
+
+/// The app of instance `instance`'s workflow; `None` once the workflow is deleted.
+async fn app_of(store: &Store, instance: &Instance) -> Result<Option<String>> {
+    match store.get_workflow(instance.workflow_id).await {
+        Ok(wf) => Ok(Some(wf.app)),
+        Err(store::Error::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Instance `id`, if `who` may read (or change) it: an instance of a deleted workflow is
+/// in no app a scoped user has.
+pub async fn instance_as(ports: &Ports, who: &Principal, id: i64, need: Need) -> Result<Instance> {
+    let instance = ports.store().get_instance(id).await?;
+    let what = format!("workflow instance {id}");
+    match app_of(ports.store(), &instance).await? {
+        Some(app) => who.check(&app, need, &what)?,
+        None if who.app_filter().is_none() => who.check("", need, &what)?,
+        None => return Err(Error::NotFound(format!("{what} not found"))),
+    }
+    Ok(instance)
+}
+
+/// A page of instances `who` sees, newest first: of `workflow` and in `status` if given.
+pub async fn list_instances(
+    ports: &Ports,
+    who: &Principal,
+    workflow: Option<&str>,
+    status: Option<InstanceStatus>,
+    before_id: Option<i64>,
+    limit: u32,
+) -> Result<Page<Instance>> {
+    let workflow_id = match workflow.filter(|w| !w.is_empty()) {
+        Some(w) => Some(get_as(ports, who, w, Need::Read).await?.id),
+        None => None,
+    };
+    let mut items = Vec::new();
+    let mut before = before_id;
+    // Scoped principals skip what they may not see; a page is filled from further back.
+    loop {
+        let batch = ports
+            .store()
+            .list_instances(workflow_id, status, before, limit)
+            .await?;
+        let more = batch.len() > limit as usize;
+        for inst in batch.into_iter().take(limit as usize) {
+            before = Some(inst.id);
+            let visible = match (who.app_filter(), app_of(ports.store(), &inst).await?) {
+                (None, _) => true,
+                (Some(apps), Some(app)) => apps.contains(&app),
+                (Some(_), None) => false,
+            };
+            if visible {
+                items.push(inst);
+            }
+            if items.len() > limit as usize {
+                break;
+            }
+        }
+        if !more || items.len() > limit as usize {
+            break;
+        }
+    }
+    let next = (items.len() > limit as usize)
+        .then(|| {
+            items.truncate(limit as usize);
+            items.last().map(|i| i.id)
+        })
+        .flatten();
+    Ok(Page { items, next })
+}
+
+/// Cancels instance `id`: pending steps and unstarted tasks are cancelled, the runs of
+/// started ones killed (best effort: one that ends anyway changes nothing now). Audited.
+pub async fn cancel(ports: &Ports, who: &Principal, id: i64) -> Result<Instance> {
+    instance_as(ports, who, id, Need::Change).await?;
+    let started = ports
+        .store()
+        .cancel_instance(id, ports.clock().now_ms())
+        .await?;
+    for task_id in started {
+        let Ok(task) = ports.store().get_task(task_id).await else {
+            continue;
+        };
+        let Some(run_id) = task.last_run_id else {
+            continue;
+        };
+        if let Ok(run) = ports.store().get_run(run_id).await
+            && !run.status.is_final()
+            && let Err(e) = ports.kill_run(&run).await
+        {
+            tracing::warn!(run.id = run_id, error = %e, "cancelling a workflow: kill failed");
+        }
+    }
+    ports
+        .audit(&who.name, "cancel workflow instance", &id.to_string())
+        .await;
+    Ok(ports.store().get_instance(id).await?)
+}

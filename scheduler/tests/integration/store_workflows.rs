@@ -1,0 +1,484 @@
+//! The store's half of workflows (SPEC §10), on SQLite and MySQL: instances started with
+//! their roots' tasks, step endings applied in the report's transaction that create what
+//! they make ready — data passed along, every `when`, skips, maps in order — a join
+//! decided once when its predecessors end at the same moment through two connections, an
+//! idempotent start, and a new version while instances run on the old.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use crate::store_contract::{NOW, TestDb, dispatched, lease, no_jobs, report, spec};
+use rota_scheduler::model::*;
+use rota_scheduler::store::{Instance, Store, Workflow};
+use rota_scheduler::workflow::{InstanceStatus, StepSpec, StepStatus};
+
+/// A step of job `job` after `after`.
+fn step(name: &str, job: i64, after: &[&str]) -> StepSpec {
+    StepSpec {
+        name: name.into(),
+        job_id: job,
+        after: after.iter().map(|s| s.to_string()).collect(),
+        when: None,
+        map: false,
+        params: None,
+    }
+}
+
+/// A job per name, in app `default`; their ids by name.
+async fn jobs(store: &Store, names: &[&str]) -> HashMap<String, i64> {
+    let mut out = HashMap::new();
+    for name in names {
+        let job = store.insert_job(&spec(name), None, NOW).await.unwrap();
+        out.insert(name.to_string(), job.id);
+    }
+    out
+}
+
+async fn workflow(store: &Store, name: &str, steps: &[StepSpec]) -> Workflow {
+    let app = store.ensure_app("default", NOW).await.unwrap();
+    store
+        .create_workflow(name, app, steps, true, NOW)
+        .await
+        .unwrap()
+}
+
+/// Jobs `root`, `left`, `right`, `join` and workflow `name`: root → (left, right) → join.
+async fn diamond(store: &Store, name: &str) -> (HashMap<String, i64>, Workflow) {
+    let j = jobs(store, &["root", "left", "right", "join"]).await;
+    let wf = workflow(
+        store,
+        name,
+        &[
+            step("root", j["root"], &[]),
+            step("left", j["left"], &["root"]),
+            step("right", j["right"], &["root"]),
+            step("join", j["join"], &["left", "right"]),
+        ],
+    )
+    .await;
+    (j, wf)
+}
+
+/// A new instance of `wf` with `input`, no key.
+async fn start(store: &Store, wf: &Workflow, input: Value) -> Instance {
+    store.start_instance(wf, &input, None, NOW).await.unwrap().0
+}
+
+/// What one due step task was given.
+struct Fired {
+    task: DueTask,
+    payload: Value,
+}
+
+/// Claims every due task (as the scan would) and records its dispatch.
+async fn fire_all(store: &Store, lease: NodeLease) -> Vec<Fired> {
+    let claimed = store
+        .claim_due(lease, NOW, NOW + 5_000, 20_000, &mut no_jobs)
+        .await
+        .unwrap();
+    let first = store
+        .allocate_ids("run", claimed.tasks.len().max(1) as i64)
+        .await
+        .unwrap();
+    let sent: Vec<Dispatched> = claimed
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| dispatched(t, first + i as i64))
+        .collect();
+    store.record_dispatches(lease, &sent, NOW).await.unwrap();
+    claimed
+        .tasks
+        .into_iter()
+        .map(|task| Fired {
+            payload: serde_json::from_str(task.payload.as_deref().unwrap_or("null")).unwrap(),
+            task,
+        })
+        .collect()
+}
+
+/// The run report ending `f`'s attempt with `status` and `output`.
+fn ending(f: &Fired, run_id: i64, status: RunStatus, output: Option<Value>) -> RunUpdate {
+    RunUpdate {
+        output: output.map(|v| match v {
+            Value::String(s) => s,
+            other => other.to_string(),
+        }),
+        ..report(&f.task, run_id, status)
+    }
+}
+
+/// The run id the dispatch of `f` recorded.
+async fn run_of(store: &Store, f: &Fired) -> i64 {
+    store
+        .get_task(f.task.task_id)
+        .await
+        .unwrap()
+        .last_run_id
+        .unwrap()
+}
+
+/// Ends each fired task as `outcome` says (status and output, from its payload).
+async fn end_all(
+    store: &Store,
+    fired: &[Fired],
+    outcome: impl Fn(&Fired) -> (RunStatus, Option<Value>),
+) {
+    let mut updates = Vec::new();
+    for f in fired {
+        let (status, output) = outcome(f);
+        updates.push(ending(f, run_of(store, f).await, status, output));
+    }
+    // One attempt each: a failure is final.
+    let mut once = |a: &AttemptEnded| match a.status {
+        RunStatus::Succeeded => TaskNext::Succeeded,
+        _ => TaskNext::Dead,
+    };
+    store
+        .apply_run_updates(&updates, NOW, &mut once)
+        .await
+        .unwrap();
+}
+
+fn step_of<'a>(i: &'a Instance, name: &str) -> &'a rota_scheduler::store::InstanceStep {
+    i.steps.iter().find(|s| s.name == name).unwrap()
+}
+
+fn statuses(i: &Instance) -> Vec<(String, StepStatus)> {
+    i.steps.iter().map(|s| (s.name.clone(), s.status)).collect()
+}
+
+/// Which job a fired task belongs to, by name.
+fn job_name(jobs: &HashMap<String, i64>, f: &Fired) -> String {
+    jobs.iter()
+        .find(|(_, id)| **id == f.task.job_id)
+        .map(|(n, _)| n.clone())
+        .unwrap()
+}
+
+contract!(
+    a_diamond_passes_data_along_and_joins_once,
+    |store: Store| async move {
+        let (j, wf) = diamond(&store, "diamond").await;
+        let lease = lease(&store).await;
+        let (inst, created) = store
+            .start_instance(&wf, &json!({"day": "2026-12-04"}), None, NOW)
+            .await
+            .unwrap();
+        assert!(created);
+        assert_eq!(inst.status, InstanceStatus::Running);
+        assert_eq!(step_of(&inst, "root").status, StepStatus::Running);
+        assert_eq!(step_of(&inst, "join").status, StepStatus::Pending);
+
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1, "only the root starts");
+        assert_eq!(fired[0].task.kind, TaskKind::Step);
+        assert_eq!(
+            fired[0].payload,
+            json!({"input": {"day": "2026-12-04"}, "steps": {}})
+        );
+        end_all(&store, &fired, |_| {
+            (RunStatus::Succeeded, Some(json!({"orders": [1, 2, 3]})))
+        })
+        .await;
+
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 2, "both branches start");
+        for f in &fired {
+            assert_eq!(
+                f.payload,
+                json!({"input": {"day": "2026-12-04"}, "steps": {"root": {"orders": [1, 2, 3]}}})
+            );
+        }
+        // left ends first, alone: the join waits for right.
+        let (a, b): (Vec<Fired>, Vec<Fired>) =
+            fired.into_iter().partition(|f| job_name(&j, f) == "left");
+        end_all(&store, &a, |_| {
+            (RunStatus::Succeeded, Some(json!("text from left")))
+        })
+        .await;
+        assert!(
+            fire_all(&store, lease).await.is_empty(),
+            "the join waits for right"
+        );
+        end_all(&store, &b, |_| (RunStatus::Succeeded, Some(json!(6)))).await;
+
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1, "the join starts once");
+        assert_eq!(
+            fired[0].payload,
+            json!({"input": {"day": "2026-12-04"}, "steps": {"left": "text from left", "right": 6}})
+        );
+        end_all(&store, &fired, |_| {
+            (RunStatus::Succeeded, Some(json!({"total": 6})))
+        })
+        .await;
+
+        let done = store.get_instance(inst.id).await.unwrap();
+        assert_eq!(done.status, InstanceStatus::Succeeded);
+        assert_eq!(done.output, Some(json!({"join": {"total": 6}})));
+        assert!(done.finished_at.is_some());
+        assert!(
+            done.steps
+                .iter()
+                .all(|s| s.status == StepStatus::Succeeded && s.task_id.is_some()),
+            "{:?}",
+            statuses(&done)
+        );
+        assert_eq!(step_of(&done, "left").output, Some(json!("text from left")));
+    }
+);
+
+contract!(
+    a_failure_runs_the_compensation_skips_the_rest_and_fails_the_instance,
+    |store: Store| async move {
+        let j = jobs(&store, &["charge", "notify", "refund", "audit"]).await;
+        let mut refund = step("refund", j["refund"], &["charge"]);
+        refund.when = Some("any_failed".into());
+        let mut audit = step("audit", j["audit"], &["notify", "refund"]);
+        audit.when = Some("all_done".into());
+        let wf = workflow(
+            &store,
+            "orders",
+            &[
+                step("charge", j["charge"], &[]),
+                step("notify", j["notify"], &["charge"]),
+                refund,
+                audit,
+            ],
+        )
+        .await;
+        let lease = lease(&store).await;
+        let inst = start(&store, &wf, json!(null)).await;
+        let fired = fire_all(&store, lease).await;
+        end_all(&store, &fired, |_| (RunStatus::Failed, None)).await;
+
+        let now = store.get_instance(inst.id).await.unwrap();
+        assert_eq!(
+            statuses(&now),
+            vec![
+                ("charge".into(), StepStatus::Failed),
+                ("notify".into(), StepStatus::Skipped),
+                ("refund".into(), StepStatus::Running),
+                ("audit".into(), StepStatus::Pending),
+            ]
+        );
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1);
+        assert_eq!(job_name(&j, &fired[0]), "refund");
+        end_all(&store, &fired, |_| {
+            (RunStatus::Succeeded, Some(json!("refunded")))
+        })
+        .await;
+
+        // audit runs after a skip and a success (all_done), with both outputs.
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1);
+        assert_eq!(
+            fired[0].payload["steps"],
+            json!({"notify": null, "refund": "refunded"})
+        );
+        end_all(&store, &fired, |_| (RunStatus::Succeeded, None)).await;
+        let end = store.get_instance(inst.id).await.unwrap();
+        assert_eq!(end.status, InstanceStatus::Failed, "{:?}", statuses(&end));
+    }
+);
+
+contract!(
+    a_map_of_a_thousand_runs_each_element_and_the_reduce_gets_them_in_order,
+    |store: Store| async move {
+        let j = jobs(&store, &["list", "each", "sum"]).await;
+        let mut each = step("each", j["each"], &["list"]);
+        each.map = true;
+        let wf = workflow(
+            &store,
+            "mapped",
+            &[
+                step("list", j["list"], &[]),
+                each,
+                step("sum", j["sum"], &["each"]),
+            ],
+        )
+        .await;
+        let lease = lease(&store).await;
+        let inst = start(&store, &wf, json!({})).await;
+        let fired = fire_all(&store, lease).await;
+        let items: Vec<i64> = (0..1000).collect();
+        end_all(&store, &fired, |_| {
+            (RunStatus::Succeeded, Some(json!(items)))
+        })
+        .await;
+
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1000);
+        let mut seen: Vec<i64> = fired
+            .iter()
+            .map(|f| {
+                assert_eq!(f.payload["item"], f.payload["index"]);
+                f.payload["item"].as_i64().unwrap()
+            })
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, items);
+        let running = store.get_instance(inst.id).await.unwrap();
+        assert_eq!(
+            step_of(&running, "each")
+                .items
+                .as_ref()
+                .map(|i| (i.total, i.running)),
+            Some((1000, 1000))
+        );
+        // Elements end in two batches, the later half first: the output is still in order.
+        let (late, early): (Vec<Fired>, Vec<Fired>) = fired
+            .into_iter()
+            .partition(|f| f.payload["index"].as_i64().unwrap() >= 500);
+        let square = |f: &Fired| {
+            let n = f.payload["item"].as_i64().unwrap();
+            (RunStatus::Succeeded, Some(json!(n * n)))
+        };
+        end_all(&store, &late, square).await;
+        assert!(fire_all(&store, lease).await.is_empty(), "the reduce waits");
+        end_all(&store, &early, square).await;
+
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1);
+        let squares: Vec<i64> = items.iter().map(|n| n * n).collect();
+        assert_eq!(fired[0].payload["steps"]["each"], json!(squares));
+        end_all(&store, &fired, |_| (RunStatus::Succeeded, None)).await;
+        assert_eq!(
+            store.get_instance(inst.id).await.unwrap().status,
+            InstanceStatus::Succeeded
+        );
+    }
+);
+
+contract!(
+    a_map_over_something_else_than_an_array_fails_its_step_saying_why,
+    |store: Store| async move {
+        let j = jobs(&store, &["list", "each"]).await;
+        let mut each = step("each", j["each"], &["list"]);
+        each.map = true;
+        let wf = workflow(&store, "bad-map", &[step("list", j["list"], &[]), each]).await;
+        let lease = lease(&store).await;
+        let inst = start(&store, &wf, json!({})).await;
+        let fired = fire_all(&store, lease).await;
+        end_all(&store, &fired, |_| {
+            (RunStatus::Succeeded, Some(json!({"not": "a list"})))
+        })
+        .await;
+        let end = store.get_instance(inst.id).await.unwrap();
+        assert_eq!(end.status, InstanceStatus::Failed);
+        let each = step_of(&end, "each");
+        assert_eq!(each.status, StepStatus::Failed);
+        assert!(
+            each.message.as_deref().unwrap().contains("it is an object"),
+            "{each:?}"
+        );
+    }
+);
+
+contract!(
+    a_start_with_a_known_key_returns_that_instance,
+    |store: Store| async move {
+        let j = jobs(&store, &["only"]).await;
+        let wf = workflow(&store, "keyed", &[step("only", j["only"], &[])]).await;
+        let (first, created) = store
+            .start_instance(&wf, &json!(1), Some("order-42"), NOW)
+            .await
+            .unwrap();
+        assert!(created);
+        let (again, created) = store
+            .start_instance(&wf, &json!(2), Some("order-42"), NOW)
+            .await
+            .unwrap();
+        assert!(!created);
+        assert_eq!(again.id, first.id);
+        assert_eq!(again.input, json!(1));
+        let lease = lease(&store).await;
+        assert_eq!(fire_all(&store, lease).await.len(), 1, "one task, not two");
+    }
+);
+
+contract!(
+    a_new_version_leaves_running_instances_on_theirs,
+    |store: Store| async move {
+        let j = jobs(&store, &["one", "two", "three"]).await;
+        let wf = workflow(
+            &store,
+            "versioned",
+            &[step("one", j["one"], &[]), step("two", j["two"], &["one"])],
+        )
+        .await;
+        assert_eq!(wf.version, 1);
+        let lease = lease(&store).await;
+        let old = start(&store, &wf, json!(null)).await;
+        let v2 = store
+            .update_workflow(
+                wf.id,
+                Some(&[
+                    step("one", j["one"], &[]),
+                    step("three", j["three"], &["one"]),
+                ]),
+                None,
+                NOW,
+            )
+            .await
+            .unwrap();
+        assert_eq!(v2.version, 2);
+        let fired = fire_all(&store, lease).await;
+        end_all(&store, &fired, |_| (RunStatus::Succeeded, None)).await;
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1);
+        assert_eq!(job_name(&j, &fired[0]), "two", "version 1's graph");
+        let old = store.get_instance(old.id).await.unwrap();
+        assert_eq!(old.version, 1);
+        assert_eq!(old.steps[1].name, "two");
+        let new = start(&store, &v2, json!(null)).await;
+        assert_eq!(new.version, 2);
+        assert_eq!(new.steps[1].name, "three");
+    }
+);
+
+contract!(
+    a_join_whose_predecessors_end_at_once_on_two_connections_starts_once,
+    |store: Store| async move {
+        let (j, wf) = diamond(&store, "race").await;
+        let lease = lease(&store).await;
+        // Many instances, so the two reports race on many joins.
+        let mut ids = Vec::new();
+        for _ in 0..20 {
+            ids.push(
+                store
+                    .start_instance(&wf, &json!(null), None, NOW)
+                    .await
+                    .unwrap()
+                    .0
+                    .id,
+            );
+        }
+        let roots = fire_all(&store, lease).await;
+        end_all(&store, &roots, |_| (RunStatus::Succeeded, None)).await;
+        let branches = fire_all(&store, lease).await;
+        assert_eq!(branches.len(), 40);
+        let (left, right): (Vec<Fired>, Vec<Fired>) = branches
+            .into_iter()
+            .partition(|f| job_name(&j, f) == "left");
+        // The lefts and the rights in two report batches at the same moment, on two
+        // connections: two nodes' transactions, as the database sees them.
+        let other = store.clone();
+        tokio::join!(
+            end_all(&store, &left, |_| (RunStatus::Succeeded, None)),
+            end_all(&other, &right, |_| (RunStatus::Succeeded, None)),
+        );
+        let joins = fire_all(&store, lease).await;
+        assert_eq!(joins.len(), 20, "one join per instance, not zero, not two");
+        end_all(&store, &joins, |_| (RunStatus::Succeeded, None)).await;
+        for id in ids {
+            assert_eq!(
+                store.get_instance(id).await.unwrap().status,
+                InstanceStatus::Succeeded
+            );
+        }
+    }
+);

@@ -1,0 +1,313 @@
+//! `/api/v1/workflows` and `/api/v1/workflow-instances` through the router (SPEC §10):
+//! every invalid graph refused naming its problem, an instance started with its first
+//! steps' tasks carrying the input, an idempotent start, reading, listing, cancelling,
+//! a new version, deleting — and each change in the audit log.
+
+use crate::support;
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+use support::{Answer, TestApp};
+
+const START: &str = r#"(module (func (export "_start")))"#;
+
+/// This module's calls on the shared [`TestApp`].
+trait WorkflowCalls {
+    async fn get(&self, path: &str) -> Answer;
+    async fn post(&self, path: &str, body: Value) -> Answer;
+    async fn patch(&self, path: &str, body: Value) -> Answer;
+    async fn delete(&self, path: &str) -> Answer;
+    async fn jobs(&self, app: &str, names: &[&str]);
+}
+
+impl WorkflowCalls for TestApp {
+    async fn get(&self, path: &str) -> Answer {
+        self.token_call(Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Answer {
+        self.token_call(Method::POST, path, Some(body)).await
+    }
+
+    async fn patch(&self, path: &str, body: Value) -> Answer {
+        self.token_call(Method::PATCH, path, Some(body)).await
+    }
+
+    async fn delete(&self, path: &str) -> Answer {
+        self.token_call(Method::DELETE, path, None).await
+    }
+
+    /// Uploads a plugin and creates a job per name in `app`.
+    async fn jobs(&self, app: &str, names: &[&str]) {
+        let upload = self
+            .reply(
+                axum::http::Request::post("/api/v1/plugins?name=noop")
+                    .header("authorization", format!("Bearer {}", support::TOKEN))
+                    .header("content-type", "application/wasm")
+                    .body(axum::body::Body::from(START))
+                    .unwrap(),
+            )
+            .await;
+        assert!(upload.status.is_success(), "{}", upload.text);
+        for name in names {
+            self.post(
+                "/api/v1/jobs",
+                json!({"name": name, "app": app, "plugin": "noop", "schedule": {"kind": "none"}}),
+            )
+            .await
+            .expect(StatusCode::CREATED);
+        }
+    }
+}
+
+fn diamond(name: &str) -> Value {
+    json!({
+        "name": name,
+        "app": "default",
+        "steps": [
+            {"name": "fetch", "job": "fetch"},
+            {"name": "a", "job": "a", "after": ["fetch"]},
+            {"name": "b", "job": "b", "after": ["fetch"]},
+            {"name": "join", "job": "join", "after": ["a", "b"], "when": "all_done"},
+        ]
+    })
+}
+
+#[tokio::test]
+async fn every_invalid_workflow_is_refused_naming_the_problem() {
+    let t = TestApp::start_with(|_| {}).await;
+    t.jobs("default", &["x", "y"]).await;
+    t.jobs("billing", &["other-app"]).await;
+    let step = |name: &str, after: &[&str]| json!({"name": name, "job": "x", "after": after});
+    let invalid = StatusCode::UNPROCESSABLE_ENTITY;
+    let cases: Vec<(Value, StatusCode, &str)> = vec![
+        (
+            json!([step("a", &["c"]), step("b", &["a"]), step("c", &["b"])]),
+            invalid,
+            "a cycle: a → c → b → a",
+        ),
+        (
+            json!([step("a", &["nope"])]),
+            invalid,
+            "unknown step \"nope\"",
+        ),
+        (
+            json!([step("a", &[]), step("a", &[])]),
+            invalid,
+            "duplicate step \"a\"",
+        ),
+        (
+            json!([step("a", &[]), step("b", &[]), {"name": "m", "job": "y", "after": ["a", "b"], "map": true}]),
+            invalid,
+            "`map` needs exactly one predecessor",
+        ),
+        (
+            json!([{"name": "a", "job": "x", "when": "sometimes"}]),
+            invalid,
+            "`sometimes` is not a valid `when`",
+        ),
+        (
+            json!([{"name": "a", "job": "other-app"}]),
+            invalid,
+            "steps[0].job: job `other-app` is in app `billing`, not in the workflow's app `default`",
+        ),
+        (
+            json!(
+                (0..101)
+                    .map(|i| json!({"name": format!("s{i}"), "job": "x"}))
+                    .collect::<Vec<_>>()
+            ),
+            invalid,
+            "101 steps, at most 100",
+        ),
+        (json!([]), invalid, "at least one step"),
+        (
+            json!([{"name": "a", "job": "missing"}]),
+            StatusCode::NOT_FOUND,
+            "steps[0].job: job `missing` does not exist",
+        ),
+        (
+            json!([{"name": "a", "job": "x", "colour": "red"}]),
+            StatusCode::BAD_REQUEST,
+            "colour",
+        ),
+    ];
+    for (steps, status, needle) in cases {
+        t.post(
+            "/api/v1/workflows",
+            json!({"name": "w", "app": "default", "steps": steps}),
+        )
+        .await
+        .expect_error(status, needle);
+    }
+    assert_eq!(
+        t.get("/api/v1/workflows").await.json()["items"],
+        json!([]),
+        "nothing was stored"
+    );
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn an_instance_starts_its_first_step_with_the_input_and_is_read_listed_and_cancelled() {
+    let t = TestApp::start_with(|_| {}).await;
+    t.jobs("default", &["fetch", "a", "b", "join"]).await;
+    let created = t.post("/api/v1/workflows", diamond("orders")).await;
+    created.expect(StatusCode::CREATED);
+    let wf = created.json();
+    assert_eq!(wf["version"], 1);
+    assert_eq!(wf["steps"][0]["when"], "all_succeeded");
+    assert_eq!(wf["steps"][3]["when"], "all_done");
+    t.post("/api/v1/workflows", diamond("orders"))
+        .await
+        .expect_error(StatusCode::CONFLICT, "workflow `orders` already exists");
+    assert_eq!(
+        t.get("/api/v1/workflows/orders").await.json()["id"],
+        wf["id"]
+    );
+
+    let started = t
+        .post(
+            "/api/v1/workflows/orders/instances",
+            json!({"input": {"order": 42}, "key": "order-42"}),
+        )
+        .await;
+    started.expect(StatusCode::CREATED);
+    let inst = started.json();
+    assert_eq!(inst["status"], "running");
+    assert_eq!(inst["steps"][0]["status"], "running");
+    assert_eq!(inst["steps"][1]["status"], "pending");
+    let task_id = inst["steps"][0]["task"].as_i64().unwrap();
+    let task = t.get(&format!("/api/v1/tasks/{task_id}")).await.json();
+    assert_eq!(task["kind"], "step");
+    let payload: Value = serde_json::from_str(task["payload"].as_str().unwrap()).unwrap();
+    assert_eq!(payload, json!({"input": {"order": 42}, "steps": {}}));
+
+    // The same key: the same instance, 200, and no second task.
+    let again = t
+        .post(
+            "/api/v1/workflows/orders/instances",
+            json!({"input": {"order": 43}, "key": "order-42"}),
+        )
+        .await;
+    again.expect(StatusCode::OK);
+    assert_eq!(again.json()["id"], inst["id"]);
+    let id = inst["id"].as_i64().unwrap();
+    let page = t
+        .get("/api/v1/workflow-instances?workflow=orders")
+        .await
+        .json();
+    assert_eq!(page["items"].as_array().unwrap().len(), 1);
+    t.get("/api/v1/workflow-instances?status=sideways")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "status");
+
+    // Deleting it while the instance runs needs force.
+    t.delete("/api/v1/workflows/orders")
+        .await
+        .expect_error(StatusCode::CONFLICT, "1 running instances");
+
+    let cancelled = t
+        .post(
+            &format!("/api/v1/workflow-instances/{id}/cancel"),
+            json!({}),
+        )
+        .await;
+    cancelled.expect(StatusCode::OK);
+    let cancelled = cancelled.json();
+    assert_eq!(cancelled["status"], "cancelled");
+    assert!(
+        cancelled["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["status"] == "cancelled"),
+        "{cancelled}"
+    );
+    assert!(cancelled["finished_at"].is_string());
+    assert_eq!(
+        t.get(&format!("/api/v1/tasks/{task_id}")).await.json()["status"],
+        "cancelled"
+    );
+    t.post(
+        &format!("/api/v1/workflow-instances/{id}/cancel"),
+        json!({}),
+    )
+    .await
+    .expect_error(
+        StatusCode::CONFLICT,
+        "only a running instance can be cancelled",
+    );
+    t.get("/api/v1/workflow-instances/999999")
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "workflow instance 999999");
+
+    // A new version; then the workflow goes.
+    let v2 = t
+        .patch(
+            "/api/v1/workflows/orders",
+            json!({"steps": [{"name": "fetch", "job": "fetch"}]}),
+        )
+        .await;
+    v2.expect(StatusCode::OK);
+    assert_eq!(v2.json()["version"], 2);
+    assert_eq!(
+        t.get(&format!("/api/v1/workflow-instances/{id}"))
+            .await
+            .json()["version"],
+        1,
+        "the instance keeps its version"
+    );
+    t.delete("/api/v1/workflows/orders")
+        .await
+        .expect(StatusCode::NO_CONTENT);
+    t.get("/api/v1/workflows/orders")
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "workflow `orders` not found");
+
+    let audit = t.get("/api/v1/audit").await.json();
+    let actions: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    for action in [
+        "create workflow",
+        "start workflow",
+        "cancel workflow instance",
+        "update workflow",
+        "delete workflow",
+    ] {
+        assert!(actions.contains(&action), "{action} not in {actions:?}");
+    }
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn a_disabled_workflow_starts_nothing_and_an_oversized_input_is_refused() {
+    let t = TestApp::start_with(|c| c.max_payload_bytes = 1_000).await;
+    t.jobs("default", &["only"]).await;
+    t.post(
+        "/api/v1/workflows",
+        json!({"name": "off", "app": "default", "enabled": false, "steps": [{"name": "s", "job": "only"}]}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    t.post("/api/v1/workflows/off/instances", json!({}))
+        .await
+        .expect_error(StatusCode::CONFLICT, "workflow `off` is disabled");
+    t.patch("/api/v1/workflows/off", json!({"enabled": true}))
+        .await
+        .expect(StatusCode::OK);
+    t.post(
+        "/api/v1/workflows/off/instances",
+        json!({"input": "x".repeat(2_000)}),
+    )
+    .await
+    .expect_error(StatusCode::PAYLOAD_TOO_LARGE, "input");
+    t.post("/api/v1/workflows/off/instances", json!({}))
+        .await
+        .expect(StatusCode::CREATED);
+    t.stop().await;
+}
