@@ -28,3 +28,4 @@ mod soak;
 mod standalone;
 mod tls;
 mod webhooks;
+mod workflows;
