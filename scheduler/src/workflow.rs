@@ -159,6 +159,15 @@ impl Graph {
                     .parse()
                     .map_err(|e: String| format!("step \"{}\": {e}", s.name))?,
             };
+            // A step with no predecessor starts with the instance: another `when` would
+            // say something that never applies.
+            if after.is_empty() && when != When::AllSucceeded {
+                return Err(format!(
+                    "step \"{}\": `when` ({when}) needs predecessors (`after`); a step \
+                     without them starts with the instance",
+                    s.name
+                ));
+            }
             if s.map && after.len() != 1 {
                 return Err(format!(
                     "step \"{}\": `map` needs exactly one predecessor (whose output is the \
@@ -333,6 +342,9 @@ impl Graph {
 /// Whether a step's condition holds (`Some(true)`), can no longer hold (`Some(false)`),
 /// or is not yet known, given its predecessors' statuses.
 fn judge(when: When, before: &[StepStatus]) -> Option<bool> {
+    if before.is_empty() {
+        return Some(true); // a first step starts with the instance
+    }
     let all_done = before.iter().all(|s| s.is_done());
     let any = |want: StepStatus| before.contains(&want);
     match when {
@@ -438,10 +450,14 @@ mod tests {
                 "names \"a\" twice",
             ),
             (
-                vec![with_when(spec("a", &[]), "sometimes")],
+                vec![spec("a", &[]), with_when(spec("b", &["a"]), "sometimes")],
                 "`sometimes` is not a valid `when`",
             ),
             (vec![spec("", &[])], "steps[0].name: empty"),
+            (
+                vec![with_when(spec("a", &[]), "any_failed")],
+                "`when` (any_failed) needs predecessors",
+            ),
             (
                 (0..101).map(|i| spec(&format!("s{i}"), &[])).collect(),
                 "101 steps, at most 100",

@@ -15,6 +15,7 @@ use crate::alarm::channel::Kind;
 use crate::schedule::FIRE_HORIZON_MS;
 use crate::usecase::validate::{MAX_APP_CHARS, MAX_NAME_CHARS};
 use crate::usecase::{alarms, jobs, queue, tasks};
+use crate::workflow::MAX_STEPS;
 
 /// An identifier (app, plugin, alarm channel or rule): ASCII letters, digits, `.`, `_`
 /// and `-`, starting with a letter or digit (`validate::identifier`).
@@ -114,6 +115,12 @@ fn rules() -> Vec<(&'static str, &'static str, Rule)> {
             Range(1_000, jobs::MAX_NO_EXECUTOR_TIMEOUT_MS),
         ),
         ("JobFields", "child_jobs", Items(0, jobs::MAX_CHILD_JOBS)),
+        ("WorkflowBody", "name", name()),
+        ("WorkflowBody", "app", Text(IDENTIFIER, 1, MAX_APP_CHARS)),
+        ("WorkflowBody", "steps", Items(1, MAX_STEPS)),
+        ("WorkflowPatch", "steps", Items(1, MAX_STEPS)),
+        ("WorkflowStepBody", "name", name()),
+        ("InstanceStart", "key", name()),
     ];
     // A new rule and a change to one check these the same way.
     for schema in ["RuleFields", "RulePatch"] {
@@ -139,6 +146,7 @@ fn parameter_rules() -> Vec<(&'static str, &'static str, Rule)> {
         ("/api/v1/runs/{id}/log", "limit", Count),
         ("/api/v1/alarms", "limit", Count),
         ("/api/v1/audit", "limit", Count),
+        ("/api/v1/workflow-instances", "limit", Count),
         ("/api/v1/apps/{app}/secrets", "app", app()),
         ("/api/v1/apps/{app}/secrets/{name}", "app", app()),
         ("/api/v1/apps/{app}/secrets/{name}", "name", secret()),

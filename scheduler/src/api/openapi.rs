@@ -354,6 +354,18 @@ schema!(
     )
 );
 
+/// Any JSON value: a workflow instance's input, a step's output.
+pub enum AnyJson {}
+
+schema!(
+    AnyJson,
+    "AnyJson",
+    ObjectBuilder::new()
+        .schema_type(SchemaType::AnyValue)
+        .description(Some("Any JSON value"))
+        .into()
+);
+
 schema!(
     When,
     "When",

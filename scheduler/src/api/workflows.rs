@@ -12,7 +12,7 @@ use super::AppState;
 use super::error::ApiResult;
 use super::extract::{Json, NameOrId, OptionalJson, PageQuery, PathId, PathParam, Query};
 use super::extract::{query_flag, query_param};
-use super::openapi::ErrorBody;
+use super::openapi::{AnyJson, ErrorBody};
 use super::views::{PageView, rfc3339, rfc3339_opt};
 use crate::access::{Need, Principal};
 use crate::store::{Instance, InstanceStep, Workflow};
@@ -28,7 +28,7 @@ const INSTANCE_ID: &str = "The instance's id";
 /// A step of a workflow, as sent.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StepBody {
+pub struct WorkflowStepBody {
     /// Unique in the workflow; what `after` and the payload's `steps` call it.
     name: String,
     /// The job whose task the step runs, by name or id, in the workflow's app.
@@ -46,7 +46,7 @@ pub struct StepBody {
     params: Option<String>,
 }
 
-impl StepBody {
+impl WorkflowStepBody {
     fn into_fields(self) -> StepFields {
         StepFields {
             name: self.name,
@@ -62,11 +62,11 @@ impl StepBody {
 /// `POST /api/v1/workflows`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateBody {
+pub struct WorkflowBody {
     name: String,
     app: String,
     /// At most 100.
-    steps: Vec<StepBody>,
+    steps: Vec<WorkflowStepBody>,
     /// `true` by default.
     enabled: Option<bool>,
 }
@@ -74,9 +74,9 @@ pub struct CreateBody {
 /// `PATCH /api/v1/workflows/{id}`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateBody {
+pub struct WorkflowPatch {
     /// New steps: a new version (running instances keep theirs).
-    steps: Option<Vec<StepBody>>,
+    steps: Option<Vec<WorkflowStepBody>>,
     enabled: Option<bool>,
 }
 
@@ -142,7 +142,7 @@ pub struct InstanceStepView {
     pub task: Option<i64>,
     /// Every run of the step's tasks, oldest first.
     pub runs: Vec<i64>,
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = AnyJson)]
     pub output: Option<Value>,
     /// A mapped step's elements.
     pub items: Option<ItemsView>,
@@ -169,10 +169,10 @@ pub struct InstanceView {
     pub workflow: i64,
     pub version: i32,
     pub status: InstanceStatus,
-    #[schema(value_type = Object)]
+    #[schema(value_type = AnyJson)]
     pub input: Value,
     /// `{"<last step>": its output, …}` once it ended.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = AnyJson)]
     pub output: Option<Value>,
     pub key: Option<String>,
     #[schema(format = DateTime)]
@@ -229,7 +229,7 @@ pub type InstancePage = PageView<InstanceView>;
     path = "/api/v1/workflows",
     operation_id = "create_workflow",
     tag = "workflows",
-    request_body = CreateBody,
+    request_body = WorkflowBody,
     responses(
         (status = 201, description = "The new workflow", body = WorkflowView),
         (status = 400, description = "Malformed JSON, or a required field is missing", body = ErrorBody),
@@ -241,12 +241,16 @@ pub type InstancePage = PageView<InstanceView>;
 pub async fn create(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
-    Json(body): Json<CreateBody>,
+    Json(body): Json<WorkflowBody>,
 ) -> ApiResult<(StatusCode, Json<WorkflowView>)> {
     let fields = WorkflowFields {
         name: body.name,
         app: body.app,
-        steps: body.steps.into_iter().map(StepBody::into_fields).collect(),
+        steps: body
+            .steps
+            .into_iter()
+            .map(WorkflowStepBody::into_fields)
+            .collect(),
         enabled: body.enabled.unwrap_or(true),
     };
     let wf = usecase::workflows::create(&state.ports, &who, fields).await?;
@@ -300,7 +304,7 @@ pub async fn get(
     operation_id = "update_workflow",
     tag = "workflows",
     params(("id" = String, Path, description = WORKFLOW_ID)),
-    request_body = UpdateBody,
+    request_body = WorkflowPatch,
     responses(
         (status = 200, description = "The workflow", body = WorkflowView),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
@@ -312,12 +316,12 @@ pub async fn update(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
     PathParam(id): PathParam,
-    Json(body): Json<UpdateBody>,
+    Json(body): Json<WorkflowPatch>,
 ) -> ApiResult<Json<WorkflowView>> {
     let change = WorkflowChange {
         steps: body
             .steps
-            .map(|s| s.into_iter().map(StepBody::into_fields).collect()),
+            .map(|s| s.into_iter().map(WorkflowStepBody::into_fields).collect()),
         enabled: body.enabled,
     };
     let wf = usecase::workflows::update(&state.ports, &who, &id, change).await?;
@@ -360,9 +364,10 @@ pub async fn delete(
 /// `POST /api/v1/workflows/{id}/instances`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StartBody {
-    /// Any JSON: every step's payload carries it as `input`.
-    #[schema(value_type = Option<Object>)]
+pub struct InstanceStart {
+    /// Any JSON: every step's payload carries it as `input` (`null` when left out).
+    #[serde(default)]
+    #[schema(value_type = AnyJson, required = false)]
     input: Option<Value>,
     /// An idempotency key: a second start with it returns the first instance.
     key: Option<String>,
@@ -376,7 +381,7 @@ pub struct StartBody {
     operation_id = "start_workflow",
     tag = "workflows",
     params(("id" = String, Path, description = WORKFLOW_ID)),
-    request_body = StartBody,
+    request_body(content = Option<InstanceStart>, description = "May be left out"),
     responses(
         (status = 201, description = "The new instance", body = InstanceView),
         (status = 200, description = "The instance this `key` started before", body = InstanceView),
@@ -391,7 +396,7 @@ pub async fn start(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
     PathParam(id): PathParam,
-    OptionalJson(body): OptionalJson<StartBody>,
+    OptionalJson(body): OptionalJson<InstanceStart>,
 ) -> ApiResult<(StatusCode, Json<InstanceView>)> {
     let body = body.unwrap_or_default();
     let input = body.input.unwrap_or(Value::Null);

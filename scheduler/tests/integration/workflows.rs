@@ -102,9 +102,14 @@ async fn every_invalid_workflow_is_refused_naming_the_problem() {
             "`map` needs exactly one predecessor",
         ),
         (
-            json!([{"name": "a", "job": "x", "when": "sometimes"}]),
+            json!([step("a", &[]), {"name": "b", "job": "x", "after": ["a"], "when": "sometimes"}]),
             invalid,
             "`sometimes` is not a valid `when`",
+        ),
+        (
+            json!([{"name": "a", "job": "x", "when": "any_failed"}]),
+            invalid,
+            "`when` (any_failed) needs predecessors",
         ),
         (
             json!([{"name": "a", "job": "other-app"}]),
