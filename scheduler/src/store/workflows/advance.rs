@@ -74,16 +74,21 @@ impl Store {
         if ended.is_empty() {
             return Ok(0);
         }
-        let links: Vec<(i64, i64, i32, Option<i32>)> = on_tx!(tx, |tx, Db| {
-            let mut qb = QueryBuilder::<Db>::new(
-                "SELECT task_id, instance_id, step, item FROM workflow_tasks WHERE task_id IN ",
-            );
-            push_ids(&mut qb, ended.iter().map(|e| e.task_id));
-            qb.build_query_as().fetch_all(&mut **tx).await?
-        });
+        let by_task: HashMap<i64, &StepTaskEnded> = ended.iter().map(|e| (e.task_id, e)).collect();
+        let mut links: Vec<(i64, i64, i32, Option<i32>)> = Vec::with_capacity(ended.len());
+        for chunk in ended.chunks(CHUNK) {
+            let rows: Vec<(i64, i64, i32, Option<i32>)> = on_tx!(tx, |tx, Db| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT task_id, instance_id, step, item FROM workflow_tasks WHERE task_id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().map(|e| e.task_id));
+                qb.build_query_as().fetch_all(&mut **tx).await?
+            });
+            links.extend(rows);
+        }
         let mut by_instance: BTreeMap<i64, Vec<Ending<'_>>> = BTreeMap::new();
         for (task_id, instance_id, step, item) in links {
-            if let Some(e) = ended.iter().find(|e| e.task_id == task_id) {
+            if let Some(&e) = by_task.get(&task_id) {
                 by_instance.entry(instance_id).or_default().push(Ending {
                     ended: e,
                     step: step as usize,
@@ -96,14 +101,20 @@ impl Store {
             let Some(mut moving) = self.lock_instance(tx, instance_id).await? else {
                 continue;
             };
+            // A map's elements that ended in this batch, by step: written, then their step
+            // read once.
+            let mut elements: BTreeMap<usize, Vec<&StepTaskEnded>> = BTreeMap::new();
             for Ending { ended, step, item } in endings {
                 if moving.statuses[step] != StepStatus::Running {
                     continue; // cancelled meanwhile, or already ended
                 }
                 match item {
                     None => end_step(&mut moving, step, ended.succeeded, ended.output.as_deref()),
-                    Some(_) => self.end_item(tx, &mut moving, step, ended).await?,
+                    Some(_) => elements.entry(step).or_default().push(ended),
                 }
+            }
+            for (step, ended) in elements {
+                self.end_items(tx, &mut moving, step, &ended).await?;
             }
             created += self.move_on(tx, &mut moving, now).await?;
         }
@@ -170,33 +181,37 @@ impl Store {
         }))
     }
 
-    /// An element of a mapped step ended: kept, and when it was the last one the step ends
-    /// with the elements' outputs in order (failed if any element failed).
-    async fn end_item(
+    /// Elements of a mapped step ended: kept, and when the last one has, the step ends with
+    /// the elements' outputs in order (failed if any element failed).
+    async fn end_items(
         &self,
         tx: &mut Tx,
         moving: &mut Moving,
         step: usize,
-        e: &StepTaskEnded,
+        ended: &[&StepTaskEnded],
     ) -> Result<()> {
-        let status = if e.succeeded {
-            StepStatus::Succeeded
-        } else {
-            StepStatus::Failed
-        };
-        let output = match e.output.as_deref().map(parse_output) {
-            Some(Ok(v)) => Some(to_json(&v)),
-            _ => None,
-        };
+        for e in ended {
+            let status = if e.succeeded {
+                StepStatus::Succeeded
+            } else {
+                StepStatus::Failed
+            };
+            let output = match e.output.as_deref().map(parse_output) {
+                Some(Ok(v)) => Some(to_json(&v)),
+                _ => None,
+            };
+            on_tx!(tx, |tx, Db| {
+                sqlx::query(
+                    "UPDATE workflow_tasks SET status = ?, output = ? WHERE task_id = ? AND status IS NULL",
+                )
+                .bind(status.as_str())
+                .bind(output.as_deref())
+                .bind(e.task_id)
+                .execute(&mut **tx)
+                .await?;
+            });
+        }
         let rows: Vec<(Option<i32>, Option<String>, Option<String>)> = on_tx!(tx, |tx, Db| {
-            sqlx::query(
-                "UPDATE workflow_tasks SET status = ?, output = ? WHERE task_id = ? AND status IS NULL",
-            )
-            .bind(status.as_str())
-            .bind(output.as_deref())
-            .bind(e.task_id)
-            .execute(&mut **tx)
-            .await?;
             sqlx::query_as(
                 "SELECT item, status, output FROM workflow_tasks WHERE instance_id = ? AND step = ? \
                  ORDER BY item",
