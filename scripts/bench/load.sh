@@ -9,6 +9,8 @@
 #   CASES     sweep burst floor   (floor: the burst with a silent no-op plugin, labelled so)
 #   BACKENDS  mysql sqlite
 #   NODES     1 2 3               (scheduler nodes; SQLite runs one)
+#   ROUNDS    how many times to run it all (3); each table is then printed again as
+#             the median (min–max) of the rounds (scripts/bench/medians.py): what is published
 #   ROTA_BENCH_RATES, ROTA_BENCH_SECONDS, ROTA_BENCH_TASKS: see rota/benches/load.rs.
 # Output: stdout and $OUT (default /tmp/rota-load-<time>.md). Run on a quiet machine.
 set -euo pipefail
@@ -17,6 +19,7 @@ cd "$ROOT"
 CASES=${CASES:-"sweep burst floor"}
 BACKENDS=${BACKENDS:-"mysql sqlite"}
 NODES=${NODES:-"1 2 3"}
+ROUNDS=${ROUNDS:-3}
 PORT=${ROTA_BENCH_MARIADB_PORT:-3307}
 DIR=${ROTA_BENCH_MARIADB_DIR:-/tmp/rota-bench-mariadb}
 OUT=${OUT:-/tmp/rota-load-$(date +%Y%m%d-%H%M%S).md}
@@ -25,9 +28,10 @@ exec > >(tee "$OUT") 2>&1
 echo "# rota load benchmarks, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD)"
 cargo build --release --locked -p rota --bin rota
 cargo bench --locked -p rota --bench load --no-run
-plugins/build.sh >/dev/null
-export ROTA_BIN="$ROOT/target/release/rota"
+[ -f plugins/target/hello.wasm ] || plugins/build.sh >/dev/null
+export ROTA_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rota"
 noop=$(mktemp --suffix .wat)
+RAW=$(mktemp --suffix .md) # the tables alone, for the medians
 echo '(module (memory (export "memory") 1) (func (export "_start")))' >"$noop"
 
 case " $BACKENDS " in *" mysql "*)
@@ -44,21 +48,29 @@ run() { # backend nodes case [plugin]
         unset ROTA_BENCH_MYSQL_URL
     fi
     ROTA_BENCH_NODES=$nodes ROTA_BENCH_PLUGIN=$plugin \
-        cargo bench --locked -q -p rota --bench load -- "$case"
+        cargo bench --locked -q -p rota --bench load -- "$case" | tee -a "$RAW"
 }
 
-for backend in $BACKENDS; do
-    for case in $CASES; do
-        case $case in
-        sweep)
-            for n in $NODES; do
-                [ "$backend" = sqlite ] && [ "$n" != 1 ] && continue
-                run "$backend" "$n" sweep
-            done
-            ;;
-        burst) run "$backend" 1 burst ;;
-        floor) run "$backend" 1 burst "$noop" ;;
-        esac
+for round in $(seq 1 "$ROUNDS"); do
+    echo -e "\n## Round $round of $ROUNDS, $(date -u +%H:%MZ)"
+    for backend in $BACKENDS; do
+        for case in $CASES; do
+            case $case in
+            sweep)
+                for n in $NODES; do
+                    [ "$backend" = sqlite ] && [ "$n" != 1 ] && continue
+                    run "$backend" "$n" sweep
+                done
+                ;;
+            burst) run "$backend" 1 burst ;;
+            floor) run "$backend" 1 burst "$noop" ;;
+            esac
+        done
     done
 done
 rm -f "$noop"
+if [ "$ROUNDS" -gt 1 ]; then
+    echo -e "\n## Medians of $ROUNDS rounds (min–max), $(date -u +%Y-%m-%dT%H:%MZ)"
+    python3 "$ROOT/scripts/bench/medians.py" "$RAW"
+fi
+rm -f "$RAW"
