@@ -12,7 +12,7 @@ use rota_scheduler::Config;
 use rota_scheduler::config::defaults;
 use tokio::net::TcpListener;
 
-use crate::cmd::{QueueArgs, TaskArgs};
+use crate::cmd::{QueueArgs, TaskArgs, WorkflowArgs};
 
 #[derive(Parser)]
 #[command(
@@ -33,6 +33,8 @@ enum Command {
     Task(TaskArgs),
     /// Consume a `pull` job's tasks: pull them with a lease, then ack, nack or extend.
     Queue(QueueArgs),
+    /// Define workflows from a file, start instances (and wait for them), show them.
+    Workflow(WorkflowArgs),
     /// Run everything in one process: a scheduler node, the REST API and an embedded
     /// executor, on SQLite under --data-dir.
     Standalone(crate::nodes::StandaloneArgs),
@@ -241,6 +243,7 @@ impl Cli {
             }
             Command::Task(args) => args.run().await,
             Command::Queue(args) => args.run().await,
+            Command::Workflow(args) => args.run().await,
             Command::Standalone(args) => crate::nodes::standalone(args, shutdown_signal()).await,
             Command::Executor(args) => crate::nodes::executor(args, shutdown_signal()).await,
             Command::AppKey(args) => {

@@ -5,7 +5,8 @@
 //! `rota_dispatch_seconds` (one trigger request), `rota_pool_queue_depth{pool}`,
 //! `rota_scan_seconds`, `rota_claimed_total`, `rota_misfires_total`, `rota_wheel_tasks`,
 //! `rota_dispatched_total`, `rota_dispatch_failures_total`, `rota_deferred_total`,
-//! `rota_runs_finished_total{status}`.
+//! `rota_runs_finished_total{status}`, `rota_workflow_instances_total{status}` (instances
+//! started — `running` — and ended, by how).
 
 use std::sync::OnceLock;
 

@@ -60,6 +60,25 @@ named_enum! {
     }
 }
 
+named_enum! {
+    what = "`overlap`";
+    /// What a scheduled fire does while an earlier instance of the workflow still runs.
+    #[derive(Default)]
+    pub enum Overlap {
+        /// No instance for this fire (the default).
+        #[default]
+        Skip => "skip",
+        /// The fire waits, and starts its instance when one ends (in fire-time order).
+        Queue => "queue",
+        /// Its instance starts anyway.
+        Allow => "allow",
+    }
+}
+
+/// Fire times waiting for their turn (`overlap: queue`) are at most this many; a fire
+/// beyond them is skipped, and logged.
+pub const MAX_QUEUED_FIRES: usize = 1_000;
+
 impl StepStatus {
     /// Succeeded, failed or skipped: what a successor's `when` waits for.
     pub fn is_done(self) -> bool {

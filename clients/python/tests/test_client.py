@@ -333,3 +333,33 @@ def test_errors(client: Client, server: Server, job: str) -> None:
     assert not isinstance(running.value, LeaseLost)
     assert "running" in running.value.message
     client.ack(item.task, item.lease)
+
+
+def test_start_workflow_and_wait_for_its_output(client: Client, server: Server, job: str) -> None:
+    name = f"wf-{job}"
+    with server.http() as http:
+        answer = http.post(
+            "/api/v1/workflows",
+            json={"name": name, "app": "shop", "steps": [{"name": "close", "job": job}]},
+        )
+    assert answer.status_code == 201, answer.text
+    started = client.start_workflow(name, {"order": 42}, key="order-42")
+    assert started.created and started.running
+    again = client.start_workflow(name, {"order": 43}, key="order-42")
+    assert not again.created and again.id == started.id and again.input == {"order": 42}
+
+    result: list[object] = []
+    waiter = threading.Thread(target=lambda: result.append(client.wait_instance(started.id, timeout=30, poll=0.1)))
+    waiter.start()
+    item = pull_one(client, job)
+    assert item.payload is not None and '"order":42' in item.payload.replace(" ", "")
+    client.ack(item.task, item.lease, output={"closed": 42})
+    waiter.join(35)
+    done = result[0]
+    assert done.status == "succeeded"
+    assert done.output == {"close": {"closed": 42}}
+    assert done.steps[0]["output"] == {"closed": 42}
+    with pytest.raises(NotFound):
+        client.start_workflow("no-such-workflow")
+    with pytest.raises(TimeoutError):
+        client.wait_instance(client.start_workflow(name).id, timeout=0.3, poll=0.1)

@@ -4,6 +4,9 @@
 //! read and cancel them; consumers of a `pull` job lease its due tasks ([`Client::pull`])
 //! and ack, nack or extend each, or hand a handler to [`Client::consume`], which long-polls,
 //! keeps each lease alive while the handler works, and acks on `Ok` or nacks on `Err`.
+//! Workflows (SPEC §10): [`Client::start_workflow`] starts an instance and
+//! [`Client::wait_instance`] waits for its output; a consumer gives a step's output with
+//! [`Client::ack_with_output`].
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), rota_client::Error> {
@@ -76,6 +79,29 @@ pub struct Task {
     pub key: Option<String>,
     pub payload: Option<String>,
     pub priority: i32,
+}
+
+/// A workflow instance as the API shows it (SPEC §10).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Instance {
+    pub id: i64,
+    /// The workflow's id.
+    pub workflow: i64,
+    pub version: i32,
+    /// `running`, `succeeded`, `failed` or `cancelled`.
+    pub status: String,
+    pub input: Value,
+    /// `{"<last step>": its output, …}` once it ended.
+    pub output: Option<Value>,
+    pub key: Option<String>,
+    /// Each step: `name`, `status`, `runs`, `output`, … as the API gives them.
+    pub steps: Vec<Value>,
+}
+
+impl Instance {
+    pub fn is_running(&self) -> bool {
+        self.status == "running"
+    }
 }
 
 /// A task to create: [`NewTask::new`] and the builder methods.
@@ -292,6 +318,47 @@ impl Client {
             .1)
     }
 
+    /// Starts an instance of `workflow` (name or id) with `input`; with a `key` a second
+    /// start returns the first instance. The instance, and whether it is new.
+    pub async fn start_workflow(
+        &self,
+        workflow: &str,
+        input: &Value,
+        key: Option<&str>,
+    ) -> Result<(Instance, bool)> {
+        let mut body = json!({"input": input});
+        if let Some(key) = key {
+            body["key"] = json!(key);
+        }
+        let (status, instance) = self
+            .call(
+                Method::POST,
+                &["workflows", workflow, "instances"],
+                Some(&body),
+            )
+            .await?;
+        Ok((instance, status == StatusCode::CREATED))
+    }
+
+    pub async fn get_instance(&self, id: i64) -> Result<Instance> {
+        Ok(self
+            .call(Method::GET, &["workflow-instances", &id.to_string()], None)
+            .await?
+            .1)
+    }
+
+    /// Instance `id` once it has ended (read every `poll`); [`Instance::output`] is then
+    /// its output. Bound the wait with `tokio::time::timeout`.
+    pub async fn wait_instance(&self, id: i64, poll: Duration) -> Result<Instance> {
+        loop {
+            let instance = self.get_instance(id).await?;
+            if !instance.is_running() {
+                return Ok(instance);
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
     /// Leases due tasks of a pull job.
     pub async fn pull(&self, job: &str, how: &Pull) -> Result<Vec<Pulled>> {
         #[derive(Deserialize)]
@@ -307,11 +374,22 @@ impl Client {
 
     /// The attempt succeeded.
     pub async fn ack(&self, task: i64, lease: &str) -> Result<Task> {
-        let body = json!({"lease": lease});
+        self.end_lease(task, "ack", json!({"lease": lease})).await
+    }
+
+    /// The attempt succeeded, giving `output` (a workflow step's, for the steps after it;
+    /// at most 64 KiB).
+    pub async fn ack_with_output(&self, task: i64, lease: &str, output: &Value) -> Result<Task> {
+        self.end_lease(task, "ack", json!({"lease": lease, "output": output}))
+            .await
+    }
+
+    /// `POST /tasks/{task}/{how}` (ack, nack) with `body`.
+    async fn end_lease(&self, task: i64, how: &str, body: Value) -> Result<Task> {
         Ok(self
             .call(
                 Method::POST,
-                &["tasks", &task.to_string(), "ack"],
+                &["tasks", &task.to_string(), how],
                 Some(&body),
             )
             .await?
@@ -333,14 +411,7 @@ impl Client {
         if let Some(delay) = delay_ms {
             body["delay_ms"] = json!(delay);
         }
-        Ok(self
-            .call(
-                Method::POST,
-                &["tasks", &task.to_string(), "nack"],
-                Some(&body),
-            )
-            .await?
-            .1)
+        self.end_lease(task, "nack", body).await
     }
 
     /// The lease now ends `lease_ms` from now; the new end (RFC 3339).

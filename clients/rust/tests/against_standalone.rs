@@ -268,3 +268,69 @@ async fn the_consumer_loop_acks_what_works_and_nacks_what_fails() {
         assert_eq!(rota.get_task(*id).await.unwrap().status, "succeeded");
     }
 }
+
+/// A workflow whose step is the pull job: the producer starts an instance, a consumer acks
+/// the step with an output, and the producer's wait returns the instance's output.
+#[tokio::test]
+async fn a_started_workflow_is_waited_for_and_gives_its_steps_output() {
+    let Some((node, rota)) = node(1).await else {
+        return;
+    };
+    let wf = serde_json::json!({"name": "checkout", "app": "shop",
+                                "steps": [{"name": "close", "job": "orders"}]});
+    let created = reqwest::Client::new()
+        .post(format!("{}/api/v1/workflows", node.url))
+        .bearer_auth(TOKEN)
+        .json(&wf)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201, "{:?}", created.text().await);
+    let input = serde_json::json!({"order": 42});
+    let (inst, new) = rota
+        .start_workflow("checkout", &input, Some("order-42"))
+        .await
+        .unwrap();
+    assert!(new);
+    assert!(inst.is_running());
+    let (again, new) = rota
+        .start_workflow("checkout", &input, Some("order-42"))
+        .await
+        .unwrap();
+    assert!(!new, "the key's instance");
+    assert_eq!(again.id, inst.id);
+
+    let waiter = {
+        let rota = Client::new(&node.url, TOKEN).unwrap();
+        tokio::spawn(async move {
+            rota.wait_instance(inst.id, Duration::from_millis(100))
+                .await
+        })
+    };
+    let pulled = rota
+        .pull("orders", &Pull::default().wait_ms(10_000))
+        .await
+        .unwrap();
+    let step: serde_json::Value =
+        serde_json::from_str(pulled[0].payload.as_deref().unwrap()).unwrap();
+    assert_eq!(step["input"], input);
+    rota.ack_with_output(
+        pulled[0].task,
+        &pulled[0].lease,
+        &serde_json::json!({"closed": 42}),
+    )
+    .await
+    .unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the instance ends once its step is acked")
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.status, "succeeded");
+    assert_eq!(
+        done.output,
+        Some(serde_json::json!({"close": {"closed": 42}}))
+    );
+    let missing = rota.start_workflow("nope", &input, None).await.unwrap_err();
+    assert_eq!(missing.status().map(|s| s.as_u16()), Some(404));
+}

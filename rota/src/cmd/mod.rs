@@ -8,14 +8,17 @@
 //! - [`duration`]: `500ms`, `30s`, `30m`, `2h`, `1d` and the `--backoff` shorthand.
 //! - [`task`]: `rota task add | get | cancel | list | retry`.
 //! - [`queue`]: `rota queue pull | ack | nack | extend`, a consumer of a `pull` job.
+//! - [`workflow`]: `rota workflow apply | start | show`.
 
 mod client;
 mod duration;
 mod queue;
 mod task;
+mod workflow;
 
 pub use queue::QueueArgs;
 pub use task::TaskArgs;
+pub use workflow::WorkflowArgs;
 
 /// Runs a client command to its end: on failure prints `error: …` (the whole chain on one
 /// line) and exits with status 1, the way every client command reports an error.
@@ -25,4 +28,11 @@ fn finish(result: anyhow::Result<()>) -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// A flag's value as JSON (`--input`, `--output`).
+fn json_value(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| {
+        format!("not JSON ({e}); e.g. '{{\"order\": 42}}', or '\"text\"' for a string")
+    })
 }

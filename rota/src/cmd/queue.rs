@@ -23,7 +23,7 @@ enum QueueCommand {
     /// Lease due tasks of a pull job; prints each task's id, attempt, lease and payload.
     Pull(PullArgs),
     /// The leased attempt succeeded.
-    Ack(LeaseArgs),
+    Ack(AckArgs),
     /// The leased attempt failed: retried after --delay (or the job's backoff), or dead.
     Nack(NackArgs),
     /// Hold the lease longer.
@@ -55,6 +55,15 @@ struct LeaseArgs {
     task: i64,
     /// The lease the pull printed.
     lease: String,
+}
+
+#[derive(Args)]
+struct AckArgs {
+    #[command(flatten)]
+    lease: LeaseArgs,
+    /// The attempt's output, any JSON (a workflow step's, given to the steps after it).
+    #[arg(long, value_name = "JSON", value_parser = super::json_value)]
+    output: Option<Value>,
 }
 
 #[derive(Args)]
@@ -113,11 +122,14 @@ impl QueueArgs {
                 print_pulled(&answer.value);
                 return Ok(());
             }
-            QueueCommand::Ack(l) => (
-                api.url(&["tasks", &l.task.to_string(), "ack"]),
-                json!({"lease": l.lease}),
-                "acked",
-            ),
+            QueueCommand::Ack(a) => {
+                let mut body = json!({"lease": a.lease.lease});
+                if let Some(output) = a.output {
+                    body["output"] = output;
+                }
+                let url = api.url(&["tasks", &a.lease.task.to_string(), "ack"]);
+                (url, body, "acked")
+            }
             QueueCommand::Nack(n) => {
                 let mut body = json!({"lease": n.lease.lease});
                 if let Some(error) = n.error {

@@ -343,6 +343,28 @@ pub(super) fn shorten(payload: &str) -> String {
     format!("{head:?}… ({} bytes)", payload.len())
 }
 
+/// `rows` under `header`, each column as wide as its widest cell.
+pub(super) fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            std::iter::once(&header)
+                .chain(rows)
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, &w)| format!("{cell:<w$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+}
+
 /// A page of tasks as a table, then the cursor of the next page.
 fn print_task_page(page: &Value) {
     let items = page["items"].as_array().map(Vec::as_slice).unwrap_or(&[]);
@@ -366,24 +388,8 @@ fn print_task_page(page: &Value) {
                     .collect()
             })
             .collect();
-        let header: Vec<String> = COLUMNS.iter().map(|(h, _)| (*h).to_owned()).collect();
-        let widths: Vec<usize> = (0..COLUMNS.len())
-            .map(|i| {
-                std::iter::once(&header)
-                    .chain(&rows)
-                    .map(|r| r[i].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        for row in std::iter::once(&header).chain(&rows) {
-            let line: Vec<String> = row
-                .iter()
-                .zip(&widths)
-                .map(|(cell, &w)| format!("{cell:<w$}"))
-                .collect();
-            println!("{}", line.join("  ").trim_end());
-        }
+        let header: Vec<&str> = COLUMNS.iter().map(|(h, _)| *h).collect();
+        print_table(&header, &rows);
     }
     if let Some(next) = text(&page["next"]) {
         println!("next: {next}  (pass --after {next} for the next page)");

@@ -498,3 +498,74 @@ async fn a_lost_executor_and_fires_waiting_for_one_alarm_and_clear_when_one_is_b
     wait_for("no_executor", true).await;
     server.stop().await;
 }
+
+/// A workflow instance whose step's task dies sends one `workflow_failed` alarm naming the
+/// workflow, the instance and the step (the rule is about the app: it names no job).
+#[tokio::test]
+async fn a_failed_workflow_instance_sends_an_alarm_naming_it_and_its_step() {
+    let (hook, url) = Hook::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Standalone::start(dir.path());
+    failing_job(&node, &url).await;
+    let api = &node.api;
+    let refused = api
+        .call(
+            "POST",
+            "/api/v1/alarm-rules",
+            Some(json!({"name": "wf", "app": "shop", "job": "orders", "on": "workflow_failed", "channels": ["ops"]})),
+        )
+        .await;
+    assert_eq!(refused.0, 422, "{}", refused.1);
+    assert!(
+        refused.1.to_string().contains("not one job"),
+        "{}",
+        refused.1
+    );
+    api.ok(
+        "POST",
+        "/api/v1/alarm-rules",
+        Some(json!({"name": "wf", "app": "shop", "on": "workflow_failed", "channels": ["ops"]})),
+    )
+    .await;
+    api.ok(
+        "POST",
+        "/api/v1/workflows",
+        Some(json!({"name": "checkout", "app": "shop", "steps": [
+            {"name": "charge", "job": "orders"},
+            {"name": "refund", "job": "orders", "after": ["charge"], "when": "any_failed"},
+        ]})),
+    )
+    .await;
+    let inst = api
+        .ok(
+            "POST",
+            "/api/v1/workflows/checkout/instances",
+            Some(json!({"input": {"order": 42}})),
+        )
+        .await;
+    let id = inst["id"].as_i64().unwrap();
+    let a = hook.wait_for_one(b"k3y", "workflow_failed", false).await;
+    assert_eq!(a["rule"], "wf");
+    assert_eq!(a["app"], "shop");
+    assert_eq!(a["count"], 1);
+    assert_eq!(
+        a["message"],
+        format!("workflow `checkout` instance {id} failed: steps `charge`, `refund` failed"),
+        "{a}"
+    );
+    let end = api
+        .ok("GET", &format!("/api/v1/workflow-instances/{id}"), None)
+        .await;
+    assert_eq!(end["status"], "failed");
+    let metrics = api.metrics().await;
+    assert!(
+        metrics.contains(r#"rota_workflow_instances_total{status="failed"} 1"#)
+            && metrics.contains(r#"rota_workflow_instances_total{status="running"} 1"#),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("workflow"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -1,5 +1,6 @@
-//! `rota task …` end to end: the built binary against a scheduler node started in this
-//! process on port 0. Each command runs as a real process, off the runtime's threads.
+//! `rota task …`, `rota queue …` and `rota workflow …` end to end: the built binary
+//! against a scheduler node started in this process on port 0. Each command runs as a
+//! real process, off the runtime's threads.
 
 use crate::fixtures;
 use crate::support;
@@ -62,6 +63,29 @@ async fn job(api: &Api, name: &str) {
         ),
     )
     .await;
+}
+
+/// A pull job `name` of app `default`, one attempt per task.
+async fn pull_job(api: &Api, name: &str) {
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": name, "app": "default", "schedule": {"kind": "none"},
+                    "delivery": {"kind": "pull"}, "max_attempts": 1}),
+        ),
+    )
+    .await;
+}
+
+/// `rota <args>` against `server`, run in the background (a command that waits).
+fn rota_meanwhile(server: &TestServer, args: &[&str]) -> tokio::task::JoinHandle<Out> {
+    let url = server.url.clone();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::spawn(async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        rota_with(&[("ROTA_SERVER", &url), ("ROTA_API_TOKEN", TOKEN)], &args).await
+    })
 }
 
 /// The id in a first line such as `created task 17`.
@@ -593,15 +617,7 @@ async fn a_pull_job_is_consumed_and_its_dead_task_re_driven_from_the_command_lin
     let (db, _dir) = sqlite_url();
     let server = TestServer::start(&db, |_| {}).await;
     let api = &server.api;
-    api.ok(
-        "POST",
-        "/api/v1/jobs",
-        Some(
-            json!({"name": "orders", "app": "default", "schedule": {"kind": "none"},
-                    "delivery": {"kind": "pull"}, "max_attempts": 1}),
-        ),
-    )
-    .await;
+    pull_job(api, "orders").await;
     let out = rota_ok(&server, &["queue", "pull", "orders"]).await;
     assert!(out.contains("no task is due"), "{out}");
 
@@ -666,4 +682,105 @@ async fn a_pull_job_is_consumed_and_its_dead_task_re_driven_from_the_command_lin
     let out = rota(&server, &["task", "retry", &task]).await;
     assert_eq!(out.code, 1);
     assert!(out.stderr.contains("only a dead task"), "{out:?}");
+}
+
+/// `rota workflow apply` creates a workflow from a file and applies it again as a new
+/// version only when its steps change; `start --wait` prints the output once a consumer
+/// (`rota queue ack --output`) ends the step, and exits 1 for a failed instance; `show`
+/// prints each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_is_applied_from_a_file_started_waited_for_and_shown() {
+    let (db, dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    pull_job(api, "pack").await;
+    let file = dir.path().join("order.json");
+    let def = |after: &[&str]| {
+        json!({"name": "order", "app": "default", "steps": [
+            {"name": "pack", "job": "pack", "after": after},
+        ]})
+        .to_string()
+    };
+    std::fs::write(&file, def(&[])).unwrap();
+    let path = file.to_str().unwrap();
+    let out = rota_ok(&server, &["workflow", "apply", "-f", path]).await;
+    assert_eq!(out.trim(), "workflow `order` created (version 1)");
+    let out = rota_ok(&server, &["workflow", "apply", "-f", path]).await;
+    assert_eq!(
+        out.trim(),
+        "workflow `order` applied (version 1: steps unchanged)"
+    );
+    std::fs::write(&file, "{\"name\": ").unwrap();
+    let out = rota(&server, &["workflow", "apply", "-f", path]).await;
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("is not JSON"), "{out:?}");
+    std::fs::write(&file, def(&["ghost"])).unwrap();
+    let out = rota(&server, &["workflow", "apply", "-f", path]).await;
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("422") && out.stderr.contains("ghost"),
+        "{out:?}"
+    );
+
+    // A consumer acks the step with an output while `start --wait` waits.
+    let waiting = rota_meanwhile(
+        &server,
+        &[
+            "workflow",
+            "start",
+            "order",
+            "--input",
+            r#"{"order": 42}"#,
+            "--wait",
+        ],
+    );
+    let out = rota_ok(&server, &["queue", "pull", "pack", "--wait", "10s"]).await;
+    let task = field(&out, "task").to_owned();
+    let lease = field(&out, "lease").to_owned();
+    let out = rota(
+        &server,
+        &["queue", "ack", &task, &lease, "--output", "{nope"],
+    )
+    .await;
+    assert_eq!(out.code, 2, "a flag error: {out:?}");
+    assert!(out.stderr.contains("--output"), "{out:?}");
+    rota_ok(
+        &server,
+        &["queue", "ack", &task, &lease, "--output", r#"{"boxes": 2}"#],
+    )
+    .await;
+    let waited = waiting.await.unwrap();
+    assert_eq!(waited.code, 0, "{waited:?}");
+    let first: i64 = waited
+        .stdout
+        .strip_prefix("instance ")
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("`instance <id>: …` first: {waited:?}"));
+    assert!(waited.stdout.contains(": succeeded"), "{waited:?}");
+    assert!(waited.stdout.contains("\"boxes\": 2"), "{waited:?}");
+
+    let out = rota_ok(&server, &["workflow", "show", &first.to_string()]).await;
+    assert_eq!(field(&out, "status"), "succeeded");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("pack") && l.contains("succeeded")),
+        "{out}"
+    );
+
+    // A failed instance: `start --wait` says so and exits 1.
+    let waiting = rota_meanwhile(
+        &server,
+        &["workflow", "start", "order", "--wait", "--timeout", "30s"],
+    );
+    let out = rota_ok(&server, &["queue", "pull", "pack", "--wait", "10s"]).await;
+    let task = field(&out, "task").to_owned();
+    let lease = field(&out, "lease").to_owned();
+    rota_ok(&server, &["queue", "nack", &task, &lease]).await;
+    let waited = waiting.await.unwrap();
+    assert_eq!(waited.code, 1, "{waited:?}");
+    assert!(waited.stdout.contains(": failed"), "{waited:?}");
+    let out = rota(&server, &["workflow", "start", "nope"]).await;
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("404"), "{out:?}");
 }

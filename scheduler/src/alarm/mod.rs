@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use crate::model::*;
 use crate::names::named_enum;
-use crate::store::{AlarmEvent, AlarmRuleRow, Store};
+use crate::store::{AlarmEvent, AlarmRuleRow, InstanceEnded, Store};
+use crate::workflow::InstanceStatus;
 
 pub mod channel;
 pub mod fold;
@@ -59,13 +60,15 @@ named_enum! {
         /// A live scheduler node's clock is off the database's by more than `threshold`
         /// ms (by default the cluster's `max_clock_offset_ms`).
         ClockSkew => "clock_skew",
+        /// A workflow instance of the app failed (a step failed and nothing runs any more).
+        WorkflowFailed => "workflow_failed",
     }
 }
 
 impl On {
     /// Whether the condition can clear (and so has a `resolved` notice).
     pub fn clears(self) -> bool {
-        !matches!(self, On::TaskDead | On::NodeTakenOver)
+        !matches!(self, On::TaskDead | On::NodeTakenOver | On::WorkflowFailed)
     }
 
     /// Whether a rule on it needs a `threshold` (ms).
@@ -83,7 +86,10 @@ impl On {
 
     /// Whether a rule on it may watch one job (else it is about the app, or the cluster).
     pub fn takes_job(self) -> bool {
-        !matches!(self, On::ExecutorLost | On::NodeTakenOver | On::ClockSkew)
+        !matches!(
+            self,
+            On::ExecutorLost | On::NodeTakenOver | On::ClockSkew | On::WorkflowFailed
+        )
     }
 
     /// Whether completion raises it, from the run updates and ended attempts of a batch.
@@ -266,6 +272,33 @@ pub fn raised(
             ev.run_id = Some(u.run_id);
             ev.attempt = Some(u.attempt);
             out.push(ev);
+        }
+    }
+    coalesce(out)
+}
+
+/// Events of the instances in `ended` that failed, for the `workflow_failed` rules of
+/// their workflows' apps: one row per rule (counting the instances), told by the last.
+pub fn workflows_failed(rules: &[Rule], ended: &[InstanceEnded], now: Millis) -> Vec<AlarmEvent> {
+    let mut out = Vec::new();
+    for i in ended.iter().filter(|i| i.status == InstanceStatus::Failed) {
+        let steps = i
+            .failed_steps
+            .iter()
+            .map(|s| format!("`{s}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let message = format!(
+            "workflow `{}` instance {} failed: step{} {steps} failed",
+            i.workflow,
+            i.id,
+            if i.failed_steps.len() == 1 { "" } else { "s" }
+        );
+        for r in rules
+            .iter()
+            .filter(|r| r.enabled && r.on == On::WorkflowFailed && r.app == i.app)
+        {
+            out.push(r.event(false, message.clone(), now));
         }
     }
     coalesce(out)

@@ -215,6 +215,7 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
             "/workflow-instances/{id}/cancel",
             workflows::cancel,
         )
+        .route(M::POST, "/workflow-instances/{id}/retry", workflows::retry)
 }
 
 /// The method and full path (`/api/v1/jobs/{id}`) of every REST API route, as the router

@@ -26,7 +26,7 @@ use crate::backoff::Backoff;
 use crate::model::{BlockName, RunStatus, TaskKind};
 use crate::route::Route;
 use crate::schedule::{Misfire, Schedule};
-use crate::workflow::{InstanceStatus, StepStatus, When};
+use crate::workflow::{InstanceStatus, Overlap, StepStatus, When};
 
 /// The name of the bearer-token security scheme every operation requires (repeated in
 /// `#[openapi(security(…))]`, which takes a literal only).
@@ -94,6 +94,7 @@ const API_TOKEN: &str = "api_token";
         workflows::list_instances,
         workflows::get_instance,
         workflows::cancel,
+        workflows::retry,
         document,
     ),
     modifiers(&CommonAnswers),
@@ -354,8 +355,7 @@ schema!(
     )
 );
 
-/// Any JSON value: a workflow instance's input, a step's output.
-pub enum AnyJson {}
+pub use crate::usecase::fields::AnyJson;
 
 schema!(
     AnyJson,
@@ -372,6 +372,15 @@ schema!(
     names(
         "When a workflow step runs once its predecessors are done",
         When::ALL.iter().map(|w| w.as_str())
+    )
+);
+
+schema!(
+    Overlap,
+    "Overlap",
+    names(
+        "What a workflow's scheduled fire does while an earlier instance still runs",
+        Overlap::ALL.iter().map(|o| o.as_str())
     )
 );
 

@@ -15,7 +15,7 @@ use super::views::{TaskView, rfc3339};
 use crate::access::Principal;
 use crate::store::Leased;
 use crate::usecase::queue::{
-    self, AckItem, AckResult, BulkRetry, LeaseEnd, LeaseExtension, PullFields,
+    self, Ack, AckItem, AckResult, BulkRetry, LeaseEnd, LeaseExtension, PullFields,
 };
 
 /// A task handed to a consumer.
@@ -90,7 +90,7 @@ pub async fn pull(
     path = "/api/v1/tasks/{id}/ack",
     operation_id = "ack_task",
     params(("id" = i64, Path, description = TASK_ID)),
-    request_body = LeaseEnd,
+    request_body = Ack,
     responses(
         (status = 200, description = "The task, succeeded", body = TaskView),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
@@ -102,9 +102,9 @@ pub async fn ack(
     State(state): State<AppState>,
     Extension(who): Extension<Principal>,
     PathId(id): PathId,
-    Json(body): Json<LeaseEnd>,
+    Json(body): Json<Ack>,
 ) -> ApiResult<Json<TaskView>> {
-    let task = queue::ack(&state.ports, &who, id, &body.lease).await?;
+    let task = queue::ack(&state.ports, &who, id, body).await?;
     Ok(Json(task.into()))
 }
 

@@ -1,5 +1,5 @@
 //! `/api/v1/workflows` and `/api/v1/workflow-instances` (SPEC §10): defining workflows,
-//! starting instances, reading and cancelling them.
+//! starting instances, reading, cancelling and retrying them.
 
 use axum::Extension;
 use axum::extract::State;
@@ -15,10 +15,11 @@ use super::extract::{query_flag, query_param};
 use super::openapi::{AnyJson, ErrorBody};
 use super::views::{PageView, rfc3339, rfc3339_opt};
 use crate::access::{Need, Principal};
+use crate::schedule::{Misfire, Schedule};
 use crate::store::{Instance, InstanceStep, Workflow};
 use crate::usecase;
-use crate::usecase::workflows::{StepFields, WorkflowChange, WorkflowFields};
-use crate::workflow::{InstanceStatus, StepStatus, When};
+use crate::usecase::workflows::{StepFields, TimingFields, WorkflowChange, WorkflowFields};
+use crate::workflow::{InstanceStatus, Overlap, StepStatus, When};
 
 /// The path parameter of `/api/v1/workflows/{id}`.
 const WORKFLOW_ID: &str = "The workflow's id, or its name";
@@ -69,6 +70,15 @@ pub struct WorkflowBody {
     steps: Vec<WorkflowStepBody>,
     /// `true` by default.
     enabled: Option<bool>,
+    /// Starts an instance on its own, as a job fires (none by default).
+    schedule: Option<Schedule>,
+    /// `do_nothing` by default, as jobs'.
+    #[schema(value_type = Option<Misfire>)]
+    misfire: Option<String>,
+    /// What a scheduled fire does while an instance runs: `skip` (the default), `queue`
+    /// or `allow`.
+    #[schema(value_type = Option<Overlap>)]
+    overlap: Option<String>,
 }
 
 /// `PATCH /api/v1/workflows/{id}`.
@@ -78,6 +88,12 @@ pub struct WorkflowPatch {
     /// New steps: a new version (running instances keep theirs).
     steps: Option<Vec<WorkflowStepBody>>,
     enabled: Option<bool>,
+    /// A new schedule (`{"kind": "none"}` removes it).
+    schedule: Option<Schedule>,
+    #[schema(value_type = Option<Misfire>)]
+    misfire: Option<String>,
+    #[schema(value_type = Option<Overlap>)]
+    overlap: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -100,6 +116,15 @@ pub struct WorkflowView {
     pub version: i32,
     pub steps: Vec<StepView>,
     pub enabled: bool,
+    /// `null`: it starts only when asked.
+    pub schedule: Option<Schedule>,
+    #[schema(value_type = Misfire)]
+    pub misfire: String,
+    #[schema(value_type = Overlap)]
+    pub overlap: String,
+    /// Its next scheduled fire.
+    #[schema(format = DateTime)]
+    pub next_fire_at: Option<String>,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -128,6 +153,10 @@ impl From<Workflow> for WorkflowView {
                 })
                 .collect(),
             enabled: w.enabled,
+            schedule: w.timing.schedule,
+            misfire: w.timing.misfire.as_str().to_owned(),
+            overlap: w.timing.overlap.as_str().to_owned(),
+            next_fire_at: w.next_fire_at.filter(|_| w.enabled).map(rfc3339),
             created_at: rfc3339(w.created_at),
             updated_at: rfc3339(w.updated_at),
         }
@@ -252,6 +281,11 @@ pub async fn create(
             .map(WorkflowStepBody::into_fields)
             .collect(),
         enabled: body.enabled.unwrap_or(true),
+        timing: TimingFields {
+            schedule: body.schedule,
+            misfire: body.misfire,
+            overlap: body.overlap,
+        },
     };
     let wf = usecase::workflows::create(&state.ports, &who, fields).await?;
     Ok((StatusCode::CREATED, Json(wf.into())))
@@ -323,6 +357,11 @@ pub async fn update(
             .steps
             .map(|s| s.into_iter().map(WorkflowStepBody::into_fields).collect()),
         enabled: body.enabled,
+        timing: TimingFields {
+            schedule: body.schedule,
+            misfire: body.misfire,
+            overlap: body.overlap,
+        },
     };
     let wf = usecase::workflows::update(&state.ports, &who, &id, change).await?;
     Ok(Json(wf.into()))
@@ -502,5 +541,30 @@ pub async fn cancel(
     PathId(id): PathId,
 ) -> ApiResult<Json<InstanceView>> {
     let instance = usecase::workflows::cancel(&state.ports, &who, id).await?;
+    Ok(Json(instance.into()))
+}
+
+/// `POST /api/v1/workflow-instances/{id}/retry`: a failed instance's failed steps run again
+/// (a fresh attempt budget; a map's failed elements only) and what they gate is judged
+/// again.
+#[utoipa::path(
+    post,
+    path = "/api/v1/workflow-instances/{id}/retry",
+    operation_id = "retry_workflow_instance",
+    tag = "workflows",
+    params(("id" = i64, Path, description = INSTANCE_ID)),
+    responses(
+        (status = 200, description = "The instance, running again", body = InstanceView),
+        (status = 400, description = "`id` is not an integer", body = ErrorBody),
+        (status = 404, description = "No such instance", body = ErrorBody),
+        (status = 409, description = "The instance has not failed", body = ErrorBody),
+    )
+)]
+pub async fn retry(
+    State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
+    PathId(id): PathId,
+) -> ApiResult<Json<InstanceView>> {
+    let instance = usecase::workflows::retry(&state.ports, &who, id).await?;
     Ok(Json(instance.into()))
 }

@@ -65,7 +65,7 @@ pub fn stacked_bars(bars: &[Bar], caption: &str) -> String {
     svg
 }
 
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -408,6 +408,43 @@ const ZH_CN: &[(&str, &str)] = &[
     ("resolved", "已恢复"),
     ("No alarms yet.", "还没有告警。"),
     ("Open alarms", "未恢复的告警"),
+    ("Workflows", "工作流"),
+    ("Workflow", "工作流"),
+    ("Workflow instance", "工作流实例"),
+    ("Cancel instance", "取消实例"),
+    (
+        "Cancel this instance? Its running steps are killed.",
+        "取消这个实例？正在运行的步骤会被终止。",
+    ),
+    ("Input (JSON)", "输入（JSON）"),
+    (
+        "Key (optional: a second start with it returns the first instance)",
+        "键（可选：用同一个键再次启动会返回第一个实例）",
+    ),
+    ("Latest instances", "最近的实例"),
+    ("No instances yet.", "还没有实例。"),
+    (
+        "No workflows yet: define one with the API or `rota workflow apply`.",
+        "还没有工作流：用 API 或 `rota workflow apply` 定义一个。",
+    ),
+    ("Retry the failed steps", "重试失败的步骤"),
+    ("Start", "启动"),
+    ("Start an instance", "启动一个实例"),
+    ("Steps", "步骤"),
+    (
+        "This workflow is disabled: enable it to start instances.",
+        "这个工作流已停用：启用后才能启动实例。",
+    ),
+    ("after", "前置步骤"),
+    ("elements", "元素"),
+    ("id", "编号"),
+    ("input", "输入"),
+    ("map", "映射"),
+    ("output", "输出"),
+    ("step", "步骤"),
+    ("steps", "步骤数"),
+    ("took", "耗时"),
+    ("workflow", "工作流"),
 ];
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! - [`auth`]: passwords, sessions, CSRF, the slowing of failed logins, the admin seed.
 //! - [`pages`]: the handlers and their templates.
 //! - [`charts`]: the dashboard's SVG charts, drawn on the server.
+//! - [`workflows`] and [`graph`]: workflows and their instances, each drawn as its graph.
 //! - [`people`]: users (admin only) and API tokens.
 //! - [`lang`]: English and Simplified Chinese, chosen by cookie or `Accept-Language`.
 //!
@@ -24,6 +25,7 @@
 pub mod alarms;
 pub mod auth;
 pub mod charts;
+pub mod graph;
 pub mod jobs;
 pub mod lang;
 pub mod pages;
@@ -32,6 +34,7 @@ pub mod plugins;
 pub mod runs;
 pub mod secrets;
 pub mod tasks;
+pub mod workflows;
 
 use std::sync::Arc;
 
@@ -91,6 +94,20 @@ fn protected(max_plugin_bytes: usize) -> Vec<(Method, &'static str, MethodRouter
         (M::GET, "/runs/{id}", get(run)),
         (M::GET, "/runs/{id}/log", get(run_log)),
         (M::POST, "/runs/{id}/kill", post(kill_run)),
+        (M::GET, "/workflows", get(workflows::workflows)),
+        (M::GET, "/workflows/{id}", get(workflows::workflow)),
+        (M::POST, "/workflows/{id}/start", post(workflows::start)),
+        (M::GET, "/workflow-instances/{id}", get(workflows::instance)),
+        (
+            M::POST,
+            "/workflow-instances/{id}/cancel",
+            post(workflows::cancel),
+        ),
+        (
+            M::POST,
+            "/workflow-instances/{id}/retry",
+            post(workflows::retry),
+        ),
         (M::GET, "/plugins", get(plugins)),
         (
             M::POST,

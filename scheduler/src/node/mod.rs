@@ -272,6 +272,10 @@ impl Node {
         tasks.spawn(scan::rejoin_loop(scan.clone(), fenced));
         tasks.spawn(scan::take_over_loop(scan.clone()));
         tasks.spawn(crate::retention::retention_loop(self.ports.cluster.clone()));
+        tasks.spawn(crate::pipeline::workflow_fires::workflow_fires_loop(
+            self.ports.cluster.clone(),
+            self.ports.scan_wake.clone(),
+        ));
         tasks.spawn(crate::ports::announce_loop(self.ports.clone()));
         let shutdown = self.ports.cluster.shutdown.clone();
         tasks.spawn(alarm::outbox::outbox_loop(

@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use super::{Cluster, ExecutorCache, JobCache, RunIds};
 use crate::alarm::{self, On};
 use crate::model::*;
-use crate::store::{AlarmEvent, Applied, LeaseEnding, LeasesEnded};
+use crate::store::{AlarmEvent, Applied, InstanceEnded, LeaseEnding, LeasesEnded};
 
 /// What completion reads and may call: it writes through the cluster's store, numbers the
 /// runs that fail at the scheduler, refreshes the executor registry, and wakes the scan when
@@ -98,7 +98,7 @@ pub(crate) async fn apply_with(
             updates,
             now,
             &mut policy(now, &mut rng, retry_after),
-            &|changes, ended| alarms.raised(changes, ended, now),
+            &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
         )
         .await?;
     react(completion, updates, &applied, now);
@@ -127,7 +127,7 @@ pub(crate) async fn end_leases(
             endings,
             now,
             &mut policy(now, &mut rng, retry_after),
-            &|changes, ended| alarms.raised(changes, ended, now),
+            &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
         )
         .await?;
     react(completion, &ended.updates, &ended.applied, now);
@@ -151,7 +151,7 @@ fn policy<'a>(
 }
 
 /// The alarm rules an ending batch may meet, with the apps of its jobs (read only when a
-/// rule looks at completions).
+/// rule looks at runs' and tasks' endings).
 struct Alarms {
     rules: Arc<Vec<alarm::Rule>>,
     apps: HashMap<i64, String>,
@@ -172,19 +172,26 @@ impl Alarms {
         &self,
         changes: &[&RunUpdate],
         ended: &[EndedAttempt],
+        instances: &[InstanceEnded],
         now: Millis,
     ) -> Vec<AlarmEvent> {
-        if self.apps.is_empty() {
+        let mut events = if self.apps.is_empty() {
             Vec::new()
         } else {
             alarm::raised(&self.rules, &self.apps, changes, ended, now)
-        }
+        };
+        events.extend(alarm::workflows_failed(&self.rules, instances, now));
+        events
     }
 }
 
 /// After a batch: metrics, and a scan wake-up when a retry or a child is due inside the
 /// window or a concurrency slot was freed.
 fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now: Millis) {
+    for i in &applied.instances {
+        metrics::counter!("rota_workflow_instances_total", "status" => i.status.as_str())
+            .increment(1);
+    }
     for u in updates {
         if let (
             Some(started),

@@ -42,6 +42,7 @@ pub(crate) mod ready;
 pub mod ring;
 pub mod scan;
 pub mod wheel;
+pub mod workflow_fires;
 
 pub use caches::JobEntry;
 pub(crate) use caches::{ExecutorCache, JobCache, RunIds};

@@ -381,7 +381,9 @@ pub use rows::{
     PluginUser, ReportOwners, RunStat, SecretMeta, TokenUser, User,
 };
 use workflows::StepTaskEnded;
-pub use workflows::{Instance, InstanceStep, ItemCounts, Workflow};
+pub use workflows::{
+    FiresDone, Instance, InstanceEnded, InstanceStep, ItemCounts, Scheduled, Timing, Workflow,
+};
 
 /// The id of the row an `INSERT` created, on either backend.
 trait InsertId {

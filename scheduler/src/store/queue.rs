@@ -91,6 +91,8 @@ pub struct LeaseEnding {
     pub lease: String,
     pub status: RunStatus,
     pub message: Option<String>,
+    /// An ack's output (a workflow step's, for the steps after it), as JSON text.
+    pub output: Option<String>,
 }
 
 /// What a batch of [`LeaseEnding`]s came to.
@@ -848,7 +850,7 @@ fn lease_run_update(
         status: ending.status,
         exit_code: None,
         message: ending.message.clone(),
-        output: None,
+        output: ending.output.clone(),
     }
 }
 

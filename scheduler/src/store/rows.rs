@@ -319,6 +319,8 @@ pub struct Applied {
     pub children: usize,
     /// An attempt of a job with `max_concurrency` ended: the scan may claim another.
     pub freed_limited: bool,
+    /// Workflow instances the batch ended.
+    pub instances: Vec<InstanceEnded>,
 }
 
 // ----- read models handed to callers ---------------------------------------------------------

@@ -23,7 +23,8 @@ const SHARDS_FINAL: &str = ", (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.i
 
 /// What the alarm rules make of a batch's run updates and ended attempts: the events to
 /// record with them.
-pub type Raise<'a> = dyn Fn(&[&RunUpdate], &[EndedAttempt]) -> Vec<AlarmEvent> + Sync + 'a;
+pub type Raise<'a> =
+    dyn Fn(&[&RunUpdate], &[EndedAttempt], &[InstanceEnded]) -> Vec<AlarmEvent> + Sync + 'a;
 
 #[derive(FromRow)]
 pub(super) struct EndedRow {
@@ -87,7 +88,7 @@ impl Store {
         now: Millis,
         decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
     ) -> Result<Applied> {
-        self.apply_run_updates_raising(updates, now, decide, &|_, _| Vec::new())
+        self.apply_run_updates_raising(updates, now, decide, &|_, _, _| Vec::new())
             .await
     }
 
@@ -121,9 +122,9 @@ impl Store {
     }
 
     /// The rest of a batch that ended attempts, in its transaction, then the commit: the
-    /// alarm events `raise` sees, the tasks' next states, the children of succeeded tasks,
-    /// the workflow steps those tasks ended (and the tasks they make ready) and the
-    /// dashboard's counts.
+    /// tasks' next states, the workflow steps those tasks ended (and the tasks they make
+    /// ready, and the instances they end), the children of succeeded tasks, the alarm
+    /// events `raise` sees in all that, and the dashboard's counts.
     pub(super) async fn conclude(
         &self,
         mut tx: Tx,
@@ -133,15 +134,16 @@ impl Store {
         now: Millis,
         raise: &Raise<'_>,
     ) -> Result<Applied> {
-        let events = raise(changes, &verdicts.ended);
-        self.insert_alarm_events(&mut tx, &events).await?;
         self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
         self.schedule_retries(&mut tx, &verdicts.outcomes, now)
             .await?;
+        let (steps, instances) = self.end_steps(&mut tx, &verdicts.steps, now).await?;
         let children = self
             .insert_children(&mut tx, &verdicts.children, now)
             .await?
-            + self.end_steps(&mut tx, &verdicts.steps, now).await?;
+            + steps;
+        let events = raise(changes, &verdicts.ended, &instances);
+        self.insert_alarm_events(&mut tx, &events).await?;
         // Last: every batch that ends a run this minute updates the same `run_stats` row,
         // so it is held from here to the commit only.
         self.count_finished(&mut tx, &verdicts.counted).await?;
@@ -151,6 +153,7 @@ impl Store {
             tasks: verdicts.outcomes,
             children,
             freed_limited: verdicts.freed_limited,
+            instances,
         })
     }
 

@@ -49,7 +49,7 @@ pub struct RuleFields {
     /// Only this job's runs and tasks (by name or id); none: every job of the app.
     pub job: Option<NameOrId>,
     /// `run_failed`, `task_dead`, `run_timeout`, `lateness`, `no_executor`,
-    /// `executor_lost`, `node_taken_over`, `backlog` or `clock_skew`.
+    /// `executor_lost`, `node_taken_over`, `backlog`, `clock_skew` or `workflow_failed`.
     pub on: String,
     /// Milliseconds: `lateness` (run start − due) and `backlog` (the oldest due task's
     /// wait) need it; `no_executor` may have it (how long a fire waits before it counts);

@@ -61,3 +61,7 @@ where
 {
     Option::<T>::deserialize(d).map(Some)
 }
+
+/// Any JSON value (a workflow instance's input, a step's output), as the OpenAPI document
+/// names it: a marker for `#[schema(value_type = …)]` of a `serde_json::Value` field.
+pub enum AnyJson {}

@@ -11,9 +11,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::fields::NameOrId;
+use super::fields::{AnyJson, NameOrId};
 use super::jobs::{cached_job, task_as};
 use super::validate::{self, invalid};
 use super::{Error, Result};
@@ -160,15 +161,27 @@ async fn lease(
     Ok(leased)
 }
 
-/// `POST /api/v1/tasks/{id}/ack`, `…/nack`.
+/// `POST /api/v1/tasks/{id}/ack`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Ack {
+    /// The lease the pull gave.
+    pub lease: String,
+    /// The attempt's output, any JSON (a workflow step's, given to the steps after it; at
+    /// most 64 KiB, more fails the step).
+    #[schema(value_type = Option<AnyJson>)]
+    pub output: Option<Value>,
+}
+
+/// `POST /api/v1/tasks/{id}/nack`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseEnd {
     /// The lease the pull gave.
     pub lease: String,
-    /// Nack: why the attempt failed (kept as the run's message).
+    /// Why the attempt failed (kept as the run's message).
     pub error: Option<String>,
-    /// Nack: retry after this long instead of the backoff (0 to 604,800,000 ms).
+    /// Retry after this long instead of the backoff (0 to 604,800,000 ms).
     pub delay_ms: Option<i64>,
 }
 
@@ -182,8 +195,15 @@ pub struct LeaseExtension {
 }
 
 /// Acks task `id`'s attempt: the task has succeeded. The task as it now is.
-pub async fn ack(ports: &Ports, who: &Principal, id: i64, lease: &str) -> Result<Task> {
-    end_one(ports, who, id, lease, RunStatus::Succeeded, None, None).await
+pub async fn ack(ports: &Ports, who: &Principal, id: i64, end: Ack) -> Result<Task> {
+    let ending = LeaseEnding {
+        task_id: id,
+        lease: end.lease,
+        status: RunStatus::Succeeded,
+        message: None,
+        output: end.output.as_ref().map(Value::to_string),
+    };
+    end_one(ports, who, ending, None).await
 }
 
 /// Nacks task `id`'s attempt: a failed attempt, retried after `delay_ms` (or the backoff)
@@ -196,17 +216,14 @@ pub async fn nack(ports: &Ports, who: &Principal, id: i64, end: LeaseEnd) -> Res
     if let Some(error) = &end.error {
         validate::max_bytes("error", error, 64 * 1024)?;
     }
-    let message = end.error.unwrap_or_else(|| "nacked by the consumer".into());
-    end_one(
-        ports,
-        who,
-        id,
-        &end.lease,
-        RunStatus::Failed,
-        Some(message),
-        delay,
-    )
-    .await
+    let ending = LeaseEnding {
+        task_id: id,
+        lease: end.lease,
+        status: RunStatus::Failed,
+        message: Some(end.error.unwrap_or_else(|| "nacked by the consumer".into())),
+        output: None,
+    };
+    end_one(ports, who, ending, delay).await
 }
 
 /// Moves the end of task `id`'s lease to `lease_ms` from now; the new end.
@@ -231,24 +248,16 @@ pub async fn extend(
     }
 }
 
-/// Ends task `id`'s leased attempt with `status` if `lease` is its live lease and `who`
+/// Ends the leased attempt `ending` names if its lease is the task's live one and `who`
 /// may; the task as it then is.
 async fn end_one(
     ports: &Ports,
     who: &Principal,
-    id: i64,
-    lease: &str,
-    status: RunStatus,
-    message: Option<String>,
+    ending: LeaseEnding,
     retry_after: Option<Millis>,
 ) -> Result<Task> {
+    let id = ending.task_id;
     let task = task_as(ports.store(), who, id, Need::Change).await?;
-    let ending = LeaseEnding {
-        task_id: id,
-        lease: lease.to_owned(),
-        status,
-        message,
-    };
     let delays: HashMap<i64, Millis> = retry_after.map(|d| (id, d)).into_iter().collect();
     let ended = ports
         .end_leases(None, &[task.job_id], &[ending], &delays)
@@ -265,6 +274,9 @@ async fn end_one(
 pub struct AckItem {
     pub task: i64,
     pub lease: String,
+    /// The attempt's output, any JSON (as in a single ack).
+    #[schema(value_type = Option<AnyJson>)]
+    pub output: Option<Value>,
 }
 
 /// What became of one item of a batch ack.
@@ -303,6 +315,7 @@ pub async fn ack_batch(
             lease: i.lease.clone(),
             status: RunStatus::Succeeded,
             message: None,
+            output: i.output.as_ref().map(Value::to_string),
         })
         .collect();
     let ended = ports

@@ -10,10 +10,12 @@ use super::jobs::job_ref;
 use super::validate::{self, invalid};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
+use crate::model::Millis;
 use crate::model::Page;
 use crate::ports::Ports;
-use crate::store::{self, Instance, Store, Workflow};
-use crate::workflow::{Graph, InstanceStatus, StepSpec};
+use crate::schedule::{Misfire, Schedule};
+use crate::store::{self, Instance, Scheduled, Store, Timing, Workflow};
+use crate::workflow::{Graph, InstanceStatus, Overlap, StepSpec};
 
 /// A step's `params` are at most this long.
 const MAX_PARAMS_BYTES: usize = 64 * 1024;
@@ -36,13 +38,63 @@ pub struct WorkflowFields {
     pub app: String,
     pub steps: Vec<StepFields>,
     pub enabled: bool,
+    pub timing: TimingFields,
 }
 
-/// A change to a workflow: new steps (a new version), on or off.
+/// A change to a workflow: new steps (a new version), on or off, its timing.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkflowChange {
     pub steps: Option<Vec<StepFields>>,
     pub enabled: Option<bool>,
+    pub timing: TimingFields,
+}
+
+/// A workflow's timing as sent, each part optional: a change keeps what it does not name.
+/// A schedule of kind `none` removes the schedule.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TimingFields {
+    pub schedule: Option<Schedule>,
+    pub misfire: Option<String>,
+    pub overlap: Option<String>,
+}
+
+impl TimingFields {
+    fn is_empty(&self) -> bool {
+        self.schedule.is_none() && self.misfire.is_none() && self.overlap.is_none()
+    }
+}
+
+/// `fields` over `base`, checked (each problem named by its field), with the next fire
+/// time after `now` (none without a schedule).
+fn scheduled(base: &Timing, fields: &TimingFields, now: Millis) -> Result<Scheduled> {
+    let schedule = match &fields.schedule {
+        Some(Schedule::None) => None,
+        Some(s) => Some(s.clone()),
+        None => base.schedule.clone(),
+    };
+    let misfire: Misfire = match &fields.misfire {
+        Some(m) => m.parse().map_err(|e: String| invalid("misfire", e))?,
+        None => base.misfire,
+    };
+    let overlap: Overlap = match &fields.overlap {
+        Some(o) => o.parse().map_err(|e: String| invalid("overlap", e))?,
+        None => base.overlap,
+    };
+    let next_fire_at = match &schedule {
+        Some(s) => s
+            .compile_at(now)
+            .map_err(|e| invalid("schedule", e))?
+            .next_after(now),
+        None => None,
+    };
+    Ok(Scheduled {
+        timing: Timing {
+            schedule,
+            misfire,
+            overlap,
+        },
+        next_fire_at,
+    })
 }
 
 /// Each step's job resolved (it must exist and be in `app`), and the graph checked: the
@@ -108,10 +160,11 @@ pub async fn create(ports: &Ports, who: &Principal, fields: WorkflowFields) -> R
     who.check_app(&fields.app)?;
     let steps = resolve(ports.store(), &fields.app, &fields.steps).await?;
     let now = ports.clock().now_ms();
+    let timing = scheduled(&Timing::default(), &fields.timing, now)?;
     let app_id = ports.store().ensure_app(&fields.app, now).await?;
     let wf = ports
         .store()
-        .create_workflow(&fields.name, app_id, &steps, fields.enabled, now)
+        .create_workflow(&fields.name, app_id, &steps, fields.enabled, &timing, now)
         .await?;
     ports.audit(&who.name, "create workflow", &wf.name).await;
     tracing::info!(workflow.id = wf.id, workflow.name = %wf.name, "workflow created");
@@ -130,13 +183,22 @@ pub async fn update(
         Some(steps) => Some(resolve(ports.store(), &wf.app, steps).await?),
         None => None,
     };
+    let now = ports.clock().now_ms();
+    // The next fire time moves with the timing, and from now when it is switched on.
+    let enabling = change.enabled == Some(true) && !wf.enabled;
+    let timing = if !change.timing.is_empty() || enabling {
+        Some(scheduled(&wf.timing, &change.timing, now)?)
+    } else {
+        None
+    };
     let updated = ports
         .store()
         .update_workflow(
             wf.id,
             steps.as_deref(),
             change.enabled,
-            ports.clock().now_ms(),
+            timing.as_ref(),
+            now,
         )
         .await?;
     ports.audit(&who.name, "update workflow", &wf.name).await;
@@ -189,6 +251,8 @@ pub async fn start(
         .start_instance(&wf, &input, key.as_deref(), ports.clock().now_ms())
         .await?;
     if created {
+        metrics::counter!("rota_workflow_instances_total", "status" => InstanceStatus::Running.as_str())
+            .increment(1);
         ports.wake_scan();
         ports
             .audit(
@@ -294,8 +358,28 @@ pub async fn cancel(ports: &Ports, who: &Principal, id: i64) -> Result<Instance>
             tracing::warn!(run.id = run_id, error = %e, "cancelling a workflow: kill failed");
         }
     }
+    metrics::counter!("rota_workflow_instances_total", "status" => InstanceStatus::Cancelled.as_str())
+        .increment(1);
     ports
         .audit(&who.name, "cancel workflow instance", &id.to_string())
+        .await;
+    Ok(ports.store().get_instance(id).await?)
+}
+
+/// Retries failed instance `id`: its failed steps run again with a fresh attempt budget (a
+/// map's failed elements only) and the steps their failure skipped are judged again.
+/// Audited.
+pub async fn retry(ports: &Ports, who: &Principal, id: i64) -> Result<Instance> {
+    instance_as(ports, who, id, Need::Change).await?;
+    let created = ports
+        .store()
+        .retry_instance(id, ports.clock().now_ms())
+        .await?;
+    if created > 0 {
+        ports.wake_scan();
+    }
+    ports
+        .audit(&who.name, "retry workflow instance", &id.to_string())
         .await;
     Ok(ports.store().get_instance(id).await?)
 }

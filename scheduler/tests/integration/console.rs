@@ -432,6 +432,24 @@ async fn every_page_renders() {
         .await
         .unwrap();
 
+    let wf = t
+        .api(
+            Method::POST,
+            "/api/v1/workflows",
+            "application/json",
+            json!({"name": "nightly", "app": "default", "steps": [{"name": "report", "job": job}]})
+                .to_string(),
+        )
+        .await;
+    let instance = t
+        .api(
+            Method::POST,
+            "/api/v1/workflows/nightly/instances",
+            "application/json",
+            "{}".into(),
+        )
+        .await;
+
     for (method, path) in console_routes() {
         if method != Method::GET {
             continue;
@@ -440,6 +458,8 @@ async fn every_page_renders() {
             Some("jobs") => job,
             Some("tasks") => task,
             Some("runs") => 7,
+            Some("workflows") => wf["id"].as_i64().unwrap(),
+            Some("workflow-instances") => instance["id"].as_i64().unwrap(),
             _ => 1,
         };
         let path = concrete(&path, id);
@@ -2820,5 +2840,120 @@ async fn reads_refuse_alike_through_both_doors() {
         .await
         .expect(status)
         .contains(&html(&message));
+    t.stop().await;
+}
+
+/// The workflow pages: a definition drawn as its graph, an instance started from the form
+/// (bad JSON refused, naming it) and drawn with each step's status, a failed one retried
+/// and a running one cancelled from its page; in Chinese as in English.
+#[tokio::test]
+async fn workflows_are_drawn_started_retried_and_cancelled_from_their_pages() {
+    let t = start().await;
+    let b = t.sign_in().await;
+    for name in ["pack", "ship"] {
+        t.api(
+            Method::POST,
+            "/api/v1/jobs",
+            "application/json",
+            json!({"name": name, "app": "default", "schedule": {"kind": "none"},
+                   "delivery": {"kind": "pull"}, "max_attempts": 1})
+            .to_string(),
+        )
+        .await;
+    }
+    let wf = t
+        .api(
+            Method::POST,
+            "/api/v1/workflows",
+            "application/json",
+            json!({"name": "order<1>", "app": "default", "steps": [
+                {"name": "pack", "job": "pack"},
+                {"name": "ship", "job": "ship", "after": ["pack"]},
+            ]})
+            .to_string(),
+        )
+        .await;
+    let wf_id = wf["id"].as_i64().unwrap();
+    t.get("/console/workflows", Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains(&format!("/console/workflows/{wf_id}\">order&#60;1&#62;<"));
+    let page = t
+        .get(&format!("/console/workflows/{wf_id}"), Some(&b.cookie))
+        .await;
+    page.expect(StatusCode::OK)
+        .contains(r#"<svg class="graph""#)
+        .contains(r#"class="step status-defined""#)
+        .contains(r#"class="edge""#)
+        .contains(">ship</text>");
+    assert!(!page.text.contains("order<1>"), "the name is escaped");
+
+    let start = format!("/console/workflows/{wf_id}/start");
+    t.submit(&b, &start, &[("input", "{nope"), ("key", "")])
+        .await
+        .expect(StatusCode::BAD_REQUEST)
+        .contains("input: not JSON");
+    let started = t
+        .submit(
+            &b,
+            &start,
+            &[("input", r#"{"order": 42}"#), ("key", "o-42")],
+        )
+        .await;
+    started.expect(StatusCode::SEE_OTHER);
+    let at = started.location().to_owned();
+    let id: i64 = at
+        .strip_prefix("/console/workflow-instances/")
+        .and_then(|i| i.parse().ok())
+        .unwrap_or_else(|| panic!("redirect to the instance: {at}"));
+    t.get(&at, Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains(r#"class="step status-running""#)
+        .contains(r#"class="step status-pending""#)
+        .contains("&#34;order&#34;: 42")
+        .contains("Cancel instance");
+
+    // The step fails (nacked, one attempt): the page offers a retry, which runs it again.
+    let pulled = t
+        .api(
+            Method::POST,
+            "/api/v1/jobs/pack/pull",
+            "application/json",
+            json!({"wait_ms": 10_000}).to_string(),
+        )
+        .await;
+    let item = &pulled["items"][0];
+    t.api(
+        Method::POST,
+        &format!("/api/v1/tasks/{}/nack", item["task"]),
+        "application/json",
+        json!({"lease": item["lease"]}).to_string(),
+    )
+    .await;
+    t.get(&at, Some(&b.cookie))
+        .await
+        .contains(r#"class="step status-failed""#)
+        .contains(r#"class="step status-skipped""#)
+        .contains("Retry the failed steps");
+    t.submit(&b, &format!("/console/workflow-instances/{id}/retry"), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    t.get(&at, Some(&b.cookie))
+        .await
+        .contains(r#"<span class="status running">running</span>"#);
+    t.submit(&b, &format!("/console/workflow-instances/{id}/cancel"), &[])
+        .await
+        .expect(StatusCode::SEE_OTHER);
+    let zh = Request::get(&at)
+        .header(header::COOKIE, &b.cookie)
+        .header(header::ACCEPT_LANGUAGE, "zh-CN")
+        .body(Body::empty())
+        .unwrap();
+    t.send(zh)
+        .await
+        .expect(StatusCode::OK)
+        .contains("工作流实例")
+        .contains(r#"class="step status-cancelled""#);
     t.stop().await;
 }

@@ -906,6 +906,21 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
         )
         .await;
     assert_eq!(by_id.status, StatusCode::CREATED, "{}", by_id.text);
+    let wf = t
+        .api(
+            M::POST,
+            "/api/v1/workflows",
+            Some(json!({"name": "w", "app": "default", "steps": [{"name": "a", "job": "base"}]})),
+        )
+        .await;
+    assert_eq!(wf.status, StatusCode::CREATED, "{}", wf.text);
+    let steps_over = format!(
+        r#"{{"name": "x", "app": "default", "steps": [{}]}}"#,
+        (0..101)
+            .map(|i| format!(r#"{{"name": "s{i}", "job": "base"}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
     let acks_over = format!(
         r#"{{"acks": [{}]}}"#,
         vec![r#"{"task": 1, "lease": "x"}"#; 1_001].join(",")
@@ -1837,6 +1852,152 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
         bad(M::DELETE, "/api/v1/alarm-rules/nope", "", 404, "nope"),
         bad(M::GET, "/api/v1/alarms?limit=0", "", 400, "limit"),
         bad(M::GET, "/api/v1/alarms?after=x", "", 400, "after"),
+        // --- workflows ---
+        bad(M::POST, "/api/v1/workflows", "{", 400, "JSON"),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "x", "app": "default"}"#,
+            400,
+            "steps",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "x", "app": "default", "steps": []}"#,
+            422,
+            "at least one step",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            leak(steps_over),
+            422,
+            "at most 100",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "x", "app": "default", "steps": [{"name": "a", "job": "base", "after": ["b"]}, {"name": "b", "job": "base", "after": ["a"]}]}"#,
+            422,
+            "cycle",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "x", "app": "default", "steps": [{"name": "a", "job": "base"}, {"name": "a", "job": "base"}]}"#,
+            422,
+            "duplicate",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "x", "app": "default", "steps": [{"name": "a", "job": "base", "after": ["ghost"]}]}"#,
+            422,
+            "ghost",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "x", "app": "default", "steps": [{"name": "a", "job": "base"}, {"name": "b", "job": "base"}, {"name": "m", "job": "base", "map": true, "after": ["a", "b"]}]}"#,
+            422,
+            "map",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "x", "app": "default", "steps": [{"name": "a", "job": "base"}, {"name": "b", "job": "base", "after": ["a"], "when": "sometimes"}]}"#,
+            422,
+            "sometimes",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "x", "app": "default", "steps": [{"name": "a", "job": "no-such-job"}]}"#,
+            404,
+            "no-such-job",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "x", "app": "default", "steps": [{"name": "a", "job": "base", "colour": "red"}]}"#,
+            400,
+            "colour",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows",
+            r#"{"name": "w", "app": "default", "steps": [{"name": "a", "job": "base"}]}"#,
+            409,
+            "w",
+        ),
+        bad(
+            M::PATCH,
+            "/api/v1/workflows/w",
+            r#"{"steps": [{"name": "a", "job": "base", "after": ["a"]}]}"#,
+            422,
+            "cycle",
+        ),
+        bad(M::PATCH, "/api/v1/workflows/nope", "{}", 404, "nope"),
+        bad(M::DELETE, "/api/v1/workflows/nope", "", 404, "nope"),
+        bad(M::POST, "/api/v1/workflows/w/instances", "{", 400, "JSON"),
+        bad(
+            M::POST,
+            "/api/v1/workflows/w/instances",
+            r#"{"key": ""}"#,
+            422,
+            "key",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows/w/instances",
+            leak(format!(r#"{{"input": "{big_payload}"}}"#)),
+            413,
+            "input",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflows/nope/instances",
+            "{}",
+            404,
+            "nope",
+        ),
+        bad(
+            M::GET,
+            "/api/v1/workflow-instances?status=lost",
+            "",
+            400,
+            "lost",
+        ),
+        bad(
+            M::GET,
+            "/api/v1/workflow-instances?limit=0",
+            "",
+            400,
+            "limit",
+        ),
+        bad(
+            M::GET,
+            "/api/v1/workflow-instances?workflow=nope",
+            "",
+            404,
+            "nope",
+        ),
+        bad(M::GET, "/api/v1/workflow-instances/abc", "", 400, "id"),
+        bad(
+            M::POST,
+            "/api/v1/workflow-instances/987654/cancel",
+            "",
+            404,
+            "987654",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/workflow-instances/987654/retry",
+            "",
+            404,
+            "987654",
+        ),
         // --- anything else ---
         bad(M::GET, "/api/v1/../../etc/passwd", "", 404, "no route"),
         bad(
@@ -1949,6 +2110,23 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
         ["q", "base"],
         "the two jobs made before the battery, newest first"
     );
+    let workflows = t.api(M::GET, "/api/v1/workflows", None).await;
+    let workflows: Value = serde_json::from_str(&workflows.text).unwrap();
+    let names: Vec<&str> = workflows["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["w"],
+        "the workflow made before the battery, unchanged"
+    );
+    assert_eq!(workflows["items"][0]["version"], 1);
+    let instances = t.api(M::GET, "/api/v1/workflow-instances", None).await;
+    let instances: Value = serde_json::from_str(&instances.text).unwrap();
+    assert_eq!(instances["items"], json!([]), "no instance was started");
     let health = t
         .request(As::Nobody, M::GET, "/healthz", None, Vec::new())
         .await;

@@ -2172,6 +2172,7 @@ contract!(
                 lease: lease.to_owned(),
                 status,
                 message: message.map(str::to_owned),
+                output: None,
             };
         // Success succeeds, a failure is retried, a loss is the end.
         let mut decide = |e: &AttemptEnded| match e.status {
@@ -2186,7 +2187,7 @@ contract!(
             let store = store.clone();
             async move {
                 store
-                    .end_leases(Some(job_id), &endings, NOW + 5, &mut decide, &|_, _| {
+                    .end_leases(Some(job_id), &endings, NOW + 5, &mut decide, &|_, _, _| {
                         Vec::new()
                     })
                     .await

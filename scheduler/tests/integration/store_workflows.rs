@@ -2,7 +2,8 @@
 //! their roots' tasks, step endings applied in the report's transaction that create what
 //! they make ready — data passed along, every `when`, skips, maps in order — a join
 //! decided once when its predecessors end at the same moment through two connections, an
-//! idempotent start, and a new version while instances run on the old.
+//! idempotent start, a new version while instances run on the old, retries of failed
+//! instances, and scheduled fires with each overlap policy.
 
 use std::collections::HashMap;
 
@@ -10,8 +11,9 @@ use serde_json::{Value, json};
 
 use crate::store_contract::{NOW, TestDb, dispatched, lease, no_jobs, report, spec};
 use rota_scheduler::model::*;
-use rota_scheduler::store::{Instance, Store, Workflow};
-use rota_scheduler::workflow::{InstanceStatus, StepSpec, StepStatus};
+use rota_scheduler::schedule::Schedule;
+use rota_scheduler::store::{Instance, Scheduled, Store, Timing, Workflow};
+use rota_scheduler::workflow::{InstanceStatus, Overlap, StepSpec, StepStatus};
 
 /// A step of job `job` after `after`.
 fn step(name: &str, job: i64, after: &[&str]) -> StepSpec {
@@ -38,7 +40,7 @@ async fn jobs(store: &Store, names: &[&str]) -> HashMap<String, i64> {
 async fn workflow(store: &Store, name: &str, steps: &[StepSpec]) -> Workflow {
     let app = store.ensure_app("default", NOW).await.unwrap();
     store
-        .create_workflow(name, app, steps, true, NOW)
+        .create_workflow(name, app, steps, true, &Scheduled::default(), NOW)
         .await
         .unwrap()
 }
@@ -54,6 +56,25 @@ async fn diamond(store: &Store, name: &str) -> (HashMap<String, i64>, Workflow) 
             step("left", j["left"], &["root"]),
             step("right", j["right"], &["root"]),
             step("join", j["join"], &["left", "right"]),
+        ],
+    )
+    .await;
+    (j, wf)
+}
+
+/// Jobs `list`, `each`, `sum` and workflow `name`: list → each (a map over list's output)
+/// → sum.
+async fn mapped(store: &Store, name: &str) -> (HashMap<String, i64>, Workflow) {
+    let j = jobs(store, &["list", "each", "sum"]).await;
+    let mut each = step("each", j["each"], &["list"]);
+    each.map = true;
+    let wf = workflow(
+        store,
+        name,
+        &[
+            step("list", j["list"], &[]),
+            each,
+            step("sum", j["sum"], &["each"]),
         ],
     )
     .await;
@@ -288,19 +309,7 @@ contract!(
 contract!(
     a_map_of_a_thousand_runs_each_element_and_the_reduce_gets_them_in_order,
     |store: Store| async move {
-        let j = jobs(&store, &["list", "each", "sum"]).await;
-        let mut each = step("each", j["each"], &["list"]);
-        each.map = true;
-        let wf = workflow(
-            &store,
-            "mapped",
-            &[
-                step("list", j["list"], &[]),
-                each,
-                step("sum", j["sum"], &["each"]),
-            ],
-        )
-        .await;
+        let (_, wf) = mapped(&store, "mapped").await;
         let lease = lease(&store).await;
         let inst = start(&store, &wf, json!({})).await;
         let fired = fire_all(&store, lease).await;
@@ -421,6 +430,7 @@ contract!(
                     step("three", j["three"], &["one"]),
                 ]),
                 None,
+                None,
                 NOW,
             )
             .await
@@ -480,5 +490,253 @@ contract!(
                 InstanceStatus::Succeeded
             );
         }
+    }
+);
+
+contract!(
+    a_retried_instance_runs_its_failed_step_again_and_what_it_skipped,
+    |store: Store| async move {
+        let j = jobs(&store, &["fetch", "charge", "ship", "refund"]).await;
+        let mut refund = step("refund", j["refund"], &["charge"]);
+        refund.when = Some("any_failed".into());
+        let wf = workflow(
+            &store,
+            "order",
+            &[
+                step("fetch", j["fetch"], &[]),
+                step("charge", j["charge"], &["fetch"]),
+                step("ship", j["ship"], &["charge"]),
+                refund,
+            ],
+        )
+        .await;
+        let lease = lease(&store).await;
+        let inst = start(&store, &wf, json!({"order": 42})).await;
+        let conflict = store.retry_instance(inst.id, NOW).await.unwrap_err();
+        assert!(
+            conflict.to_string().contains("only a failed instance"),
+            "a running instance is not retried: {conflict}"
+        );
+        let fired = fire_all(&store, lease).await;
+        end_all(&store, &fired, |_| (RunStatus::Succeeded, Some(json!(7)))).await;
+        let fired = fire_all(&store, lease).await;
+        end_all(&store, &fired, |_| (RunStatus::Failed, None)).await;
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1);
+        assert_eq!(job_name(&j, &fired[0]), "refund");
+        end_all(&store, &fired, |_| (RunStatus::Succeeded, None)).await;
+        let failed = store.get_instance(inst.id).await.unwrap();
+        assert_eq!(failed.status, InstanceStatus::Failed);
+        assert_eq!(step_of(&failed, "ship").status, StepStatus::Skipped);
+
+        assert_eq!(store.retry_instance(inst.id, NOW).await.unwrap(), 1);
+        let again = store.get_instance(inst.id).await.unwrap();
+        assert_eq!(again.status, InstanceStatus::Running);
+        assert_eq!(again.finished_at, None);
+        assert_eq!(
+            statuses(&again),
+            [
+                ("fetch".to_owned(), StepStatus::Succeeded),
+                ("charge".to_owned(), StepStatus::Running),
+                ("ship".to_owned(), StepStatus::Pending),
+                ("refund".to_owned(), StepStatus::Succeeded),
+            ],
+            "the compensation that ran is kept"
+        );
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1);
+        assert_eq!(job_name(&j, &fired[0]), "charge");
+        assert_eq!(
+            fired[0].payload,
+            json!({"input": {"order": 42}, "steps": {"fetch": 7}}),
+            "the retried step is given what it was given before"
+        );
+        assert_eq!(
+            store.get_task(fired[0].task.task_id).await.unwrap().attempt,
+            1,
+            "a fresh attempt budget: a new task"
+        );
+        end_all(&store, &fired, |_| {
+            (RunStatus::Succeeded, Some(json!("paid")))
+        })
+        .await;
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1);
+        assert_eq!(job_name(&j, &fired[0]), "ship");
+        end_all(&store, &fired, |_| (RunStatus::Succeeded, None)).await;
+        let done = store.get_instance(inst.id).await.unwrap();
+        assert_eq!(done.status, InstanceStatus::Succeeded);
+        assert_eq!(
+            step_of(&done, "charge").runs.len(),
+            2,
+            "both attempts' runs"
+        );
+        let conflict = store.retry_instance(inst.id, NOW).await.unwrap_err();
+        assert!(conflict.to_string().contains("is succeeded"), "{conflict}");
+    }
+);
+
+contract!(
+    a_retried_map_runs_only_its_failed_elements_and_reduces_all_in_order,
+    |store: Store| async move {
+        let (_, wf) = mapped(&store, "retried-map").await;
+        let lease = lease(&store).await;
+        let inst = start(&store, &wf, json!({})).await;
+        let fired = fire_all(&store, lease).await;
+        end_all(&store, &fired, |_| {
+            (
+                RunStatus::Succeeded,
+                Some(json!((0..10).collect::<Vec<i64>>())),
+            )
+        })
+        .await;
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 10);
+        let index = |f: &Fired| f.payload["index"].as_i64().unwrap();
+        end_all(&store, &fired, |f| match index(f) {
+            3 | 7 => (RunStatus::Failed, None),
+            n => (RunStatus::Succeeded, Some(json!(n * 10))),
+        })
+        .await;
+        let failed = store.get_instance(inst.id).await.unwrap();
+        assert_eq!(failed.status, InstanceStatus::Failed);
+        assert_eq!(step_of(&failed, "sum").status, StepStatus::Skipped);
+
+        assert_eq!(store.retry_instance(inst.id, NOW).await.unwrap(), 2);
+        let again = store.get_instance(inst.id).await.unwrap();
+        let each = step_of(&again, "each");
+        assert_eq!(each.status, StepStatus::Running);
+        assert_eq!(each.message, None);
+        assert_eq!(
+            each.items
+                .as_ref()
+                .map(|i| (i.total, i.succeeded, i.failed, i.running)),
+            Some((10, 8, 0, 2)),
+            "the failed elements' first tasks are no longer counted"
+        );
+        let fired = fire_all(&store, lease).await;
+        let mut retried: Vec<i64> = fired.iter().map(index).collect();
+        retried.sort_unstable();
+        assert_eq!(retried, [3, 7], "only the elements that failed");
+        assert_eq!(fired[0].payload["item"], fired[0].payload["index"]);
+        end_all(&store, &fired, |f| {
+            (RunStatus::Succeeded, Some(json!(index(f) * 10)))
+        })
+        .await;
+        let fired = fire_all(&store, lease).await;
+        assert_eq!(fired.len(), 1);
+        assert_eq!(
+            fired[0].payload["steps"]["each"],
+            json!((0..10).map(|n| n * 10).collect::<Vec<i64>>())
+        );
+        end_all(&store, &fired, |_| (RunStatus::Succeeded, None)).await;
+        assert_eq!(
+            store.get_instance(inst.id).await.unwrap().status,
+            InstanceStatus::Succeeded
+        );
+    }
+);
+
+/// A workflow of `job`'s one step, firing every second from `NOW + 1000`, with `overlap`.
+async fn every_second(store: &Store, name: &str, job: i64, overlap: Overlap) -> Workflow {
+    let scheduled = Scheduled {
+        timing: Timing {
+            schedule: Some(Schedule::FixedRate { every_ms: 1_000 }),
+            overlap,
+            ..Timing::default()
+        },
+        next_fire_at: Some(NOW + 1_000),
+    };
+    let app = store.ensure_app("default", NOW).await.unwrap();
+    store
+        .create_workflow(name, app, &[step("only", job, &[])], true, &scheduled, NOW)
+        .await
+        .unwrap()
+}
+
+/// The instances of `wf`, oldest first: (key, status).
+async fn instances_of(store: &Store, wf: &Workflow) -> Vec<(Option<String>, InstanceStatus)> {
+    let mut all = store
+        .list_instances(Some(wf.id), None, None, 100)
+        .await
+        .unwrap();
+    all.reverse();
+    all.into_iter().map(|i| (i.key, i.status)).collect()
+}
+
+contract!(
+    a_scheduled_workflow_fires_once_per_fire_time_and_skips_queues_or_allows_overlaps,
+    |store: Store| async move {
+        let j = jobs(&store, &["s", "q", "a"]).await;
+        let skip = every_second(&store, "skips", j["s"], Overlap::Skip).await;
+        let queue = every_second(&store, "queues", j["q"], Overlap::Queue).await;
+        let allow = every_second(&store, "allows", j["a"], Overlap::Allow).await;
+        assert_eq!(skip.next_fire_at, Some(NOW + 1_000));
+        assert_eq!(
+            store
+                .fire_workflows(NOW + 999, 5_000, 100)
+                .await
+                .unwrap()
+                .started,
+            0,
+            "nothing fires early"
+        );
+        // Two nodes fire the same moment: one instance per workflow.
+        let other = store.clone();
+        let (a, b) = tokio::join!(
+            store.fire_workflows(NOW + 1_000, 5_000, 100),
+            other.fire_workflows(NOW + 1_000, 5_000, 100),
+        );
+        assert_eq!(a.unwrap().started + b.unwrap().started, 3);
+        let first = Some(format!("fire:{}", NOW + 1_000));
+        for wf in [&skip, &queue, &allow] {
+            assert_eq!(
+                instances_of(&store, wf).await,
+                [(first.clone(), InstanceStatus::Running)]
+            );
+        }
+        let inst = store
+            .list_instances(Some(queue.id), None, None, 1)
+            .await
+            .unwrap();
+        assert!(
+            inst[0].input["scheduled_at"]
+                .as_str()
+                .unwrap()
+                .ends_with("Z"),
+            "{:?}",
+            inst[0].input
+        );
+
+        // The next second, the first instances still run.
+        let done = store.fire_workflows(NOW + 2_000, 5_000, 100).await.unwrap();
+        assert_eq!((done.started, done.skipped, done.queued), (1, 1, 1));
+        assert_eq!(instances_of(&store, &skip).await.len(), 1, "skipped");
+        assert_eq!(instances_of(&store, &queue).await.len(), 1, "queued");
+        assert_eq!(instances_of(&store, &allow).await.len(), 2, "allowed");
+        assert_eq!(
+            store.get_workflow(skip.id).await.unwrap().next_fire_at,
+            Some(NOW + 3_000)
+        );
+
+        // The queue's running instance ends: the queued fire starts in that transaction.
+        let lease = lease(&store).await;
+        let fired = fire_all(&store, lease).await;
+        let queued_step: Vec<Fired> = fired
+            .into_iter()
+            .filter(|f| f.task.job_id == j["q"])
+            .collect();
+        assert_eq!(queued_step.len(), 1);
+        end_all(&store, &queued_step, |_| (RunStatus::Succeeded, None)).await;
+        assert_eq!(
+            instances_of(&store, &queue).await,
+            [
+                (first.clone(), InstanceStatus::Succeeded),
+                (
+                    Some(format!("fire:{}", NOW + 2_000)),
+                    InstanceStatus::Running
+                ),
+            ]
+        );
     }
 );

@@ -316,3 +316,280 @@ async fn a_disabled_workflow_starts_nothing_and_an_oversized_input_is_refused() 
         .expect(StatusCode::CREATED);
     t.stop().await;
 }
+
+/// Pulls `job`'s one due step task, waiting for it: its task id, lease and payload.
+async fn pull_one(t: &TestApp, job: &str) -> (i64, Value, Value) {
+    let pulled = t
+        .post(
+            &format!("/api/v1/jobs/{job}/pull"),
+            json!({"max": 1, "wait_ms": 10_000, "lease_ms": 60_000}),
+        )
+        .await
+        .json();
+    let item = pulled["items"][0].clone();
+    assert!(item.is_object(), "a task of `{job}` is due: {pulled}");
+    let payload: Value = serde_json::from_str(item["payload"].as_str().unwrap()).unwrap();
+    (
+        item["task"].as_i64().unwrap(),
+        item["lease"].clone(),
+        payload,
+    )
+}
+
+/// Instance `id` once its status is not `running` (within 20 s).
+async fn ended(t: &TestApp, id: i64) -> Value {
+    for _ in 0..400 {
+        let inst = t
+            .get(&format!("/api/v1/workflow-instances/{id}"))
+            .await
+            .json();
+        if inst["status"] != "running" {
+            return inst;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("instance {id} still running after 20 s");
+}
+
+/// Steps delivered to pull consumers and to an http receiver pass their outputs along (an
+/// ack's `output`, JSON kept as JSON; the receiver's 2xx body); a step nacked to death
+/// fails the instance, skipping what needed it; a retry runs it again and the instance
+/// finishes with the sink's output. A nack with an output is refused, naming it.
+#[tokio::test]
+async fn pull_and_http_steps_pass_their_outputs_and_a_failed_instance_is_retried() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let receiver = axum::Router::new().route(
+        "/ship",
+        axum::routing::post(|body: String| async move {
+            let payload: Value = serde_json::from_str(&body).unwrap();
+            let order = &payload["steps"]["pack"]["order"];
+            axum::Json(json!({"tracking": format!("T-{order}")}))
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, receiver).await.unwrap() });
+    let url = format!("http://{addr}/ship");
+    let t = TestApp::start_with(|c| {
+        c.egress = rota_net::egress::Policy::new(&[addr.to_string()], &[]).unwrap();
+    })
+    .await;
+    t.post(
+        "/api/v1/jobs",
+        json!({"name": "pack", "app": "default", "schedule": {"kind": "none"},
+               "delivery": {"kind": "pull"}, "max_attempts": 1}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    t.post(
+        "/api/v1/jobs",
+        json!({"name": "ship", "app": "default", "schedule": {"kind": "none"},
+               "http_allow": [url], "delivery": {"kind": "http", "url": url}}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    t.post(
+        "/api/v1/workflows",
+        json!({"name": "order", "app": "default", "steps": [
+            {"name": "pack", "job": "pack"},
+            {"name": "ship", "job": "ship", "after": ["pack"]},
+        ]}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    let start = |n: i64| {
+        t.post(
+            "/api/v1/workflows/order/instances",
+            json!({"input": {"n": n}}),
+        )
+    };
+    let first = start(1).await.json()["id"].as_i64().unwrap();
+
+    let (task, lease, payload) = pull_one(&t, "pack").await;
+    assert_eq!(payload, json!({"input": {"n": 1}, "steps": {}}));
+    t.post(
+        &format!("/api/v1/tasks/{task}/nack"),
+        json!({"lease": lease, "output": 1}),
+    )
+    .await
+    .expect_error(StatusCode::BAD_REQUEST, "unknown field `output`");
+    t.post(
+        &format!("/api/v1/tasks/{task}/ack"),
+        json!({"lease": lease, "output": {"order": 42, "items": ["a", "b"]}}),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let done = ended(&t, first).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(
+        done["steps"][0]["output"],
+        json!({"order": 42, "items": ["a", "b"]}),
+        "an ack's output, kept as JSON"
+    );
+    assert_eq!(done["steps"][1]["output"], json!({"tracking": "T-42"}));
+    assert_eq!(done["output"], json!({"ship": {"tracking": "T-42"}}));
+
+    // Nacked to death: the instance fails, `ship` is skipped; retried, it succeeds.
+    let second = start(2).await.json()["id"].as_i64().unwrap();
+    let (task, lease, _) = pull_one(&t, "pack").await;
+    t.post(
+        &format!("/api/v1/tasks/{task}/nack"),
+        json!({"lease": lease, "error": "out of boxes"}),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let failed = ended(&t, second).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["steps"][1]["status"], "skipped");
+    t.post(
+        &format!("/api/v1/workflow-instances/{first}/retry"),
+        json!({}),
+    )
+    .await
+    .expect_error(
+        StatusCode::CONFLICT,
+        "only a failed instance can be retried",
+    );
+    let retried = t
+        .post(
+            &format!("/api/v1/workflow-instances/{second}/retry"),
+            json!({}),
+        )
+        .await;
+    retried.expect(StatusCode::OK);
+    let retried = retried.json();
+    assert_eq!(retried["status"], "running");
+    assert_eq!(retried["steps"][0]["status"], "running");
+    assert_eq!(retried["steps"][1]["status"], "pending");
+    let (task, lease, payload) = pull_one(&t, "pack").await;
+    assert_eq!(payload["input"], json!({"n": 2}));
+    t.post(
+        &format!("/api/v1/tasks/{task}/ack"),
+        json!({"lease": lease, "output": {"order": 43}}),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let done = ended(&t, second).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["output"], json!({"ship": {"tracking": "T-43"}}));
+    assert_eq!(
+        done["steps"][0]["runs"].as_array().unwrap().len(),
+        2,
+        "the nacked attempt's run and the retry's"
+    );
+    let audit = t.get("/api/v1/audit").await.json();
+    assert!(
+        audit["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["action"] == "retry workflow instance"
+                && e["target"].as_str() == Some(second.to_string().as_str())),
+        "{audit}"
+    );
+    t.stop().await;
+}
+
+/// A workflow with a schedule starts instances on its own, each with its fire time as
+/// input and key; a bad schedule, misfire or overlap is refused naming it; removing the
+/// schedule stops the fires.
+#[tokio::test]
+async fn a_scheduled_workflow_starts_instances_on_its_own_until_its_schedule_goes() {
+    let t = TestApp::start_with(|_| {}).await;
+    t.post(
+        "/api/v1/jobs",
+        json!({"name": "tick", "app": "default", "schedule": {"kind": "none"},
+               "delivery": {"kind": "pull"}}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    let body = |extra: Value| {
+        let mut b = json!({"name": "ticker", "app": "default",
+                           "steps": [{"name": "tick", "job": "tick"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    for (extra, field) in [
+        (
+            json!({"schedule": {"kind": "fixed_rate", "every_ms": 0}}),
+            "schedule",
+        ),
+        (
+            json!({"schedule": {"kind": "cron", "expr": "nope"}}),
+            "schedule",
+        ),
+        (json!({"overlap": "sometimes"}), "overlap"),
+        (json!({"misfire": "later"}), "misfire"),
+    ] {
+        t.post("/api/v1/workflows", body(extra))
+            .await
+            .expect_error(StatusCode::UNPROCESSABLE_ENTITY, field);
+    }
+    let created = t
+        .post(
+            "/api/v1/workflows",
+            body(json!({"schedule": {"kind": "fixed_rate", "every_ms": 200}, "overlap": "allow"})),
+        )
+        .await;
+    created.expect(StatusCode::CREATED);
+    let wf = created.json();
+    assert_eq!(
+        wf["schedule"],
+        json!({"kind": "fixed_rate", "every_ms": 200})
+    );
+    assert_eq!(wf["overlap"], "allow");
+    assert_eq!(wf["misfire"], "do_nothing");
+    assert!(wf["next_fire_at"].is_string(), "{wf}");
+
+    let mut seen = Value::Null;
+    for _ in 0..200 {
+        seen = t
+            .get("/api/v1/workflow-instances?workflow=ticker")
+            .await
+            .json();
+        if seen["items"].as_array().unwrap().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let items = seen["items"].as_array().unwrap();
+    assert!(items.len() >= 2, "two fires in 10 s: {seen}");
+    for i in items {
+        let at = i["input"]["scheduled_at"].as_str().unwrap();
+        let ms = chrono::DateTime::parse_from_rfc3339(at)
+            .unwrap()
+            .timestamp_millis();
+        assert_eq!(i["key"], format!("fire:{ms}"), "{i}");
+    }
+
+    let off = t
+        .patch(
+            "/api/v1/workflows/ticker",
+            json!({"schedule": {"kind": "none"}}),
+        )
+        .await;
+    off.expect(StatusCode::OK);
+    assert_eq!(off.json()["schedule"], Value::Null);
+    assert_eq!(off.json()["next_fire_at"], Value::Null);
+    let after = t
+        .get("/api/v1/workflow-instances?workflow=ticker&limit=100")
+        .await
+        .json()["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let later = t
+        .get("/api/v1/workflow-instances?workflow=ticker&limit=100")
+        .await
+        .json()["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(
+        later <= after + 1,
+        "at most a fire already under way: {after} → {later}"
+    );
+    t.stop().await;
+}

@@ -3,7 +3,9 @@
 Producers create delayed tasks (:meth:`Client.create_task`, :meth:`Client.create_tasks`);
 consumers of a pull job take them with a lease and ack them (:meth:`Client.pull`,
 :meth:`Client.ack`, :meth:`Client.nack`, :meth:`Client.extend`), or let
-:meth:`Client.consume` run the loop. See the README for an example.
+:meth:`Client.consume` run the loop. Workflows: :meth:`Client.start_workflow` starts an
+instance and :meth:`Client.wait_instance` waits for its output. See the README for an
+example.
 """
 
 from .client import Client, Handler
@@ -20,7 +22,7 @@ from .errors import (
     TooLarge,
     Unauthorized,
 )
-from .models import AckResult, NewTask, Pulled, Task
+from .models import AckResult, Instance, NewTask, Pulled, Task
 
 __version__ = "0.1.0"
 
@@ -30,6 +32,7 @@ __all__ = [
     "Task",
     "Pulled",
     "AckResult",
+    "Instance",
     "NewTask",
     "RotaError",
     "ConnectionFailed",

@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpx
 
 from .errors import ConnectionFailed, LeaseLost, RotaError, ServerError, error_for
-from .models import AckResult, NewTask, Pulled, Task, format_time, parse_time
+from .models import AckResult, Instance, NewTask, Pulled, Task, format_time, parse_time
 
 __all__ = ["Client", "Handler"]
 
@@ -183,6 +183,33 @@ class Client:
         data = self._json("POST", "/api/v1/tasks/batch", json={"tasks": tasks})
         return [int(i) for i in data["ids"]]
 
+    def start_workflow(self, workflow: str | int, input: Any = None, key: str | None = None) -> Instance:
+        """Starts an instance of ``workflow`` (a name or an id) with ``input`` (any JSON
+        value). With a ``key`` already used, the existing instance is returned and
+        ``created`` is false (the server's 200)."""
+        body: dict[str, Any] = {"input": input}
+        if key is not None:
+            body["key"] = key
+        response = self._request("POST", f"/api/v1/workflows/{_job_path(workflow)}/instances", json=body)
+        return Instance.from_json(response.json(), created=response.status_code == 201)
+
+    def get_instance(self, id: int) -> Instance:
+        """Workflow instance ``id``; :class:`~rota_client.NotFound` if there is none."""
+        return Instance.from_json(self._json("GET", f"/api/v1/workflow-instances/{int(id)}"))
+
+    def wait_instance(self, id: int, timeout: float | None = None, poll: float = 0.25) -> Instance:
+        """Workflow instance ``id`` once it has ended (read every ``poll`` seconds); its
+        ``output`` is then the instance's. Raises ``TimeoutError`` after ``timeout``
+        seconds if given."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            instance = self.get_instance(id)
+            if not instance.running:
+                return instance
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"workflow instance {id} still runs after {timeout} s")
+            time.sleep(poll)
+
     def get_task(self, id: int) -> Task:
         """The task ``id``; :class:`~rota_client.NotFound` if there is none."""
         return Task.from_json(self._json("GET", f"/api/v1/tasks/{int(id)}"))
@@ -236,10 +263,15 @@ class Client:
         )
         return [Pulled.from_json(item) for item in data["items"]]
 
-    def ack(self, task: int, lease: str) -> Task:
-        """The attempt succeeded: the task is ``succeeded``. A lease that is not the
-        task's current one is :class:`~rota_client.LeaseLost` (409) and changes nothing."""
-        data = self._json("POST", f"/api/v1/tasks/{int(task)}/ack", json={"lease": lease}, lease=True)
+    def ack(self, task: int, lease: str, output: Any = None) -> Task:
+        """The attempt succeeded: the task is ``succeeded``. ``output`` (any JSON value, at
+        most 64 KiB; ``None`` sends none) is a workflow step's output, given to the steps
+        after it. A lease that is not the task's current one is
+        :class:`~rota_client.LeaseLost` (409) and changes nothing."""
+        body: dict[str, Any] = {"lease": lease}
+        if output is not None:
+            body["output"] = output
+        data = self._json("POST", f"/api/v1/tasks/{int(task)}/ack", json=body, lease=True)
         return Task.from_json(data)
 
     def nack(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["Task", "Pulled", "AckResult", "NewTask", "parse_time", "format_time"]
+__all__ = ["Task", "Pulled", "AckResult", "Instance", "NewTask", "parse_time", "format_time"]
 
 # A JSON object as decoded by the json module.
 JSONObject = Mapping[str, Any]
@@ -131,6 +131,46 @@ class AckResult:
     @classmethod
     def from_json(cls, data: JSONObject) -> AckResult:
         return cls(task=int(data["task"]), status=str(data["status"]))
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A workflow instance (``InstanceView``). ``status`` is ``running``, ``succeeded``,
+    ``failed`` or ``cancelled``; ``output`` is ``{"<last step>": its output, …}`` once it
+    ended; ``steps`` are the API's step objects (``name``, ``status``, ``runs``,
+    ``output``, …). ``created`` is true only on the answer of the start that made it."""
+
+    id: int
+    workflow: int
+    version: int
+    status: str
+    input: Any = None
+    output: Any = None
+    key: str | None = None
+    steps: list[JSONObject] = field(default_factory=list)
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    created: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @classmethod
+    def from_json(cls, data: JSONObject, *, created: bool = False) -> Instance:
+        return cls(
+            id=int(data["id"]),
+            workflow=int(data["workflow"]),
+            version=int(data["version"]),
+            status=str(data["status"]),
+            input=data.get("input"),
+            output=data.get("output"),
+            key=data.get("key"),
+            steps=list(data.get("steps") or []),
+            created_at=_opt_time(data.get("created_at")),
+            finished_at=_opt_time(data.get("finished_at")),
+            created=created,
+        )
 
 
 @dataclass

@@ -4,7 +4,7 @@
 //! a signature when the job names a signing secret. A 2xx is success; any other answer, a
 //! timeout or no connection is a failed attempt with the status and the first bytes of
 //! the answer in the run's message, retried per policy (`Retry-After` on 429 and 503
-//! decides the delay). Deliveries of one job run at most [`PER_JOB`] at once per node
+//! decides the delay). A workflow step's 2xx answer body is its output (SPEC §10). Deliveries of one job run at most [`PER_JOB`] at once per node
 //! (or its `max_concurrency`, if lower); a slow receiver's job moves to the slow pool like
 //! a slow executor's.
 //!
@@ -25,6 +25,7 @@ use tokio::sync::Semaphore;
 
 use super::*;
 use crate::store::Store;
+use crate::workflow::MAX_OUTPUT_BYTES;
 
 /// Deliveries of one job in flight at once on one node, at most.
 pub(crate) const PER_JOB: usize = 64;
@@ -128,6 +129,8 @@ struct Outcome {
     started_at: Millis,
     finished_at: Millis,
     retry_after_ms: Option<i64>,
+    /// A workflow step's output: the 2xx answer's body.
+    output: Option<String>,
 }
 
 /// POSTs a batch's fires (each job's at most its bound at once), then ends every attempt
@@ -190,7 +193,7 @@ pub(super) async fn deliver(dispatcher: &Dispatcher, deliveries: Vec<Webhook>) {
                 status: o.status,
                 exit_code: None,
                 message: o.message,
-                output: None,
+                output: o.output,
             }
         })
         .collect();
@@ -220,6 +223,7 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
         started_at,
         finished_at: dispatcher.cluster.clock.now_ms(),
         retry_after_ms: None,
+        output: None,
     };
     let spec = &d.job.job.spec;
     let crate::model::Delivery::Http {
@@ -301,13 +305,7 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
     };
     let status = resp.status();
     if status.is_success() {
-        return Outcome {
-            status: RunStatus::Succeeded,
-            message: Some(format!("HTTP {}", status.as_u16())),
-            started_at,
-            finished_at: dispatcher.cluster.clock.now_ms(),
-            retry_after_ms: None,
-        };
+        return answered(dispatcher, d, resp, url, started_at).await;
     }
     let retry_after_ms = match status.as_u16() {
         429 | 503 => resp
@@ -322,6 +320,50 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
     let mut outcome = failed(format!("HTTP {}: {}", status.as_u16(), excerpt.trim()));
     outcome.retry_after_ms = retry_after_ms;
     outcome
+}
+
+/// A 2xx: the attempt succeeded. A workflow step's output is the answer's body (a body
+/// over the limit is read only that far: the step fails naming its size).
+async fn answered(
+    dispatcher: &Dispatcher,
+    d: &Webhook,
+    resp: reqwest::Response,
+    url: &str,
+    started_at: Millis,
+) -> Outcome {
+    let code = resp.status().as_u16();
+    let (status, message, output) = match d.task.kind {
+        TaskKind::Step => match body_upto(resp, MAX_OUTPUT_BYTES + 1).await {
+            Ok(body) => (RunStatus::Succeeded, format!("HTTP {code}"), Some(body)),
+            Err(e) => (
+                RunStatus::Failed,
+                format!("HTTP {code}, but reading the answer from {url} failed: {e}"),
+                None,
+            ),
+        },
+        _ => (RunStatus::Succeeded, format!("HTTP {code}"), None),
+    };
+    Outcome {
+        status,
+        message: Some(message),
+        started_at,
+        finished_at: dispatcher.cluster.clock.now_ms(),
+        retry_after_ms: None,
+        output,
+    }
+}
+
+/// The answer's body, at most `max` bytes of it (as text; invalid UTF-8 replaced).
+async fn body_upto(mut resp: reqwest::Response, max: usize) -> Result<String, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        body.extend_from_slice(&chunk);
+        if body.len() >= max {
+            body.truncate(max);
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// A `Retry-After` value (delay seconds, or an HTTP date) as milliseconds from `now`.

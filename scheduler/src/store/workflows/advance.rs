@@ -6,13 +6,16 @@
 use serde_json::Value;
 
 use super::super::*;
-use super::StepTaskEnded;
-use crate::workflow::{Graph, InstanceStatus, Next, StepSpec, StepStatus, map_items, parse_output};
+use super::{InstanceEnded, StepTaskEnded};
+use crate::workflow::{
+    Graph, InstanceStatus, Next, Step, StepSpec, StepStatus, map_items, parse_output,
+};
 
 /// An instance being moved on, inside a transaction: its graph, each step's status and
 /// output, and what changed (written at the end).
 pub(super) struct Moving {
     pub(super) id: i64,
+    pub(super) workflow_id: i64,
     pub(super) graph: Graph,
     pub(super) input: Value,
     pub(super) statuses: Vec<StepStatus>,
@@ -26,6 +29,25 @@ struct Ending<'a> {
     ended: &'a StepTaskEnded,
     step: usize,
     item: Option<i32>,
+}
+
+/// A task to create for a step: the task, its step and its element if the step is a map.
+pub(super) type StepTask = (NewTask, usize, Option<i32>);
+
+/// A new task of `step`'s job carrying `payload`, due `now` (the job's attempts, backoff
+/// and priority apply).
+pub(super) fn step_task(step: &Step, payload: Value, now: Millis) -> NewTask {
+    NewTask {
+        job_id: step.job_id,
+        kind: TaskKind::Step,
+        key: None,
+        payload: Some(to_json(&payload)),
+        params: step.params.clone(),
+        due_at: now,
+        max_attempts: None,
+        backoff: None,
+        priority: 0,
+    }
 }
 
 /// A step row to write.
@@ -64,15 +86,16 @@ impl Store {
     /// Moves on the instances whose step tasks `ended` (in the report's transaction): each
     /// instance's row is locked first, in id order, so the endings of one join's
     /// predecessors, on this node or another, are applied one after the other and the
-    /// join is decided once. Returns how many tasks it created.
+    /// join is decided once. Returns how many tasks it created, and the instances that
+    /// ended.
     pub(in crate::store) async fn end_steps(
         &self,
         tx: &mut Tx,
         ended: &[StepTaskEnded],
         now: Millis,
-    ) -> Result<usize> {
+    ) -> Result<(usize, Vec<InstanceEnded>)> {
         if ended.is_empty() {
-            return Ok(0);
+            return Ok((0, Vec::new()));
         }
         let by_task: HashMap<i64, &StepTaskEnded> = ended.iter().map(|e| (e.task_id, e)).collect();
         let mut links: Vec<(i64, i64, i32, Option<i32>)> = Vec::with_capacity(ended.len());
@@ -97,6 +120,7 @@ impl Store {
             }
         }
         let mut created = 0;
+        let mut instances = Vec::new();
         for (instance_id, endings) in by_instance {
             let Some(mut moving) = self.lock_instance(tx, instance_id).await? else {
                 continue;
@@ -117,12 +141,53 @@ impl Store {
                 self.end_items(tx, &mut moving, step, &ended).await?;
             }
             created += self.move_on(tx, &mut moving, now).await?;
+            if moving.status != InstanceStatus::Running {
+                instances.push(self.instance_ended(tx, &moving).await?);
+                if self.start_queued(tx, moving.workflow_id, now).await? {
+                    created += 1;
+                }
+            }
         }
-        Ok(created)
+        Ok((created, instances))
+    }
+
+    /// What alarms and metrics are told of `moving`, which has just ended.
+    async fn instance_ended(&self, tx: &mut Tx, moving: &Moving) -> Result<InstanceEnded> {
+        let (workflow, app): (String, String) = on_tx!(tx, |tx, Db| {
+            sqlx::query_as(
+                "SELECT w.name, a.name FROM workflows w JOIN apps a ON a.id = w.app_id \
+                 WHERE w.id = ?",
+            )
+            .bind(moving.workflow_id)
+            .fetch_optional(&mut **tx)
+            .await?
+            .unwrap_or_default()
+        });
+        Ok(InstanceEnded {
+            id: moving.id,
+            workflow,
+            app,
+            status: moving.status,
+            failed_steps: moving
+                .statuses
+                .iter()
+                .zip(moving.graph.steps())
+                .filter(|(s, _)| **s == StepStatus::Failed)
+                .map(|(_, step)| step.name.clone())
+                .collect(),
+        })
     }
 
     /// An instance still running, read under its row lock, with its graph and steps.
     pub(super) async fn lock_instance(&self, tx: &mut Tx, id: i64) -> Result<Option<Moving>> {
+        Ok(self
+            .lock_any_instance(tx, id)
+            .await?
+            .filter(|m| m.status == InstanceStatus::Running))
+    }
+
+    /// Instance `id` in whatever status, read under its row lock, with its graph and steps.
+    pub(super) async fn lock_any_instance(&self, tx: &mut Tx, id: i64) -> Result<Option<Moving>> {
         let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
         let row: Option<(i32, i64, String, Option<String>)> = on_tx!(tx, |tx, Db| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -136,9 +201,6 @@ impl Store {
         let Some((version, workflow_id, status, input)) = row else {
             return Ok(None);
         };
-        if parse::<InstanceStatus>(&status)? != InstanceStatus::Running {
-            return Ok(None);
-        }
         let steps_text: String = on_tx!(tx, |tx, Db| {
             sqlx::query_scalar(
                 "SELECT steps FROM workflow_versions WHERE workflow_id = ? AND version = ?",
@@ -168,6 +230,7 @@ impl Store {
         }
         Ok(Some(Moving {
             id,
+            workflow_id,
             graph,
             input: input
                 .as_deref()
@@ -177,7 +240,7 @@ impl Store {
             statuses,
             outputs,
             changed: Vec::new(),
-            status: InstanceStatus::Running,
+            status: parse(&status)?,
         }))
     }
 
@@ -214,10 +277,11 @@ impl Store {
         let rows: Vec<(Option<i32>, Option<String>, Option<String>)> = on_tx!(tx, |tx, Db| {
             sqlx::query_as(
                 "SELECT item, status, output FROM workflow_tasks WHERE instance_id = ? AND step = ? \
-                 ORDER BY item",
+                 AND (status IS NULL OR status <> ?) ORDER BY item",
             )
             .bind(moving.id)
             .bind(step as i32)
+            .bind(super::retry::RETRIED)
             .fetch_all(&mut **tx)
             .await?
         });
@@ -268,7 +332,18 @@ impl Store {
         moving: &mut Moving,
         now: Millis,
     ) -> Result<usize> {
-        let mut tasks: Vec<(NewTask, usize, Option<i32>)> = Vec::new();
+        self.move_on_with(tx, moving, now, Vec::new()).await
+    }
+
+    /// [`Store::move_on`], with `tasks` already decided (a retried map's elements) created
+    /// and linked with the rest.
+    pub(super) async fn move_on_with(
+        &self,
+        tx: &mut Tx,
+        moving: &mut Moving,
+        now: Millis,
+        mut tasks: Vec<StepTask>,
+    ) -> Result<usize> {
         loop {
             let decided = moving.graph.advance(&mut moving.statuses);
             if decided.is_empty() {
@@ -337,25 +412,9 @@ impl Store {
 
     /// Step `i` starts: its task (or one per element of its predecessor's array) goes into
     /// `tasks`; a map over anything but an array of at most 10,000 fails the step instead.
-    fn start_step(
-        &self,
-        moving: &mut Moving,
-        i: usize,
-        now: Millis,
-        tasks: &mut Vec<(NewTask, usize, Option<i32>)>,
-    ) {
+    fn start_step(&self, moving: &mut Moving, i: usize, now: Millis, tasks: &mut Vec<StepTask>) {
         let step = moving.graph.steps()[i].clone();
-        let new_task = |payload: Value| NewTask {
-            job_id: step.job_id,
-            kind: TaskKind::Step,
-            key: None,
-            payload: Some(to_json(&payload)),
-            params: step.params.clone(),
-            due_at: now,
-            max_attempts: None,
-            backoff: None,
-            priority: 0,
-        };
+        let new_task = |payload: Value| step_task(&step, payload, now);
         if !step.map {
             let payload = moving
                 .graph

@@ -5,11 +5,15 @@
 use serde_json::Value;
 
 use super::*;
-use crate::workflow::{Graph, InstanceStatus, StepSpec, StepStatus};
+use crate::schedule::{Misfire, Schedule};
+use crate::workflow::{Graph, InstanceStatus, Overlap, StepSpec, StepStatus};
 
 mod advance;
+mod fires;
+mod retry;
 
 use advance::{Moving, StepChange};
+pub use fires::FiresDone;
 
 /// A workflow at its current version.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,8 +26,27 @@ pub struct Workflow {
     pub version: i32,
     pub steps: Vec<StepSpec>,
     pub enabled: bool,
+    pub timing: Timing,
+    /// Its next scheduled fire (`None`: no schedule, or disabled).
+    pub next_fire_at: Option<Millis>,
     pub created_at: Millis,
     pub updated_at: Millis,
+}
+
+/// When a workflow starts on its own: its schedule (as jobs'), what a misfire does, and
+/// what a fire does while an instance runs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Timing {
+    pub schedule: Option<Schedule>,
+    pub misfire: Misfire,
+    pub overlap: Overlap,
+}
+
+/// A workflow's timing as written, with the next fire time the use case computed from it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Scheduled {
+    pub timing: Timing,
+    pub next_fire_at: Option<Millis>,
 }
 
 /// An instance of a workflow, with its steps in the order of its version.
@@ -45,6 +68,10 @@ pub struct Instance {
 #[derive(Debug, Clone, PartialEq)]
 pub struct InstanceStep {
     pub name: String,
+    /// As the instance's version defines the step: its job, predecessors and `map`.
+    pub job_id: i64,
+    pub after: Vec<String>,
+    pub map: bool,
     pub status: StepStatus,
     /// The step's task; for a mapped step, that of its first element.
     pub task_id: Option<i64>,
@@ -69,6 +96,30 @@ pub struct ItemCounts {
     pub running: i64,
 }
 
+/// An instance that ended in a batch's transaction: what alarms and metrics are told.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceEnded {
+    pub id: i64,
+    pub workflow: String,
+    pub app: String,
+    pub status: InstanceStatus,
+    /// The steps that failed, by name.
+    pub failed_steps: Vec<String>,
+}
+
+/// A version of a workflow, to start an instance of.
+pub(super) struct Version<'a> {
+    pub workflow_id: i64,
+    pub version: i32,
+    pub steps: &'a [StepSpec],
+}
+
+/// What a start came to: a new instance, or the one its key already named.
+pub(super) enum Started {
+    New(i64),
+    Known(i64),
+}
+
 /// A task of kind `step` whose attempt ended for good, as the report batch decided it.
 #[derive(Debug, Clone)]
 pub(super) struct StepTaskEnded {
@@ -87,6 +138,10 @@ struct WorkflowRow {
     version: i32,
     steps: String,
     enabled: bool,
+    schedule: Option<String>,
+    misfire: String,
+    overlap: String,
+    next_fire_at: Option<i64>,
     created_at: i64,
     updated_at: i64,
 }
@@ -101,6 +156,12 @@ impl WorkflowRow {
             version: self.version,
             steps: parse_json(&self.steps)?,
             enabled: self.enabled,
+            timing: Timing {
+                schedule: self.schedule.as_deref().map(parse_json).transpose()?,
+                misfire: parse(&self.misfire)?,
+                overlap: parse(&self.overlap)?,
+            },
+            next_fire_at: self.next_fire_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
         })
@@ -108,8 +169,9 @@ impl WorkflowRow {
 }
 
 const WORKFLOW_SELECT: &str = "SELECT w.id, w.name, w.app_id, a.name AS app, w.version, v.steps, \
-     w.enabled, w.created_at, w.updated_at FROM workflows w JOIN workflow_versions v \
-     ON v.workflow_id = w.id AND v.version = w.version JOIN apps a ON a.id = w.app_id";
+     w.enabled, w.schedule, w.misfire, w.overlap, w.next_fire_at, w.created_at, w.updated_at \
+     FROM workflows w JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.version \
+     JOIN apps a ON a.id = w.app_id";
 
 #[derive(FromRow)]
 struct InstanceRow {
@@ -147,17 +209,23 @@ impl Store {
         app_id: i64,
         steps: &[StepSpec],
         enabled: bool,
+        scheduled: &Scheduled,
         now: Millis,
     ) -> Result<Workflow> {
         let mut tx = self.begin().await?;
+        let t = &scheduled.timing;
         let id = on_tx!(&mut tx, |tx, Db| {
             sqlx::query(
-                "INSERT INTO workflows (name, app_id, version, enabled, created_at, updated_at) \
-                 VALUES (?, ?, 1, ?, ?, ?)",
+                "INSERT INTO workflows (name, app_id, version, enabled, schedule, misfire, \
+                 overlap, next_fire_at, created_at, updated_at) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(name)
             .bind(app_id)
             .bind(enabled)
+            .bind(t.schedule.as_ref().map(to_json))
+            .bind(t.misfire.as_str())
+            .bind(t.overlap.as_str())
+            .bind(scheduled.next_fire_at)
             .bind(now)
             .bind(now)
             .execute(&mut **tx)
@@ -179,10 +247,27 @@ impl Store {
         id: i64,
         steps: Option<&[StepSpec]>,
         enabled: Option<bool>,
+        scheduled: Option<&Scheduled>,
         now: Millis,
     ) -> Result<Workflow> {
         let current = self.get_workflow(id).await?;
         let mut tx = self.begin().await?;
+        if let Some(sch) = scheduled {
+            let t = &sch.timing;
+            on_tx!(&mut tx, |tx, Db| {
+                sqlx::query(
+                    "UPDATE workflows SET schedule = ?, misfire = ?, overlap = ?, next_fire_at = ? \
+                     WHERE id = ?",
+                )
+                .bind(t.schedule.as_ref().map(to_json))
+                .bind(t.misfire.as_str())
+                .bind(t.overlap.as_str())
+                .bind(sch.next_fire_at)
+                .bind(id)
+                .execute(&mut **tx)
+                .await?;
+            });
+        }
         let version = match steps {
             Some(steps) if steps != current.steps.as_slice() => {
                 let version = current.version + 1;
@@ -279,30 +364,58 @@ impl Store {
         key: Option<&str>,
         now: Millis,
     ) -> Result<(Instance, bool)> {
-        let graph = Graph::new(&workflow.steps).map_err(Error::Corrupt)?;
         let mut tx = self.begin().await?;
+        let of = Version {
+            workflow_id: workflow.id,
+            version: workflow.version,
+            steps: &workflow.steps,
+        };
+        match self
+            .start_instance_in(&mut tx, &of, input, key, now)
+            .await?
+        {
+            Started::New(id) => {
+                tx.commit().await?;
+                Ok((self.get_instance(id).await?, true))
+            }
+            Started::Known(id) => {
+                tx.rollback().await?;
+                Ok((self.get_instance(id).await?, false))
+            }
+        }
+    }
+
+    /// [`Store::start_instance`] inside `tx`.
+    pub(super) async fn start_instance_in(
+        &self,
+        tx: &mut Tx,
+        of: &Version<'_>,
+        input: &Value,
+        key: Option<&str>,
+        now: Millis,
+    ) -> Result<Started> {
+        let graph = Graph::new(of.steps).map_err(Error::Corrupt)?;
         if let Some(key) = key {
-            let existing: Option<i64> = on_tx!(&mut tx, |tx, Db| {
+            let existing: Option<i64> = on_tx!(tx, |tx, Db| {
                 sqlx::query_scalar(
                     "SELECT id FROM workflow_instances WHERE workflow_id = ? AND idem_key = ?",
                 )
-                .bind(workflow.id)
+                .bind(of.workflow_id)
                 .bind(key)
                 .fetch_optional(&mut **tx)
                 .await?
             });
             if let Some(id) = existing {
-                tx.rollback().await?;
-                return Ok((self.get_instance(id).await?, false));
+                return Ok(Started::Known(id));
             }
         }
-        let id = on_tx!(&mut tx, |tx, Db| {
+        let id = on_tx!(tx, |tx, Db| {
             sqlx::query(
                 "INSERT INTO workflow_instances (workflow_id, version, status, input, idem_key, created_at) \
                  VALUES (?, ?, ?, ?, ?, ?)",
             )
-            .bind(workflow.id)
-            .bind(workflow.version)
+            .bind(of.workflow_id)
+            .bind(of.version)
             .bind(InstanceStatus::Running.as_str())
             .bind(to_json(input))
             .bind(key)
@@ -318,7 +431,7 @@ impl Store {
             .insert_id()
         });
         let n = graph.steps().len();
-        on_tx!(&mut tx, |tx, Db| {
+        on_tx!(tx, |tx, Db| {
             let mut qb =
                 QueryBuilder::<Db>::new("INSERT INTO workflow_steps (instance_id, step, status) ");
             qb.push_values(0..n, |mut b, i| {
@@ -332,14 +445,14 @@ impl Store {
             id,
             graph,
             input: input.clone(),
+            workflow_id: of.workflow_id,
             statuses: vec![StepStatus::Pending; n],
             outputs: vec![None; n],
             changed: Vec::new(),
             status: InstanceStatus::Running,
         };
-        self.move_on(&mut tx, &mut moving, now).await?;
-        tx.commit().await?;
-        Ok((self.get_instance(id).await?, true))
+        self.move_on(tx, &mut moving, now).await?;
+        Ok(Started::New(id))
     }
 
     pub async fn get_instance(&self, id: i64) -> Result<Instance> {
@@ -386,9 +499,11 @@ impl Store {
         let items: Vec<(i32, Option<String>, i64)> = on_pool!(self, |pool, Db| {
             sqlx::query_as(
                 "SELECT step, status, COUNT(*) FROM workflow_tasks \
-                 WHERE instance_id = ? AND item IS NOT NULL GROUP BY step, status",
+                 WHERE instance_id = ? AND item IS NOT NULL \
+                 AND (status IS NULL OR status <> ?) GROUP BY step, status",
             )
             .bind(id)
+            .bind(retry::RETRIED)
             .fetch_all(pool)
             .await?
         });
@@ -408,12 +523,14 @@ impl Store {
                 }
                 c
             });
-            let name = steps
+            let spec = steps
                 .get(r.step as usize)
-                .map(|s| s.name.clone())
                 .ok_or_else(|| Error::Corrupt(format!("instance {id}: no step {}", r.step)))?;
             out.push(InstanceStep {
-                name,
+                name: spec.name.clone(),
+                job_id: spec.job_id,
+                after: spec.after.clone(),
+                map: spec.map,
                 status: parse(&r.status)?,
                 task_id: r.task_id,
                 runs: runs
@@ -566,6 +683,7 @@ impl Store {
             }
         }
         self.move_on(&mut tx, &mut moving, now).await?;
+        self.start_queued(&mut tx, moving.workflow_id, now).await?;
         tx.commit().await?;
         Ok(started)
     }
