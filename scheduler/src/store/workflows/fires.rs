@@ -57,6 +57,16 @@ impl Store {
         limit: u32,
     ) -> Result<FiresDone> {
         let mut done = FiresDone::default();
+        // Most rounds find nothing due: one read on the index, and no transaction.
+        let first: Option<Millis> = on_pool!(self, |pool, Db| {
+            sqlx::query_scalar("SELECT MIN(next_fire_at) FROM workflows WHERE enabled = ?")
+                .bind(true)
+                .fetch_one(pool)
+                .await?
+        });
+        if first.is_none_or(|at| at > now) {
+            return Ok(done);
+        }
         let mut tx = self.begin().await?;
         let lock = if self.is_mysql() {
             " FOR UPDATE SKIP LOCKED"
