@@ -685,6 +685,23 @@ pub async fn set_enabled(ports: &Ports, who: &Principal, id: &str, enabled: bool
 /// it; audited. The number of tasks cancelled.
 pub async fn delete(ports: &Ports, who: &Principal, id: &str, force: bool) -> Result<usize> {
     let job = to_change(ports, who, id).await?;
+    // A step's job stays while a workflow names it: deleting it would leave the workflow's
+    // instances waiting on tasks that are gone.
+    let users: Vec<String> = ports
+        .store()
+        .list_workflows()
+        .await?
+        .into_iter()
+        .filter(|w| w.steps.iter().any(|s| s.job_id == job.id))
+        .map(|w| format!("`{}`", w.name))
+        .collect();
+    if !users.is_empty() {
+        return Err(Error::Conflict(format!(
+            "job `{}` is a step of workflow {}: change or delete the workflow first",
+            job.spec.name,
+            users.join(", ")
+        )));
+    }
     let cancelled = ports.delete_job(job.id, force).await?;
     ports.job_changed(job.id).await;
     ports.audit(&who.name, "delete job", &job.spec.name).await;

@@ -207,6 +207,11 @@ async fn an_instance_starts_its_first_step_with_the_input_and_is_read_listed_and
         .await
         .expect_error(StatusCode::BAD_REQUEST, "status");
 
+    // A step's job stays while the workflow names it.
+    t.delete("/api/v1/jobs/a?force=true").await.expect_error(
+        StatusCode::CONFLICT,
+        "job `a` is a step of workflow `orders`",
+    );
     // Deleting it while the instance runs needs force.
     t.delete("/api/v1/workflows/orders")
         .await
@@ -269,6 +274,9 @@ async fn an_instance_starts_its_first_step_with_the_input_and_is_read_listed_and
     t.get("/api/v1/workflows/orders")
         .await
         .expect_error(StatusCode::NOT_FOUND, "workflow `orders` not found");
+    t.delete("/api/v1/jobs/a?force=true")
+        .await
+        .expect(StatusCode::NO_CONTENT);
 
     let audit = t.get("/api/v1/audit").await.json();
     let actions: Vec<&str> = audit["items"]
