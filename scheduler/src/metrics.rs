@@ -6,7 +6,9 @@
 //! `rota_scan_seconds`, `rota_claimed_total`, `rota_misfires_total`, `rota_wheel_tasks`,
 //! `rota_dispatched_total`, `rota_dispatch_failures_total`, `rota_deferred_total`,
 //! `rota_runs_finished_total{status}`, `rota_workflow_instances_total{status}` (instances
-//! started — `running` — and ended, by how).
+//! started — `running` — and ended, by how), `rota_workflow_handoff_seconds` (a step's run
+//! end → the commit that created the next steps' tasks; their start lateness is
+//! `rota_run_start_lateness_seconds`).
 
 use std::sync::OnceLock;
 

@@ -560,7 +560,9 @@ async fn a_failed_workflow_instance_sends_an_alarm_naming_it_and_its_step() {
     let metrics = api.metrics().await;
     assert!(
         metrics.contains(r#"rota_workflow_instances_total{status="failed"} 1"#)
-            && metrics.contains(r#"rota_workflow_instances_total{status="running"} 1"#),
+            && metrics.contains(r#"rota_workflow_instances_total{status="running"} 1"#)
+            // One hand-off: charge's end started refund.
+            && metrics.contains("rota_workflow_handoff_seconds_count 1"),
         "{}",
         metrics
             .lines()

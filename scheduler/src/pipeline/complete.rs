@@ -192,6 +192,9 @@ fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now:
         metrics::counter!("rota_workflow_instances_total", "status" => i.status.as_str())
             .increment(1);
     }
+    for &ms in &applied.handoffs_ms {
+        metrics::histogram!("rota_workflow_handoff_seconds").record(ms as f64 / 1000.0);
+    }
     for u in updates {
         if let (
             Some(started),

@@ -321,6 +321,9 @@ pub struct Applied {
     pub freed_limited: bool,
     /// Workflow instances the batch ended.
     pub instances: Vec<InstanceEnded>,
+    /// For each step ending that started the steps after it: from its run's end to the
+    /// commit that created their tasks, in ms.
+    pub handoffs_ms: Vec<Millis>,
 }
 
 // ----- read models handed to callers ---------------------------------------------------------

@@ -137,12 +137,12 @@ impl Store {
         self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
         self.schedule_retries(&mut tx, &verdicts.outcomes, now)
             .await?;
-        let (steps, instances) = self.end_steps(&mut tx, &verdicts.steps, now).await?;
+        let moved = self.end_steps(&mut tx, &verdicts.steps, now).await?;
         let children = self
             .insert_children(&mut tx, &verdicts.children, now)
             .await?
-            + steps;
-        let events = raise(changes, &verdicts.ended, &instances);
+            + moved.created;
+        let events = raise(changes, &verdicts.ended, &moved.instances);
         self.insert_alarm_events(&mut tx, &events).await?;
         // Last: every batch that ends a run this minute updates the same `run_stats` row,
         // so it is held from here to the commit only.
@@ -153,7 +153,8 @@ impl Store {
             tasks: verdicts.outcomes,
             children,
             freed_limited: verdicts.freed_limited,
-            instances,
+            instances: moved.instances,
+            handoffs_ms: moved.handoffs_ms,
         })
     }
 
@@ -376,6 +377,7 @@ impl Store {
                     task_id: row.id,
                     succeeded: verdict == TaskNext::Succeeded,
                     output: last.output.clone(),
+                    finished_at: last.finished_at,
                 });
             }
             verdicts.ended.push(EndedAttempt {

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::super::*;
-use super::{InstanceEnded, StepTaskEnded};
+use super::{InstanceEnded, Moved, StepTaskEnded};
 use crate::workflow::{
     Graph, InstanceStatus, Next, Step, StepSpec, StepStatus, map_items, parse_output,
 };
@@ -93,9 +93,10 @@ impl Store {
         tx: &mut Tx,
         ended: &[StepTaskEnded],
         now: Millis,
-    ) -> Result<(usize, Vec<InstanceEnded>)> {
+    ) -> Result<Moved> {
+        let mut moved = Moved::default();
         if ended.is_empty() {
-            return Ok((0, Vec::new()));
+            return Ok(moved);
         }
         let by_task: HashMap<i64, &StepTaskEnded> = ended.iter().map(|e| (e.task_id, e)).collect();
         let mut links: Vec<(i64, i64, i32, Option<i32>)> = Vec::with_capacity(ended.len());
@@ -119,8 +120,6 @@ impl Store {
                 });
             }
         }
-        let mut created = 0;
-        let mut instances = Vec::new();
         for (instance_id, endings) in by_instance {
             let Some(mut moving) = self.lock_instance(tx, instance_id).await? else {
                 continue;
@@ -128,6 +127,9 @@ impl Store {
             // A map's elements that ended in this batch, by step: written, then their step
             // read once.
             let mut elements: BTreeMap<usize, Vec<&StepTaskEnded>> = BTreeMap::new();
+            // The latest run end among this instance's endings: what a step it starts
+            // waited from.
+            let ended_at: Option<Millis> = endings.iter().filter_map(|e| e.ended.finished_at).max();
             for Ending { ended, step, item } in endings {
                 if moving.statuses[step] != StepStatus::Running {
                     continue; // cancelled meanwhile, or already ended
@@ -140,15 +142,23 @@ impl Store {
             for (step, ended) in elements {
                 self.end_items(tx, &mut moving, step, &ended).await?;
             }
-            created += self.move_on(tx, &mut moving, now).await?;
+            let created = self.move_on(tx, &mut moving, now).await?;
+            if created > 0 {
+                moved
+                    .handoffs_ms
+                    .extend(ended_at.iter().map(|&at| (now - at).max(0)));
+            }
+            moved.created += created;
             if moving.status != InstanceStatus::Running {
-                instances.push(self.instance_ended(tx, &moving).await?);
+                moved
+                    .instances
+                    .push(self.instance_ended(tx, &moving).await?);
                 if self.start_queued(tx, moving.workflow_id, now).await? {
-                    created += 1;
+                    moved.created += 1;
                 }
             }
         }
-        Ok((created, instances))
+        Ok(moved)
     }
 
     /// What alarms and metrics are told of `moving`, which has just ended.

@@ -58,13 +58,7 @@ impl Store {
     ) -> Result<FiresDone> {
         let mut done = FiresDone::default();
         // Most rounds find nothing due: one read on the index, and no transaction.
-        let first: Option<Millis> = on_pool!(self, |pool, Db| {
-            sqlx::query_scalar("SELECT MIN(next_fire_at) FROM workflows WHERE enabled = ?")
-                .bind(true)
-                .fetch_one(pool)
-                .await?
-        });
-        if first.is_none_or(|at| at > now) {
+        if self.next_workflow_fire().await?.is_none_or(|at| at > now) {
             return Ok(done);
         }
         let mut tx = self.begin().await?;
@@ -171,6 +165,16 @@ impl Store {
         }
         tx.commit().await?;
         Ok(done)
+    }
+
+    /// The earliest next fire time of an enabled workflow.
+    async fn next_workflow_fire(&self) -> Result<Option<Millis>> {
+        Ok(on_pool!(self, |pool, Db| {
+            sqlx::query_scalar("SELECT MIN(next_fire_at) FROM workflows WHERE enabled = ?")
+                .bind(true)
+                .fetch_one(pool)
+                .await?
+        }))
     }
 
     /// Starts the instance of the fire at `at` (once: its key is the fire time).

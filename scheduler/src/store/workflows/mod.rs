@@ -127,6 +127,17 @@ pub(super) struct StepTaskEnded {
     pub succeeded: bool,
     /// The ending run's output, as the executor (or consumer) gave it.
     pub output: Option<String>,
+    /// When that run ended.
+    pub finished_at: Option<Millis>,
+}
+
+/// What a batch's step endings did: tasks created, instances ended, and the hand-offs
+/// (a step's run end → its successors' tasks) they made.
+#[derive(Debug, Default)]
+pub(super) struct Moved {
+    pub created: usize,
+    pub instances: Vec<InstanceEnded>,
+    pub handoffs_ms: Vec<Millis>,
 }
 
 #[derive(FromRow)]
