@@ -1,6 +1,7 @@
 // Walks the Rota console in headless Chromium as a person would: sign in, upload a plugin,
 // create a job, trigger it and watch its run succeed, cancel a delayed task, add an alarm
-// channel and rule (a test send that fails says why), visit every
+// channel and rule (a test send that fails says why), start a workflow of the job from its
+// page and watch its graph run and finish (screenshots in English and Chinese), visit every
 // page (a full-page screenshot of each) and sign out. Each step logs what it does and
 // throws with a clear message when the console does not do what it should.
 //
@@ -466,6 +467,56 @@ async function main() {
       check((await page.locator(`table code:text-is("${RULE_NAME}")`).count()) === 1, `rule ${RULE_NAME} is not listed`);
       const viaApi = await api("GET", `/api/v1/alarm-rules/${RULE_NAME}`);
       check(viaApi.on === "task_dead" && viaApi.channels[0] === CHANNEL_NAME, `the API sees the rule as ${JSON.stringify(viaApi)}`);
+    });
+
+    await step("a workflow of the job: start it from its page, its graph running, then finished (en, zh)", async () => {
+      // The last step is a pull job nobody consumes: the instance stays running until
+      // this walk acks it through the API.
+      const waitJob = `e2e-wait-${SUFFIX}`;
+      await api("POST", "/api/v1/jobs", {
+        name: waitJob, app: "default", schedule: { kind: "none" }, delivery: { kind: "pull" },
+      });
+      const wf = await api("POST", "/api/v1/workflows", {
+        name: `e2e-flow-${SUFFIX}`, app: "default", steps: [
+          { name: "fetch", job: JOB_NAME },
+          { name: "left", job: JOB_NAME, after: ["fetch"] },
+          { name: "right", job: JOB_NAME, after: ["fetch"] },
+          { name: "approve", job: waitJob, after: ["left", "right"] },
+        ],
+      });
+      await clickAndLoad(page, 'nav a[href="/console/workflows"]', "opening Workflows");
+      await clickAndLoad(page, `table a[href="/console/workflows/${wf.id}"]`, "opening the workflow");
+      check((await page.locator("svg.graph g.step").count()) === 4, "the graph does not draw four steps");
+      await page.screenshot({ path: join(SHOTS, "workflow.png"), fullPage: true });
+      await page.fill(`form[action="/console/workflows/${wf.id}/start"] textarea[name="input"]`, '{"order": 42}');
+      await submitForm(page, `/console/workflows/${wf.id}/start`, "starting an instance");
+      expectAt(page, /^\/console\/workflow-instances\/\d+$/, "after starting");
+      const instance = new URL(page.url()).pathname.split("/").pop();
+      // fetch, left and right run on the executor; approve waits for its consumer.
+      const deadline = Date.now() + RUN_TIMEOUT_MS;
+      while ((await page.locator("svg.graph g.step.status-succeeded").count()) < 3) {
+        check(Date.now() < deadline, "three steps did not succeed in time");
+        await sleep(300);
+        await visit(page, `/console/workflow-instances/${instance}`);
+      }
+      check((await page.locator("svg.graph g.step.status-running").count()) === 1, "approve is not running");
+      await page.screenshot({ path: join(SHOTS, "workflow-running.png"), fullPage: true });
+      const pulled = await api("POST", `/api/v1/jobs/${waitJob}/pull`, { wait_ms: 10_000 });
+      check(pulled.items?.length === 1, `no approve task to pull: ${JSON.stringify(pulled)}`);
+      await api("POST", `/api/v1/tasks/${pulled.items[0].task}/ack`, {
+        lease: pulled.items[0].lease, output: { approved: true },
+      });
+      await visit(page, `/console/workflow-instances/${instance}`);
+      check((await textOf(page, "main h1 .status")) === "succeeded", "the instance did not succeed");
+      check((await page.locator("svg.graph g.step.status-succeeded").count()) === 4, "not every step succeeded");
+      check((await page.locator("pre.output").allInnerTexts()).some((t) => t.includes('"approved": true')),
+        "approve's output is not shown");
+      await page.screenshot({ path: join(SHOTS, "workflow-finished.png"), fullPage: true });
+      await visit(page, "/lang/zh-CN");
+      await visit(page, `/console/workflow-instances/${instance}`);
+      check((await textOf(page, "main h1")).startsWith("工作流实例"), "the instance page is not in Chinese");
+      await page.screenshot({ path: join(SHOTS, "workflow-finished-zh.png"), fullPage: true });
+      await visit(page, "/lang/en");
     });
 
     await step("visit every page from the nav and screenshot it", async () => {
