@@ -35,3 +35,9 @@ pub fn handle() -> PrometheusHandle {
         })
         .clone()
 }
+
+/// `rota_workflow_instances_total{status}`: `n` instances started (`running`) or ended as
+/// `status`. The one place the counter is named.
+pub fn workflow_instances(status: crate::workflow::InstanceStatus, n: u64) {
+    metrics::counter!("rota_workflow_instances_total", "status" => status.as_str()).increment(n);
+}

@@ -189,8 +189,7 @@ impl Alarms {
 /// window or a concurrency slot was freed.
 fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now: Millis) {
     for i in &applied.instances {
-        metrics::counter!("rota_workflow_instances_total", "status" => i.status.as_str())
-            .increment(1);
+        crate::metrics::workflow_instances(i.status, 1);
     }
     for &ms in &applied.handoffs_ms {
         metrics::histogram!("rota_workflow_handoff_seconds").record(ms as f64 / 1000.0);

@@ -28,8 +28,10 @@ pub(crate) async fn workflow_fires_loop(cluster: Arc<Cluster>, scan_wake: Arc<No
             Ok(done) => {
                 if done.started > 0 {
                     scan_wake.notify_one();
-                    metrics::counter!("rota_workflow_instances_total", "status" => InstanceStatus::Running.as_str())
-                        .increment(done.started as u64);
+                    crate::metrics::workflow_instances(
+                        InstanceStatus::Running,
+                        done.started as u64,
+                    );
                 }
                 if done.skipped > 0 {
                     metrics::counter!("rota_workflow_fires_skipped_total")

@@ -251,8 +251,7 @@ pub async fn start(
         .start_instance(&wf, &input, key.as_deref(), ports.clock().now_ms())
         .await?;
     if created {
-        metrics::counter!("rota_workflow_instances_total", "status" => InstanceStatus::Running.as_str())
-            .increment(1);
+        crate::metrics::workflow_instances(InstanceStatus::Running, 1);
         ports.wake_scan();
         ports
             .audit(
@@ -358,8 +357,7 @@ pub async fn cancel(ports: &Ports, who: &Principal, id: i64) -> Result<Instance>
             tracing::warn!(run.id = run_id, error = %e, "cancelling a workflow: kill failed");
         }
     }
-    metrics::counter!("rota_workflow_instances_total", "status" => InstanceStatus::Cancelled.as_str())
-        .increment(1);
+    crate::metrics::workflow_instances(InstanceStatus::Cancelled, 1);
     ports
         .audit(&who.name, "cancel workflow instance", &id.to_string())
         .await;

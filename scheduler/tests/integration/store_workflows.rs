@@ -718,6 +718,15 @@ contract!(
             store.get_workflow(skip.id).await.unwrap().next_fire_at,
             Some(NOW + 3_000)
         );
+        // Its schedule removed, a workflow fires no more, however late it is asked.
+        store
+            .update_workflow(allow.id, None, None, Some(&Scheduled::default()), NOW)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_workflow(allow.id).await.unwrap().next_fire_at,
+            None
+        );
 
         // The queue's running instance ends: the queued fire starts in that transaction.
         let lease = lease(&store).await;
@@ -737,6 +746,15 @@ contract!(
                     InstanceStatus::Running
                 ),
             ]
+        );
+        store
+            .fire_workflows(NOW + 60_000, 5_000, 100)
+            .await
+            .unwrap();
+        assert_eq!(
+            instances_of(&store, &allow).await.len(),
+            2,
+            "no schedule, no fire"
         );
     }
 );

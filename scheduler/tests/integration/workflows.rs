@@ -499,7 +499,8 @@ async fn pull_and_http_steps_pass_their_outputs_and_a_failed_instance_is_retried
 
 /// A workflow with a schedule starts instances on its own, each with its fire time as
 /// input and key; a bad schedule, misfire or overlap is refused naming it; removing the
-/// schedule stops the fires.
+/// schedule clears the next fire time (that a workflow without one never fires is the
+/// store contract's).
 #[tokio::test]
 async fn a_scheduled_workflow_starts_instances_on_its_own_until_its_schedule_goes() {
     let t = TestApp::start_with(|_| {}).await;
@@ -580,24 +581,5 @@ async fn a_scheduled_workflow_starts_instances_on_its_own_until_its_schedule_goe
     off.expect(StatusCode::OK);
     assert_eq!(off.json()["schedule"], Value::Null);
     assert_eq!(off.json()["next_fire_at"], Value::Null);
-    let after = t
-        .get("/api/v1/workflow-instances?workflow=ticker&limit=100")
-        .await
-        .json()["items"]
-        .as_array()
-        .unwrap()
-        .len();
-    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-    let later = t
-        .get("/api/v1/workflow-instances?workflow=ticker&limit=100")
-        .await
-        .json()["items"]
-        .as_array()
-        .unwrap()
-        .len();
-    assert!(
-        later <= after + 1,
-        "at most a fire already under way: {after} → {later}"
-    );
     t.stop().await;
 }
