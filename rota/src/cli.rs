@@ -178,7 +178,8 @@ struct ServerArgs {
     #[arg(long, env = "ROTA_MAX_CLOCK_OFFSET_MS", default_value_t = defaults::MAX_CLOCK_OFFSET_MS,
           value_parser = clap::value_parser!(i64).range(1..=3_600_000))]
     max_clock_offset_ms: i64,
-    /// Executors are dead after this long without a heartbeat (ms).
+    /// Executors are dead after this long without a heartbeat (ms); they are told to beat
+    /// every 30 s, or a third of this when that is sooner.
     #[arg(long, env = "ROTA_EXECUTOR_DEAD_AFTER_MS", default_value_t = defaults::EXECUTOR_DEAD_AFTER_MS)]
     executor_dead_after_ms: i64,
     /// Largest task payload accepted (bytes).

@@ -165,6 +165,15 @@ impl Config {
         self
     }
 
+    /// The interval executors are told to heartbeat at: [`Config::heartbeat_interval_ms`],
+    /// or a third of [`Config::executor_dead_after_ms`] when that is sooner, so that a
+    /// node set to declare executors dead early never declares a beating one dead.
+    pub fn executor_heartbeat_ms(&self) -> i64 {
+        self.heartbeat_interval_ms
+            .min(self.executor_dead_after_ms / 3)
+            .max(50)
+    }
+
     /// A configuration for tests: SQLite at `database_url`, token `test-token`, secret
     /// `test-secret`.
     pub fn for_tests(database_url: impl Into<String>) -> Self {
@@ -275,5 +284,15 @@ mod tests {
         assert!(shown.contains("api_token: Some(\"***\")"), "{shown}");
         c.database_url = "mysql://rota:pa ss@@db".into();
         assert!(!format!("{c:?}").contains("pa ss"));
+    }
+
+    #[test]
+    fn executors_beat_three_times_within_dead_after() {
+        let mut c = Config::for_tests("sqlite::memory:");
+        assert_eq!(c.executor_heartbeat_ms(), 30_000, "the default, under 90 s");
+        c.executor_dead_after_ms = 3_000;
+        assert_eq!(c.executor_heartbeat_ms(), 1_000);
+        c.executor_dead_after_ms = 60;
+        assert_eq!(c.executor_heartbeat_ms(), 50, "never below 50 ms");
     }
 }

@@ -102,3 +102,54 @@ async fn a_run_on_a_killed_executor_is_lost_and_retried_on_the_other() {
     drop(executors);
     server.stop().await;
 }
+
+/// An executor that stops answering is left out of round robin from the first request that
+/// cannot reach it, though it is not dead yet (it would be after an hour here): of 20 tasks
+/// due 100 ms apart, one attempt is spent on it, the rest run on the other executor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_executor_is_left_out_of_the_route_before_it_is_dead() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |c| c.executor_dead_after_ms = 3_600_000).await;
+    let api = &server.api;
+    let up = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    let gone = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    eventually(
+        Duration::from_secs(30),
+        "both executors to register",
+        || async { (executor_count(api).await == 2).then_some(()) },
+    )
+    .await;
+    gone.kill();
+    api.upload_plugin("noop").await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(json!({"name": "rr", "app": "default", "plugin": "noop",
+                    "schedule": {"kind": "none"}, "route": "round_robin", "max_attempts": 1})),
+    )
+    .await;
+    let tasks: Vec<_> = (0..20)
+        .map(|i| json!({"job": "rr", "delay_ms": 500 + i * 100}))
+        .collect();
+    let ids = api.add_tasks(tasks).await;
+    let mut failed = Vec::new();
+    for &id in &ids {
+        let task = eventually(Duration::from_secs(30), "the task to end", || async move {
+            let t = api.ok("GET", &format!("/api/v1/tasks/{id}"), None).await;
+            (t["status"] == "succeeded" || t["status"] == "dead").then_some(t)
+        })
+        .await;
+        if task["status"] == "dead" {
+            failed.push(task);
+        }
+    }
+    assert_eq!(failed.len(), 1, "one attempt reached for it: {failed:?}");
+    assert_eq!(up.received_count(), 19);
+    let metrics = api.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("rota_executors_unreachable_total 1")),
+        "{metrics}"
+    );
+}

@@ -344,15 +344,18 @@ async fn sharding_broadcast_reaches_every_executor() {
     server.stop().await;
 }
 
+/// An executor that refuses (503: nothing delivered) fails the run of a `first` job, which
+/// does not fail over; from then on every route leaves it out until it heartbeats again —
+/// `failover` and `first` alike go to the other — and once it has, `first` is it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failover_skips_an_executor_that_refuses() {
+async fn an_executor_that_refuses_is_left_out_until_it_heartbeats() {
     let (db, _dir) = sqlite_url();
     let server = TestServer::start(&db, |_| {}).await;
     let api = &server.api;
     api.upload_plugin("noop").await;
     let a = ExecutorDouble::start(&server.url, "default", Behaviour::Refuse).await;
     let b = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
-    // Executors are tried in address order: make the refusing one first for `failover`.
+    // Executors are tried in address order: make the refusing one first.
     let (first, second) = if a.address() < b.address() {
         (&a, &b)
     } else {
@@ -362,35 +365,54 @@ async fn failover_skips_an_executor_that_refuses() {
     second.set_behaviour(Behaviour::Succeed);
     job(api, "ha", json!({"route": "failover"})).await;
     job(api, "pinned", json!({"route": "first"})).await;
-    let ha = api
-        .ok("POST", "/api/v1/tasks", Some(json!({"job": "ha"})))
-        .await["id"]
-        .as_i64()
-        .unwrap();
-    let pinned = api
-        .ok("POST", "/api/v1/tasks", Some(json!({"job": "pinned"})))
-        .await["id"]
-        .as_i64()
-        .unwrap();
-    eventually(
-        Duration::from_secs(10),
-        "the failover task to succeed",
-        || async move { (task_status(api, ha).await == "succeeded").then_some(()) },
-    )
-    .await;
-    assert!(second.received().iter().any(|r| r.trigger.task_id == ha));
-    // `first` does not fail over: its run fails with the reason, and with one attempt it is dead.
-    eventually(
-        Duration::from_secs(10),
-        "the pinned task to be dead",
-        || async move { (task_status(api, pinned).await == "dead").then_some(()) },
-    )
-    .await;
+    let add = |job: &'static str| async move {
+        api.ok("POST", "/api/v1/tasks", Some(json!({"job": job})))
+            .await["id"]
+            .as_i64()
+            .unwrap()
+    };
+    let ends = |id: i64, status: &'static str| async move {
+        eventually(Duration::from_secs(10), "the task to end", || async move {
+            (task_status(api, id).await == status).then_some(())
+        })
+        .await
+    };
+    // `first` does not fail over: its run fails with the reason, and with one attempt it is
+    // dead.
+    let pinned = add("pinned").await;
+    ends(pinned, "dead").await;
     let runs = api
         .ok("GET", &format!("/api/v1/runs?task={pinned}"), None)
         .await;
     let message = runs["items"][0]["message"].as_str().unwrap().to_owned();
     assert!(message.contains("503"), "the reason is kept: {message}");
+
+    // Left out since: both routes go to the other executor.
+    let ha = add("ha").await;
+    ends(ha, "succeeded").await;
+    let pinned_again = add("pinned").await;
+    ends(pinned_again, "succeeded").await;
+    let got = |e: &ExecutorDouble, id: i64| e.received().iter().any(|r| r.trigger.task_id == id);
+    assert!(got(second, ha) && got(second, pinned_again));
+    assert!(
+        !got(first, ha) && !got(first, pinned_again),
+        "sent to the refusing one again"
+    );
+
+    // It heartbeats (and takes triggers again): `first` is it once more.
+    first.set_behaviour(Behaviour::Succeed);
+    first.register().await;
+    let back = eventually(
+        Duration::from_secs(10),
+        "the first executor to be back",
+        || async {
+            let id = add("pinned").await;
+            ends(id, "succeeded").await;
+            got(first, id).then_some(id)
+        },
+    )
+    .await;
+    assert!(!got(second, back));
     server.stop().await;
 }
 

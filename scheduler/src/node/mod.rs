@@ -16,7 +16,6 @@
 //! hands unfired claims back. The pipeline never imports this module: data flows from
 //! here down.
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -158,9 +157,7 @@ impl Node {
             config,
             alarm_rules,
         });
-        let executors = Arc::new(ExecutorCache {
-            by_app: Mutex::new(Arc::new(HashMap::new())),
-        });
+        let executors = Arc::new(ExecutorCache::default());
         let scan_wake = Arc::new(Notify::new());
         let jobs = Arc::new(JobCache::new(Duration::from_secs(5)));
         let completion = Arc::new(Completion {

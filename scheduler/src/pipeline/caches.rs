@@ -133,8 +133,18 @@ pub(crate) async fn load_job(store: &Store, id: i64) -> store::Result<Option<Arc
 
 /// Live executors by app, sorted by address; refreshed from the database every second (the
 /// registry lives there, so every node sees every executor).
+///
+/// An executor a trigger request could not reach (no connection, or a 503: nothing was
+/// delivered) is left out of every route on this node until it heartbeats again: in the
+/// seconds before a killed executor is declared dead, round robin and the other
+/// single-target routes would otherwise keep spending attempts on it. When every executor
+/// of an app is left out, its fires wait as for an app with none (SPEC §4, "No executor
+/// yet").
+#[derive(Default)]
 pub(crate) struct ExecutorCache {
-    pub(crate) by_app: Mutex<Arc<HashMap<String, Vec<Executor>>>>,
+    by_app: Mutex<Arc<HashMap<String, Vec<Executor>>>>,
+    /// Address → when a request could not reach it (this node's clock).
+    unreachable: Mutex<HashMap<String, Millis>>,
 }
 
 impl ExecutorCache {
@@ -144,7 +154,21 @@ impl ExecutorCache {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        map.get(app).cloned().unwrap_or_default()
+        let mut live = map.get(app).cloned().unwrap_or_default();
+        let unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+        if !unreachable.is_empty() {
+            live.retain(|e| reachable(&unreachable, e));
+        }
+        live
+    }
+
+    /// A trigger request to `address` did not reach it at `at`.
+    pub(crate) fn mark_unreachable(&self, address: &str, at: Millis) {
+        metrics::counter!("rota_executors_unreachable_total").increment(1);
+        self.unreachable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(address.to_owned(), at);
     }
 
     /// The apps that have a live executor.
@@ -162,9 +186,29 @@ impl ExecutorCache {
         for e in store.list_executors(None, alive_after).await? {
             map.entry(e.app.clone()).or_default().push(e);
         }
+        {
+            // Forget the marks of executors that beat since, or are gone.
+            let mut unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+            if !unreachable.is_empty() {
+                let still: HashMap<String, Millis> = map
+                    .values()
+                    .flatten()
+                    .filter(|e| !reachable(&unreachable, e))
+                    .map(|e| (e.address.clone(), unreachable[&e.address]))
+                    .collect();
+                *unreachable = still;
+            }
+        }
         *self.by_app.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(map);
         Ok(())
     }
+}
+
+/// Not marked unreachable, or heartbeat since it was.
+fn reachable(unreachable: &HashMap<String, Millis>, e: &Executor) -> bool {
+    unreachable
+        .get(&e.address)
+        .is_none_or(|&at| e.last_heartbeat_at > at)
 }
 
 /// A block of run ids reserved from the database, handed out without a statement each.

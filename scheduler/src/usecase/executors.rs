@@ -78,7 +78,7 @@ async fn ack(ports: &Ports, app: &str, received_us: i64) -> Result<RegistrationA
     let plugins = ports.store().plugins_bound_by(app, PLUGINS_TO_WARM).await?;
     let answered_us = ports.clock().now_us();
     Ok(RegistrationAck {
-        heartbeat_interval_ms: ports.config().heartbeat_interval_ms,
+        heartbeat_interval_ms: ports.config().executor_heartbeat_ms(),
         plugins,
         scheduler_time_ms: Some(answered_us.div_euclid(1000)),
         scheduler_received_ms: Some(received_us.div_euclid(1000)),

@@ -74,10 +74,15 @@ pub(super) async fn send_to(
                 dispatcher.rooms.note(address, room, answered_at);
                 (room == 0 || full).then_some(Unsent::Full)
             }
-            Err(e) => Some(Unsent::Failed(
-                format!("not sent after the request before it failed: {e}"),
-                e.not_delivered(),
-            )),
+            Err(e) => {
+                if e.not_delivered() {
+                    dispatcher.executors.mark_unreachable(address, answered_at);
+                }
+                Some(Unsent::Failed(
+                    format!("not sent after the request before it failed: {e}"),
+                    e.not_delivered(),
+                ))
+            }
         };
         answered.push(Answered {
             group,
