@@ -9,7 +9,8 @@
 //! - **handler** (`rota:plugin/handler`, `plugins/wit/rota-plugin.wit`): `run(input,
 //!   context)` returns `ok` or `err(message)`; outgoing HTTP is `wasi:http/outgoing-handler`
 //!   behind the job's allow-list ([`HttpGate`]), and `kv`, `secrets` and `log` are
-//!   the same services the `rota` import module gives a preview 1 plugin.
+//!   the same services the `rota` import module gives a preview 1 plugin, and `output`
+//!   (0.1.1) its `output_set`.
 //!
 //! Both get the whole of WASI 0.2's CLI world (so that toolchains which import every
 //! interface, as componentize-py and componentize-js do, link), with nothing behind what
@@ -96,6 +97,7 @@ pub const PROVIDED: &[(&str, &str)] = &[
     ("rota:plugin/kv", "0.1"),
     ("rota:plugin/secrets", "0.1"),
     ("rota:plugin/log", "0.1"),
+    ("rota:plugin/output", "0.1"),
 ];
 
 /// Is `import` (`ns:pkg/iface@x.y.z`) one of [`PROVIDED`], in a version family Rota has?
@@ -198,6 +200,7 @@ pub(super) fn linker(engine: &Engine) -> wasmtime::Result<Linker<ComponentCtx>> 
     rota::plugin::kv::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
     rota::plugin::secrets::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
     rota::plugin::log::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    rota::plugin::output::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
     Ok(linker)
 }
 
@@ -244,6 +247,12 @@ impl rota::plugin::log::Host for ComponentCtx {
     }
 }
 
+impl rota::plugin::output::Host for ComponentCtx {
+    async fn set(&mut self, value: Vec<u8>) -> Result<(), String> {
+        self.host.output_set(value)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +263,7 @@ mod tests {
         assert!(is_provided("wasi:cli/environment@0.2.9"));
         assert!(is_provided("wasi:http/outgoing-handler@0.2.12"));
         assert!(is_provided("rota:plugin/kv@0.1.0"));
+        assert!(is_provided("rota:plugin/output@0.1.1"));
         assert!(!is_provided("wasi:http/incoming-handler@0.2.0"));
         assert!(!is_provided("wasi:cli/environment@0.3.0"));
         assert!(!is_provided("wasi:cli/environment@0.20.0"));

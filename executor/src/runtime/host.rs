@@ -189,6 +189,14 @@ impl Host {
         self.output.take()
     }
 
+    /// A component's `rota:plugin/output.set`: [`Host::set_output`], refused with its
+    /// message.
+    pub(super) fn output_set(&mut self, value: Vec<u8>) -> Result<(), String> {
+        self.set_output(value)
+            .map(drop)
+            .map_err(|Refused(_, why)| why)
+    }
+
     /// `output_set`: keeps `value` as the run's output, or refuses it (too large, not
     /// UTF-8) with a message the plugin can read.
     fn set_output(&mut self, value: Vec<u8>) -> Answer {
