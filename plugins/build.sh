@@ -9,6 +9,7 @@
 #   target/hello-c.component.wasm                hello-c, likewise
 #   target/hello-py.wasm, target/close-order-py.wasm   Python handlers (componentize-py)
 #   target/hello-js.wasm, target/close-order-js.wasm   JavaScript handlers (componentize-js)
+#   target/order-pipeline.wasm                   a workflow's steps in JavaScript (0.1.1: outputs)
 # The handlers are components of the rota:plugin/handler world (plugins/wit).
 #
 # Toolchains: plugins/install-toolchains.sh (Debian packages). Overrides:
@@ -114,6 +115,7 @@ build_py hello-py
 build_py close-order-py
 build_js hello-js hello.js
 build_js close-order-js close-order.js
+build_js order-pipeline pipeline.js
 
 # --- check the plugin contract ----------------------------------------------------------
 if command -v python3 >/dev/null 2>&1; then

@@ -398,3 +398,114 @@ async fn hello_in_c_runs_as_a_module_and_as_a_component() {
         assert!(stdout.contains("payload: 8 bytes"), "{file}: {stdout}");
     }
 }
+
+/// `rota <args>` against `api`, as README's "Use it" runs it; its stdout (it must succeed).
+async fn rota_cli(api: &Api, args: &[&str]) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
+    cmd.args(args)
+        .env("ROTA_SERVER", &api.base)
+        .env("ROTA_API_TOKEN", TOKEN);
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("running rota"))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rota {args:?}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The order pipeline of `plugins/examples/order-pipeline` (a JavaScript component of
+/// rota:plugin 0.1.1, its outputs set with `rota:plugin/output`), applied from its
+/// `workflow.json` with the CLI: an order whose lines all charge is notified with the
+/// total; one with a line over its limit fails that element and is refunded the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_order_pipeline_charges_every_line_or_refunds_what_went_through() {
+    let Some(module) = example("order-pipeline.wasm") else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let node = Standalone::start(data.path());
+    let api = node.api.clone();
+    wait_ready(&api).await;
+    api.upload("order-pipeline", module).await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "order-step", "app": "default", "plugin": "order-pipeline",
+                    "schedule": {"kind": "none"}, "max_attempts": 1, "timeout_ms": 300_000}),
+        ),
+    )
+    .await;
+    let definition = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/examples/order-pipeline/workflow.json");
+    rota_cli(
+        &api,
+        &["workflow", "apply", "-f", &definition.to_string_lossy()],
+    )
+    .await;
+
+    let lines = json!([{"sku": "tea", "amount": 450}, {"sku": "cup", "amount": 1200}]);
+    // As README's "Use it" runs it.
+    let input = json!({"order_id": 42, "lines": lines}).to_string();
+    let printed = rota_cli(
+        &api,
+        &[
+            "workflow",
+            "start",
+            "order-pipeline",
+            "--wait",
+            "--input",
+            &input,
+        ],
+    )
+    .await;
+    let (first, output) = printed.split_once('\n').unwrap();
+    assert!(first.ends_with(": succeeded"), "{printed}");
+    let output: serde_json::Value = serde_json::from_str(output).unwrap();
+    assert_eq!(
+        output,
+        json!({"notify": {"order_id": 42, "charged": 1650, "lines": 2}, "refund": null}),
+        "{printed}"
+    );
+
+    let over = crate::workflows::run_to_end_within(
+        &api,
+        "order-pipeline",
+        json!({"order_id": 43, "lines": lines, "limit": 1000}),
+        FIRST_RUN,
+    )
+    .await;
+    assert_eq!(over["status"], "failed", "{over}");
+    let step = |name: &str| crate::workflows::step(&over, name).clone();
+    assert_eq!(step("charge")["status"], "failed");
+    assert_eq!(
+        step("charge")["output"],
+        json!([{"sku": "tea", "amount": 450, "charge_id": "ch_43_0"}, null])
+    );
+    assert_eq!(step("notify")["status"], "skipped");
+    assert_eq!(
+        step("refund")["output"],
+        json!({"order_id": 43, "refunded": ["ch_43_0"]})
+    );
+    let failed_run = step("charge")["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_i64().unwrap())
+        .collect::<Vec<_>>();
+    let mut messages = Vec::new();
+    for run in failed_run {
+        let r = api.ok("GET", &format!("/api/v1/runs/{run}"), None).await;
+        messages.push(r["message"].as_str().unwrap_or_default().to_owned());
+    }
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("line 1 (cup): 1200 is over the order's limit of 1000")),
+        "{messages:?}"
+    );
+}

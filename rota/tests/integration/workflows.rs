@@ -13,7 +13,7 @@ use support::*;
 
 /// Sets its output to its first argument (the step's params, one word) if it has one,
 /// else to its stdin (the step's payload): a step that relays what it was given.
-const RELAY: &str = r#"(module
+pub(crate) const RELAY: &str = r#"(module
   (import "wasi_snapshot_preview1" "args_sizes_get" (func $args_sizes_get (param i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "args_get" (func $args_get (param i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "fd_read" (func $fd_read (param i32 i32 i32 i32) (result i32)))
@@ -62,6 +62,16 @@ async fn job(api: &Api, name: &str, plugin: &str) {
 
 /// Starts an instance of `workflow` and waits for it to end; the instance.
 async fn run_to_end(api: &Api, workflow: &str, input: Value) -> Value {
+    run_to_end_within(api, workflow, input, Duration::from_secs(120)).await
+}
+
+/// [`run_to_end`], waiting up to `within`.
+pub(crate) async fn run_to_end_within(
+    api: &Api,
+    workflow: &str,
+    input: Value,
+    within: Duration,
+) -> Value {
     let started = api
         .ok(
             "POST",
@@ -70,7 +80,7 @@ async fn run_to_end(api: &Api, workflow: &str, input: Value) -> Value {
         )
         .await;
     let id = started["id"].as_i64().unwrap();
-    eventually(Duration::from_secs(120), "the instance to end", || {
+    eventually(within, "the instance to end", || {
         let api = api.clone();
         async move {
             let i = api
@@ -82,7 +92,7 @@ async fn run_to_end(api: &Api, workflow: &str, input: Value) -> Value {
     .await
 }
 
-fn step<'a>(instance: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn step<'a>(instance: &'a Value, name: &str) -> &'a Value {
     instance["steps"]
         .as_array()
         .unwrap()
