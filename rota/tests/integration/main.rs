@@ -28,4 +28,5 @@ mod soak;
 mod standalone;
 mod tls;
 mod webhooks;
+mod workflow_chaos;
 mod workflows;

@@ -196,6 +196,9 @@ pub enum Behaviour {
     /// Like `Succeed`, but each run takes this many milliseconds from its start (its
     /// report says so, and is sent when it ends).
     Takes(u64),
+    /// Like `Succeed`, with the run's params (if it has any, else its input) as its output:
+    /// the `relay` plugin of the workflow tests, as a double.
+    Relay,
 }
 
 #[derive(Debug, Clone)]
@@ -497,7 +500,8 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                     },
                     exit_code: Some(if behaviour == Behaviour::Fail { 1 } else { 0 }),
                     message: (behaviour == Behaviour::Fail).then(|| "exit status 1".to_owned()),
-                    output: None,
+                    output: (behaviour == Behaviour::Relay)
+                        .then(|| t.params.clone().unwrap_or_else(|| t.input.clone())),
                 })
                 .collect();
             // Retry like a real executor (which spools) until the scheduler acknowledges:
