@@ -170,7 +170,7 @@ enum Pre {
     /// A `wasi:cli/run` command component.
     Command(CommandPre<ComponentCtx>),
     /// A `rota:plugin/handler` component.
-    Handler(HandlerPre<ComponentCtx>),
+    Handler(HandlerPre),
 }
 
 impl Plugin {

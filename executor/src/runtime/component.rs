@@ -9,8 +9,9 @@
 //! - **handler** (`rota:plugin/handler`, `plugins/wit/rota-plugin.wit`): `run(input,
 //!   context)` returns `ok` or `err(message)`; outgoing HTTP is `wasi:http/outgoing-handler`
 //!   behind the job's allow-list ([`HttpGate`]), and `kv`, `secrets` and `log` are
-//!   the same services the `rota` import module gives a preview 1 plugin, and `output`
-//!   (0.1.1) its `output_set`.
+//!   the same services the `rota` import module gives a preview 1 plugin; since 0.2 `run`
+//!   returns the run's output (a 0.1 handler, which returns none, runs unchanged:
+//!   [`HandlerPre`] picks the version).
 //!
 //! Both get the whole of WASI 0.2's CLI world (so that toolchains which import every
 //! interface, as componentize-py and componentize-js do, link), with nothing behind what
@@ -18,7 +19,8 @@
 //! inherited environment. The sandbox is the modules' own: the same engine, pooling
 //! allocator, memory limit, epoch deadline and kill switch ([`super::Runtime::run`]).
 
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::Store;
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker, ResourceTable};
 use wasmtime::{Engine, component::types::ComponentItem};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -28,19 +30,85 @@ use super::host;
 use super::run::MemoryLimit;
 use crate::logs::Stream;
 
-wasmtime::component::bindgen!({
-    path: "../plugins/wit",
-    world: "rota:plugin/handler",
-    imports: { default: async },
-    exports: { default: async },
-    with: {
-        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        "wasi:io": wasmtime_wasi::p2::bindings::io,
-        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-    },
-});
+/// The bindings of one version of the `rota:plugin/handler` world, from its WIT folder.
+macro_rules! handler_world {
+    ($wit:literal) => {
+        wasmtime::component::bindgen!({
+            path: $wit,
+            world: "rota:plugin/handler",
+            imports: { default: async },
+            exports: { default: async },
+            with: {
+                "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+                "wasi:io": wasmtime_wasi::p2::bindings::io,
+                "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+            },
+        });
+    };
+}
 
-pub(super) use rota::plugin::invocation::Context as HandlerContext;
+/// `rota:plugin` 0.2 (`plugins/wit`): `run` returns the run's output.
+pub(super) mod v0_2 {
+    handler_world!("../plugins/wit");
+}
+
+/// `rota:plugin` 0.1 (`plugins/wit-0.1`), kept: a handler built for it runs unchanged.
+pub(super) mod v0_1 {
+    handler_world!("../plugins/wit-0.1");
+}
+
+pub(super) use v0_2::rota::plugin::invocation::Context as HandlerContext;
+
+/// A handler component's imports resolved, for the version of the world it was built for.
+#[derive(Clone)]
+pub(super) enum HandlerPre {
+    V0_2(v0_2::HandlerPre<ComponentCtx>),
+    V0_1(v0_1::HandlerPre<ComponentCtx>),
+}
+
+impl HandlerPre {
+    /// The newest version whose `run` the component's matches (the error is the newest's).
+    pub(super) fn new(pre: InstancePre<ComponentCtx>) -> wasmtime::Result<HandlerPre> {
+        match v0_2::HandlerPre::new(pre.clone()) {
+            Ok(pre) => Ok(HandlerPre::V0_2(pre)),
+            Err(newest) => v0_1::HandlerPre::new(pre)
+                .map(HandlerPre::V0_1)
+                .map_err(|_| newest),
+        }
+    }
+
+    /// Instantiates the handler and calls `run`: its output (a 0.1 handler has none), or
+    /// its `err` message.
+    pub(super) async fn run(
+        &self,
+        store: &mut Store<ComponentCtx>,
+        input: &[u8],
+        context: &HandlerContext,
+    ) -> wasmtime::Result<Result<Option<String>, String>> {
+        match self {
+            HandlerPre::V0_2(pre) => {
+                let handler = pre.instantiate_async(&mut *store).await?;
+                handler.call_run(&mut *store, input, context).await
+            }
+            HandlerPre::V0_1(pre) => {
+                let handler = pre.instantiate_async(&mut *store).await?;
+                let context = v0_1::rota::plugin::invocation::Context {
+                    job_id: context.job_id,
+                    job_name: context.job_name.clone(),
+                    run_id: context.run_id,
+                    task_id: context.task_id,
+                    attempt: context.attempt,
+                    scheduled_at: context.scheduled_at,
+                    shard_index: context.shard_index,
+                    shard_total: context.shard_total,
+                    params: context.params.clone(),
+                };
+                let ran = handler.call_run(&mut *store, input, &context).await?;
+                Ok(ran.map(|()| None))
+            }
+        }
+    }
+}
 
 /// Which of the two component worlds a plugin is written for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +165,10 @@ pub const PROVIDED: &[(&str, &str)] = &[
     ("rota:plugin/kv", "0.1"),
     ("rota:plugin/secrets", "0.1"),
     ("rota:plugin/log", "0.1"),
-    ("rota:plugin/output", "0.1"),
+    ("rota:plugin/invocation", "0.2"),
+    ("rota:plugin/kv", "0.2"),
+    ("rota:plugin/secrets", "0.2"),
+    ("rota:plugin/log", "0.2"),
 ];
 
 /// Is `import` (`ns:pkg/iface@x.y.z`) one of [`PROVIDED`], in a version family Rota has?
@@ -196,62 +267,67 @@ pub(super) fn linker(engine: &Engine) -> wasmtime::Result<Linker<ComponentCtx>> 
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    rota::plugin::invocation::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
-    rota::plugin::kv::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
-    rota::plugin::secrets::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
-    rota::plugin::log::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
-    rota::plugin::output::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_2::rota::plugin::invocation::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_2::rota::plugin::kv::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_2::rota::plugin::secrets::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_2::rota::plugin::log::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_1::rota::plugin::invocation::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_1::rota::plugin::kv::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_1::rota::plugin::secrets::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_1::rota::plugin::log::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
     Ok(linker)
 }
 
-impl rota::plugin::invocation::Host for ComponentCtx {}
+/// `rota:plugin`'s imports, the same services in every version of the world.
+macro_rules! rota_imports {
+    ($version:ident) => {
+        impl $version::rota::plugin::invocation::Host for ComponentCtx {}
 
-impl rota::plugin::kv::Host for ComponentCtx {
-    async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, String> {
-        self.host
-            .kv_call(rota_proto::wire::KvOp::Get, key, None)
-            .await
-    }
+        impl $version::rota::plugin::kv::Host for ComponentCtx {
+            async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, String> {
+                self.host
+                    .kv_call(rota_proto::wire::KvOp::Get, key, None)
+                    .await
+            }
 
-    async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
-        self.host
-            .kv_call(rota_proto::wire::KvOp::Set, key, Some(value))
-            .await
-            .map(drop)
-    }
+            async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
+                self.host
+                    .kv_call(rota_proto::wire::KvOp::Set, key, Some(value))
+                    .await
+                    .map(drop)
+            }
 
-    async fn delete(&mut self, key: String) -> Result<(), String> {
-        self.host
-            .kv_call(rota_proto::wire::KvOp::Delete, key, None)
-            .await
-            .map(drop)
-    }
+            async fn delete(&mut self, key: String) -> Result<(), String> {
+                self.host
+                    .kv_call(rota_proto::wire::KvOp::Delete, key, None)
+                    .await
+                    .map(drop)
+            }
+        }
+
+        impl $version::rota::plugin::secrets::Host for ComponentCtx {
+            async fn get(&mut self, name: String) -> Result<Option<String>, String> {
+                self.host.secret_call(name).await
+            }
+        }
+
+        impl $version::rota::plugin::log::Host for ComponentCtx {
+            async fn write(&mut self, level: $version::rota::plugin::log::Level, message: String) {
+                use $version::rota::plugin::log::Level;
+                let stream = match level {
+                    Level::Debug | Level::Info => Stream::Stdout,
+                    Level::Warn | Level::Error => Stream::Stderr,
+                };
+                let mut line = message.into_bytes();
+                line.push(b'\n');
+                self.host.log().write(stream, &line);
+            }
+        }
+    };
 }
 
-impl rota::plugin::secrets::Host for ComponentCtx {
-    async fn get(&mut self, name: String) -> Result<Option<String>, String> {
-        self.host.secret_call(name).await
-    }
-}
-
-impl rota::plugin::log::Host for ComponentCtx {
-    async fn write(&mut self, level: rota::plugin::log::Level, message: String) {
-        use rota::plugin::log::Level;
-        let stream = match level {
-            Level::Debug | Level::Info => Stream::Stdout,
-            Level::Warn | Level::Error => Stream::Stderr,
-        };
-        let mut line = message.into_bytes();
-        line.push(b'\n');
-        self.host.log().write(stream, &line);
-    }
-}
-
-impl rota::plugin::output::Host for ComponentCtx {
-    async fn set(&mut self, value: Vec<u8>) -> Result<(), String> {
-        self.host.output_set(value)
-    }
-}
+rota_imports!(v0_2);
+rota_imports!(v0_1);
 
 #[cfg(test)]
 mod tests {
@@ -263,7 +339,8 @@ mod tests {
         assert!(is_provided("wasi:cli/environment@0.2.9"));
         assert!(is_provided("wasi:http/outgoing-handler@0.2.12"));
         assert!(is_provided("rota:plugin/kv@0.1.0"));
-        assert!(is_provided("rota:plugin/output@0.1.1"));
+        assert!(is_provided("rota:plugin/kv@0.2.0"));
+        assert!(!is_provided("rota:plugin/output@0.1.1"));
         assert!(!is_provided("wasi:http/incoming-handler@0.2.0"));
         assert!(!is_provided("wasi:cli/environment@0.3.0"));
         assert!(!is_provided("wasi:cli/environment@0.20.0"));

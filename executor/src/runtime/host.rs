@@ -189,8 +189,8 @@ impl Host {
         self.output.take()
     }
 
-    /// A component's `rota:plugin/output.set`: [`Host::set_output`], refused with its
-    /// message.
+    /// The output a handler component's `run` returned: [`Host::set_output`], refused with
+    /// its message.
     pub(super) fn output_set(&mut self, value: Vec<u8>) -> Result<(), String> {
         self.set_output(value)
             .map(drop)

@@ -126,9 +126,15 @@ impl Runtime {
                 let input = invocation.input;
                 let store = self.store(&self.inner.component_engine, ctx, &sandbox);
                 sandbox.drive(store, async |store: &mut Store<_>| {
-                    let handler = pre.instantiate_async(&mut *store).await?;
-                    let ran = handler.call_run(&mut *store, input, &context).await?;
-                    Ok(ran.map_err(Refusal::Message))
+                    Ok(match pre.run(&mut *store, input, &context).await? {
+                        Ok(Some(output)) => store
+                            .data_mut()
+                            .host
+                            .output_set(output.into_bytes())
+                            .map_err(Refusal::Message),
+                        Ok(None) => Ok(()),
+                        Err(message) => Err(Refusal::Message(message)),
+                    })
                 })
             }
         };

@@ -2,8 +2,8 @@
 //! component text (`fixtures/handler.wat`): the world is recognised, the context reaches
 //! the guest, `err` fails the run with its message, a loop is killed, a memory bomb fails
 //! cleanly and the next run succeeds, and the compiled component survives a restart in
-//! the disk cache. A handler of rota:plugin 0.1.1 (`fixtures/handler-output.wat`) sets its
-//! run's output; the 0.1.0 fixture keeps running beside it.
+//! the disk cache. A handler of rota:plugin 0.2 (`fixtures/handler-output.wat`) returns
+//! its run's output; the 0.1 fixture keeps running beside it.
 
 use crate::common;
 
@@ -17,7 +17,7 @@ use rota_executor::runtime::{
 use tokio_util::sync::CancellationToken;
 
 const HANDLER: &str = include_str!("../fixtures/handler.wat");
-/// A handler of rota:plugin 0.1.1 that sets its input as its output.
+/// A handler of rota:plugin 0.2 whose `run` returns its input as its output.
 const HANDLER_OUTPUT: &str = include_str!("../fixtures/handler-output.wat");
 
 fn config() -> RuntimeConfig {
@@ -141,7 +141,7 @@ fn a_compiled_component_survives_a_restart() {
 }
 
 #[test]
-fn a_handler_of_0_1_1_sets_its_output_and_one_over_64_kib_fails_the_run_saying_so() {
+fn a_handler_of_0_2_returns_its_output_and_one_over_64_kib_fails_the_run_saying_so() {
     let rt = Runtime::new(config()).unwrap();
     let plugin = compile_text(&rt, HANDLER_OUTPUT);
     assert_eq!(plugin.world(), Some(World::Handler));
@@ -150,6 +150,9 @@ fn a_handler_of_0_1_1_sets_its_output_and_one_over_64_kib_fails_the_run_saying_s
     let (outcome, _) = run(&rt, &plugin, r#"{"charged": 1650}"#, 0, &kill);
     assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
     assert_eq!(outcome.output.as_deref(), Some(r#"{"charged": 1650}"#));
+    let (outcome, _) = run(&rt, &plugin, "", 0, &kill);
+    assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
+    assert_eq!(outcome.output, None, "ok(none): no output");
 
     let big = "o".repeat(70_000);
     let (outcome, _) = run(&rt, &plugin, &big, 0, &kill);
@@ -158,9 +161,9 @@ fn a_handler_of_0_1_1_sets_its_output_and_one_over_64_kib_fails_the_run_saying_s
         outcome.message.as_deref(),
         Some("output of 70000 bytes, at most 65536 allowed")
     );
-    assert_eq!(outcome.output, None, "nothing was set");
+    assert_eq!(outcome.output, None, "nothing was kept");
 
-    // A handler built for 0.1.0 links and runs against the same linker.
+    // A handler built for 0.1 links and runs against the same linker.
     let old = compile(&rt);
     let (outcome, lines) = run(&rt, &old, "hello", 0, &kill);
     assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");

@@ -25,7 +25,7 @@ def info(text: str) -> None:
 
 
 class WitWorld(wit_world.WitWorld):
-    def run(self, input: bytes, context: invocation.Context) -> None:
+    def run(self, input: bytes, context: invocation.Context) -> str | None:
         order = parse_order(input)
         order_id = order["order_id"]
         service = (context.params or "").strip().rstrip("/")

@@ -9,6 +9,6 @@ from wit_world.imports import invocation, log
 
 
 class WitWorld(wit_world.WitWorld):
-    def run(self, input: bytes, context: invocation.Context) -> None:
+    def run(self, input: bytes, context: invocation.Context) -> str | None:
         name = input.decode("utf-8", errors="replace").strip() or "world"
         log.write(log.Level.INFO, f"hello, {name} (job {context.job_name}, attempt {context.attempt})")

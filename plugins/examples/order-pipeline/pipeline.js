@@ -9,8 +9,8 @@
 // One plugin, four jobs' worth of behaviour: each step's params name what it does
 // (`fetch`, `charge`, `notify`, `refund`). Every step reads the workflow payload Rota gives
 // it — {"input": the instance's input, "steps": {"<step>": its output, …}} and, in an
-// element of a map, "item" and "index" — and sets its own output with
-// `rota:plugin/output` (new in rota:plugin 0.1.1), which the steps after it receive.
+// element of a map, "item" and "index" — and returns its own output (rota:plugin 0.2:
+// `run` returns a string, here JSON), which the steps after it receive.
 //
 // The instance's input is an order: {"order_id": 42, "lines": [{"sku": "tea",
 // "amount": 450}, …]} (amounts in cents). A line that cannot be charged — an amount that
@@ -18,8 +18,7 @@
 // element, which fails `charge` and sends the workflow down the refund branch.
 //
 // Build: plugins/build.sh (componentize-js against plugins/wit, world `handler`).
-import { write } from 'rota:plugin/log@0.1.1';
-import { set as setOutput } from 'rota:plugin/output@0.1.1';
+import { write } from 'rota:plugin/log@0.2.0';
 
 const info = (text) => write('info', text);
 
@@ -27,8 +26,7 @@ export function run(input, context) {
   const payload = parseJson(new TextDecoder().decode(input));
   const order = payload.input ?? {};
   const action = (context.params ?? '').trim();
-  const result = act(action, order, payload);
-  setOutput(new TextEncoder().encode(JSON.stringify(result)));
+  return JSON.stringify(act(action, order, payload));
 }
 
 function act(action, order, payload) {
