@@ -62,25 +62,7 @@ impl Store {
             return Ok(done);
         }
         let mut tx = self.begin().await?;
-        let lock = if self.is_mysql() {
-            " FOR UPDATE SKIP LOCKED"
-        } else {
-            ""
-        };
-        let due: Vec<FireRow> = on_tx!(&mut tx, |tx, Db| {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT w.id, w.version, v.steps, w.schedule, w.misfire, w.overlap, \
-                 w.next_fire_at, w.queued FROM workflows w JOIN workflow_versions v \
-                 ON v.workflow_id = w.id AND v.version = w.version \
-                 WHERE w.enabled = ? AND w.next_fire_at <= ? ORDER BY w.next_fire_at \
-                 LIMIT ?{lock}"
-            )))
-            .bind(true)
-            .bind(now)
-            .bind(i64::from(limit))
-            .fetch_all(&mut **tx)
-            .await?
-        });
+        let due = self.lock_due_workflows(&mut tx, now, limit).await?;
         for row in due {
             let steps: Vec<StepSpec> = parse_json(&row.steps)?;
             let overlap: Overlap = parse(&row.overlap)?;
@@ -165,6 +147,50 @@ impl Store {
         }
         tx.commit().await?;
         Ok(done)
+    }
+
+    /// Up to `limit` enabled workflows due at `now`, locked for this transaction (on MySQL,
+    /// skipping those another node holds), with their current version's steps.
+    ///
+    /// Only the `workflows` rows are locked: a `FOR UPDATE SKIP LOCKED` over the join with
+    /// `workflow_versions` locked rows of both tables, so two nodes could each hold one half
+    /// of a workflow's pair and both skip it (a fire lost for a round; CI saw it).
+    async fn lock_due_workflows(
+        &self,
+        tx: &mut Tx,
+        now: Millis,
+        limit: u32,
+    ) -> Result<Vec<FireRow>> {
+        let lock = if self.is_mysql() {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        };
+        let ids: Vec<i64> = on_tx!(tx, |tx, Db| {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM workflows WHERE enabled = ? AND next_fire_at <= ? \
+                 ORDER BY next_fire_at LIMIT ?{lock}"
+            )))
+            .bind(true)
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&mut **tx)
+            .await?
+        });
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The rows are ours now: a plain read of them (and of their immutable versions).
+        Ok(on_tx!(tx, |tx, Db| {
+            let mut qb = QueryBuilder::<Db>::new(
+                "SELECT w.id, w.version, v.steps, w.schedule, w.misfire, w.overlap, \
+                 w.next_fire_at, w.queued FROM workflows w JOIN workflow_versions v \
+                 ON v.workflow_id = w.id AND v.version = w.version WHERE w.id IN ",
+            );
+            push_ids(&mut qb, ids.iter().copied());
+            qb.push(" ORDER BY w.next_fire_at");
+            qb.build_query_as::<FireRow>().fetch_all(&mut **tx).await?
+        }))
     }
 
     /// The earliest next fire time of an enabled workflow.
