@@ -120,6 +120,14 @@ impl TaskStatus {
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::Dead | Self::Cancelled)
     }
+
+    /// Not started: what a cancel turns `cancelled` at once (the store's `unstarted!()`).
+    pub fn is_unstarted(self) -> bool {
+        matches!(
+            self,
+            Self::Pending | Self::Claimed | Self::Waiting | Self::Ready
+        )
+    }
 }
 
 /// A task's status as the API shows it, and how many attempts have started.

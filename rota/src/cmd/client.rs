@@ -87,8 +87,9 @@ impl ApiClient {
         url
     }
 
-    /// Sends a request; a non-2xx answer becomes an error `"<status>: <message>"`, where
-    /// the message is the API's `error` (or the start of whatever else came back).
+    /// Sends a request; a non-2xx answer becomes a [`Refused`] error, `"<status>:
+    /// <message>"`, where the message is the API's `error` (or the start of whatever else
+    /// came back).
     pub async fn send(
         &self,
         method: Method,
@@ -117,7 +118,7 @@ impl ApiClient {
                 Err(_) if body.trim().is_empty() => "(no message)".to_owned(),
                 Err(_) => body.trim().chars().take(300).collect(),
             };
-            anyhow::bail!("{status}: {message}");
+            return Err(Refused { status, message }.into());
         }
         let value = serde_json::from_str(&body).with_context(|| {
             format!("the scheduler answered {status} with something that is not JSON")
@@ -170,3 +171,27 @@ mod tests {
         assert!(parse_server("https://rota.example").is_ok());
     }
 }
+
+/// A non-2xx answer: its status and the API's message.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl Refused {
+    /// Is `error` the API's answer `status`?
+    pub fn is(error: &anyhow::Error, status: StatusCode) -> bool {
+        error
+            .downcast_ref::<Refused>()
+            .is_some_and(|r| r.status == status)
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.status, self.message)
+    }
+}
+
+impl std::error::Error for Refused {}

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use reqwest::Method;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::client::{Answer, ApiClient, ServerFlags};
+use super::client::{Answer, ApiClient, Refused, ServerFlags};
 use super::task::{print_raw, print_table, text};
 
 /// How often `start --wait` reads the instance.
@@ -113,7 +113,7 @@ async fn apply(api: &ApiClient, json: bool, file: &std::path::Path) -> anyhow::R
             }
             Some(found.value["version"].as_i64())
         }
-        Err(e) if e.to_string().starts_with("404") => None,
+        Err(e) if Refused::is(&e, StatusCode::NOT_FOUND) => None,
         Err(e) => return Err(e),
     };
     let answer = match before {
@@ -163,7 +163,7 @@ async fn start(api: &ApiClient, json: bool, args: StartArgs) -> anyhow::Result<(
         if json {
             return print_raw(&answer);
         }
-        let known = if answer.status == reqwest::StatusCode::OK {
+        let known = if answer.status == StatusCode::OK {
             " (already started with this key)"
         } else {
             ""

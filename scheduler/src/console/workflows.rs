@@ -212,8 +212,17 @@ pub async fn workflow(
     let index = Index::of(wf.steps.iter().map(|st| st.name.as_str()));
     let mut steps = Vec::with_capacity(wf.steps.len());
     let mut nodes = Vec::with_capacity(wf.steps.len());
+    // Steps often share a job: each read once.
+    let mut jobs: HashMap<i64, String> = HashMap::new();
     for st in &wf.steps {
-        let job = job_name(&console, &s, st.job_id).await;
+        let job = match jobs.get(&st.job_id) {
+            Some(name) => name.clone(),
+            None => {
+                let name = job_name(&console, &s, st.job_id).await;
+                jobs.insert(st.job_id, name.clone());
+                name
+            }
+        };
         nodes.push(Vertex {
             name: st.name.clone(),
             after: index.all(&st.after),

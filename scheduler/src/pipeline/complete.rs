@@ -191,6 +191,12 @@ fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now:
     for i in &applied.instances {
         crate::metrics::workflow_instances(i.status, 1);
     }
+    if applied.instances_started > 0 {
+        crate::metrics::workflow_instances(
+            crate::workflow::InstanceStatus::Running,
+            applied.instances_started as u64,
+        );
+    }
     for &ms in &applied.handoffs_ms {
         metrics::histogram!("rota_workflow_handoff_seconds").record(ms as f64 / 1000.0);
     }

@@ -233,7 +233,8 @@ macro_rules! retrying {
 }
 
 /// The task statuses of an attempt that has not started, as an SQL list: pending, claimed
-/// into a wheel, waiting for an executor, ready for a consumer ([`TaskStatus`]).
+/// into a wheel, waiting for an executor, ready for a consumer
+/// ([`TaskStatus::is_unstarted`]; a test holds the two to the same list).
 macro_rules! unstarted {
     () => {
         "('pending', 'claimed', 'waiting', 'ready')"
@@ -382,7 +383,8 @@ pub use rows::{
 };
 use workflows::StepTaskEnded;
 pub use workflows::{
-    FiresDone, Instance, InstanceEnded, InstanceStep, ItemCounts, Scheduled, Timing, Workflow,
+    Cancelled, FiresDone, Instance, InstanceEnded, InstanceStep, ItemCounts, Scheduled, Timing,
+    Workflow,
 };
 
 /// The id of the row an `INSERT` created, on either backend.
@@ -937,6 +939,30 @@ where
 #[cfg(test)]
 mod tests {
     use super::server_support;
+    use crate::model::TaskStatus;
+
+    #[test]
+    fn unstarted_in_sql_is_the_model_s_unstarted() {
+        let all = [
+            "pending",
+            "claimed",
+            "waiting",
+            "ready",
+            "running",
+            "succeeded",
+            "dead",
+            "cancelled",
+        ];
+        let listed: Vec<&str> = all
+            .into_iter()
+            .filter(|s| unstarted!().contains(&format!("'{s}'")))
+            .collect();
+        let unstarted: Vec<&str> = all
+            .into_iter()
+            .filter(|s| s.parse::<TaskStatus>().unwrap().is_unstarted())
+            .collect();
+        assert_eq!(listed, unstarted);
+    }
 
     #[test]
     fn servers_without_working_skip_locked_are_refused_naming_why() {

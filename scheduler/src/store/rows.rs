@@ -321,6 +321,8 @@ pub struct Applied {
     pub freed_limited: bool,
     /// Workflow instances the batch ended.
     pub instances: Vec<InstanceEnded>,
+    /// Queued workflow instances those endings started (`overlap: queue`).
+    pub instances_started: usize,
     /// For each step ending that started the steps after it: from its run's end to the
     /// commit that created their tasks, in ms.
     pub handoffs_ms: Vec<Millis>,

@@ -154,6 +154,7 @@ impl Store {
             children,
             freed_limited: verdicts.freed_limited,
             instances: moved.instances,
+            instances_started: moved.started,
             handoffs_ms: moved.handoffs_ms,
         })
     }

@@ -3,6 +3,8 @@
 //! instance (idempotent by key), reading and cancelling instances — checked, stored and
 //! audited here for every door.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use super::fields::NameOrId;
@@ -301,6 +303,8 @@ pub async fn list_instances(
     };
     let mut items = Vec::new();
     let mut before = before_id;
+    // A scoped principal's view: each workflow's app read once per call.
+    let mut apps: HashMap<i64, Option<String>> = HashMap::new();
     // Scoped principals skip what they may not see; a page is filled from further back.
     loop {
         let batch = ports
@@ -310,10 +314,19 @@ pub async fn list_instances(
         let more = batch.len() > limit as usize;
         for inst in batch.into_iter().take(limit as usize) {
             before = Some(inst.id);
-            let visible = match (who.app_filter(), app_of(ports.store(), &inst).await?) {
-                (None, _) => true,
-                (Some(apps), Some(app)) => apps.contains(&app),
-                (Some(_), None) => false,
+            let visible = match who.app_filter() {
+                None => true,
+                Some(allowed) => {
+                    let app = match apps.get(&inst.workflow_id) {
+                        Some(app) => app.clone(),
+                        None => {
+                            let app = app_of(ports.store(), &inst).await?;
+                            apps.insert(inst.workflow_id, app.clone());
+                            app
+                        }
+                    };
+                    app.is_some_and(|app| allowed.contains(&app))
+                }
             };
             if visible {
                 items.push(inst);
@@ -339,11 +352,14 @@ pub async fn list_instances(
 /// started ones killed (best effort: one that ends anyway changes nothing now). Audited.
 pub async fn cancel(ports: &Ports, who: &Principal, id: i64) -> Result<Instance> {
     instance_as(ports, who, id, Need::Change).await?;
-    let started = ports
+    let cancelled = ports
         .store()
         .cancel_instance(id, ports.clock().now_ms())
         .await?;
-    for task_id in started {
+    if cancelled.queued_started {
+        crate::metrics::workflow_instances(InstanceStatus::Running, 1);
+    }
+    for task_id in cancelled.started {
         let Ok(task) = ports.store().get_task(task_id).await else {
             continue;
         };

@@ -155,6 +155,7 @@ impl Store {
                     .push(self.instance_ended(tx, &moving).await?);
                 if self.start_queued(tx, moving.workflow_id, now).await? {
                     moved.created += 1;
+                    moved.started += 1;
                 }
             }
         }

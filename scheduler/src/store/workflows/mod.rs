@@ -136,8 +136,18 @@ pub(super) struct StepTaskEnded {
 #[derive(Debug, Default)]
 pub(super) struct Moved {
     pub created: usize,
+    /// Queued instances started (`overlap: queue`) because one ended.
+    pub started: usize,
     pub instances: Vec<InstanceEnded>,
     pub handoffs_ms: Vec<Millis>,
+}
+
+/// What a cancel left to its caller.
+pub struct Cancelled {
+    /// Tasks of the instance that were running: their runs are the caller's to kill.
+    pub started: Vec<i64>,
+    /// A queued instance of the workflow (`overlap: queue`) started in its place.
+    pub queued_started: bool,
 }
 
 #[derive(FromRow)]
@@ -639,7 +649,7 @@ impl Store {
     /// running ones are cancelled, in one transaction. Returns the tasks that had started
     /// (their runs are the caller's to kill; their endings change nothing now). A
     /// finished instance is a conflict.
-    pub async fn cancel_instance(&self, id: i64, now: Millis) -> Result<Vec<i64>> {
+    pub async fn cancel_instance(&self, id: i64, now: Millis) -> Result<Cancelled> {
         let mut tx = self.begin().await?;
         let Some(mut moving) = self.lock_instance(&mut tx, id).await? else {
             tx.rollback().await?;
@@ -658,16 +668,15 @@ impl Store {
             .fetch_all(&mut **tx)
             .await?
         });
-        let unstarted: Vec<i64> = tasks
-            .iter()
-            .filter(|(_, s)| matches!(s.as_str(), "pending" | "claimed" | "waiting" | "ready"))
-            .map(|(t, _)| *t)
-            .collect();
-        let started: Vec<i64> = tasks
-            .iter()
-            .filter(|(_, s)| s == "running")
-            .map(|(t, _)| *t)
-            .collect();
+        let of = |wanted: fn(TaskStatus) -> bool| -> Vec<i64> {
+            tasks
+                .iter()
+                .filter(|(_, s)| s.parse().is_ok_and(wanted))
+                .map(|(t, _)| *t)
+                .collect()
+        };
+        let unstarted = of(TaskStatus::is_unstarted);
+        let started = of(|s| s == TaskStatus::Running);
         on_tx!(&mut tx, |tx, Db| {
             for chunk in unstarted.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new(
@@ -694,8 +703,11 @@ impl Store {
             }
         }
         self.move_on(&mut tx, &mut moving, now).await?;
-        self.start_queued(&mut tx, moving.workflow_id, now).await?;
+        let queued_started = self.start_queued(&mut tx, moving.workflow_id, now).await?;
         tx.commit().await?;
-        Ok(started)
+        Ok(Cancelled {
+            started,
+            queued_started,
+        })
     }
 }
