@@ -65,12 +65,7 @@ fn env_flag(name: &str, default: bool) -> bool {
 }
 
 fn main() {
-    // `cargo bench` appends `--bench`; the first word that is not a flag names the case.
-    let case = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .or_else(|| std::env::var("ROTA_BENCH_CASE").ok())
-        .unwrap_or_else(|| "all".into());
+    let case = common::case("all");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -40,11 +40,7 @@ use serde_json::{Value, json};
 use support::*;
 
 fn main() {
-    let case = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .or_else(|| std::env::var("ROTA_BENCH_CASE").ok())
-        .unwrap_or_else(|| "pull".into());
+    let case = common::case("pull");
     common::block_on(async {
         let bed = Bed::start().await;
         match case.as_str() {

@@ -37,17 +37,13 @@ use std::time::{Duration, Instant};
 
 use common::{
     Db, bench_database, cpu_seconds, diff, env_or, first_member, percentile, post_batch, rfc3339,
-    rota_bin, start_nodes,
+    rota_bin, start_nodes, statements,
 };
 use serde_json::{Value, json};
 use support::*;
 
 fn main() {
-    let case = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .or_else(|| std::env::var("ROTA_BENCH_CASE").ok())
-        .unwrap_or_else(|| "sweep".into());
+    let case = common::case("sweep");
     common::block_on(async {
         let bed = Bed::start().await;
         match case.as_str() {
@@ -75,6 +71,8 @@ struct Bed {
     plugin: String,
     floor: bool,
     http: reqwest::Client,
+    /// Every process's stderr (`n1.log`…, `executor.log`): read when a run stalls.
+    log_dir: PathBuf,
     _dirs: Vec<tempfile::TempDir>,
 }
 
@@ -126,16 +124,12 @@ impl Bed {
             .await;
         let job_id = job["id"].as_i64().unwrap();
         dirs.push(exec_dir);
+        let log_path = log_dir.path().to_path_buf();
         dirs.push(log_dir);
         let bed = Bed {
             db: Db::connect(&first_member(&url)).await,
             db_name,
-            // Galera: every member's pid, comma-separated.
-            mariadb_pids: std::env::var("ROTA_BENCH_MARIADB_PID")
-                .unwrap_or_default()
-                .split(',')
-                .filter_map(|p| p.trim().parse().ok())
-                .collect(),
+            mariadb_pids: common::mariadb_pids(),
             nodes,
             executor: KillOnDrop(executor),
             job_id,
@@ -146,6 +140,7 @@ impl Bed {
                 .into_owned(),
             floor,
             http: reqwest::Client::new(),
+            log_dir: log_path,
             _dirs: dirs,
         };
         // Warm-up: the plugin fetched and compiled, connections open.
@@ -235,32 +230,6 @@ impl Cpu {
     }
 }
 
-/// Statements per 1,000 tasks in a `Com_*` difference: the total and the main kinds.
-fn statements(d: &BTreeMap<String, i64>, tasks: usize) -> (f64, String) {
-    let per = |n: i64| n as f64 * 1000.0 / tasks.max(1) as f64;
-    let total: i64 = [
-        "Com_select",
-        "Com_insert",
-        "Com_update",
-        "Com_delete",
-        "Com_commit",
-    ]
-    .iter()
-    .map(|k| d.get(*k).copied().unwrap_or(0))
-    .sum();
-    let kinds = ["select", "insert", "update", "delete", "commit"]
-        .iter()
-        .map(|k| {
-            format!(
-                "{k} {:.1}",
-                per(d.get(&format!("Com_{k}")).copied().unwrap_or(0))
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    (per(total), kinds)
-}
-
 // ----- sustained load -----------------------------------------------------------------------
 
 /// Creates `rate` tasks/s for `seconds`, a batch every 10 ms round-robin over the nodes, due
@@ -324,7 +293,12 @@ async fn sweep(bed: &Bed) {
 
         let since = now_ms();
         common::BATCH_RETRIES.store(0, std::sync::atomic::Ordering::Relaxed);
-        let (cpu0, s0, r0) = (bed.cpu(), bed.db.status().await, db_retries(bed).await);
+        let (cpu0, s0, r0) = (
+            bed.cpu(),
+            bed.db.status().await,
+            metric_sum(bed, "rota_db_retries_total").await,
+        );
+        let watch = Stall::watch(bed).await;
         let started = Instant::now();
         let created = offer(bed, rate, seconds, || rand::random::<u64>() % 3_000).await;
         let offered_for = started.elapsed();
@@ -355,27 +329,94 @@ async fn sweep(bed: &Bed) {
                 format!("{creating:.1}")
             },
         );
+        watch.explain(bed, late.last().copied().unwrap_or(0)).await;
         assert_eq!(stuck, 0, "runs left dispatched or running after the drain");
     }
+}
+
+/// What a run that stalled (a fire over a second late) saw: fires held for want of a
+/// confirmed lease, and the warnings every process logged during the run. The logs are
+/// copied out of the temporary directory so that they outlive the bench.
+struct Stall {
+    held: f64,
+    log_lengths: BTreeMap<PathBuf, u64>,
+}
+
+impl Stall {
+    const THRESHOLD_MS: i64 = 1_000;
+
+    async fn watch(bed: &Bed) -> Stall {
+        Stall {
+            held: metric_sum(bed, "rota_fires_held_total").await,
+            log_lengths: logs(&bed.log_dir)
+                .map(|p| (p.clone(), std::fs::metadata(&p).map_or(0, |m| m.len())))
+                .collect(),
+        }
+    }
+
+    async fn explain(&self, bed: &Bed, max_late_ms: i64) {
+        if max_late_ms < Self::THRESHOLD_MS {
+            return;
+        }
+        let held = metric_sum(bed, "rota_fires_held_total").await - self.held;
+        println!(
+            "\n> a fire was {max_late_ms} ms late; fires held for an unconfirmed lease: {held}"
+        );
+        for (path, from) in &self.log_lengths {
+            let text = std::fs::read(path).unwrap_or_default();
+            let new =
+                String::from_utf8_lossy(&text[(*from as usize).min(text.len())..]).into_owned();
+            let warnings: Vec<&str> = new
+                .lines()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                .collect();
+            let name = path.file_name().unwrap().to_string_lossy();
+            println!("> {name}: {} warnings", warnings.len());
+            for line in warnings.iter().take(10) {
+                println!(">   {line}");
+            }
+        }
+        let kept = std::env::temp_dir().join(format!("rota-bench-stall-{}", now_ms()));
+        std::fs::create_dir_all(&kept).unwrap();
+        for path in logs(&bed.log_dir) {
+            let _ = std::fs::copy(&path, kept.join(path.file_name().unwrap()));
+        }
+        println!("> logs kept in {}\n", kept.display());
+    }
+}
+
+fn logs(dir: &std::path::Path) -> impl Iterator<Item = PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+}
+
+/// A counter summed over every node's `/metrics` (all label sets).
+async fn metric_sum(bed: &Bed, name: &str) -> f64 {
+    let mut sum = 0.0;
+    for (_, api) in &bed.nodes {
+        sum += api
+            .metrics()
+            .await
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    sum
 }
 
 /// Database retries per 1,000 tasks since `before` (the nodes' own), and the batches the
 /// load generator sent again after a 503 since it last asked.
 async fn retried(bed: &Bed, before: f64, tasks: usize) -> String {
-    let per_1000 = (db_retries(bed).await - before) * 1_000.0 / tasks.max(1) as f64;
+    let per_1000 =
+        (metric_sum(bed, "rota_db_retries_total").await - before) * 1_000.0 / tasks.max(1) as f64;
     match common::BATCH_RETRIES.swap(0, std::sync::atomic::Ordering::Relaxed) {
         0 => format!("{per_1000:.1}"),
         resent => format!("{per_1000:.1} (+{resent} batches re-sent after a 503)"),
     }
-}
-
-/// `rota_db_retries_total` summed over every node's `/metrics`.
-async fn db_retries(bed: &Bed) -> f64 {
-    let mut sum = 0.0;
-    for (_, api) in &bed.nodes {
-        sum += chaos::retries(api).await;
-    }
-    sum
 }
 
 // ----- a burst ------------------------------------------------------------------------------
@@ -395,7 +436,11 @@ async fn burst(bed: &Bed) {
     }
     assert!(now_ms() < due - 5_000, "creating the burst took too long");
     tokio::time::sleep(Duration::from_millis((due - now_ms() - 2_000).max(0) as u64)).await;
-    let (cpu0, s0, r0) = (bed.cpu(), bed.db.status().await, db_retries(bed).await);
+    let (cpu0, s0, r0) = (
+        bed.cpu(),
+        bed.db.status().await,
+        metric_sum(bed, "rota_db_retries_total").await,
+    );
     bed.drain(n, Duration::from_secs(300)).await;
     let done = now_ms();
     let (cpu1, s1) = (bed.cpu(), bed.db.status().await);

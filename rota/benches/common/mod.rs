@@ -14,6 +14,26 @@ pub fn block_on<F: std::future::Future>(body: F) -> F::Output {
         .block_on(body)
 }
 
+/// The case a bench runs: the first argument that is not a flag (`cargo bench` appends
+/// `--bench`), else `ROTA_BENCH_CASE`, else `default`.
+pub fn case(default: &str) -> String {
+    std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .or_else(|| std::env::var("ROTA_BENCH_CASE").ok())
+        .unwrap_or_else(|| default.into())
+}
+
+/// The database's processes, for their CPU: `ROTA_BENCH_MARIADB_PID` (Galera: every
+/// member's pid, comma-separated); none when it is not set.
+pub fn mariadb_pids() -> Vec<u32> {
+    std::env::var("ROTA_BENCH_MARIADB_PID")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|p| p.trim().parse().ok())
+        .collect()
+}
+
 /// A number from the environment (`_` allowed as a separator), or `default`.
 pub fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -194,6 +214,32 @@ impl Db {
         }
         .expect("counting unfinished runs")
     }
+}
+
+/// Statements per 1,000 of `tasks` in a `Com_*` difference: the total and the main kinds.
+pub fn statements(d: &BTreeMap<String, i64>, tasks: usize) -> (f64, String) {
+    let per = |n: i64| n as f64 * 1000.0 / tasks.max(1) as f64;
+    let total: i64 = [
+        "Com_select",
+        "Com_insert",
+        "Com_update",
+        "Com_delete",
+        "Com_commit",
+    ]
+    .iter()
+    .map(|k| d.get(*k).copied().unwrap_or(0))
+    .sum();
+    let kinds = ["select", "insert", "update", "delete", "commit"]
+        .iter()
+        .map(|k| {
+            format!(
+                "{k} {:.1}",
+                per(d.get(&format!("Com_{k}")).copied().unwrap_or(0))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    (per(total), kinds)
 }
 
 /// Batches [`post_batch`] sent again after a 503.

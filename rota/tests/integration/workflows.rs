@@ -13,36 +13,7 @@ use support::*;
 
 /// Sets its output to its first argument (the step's params, one word) if it has one,
 /// else to its stdin (the step's payload): a step that relays what it was given.
-pub(crate) const RELAY: &str = r#"(module
-  (import "wasi_snapshot_preview1" "args_sizes_get" (func $args_sizes_get (param i32 i32) (result i32)))
-  (import "wasi_snapshot_preview1" "args_get" (func $args_get (param i32 i32) (result i32)))
-  (import "wasi_snapshot_preview1" "fd_read" (func $fd_read (param i32 i32 i32 i32) (result i32)))
-  (import "rota" "output_set" (func $output_set (param i32 i32) (result i32)))
-  (memory (export "memory") 2)
-  ;; 0: argc, 4: argv buffer size, 16..: argv pointers, 1024..: argv strings,
-  ;; 32: iovec, 40: bytes read, 65536..: stdin.
-  (func $arg1_len (param $p i32) (result i32) (local $n i32)
-    (block $end (loop $scan
-      (br_if $end (i32.eqz (i32.load8_u (i32.add (local.get $p) (local.get $n)))))
-      (local.set $n (i32.add (local.get $n) (i32.const 1)))
-      (br $scan)))
-    (local.get $n))
-  (func (export "_start") (local $total i32) (local $n i32) (local $arg i32)
-    (drop (call $args_sizes_get (i32.const 0) (i32.const 4)))
-    (if (i32.gt_u (i32.load (i32.const 0)) (i32.const 1))
-      (then
-        (drop (call $args_get (i32.const 16) (i32.const 1024)))
-        (local.set $arg (i32.load (i32.const 20)))
-        (drop (call $output_set (local.get $arg) (call $arg1_len (local.get $arg))))
-        (return)))
-    (loop $more
-      (i32.store (i32.const 32) (i32.add (i32.const 65536) (local.get $total)))
-      (i32.store (i32.const 36) (i32.const 8192))
-      (drop (call $fd_read (i32.const 0) (i32.const 32) (i32.const 1) (i32.const 40)))
-      (local.set $n (i32.load (i32.const 40)))
-      (local.set $total (i32.add (local.get $total) (local.get $n)))
-      (br_if $more (local.get $n)))
-    (drop (call $output_set (i32.const 65536) (local.get $total)))))"#;
+pub(crate) const RELAY: &str = include_str!("../../../executor/tests/fixtures/relay.wat");
 
 /// Exits with status 1.
 const FAIL: &str = r#"(module
