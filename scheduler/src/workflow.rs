@@ -315,6 +315,11 @@ impl Graph {
 
     /// The payload of step `i`'s task: `{"input": …, "steps": {"<predecessor>": its
     /// output, …}}`, and for an element of a map `"item"` and `"index"` as well.
+    ///
+    /// An element's `steps` leaves out the array it is an element of: repeated in each of
+    /// 10,000 elements, a 48 KB array was 489 MB of task payloads written in the one
+    /// transaction that ended its step (past the redo log's 10 % a MariaDB with its default
+    /// log refuses), and 0.7 ms of node CPU per element spent serialising it.
     pub fn payload(
         &self,
         i: usize,
@@ -325,6 +330,7 @@ impl Graph {
         let steps: Map<String, Value> = self.steps[i]
             .after
             .iter()
+            .filter(|_| item.is_none())
             .map(|&p| {
                 (
                     self.steps[p].name.clone(),
@@ -611,7 +617,8 @@ mod tests {
         );
         assert_eq!(
             g.payload(1, &input, &outputs, Some((7, &json!(42)))),
-            json!({"input": input, "steps": {"fetch": {"orders": [1, 2]}}, "item": 42, "index": 7})
+            json!({"input": input, "steps": {}, "item": 42, "index": 7}),
+            "an element carries its item, not the whole array again"
         );
         let all = vec![None, None, None, Some(json!(3))];
         assert_eq!(g.instance_output(&all), json!({"join": 3}));
