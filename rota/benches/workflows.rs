@@ -124,7 +124,9 @@ impl Bed {
             _dirs: dirs,
         };
         // Warm-up: the plugin fetched and compiled, connections open.
-        let id = bed.start_instance("diamond", json!({"warm": true})).await;
+        let id = bed
+            .start_instance("diamond", json!({"warm": true}), "warm-up")
+            .await;
         bed.wait_ended(&[id], Duration::from_secs(60)).await;
         bed
     }
@@ -133,8 +135,8 @@ impl Bed {
         &self.nodes[i % self.nodes.len()].1
     }
 
-    async fn start_instance(&self, workflow: &str, input: Value) -> i64 {
-        start_on(self.api(0), workflow, input).await
+    async fn start_instance(&self, workflow: &str, input: Value, key: &str) -> i64 {
+        start_on(self.api(0), workflow, input, key).await
     }
 
     /// Waits until none of `ids` runs; panics past `within`.
@@ -254,16 +256,23 @@ impl Db {
     }
 }
 
-/// Starts an instance of `workflow` through `api`; its id.
-async fn start_on(api: &Api, workflow: &str, input: Value) -> i64 {
-    api.ok(
-        "POST",
-        &format!("/api/v1/workflows/{workflow}/instances"),
-        Some(json!({"input": input})),
-    )
-    .await["id"]
-        .as_i64()
-        .unwrap()
+/// Starts an instance of `workflow` through `api`; its id. A 503 (the database could not
+/// take it) is retried, as a client would, with the same key.
+async fn start_on(api: &Api, workflow: &str, input: Value, key: &str) -> i64 {
+    let body = json!({"input": input, "key": key});
+    let path = format!("/api/v1/workflows/{workflow}/instances");
+    for _ in 0..100 {
+        let (status, answer) = api.call("POST", &path, Some(body.clone())).await;
+        match status {
+            200 | 201 => return answer["id"].as_i64().unwrap(),
+            503 => {
+                common::BATCH_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => panic!("POST {path} answered {status}: {answer}"),
+        }
+    }
+    panic!("POST {path}: 503 a hundred times");
 }
 
 /// The diamond's predecessors, by step index.
@@ -333,7 +342,7 @@ async fn start_diamonds(bed: &Bed, n: usize, in_flight: usize, over: Duration) -
         let slot = slots.clone().acquire_owned().await.unwrap();
         let api = bed.api(i).clone();
         requests.spawn(async move {
-            let id = start_on(&api, "diamond", json!({"n": i})).await;
+            let id = start_on(&api, "diamond", json!({"n": i}), &format!("d-{i}")).await;
             drop(slot);
             id
         });
@@ -373,6 +382,44 @@ async fn handoff(bed: &Bed) {
         quantiles(&after_end),
     );
     report_outcome(bed, first, n).await;
+    report_pipeline(bed).await;
+}
+
+/// Where the time went, from the nodes' own histograms (means over the whole run): the
+/// scan that claims due-now step tasks, the wheel's fire after the due time, the dispatch
+/// request, a completion batch.
+async fn report_pipeline(bed: &Bed) {
+    let mut text = String::new();
+    for (_, api) in &bed.nodes {
+        text.push_str(&api.metrics().await);
+    }
+    let sum = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && !l.contains('{'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let mean_ms = |name: &str| {
+        let count = sum(&format!("{name}_count"));
+        format!(
+            "{:.1} ms over {count}",
+            sum(&format!("{name}_sum")) * 1000.0 / count.max(1.0)
+        )
+    };
+    println!(
+        "> node means: scan {}, fire after due {}, dispatch request {}, hand-off (run end → next tasks committed) {}, heartbeat {}; fires held for the lease: {}; database retries: {}",
+        mean_ms("rota_scan_seconds"),
+        mean_ms("rota_fire_lateness_seconds"),
+        mean_ms("rota_dispatch_seconds"),
+        mean_ms("rota_workflow_handoff_seconds"),
+        mean_ms("rota_heartbeat_seconds"),
+        sum("rota_fires_held_total"),
+        text.lines()
+            .filter(|l| l.starts_with("rota_db_retries_total"))
+            .map(|l| l.to_owned())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
 }
 
 async fn diamonds(bed: &Bed) {
@@ -408,8 +455,9 @@ async fn report_outcome(bed: &Bed, first: i64, n: usize) {
         .find(|(s, _)| s == "succeeded")
         .map_or(0, |(_, c)| *c);
     let (runs, more) = bed.db.runs_since(first).await;
+    let resent = common::BATCH_RETRIES.swap(0, std::sync::atomic::Ordering::Relaxed);
     println!(
-        "\n> instances by status: {statuses:?}; {runs} step runs; {more} step tasks with more than one run"
+        "\n> instances by status: {statuses:?}; {runs} step runs; {more} step tasks with more than one run; {resent} starts sent again after a 503"
     );
     assert_eq!(succeeded, n as i64, "every instance succeeded");
     assert_eq!(more, 0, "every step task ran once");
@@ -431,7 +479,7 @@ async fn map(bed: &Bed) {
     .await;
     let (cpu, s0) = (bed.cpu(), bed.db.status().await);
     let t0 = Instant::now();
-    let id = bed.start_instance("fan", json!({})).await;
+    let id = bed.start_instance("fan", json!({}), "fan").await;
     bed.wait_ended(&[id], Duration::from_secs(900)).await;
     let took = t0.elapsed();
     let n = elements as usize;

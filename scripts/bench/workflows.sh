@@ -24,9 +24,18 @@ OUT=${OUT:-/tmp/rota-workflows-$(date +%Y%m%d-%H%M%S).md}
 exec > >(tee "$OUT") 2>&1
 
 echo "# rota workflow benchmarks, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD)"
+# Built once and copied: what runs is this commit's, even if the tree changes meanwhile.
+KEEP=$(mktemp -d)
 cargo build --release --locked -q -p rota --bin rota
-cargo bench --locked -q -p rota --bench workflows --no-run 2>/dev/null
-export ROTA_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rota"
+cp "${CARGO_TARGET_DIR:-$ROOT/target}/release/rota" "$KEEP/rota"
+bench=$(cargo bench --locked -q -p rota --bench workflows --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "workflows" and m.get("executable"):
+        print(m["executable"])')
+cp "$bench" "$KEEP/workflows-bench"
+export ROTA_BIN="$KEEP/rota"
 RAW=$(mktemp --suffix .md) # the tables alone, for the medians
 scripts/bench/mariadb-instance.sh start >/dev/null
 export ROTA_BENCH_MARIADB_PID=$(cat "$DIR/mariadbd.pid")
@@ -36,7 +45,7 @@ for round in $(seq 1 "$ROUNDS"); do
     echo -e "\n## Round $round of $ROUNDS, $(date -u +%H:%MZ)"
     for case in $CASES; do
         scripts/bench/mariadb-instance.sh reset-db >/dev/null
-        cargo bench --locked -q -p rota --bench workflows -- "$case" | tee -a "$RAW"
+        (cd rota && "$KEEP/workflows-bench" "$case" --bench) | tee -a "$RAW"
     done
 done
 

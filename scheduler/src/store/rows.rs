@@ -319,6 +319,8 @@ pub struct Applied {
     pub children: usize,
     /// An attempt of a job with `max_concurrency` ended: the scan may claim another.
     pub freed_limited: bool,
+    /// Workflow step tasks the batch created (the steps its endings made ready), due now.
+    pub step_tasks: usize,
     /// Workflow instances the batch ended.
     pub instances: Vec<InstanceEnded>,
     /// Queued workflow instances those endings started (`overlap: queue`).

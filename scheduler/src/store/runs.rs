@@ -153,6 +153,7 @@ impl Store {
             tasks: verdicts.outcomes,
             children,
             freed_limited: verdicts.freed_limited,
+            step_tasks: moved.created,
             instances: moved.instances,
             instances_started: moved.started,
             handoffs_ms: moved.handoffs_ms,

@@ -82,6 +82,41 @@ fn output_text(v: &Option<Value>) -> Option<String> {
     v.as_ref().map(to_json)
 }
 
+/// An instance as read: its graph, and its steps' rows (step, status, output).
+fn moving(
+    id: i64,
+    workflow_id: i64,
+    graph: Graph,
+    status: &str,
+    input: Option<String>,
+    rows: Vec<(i32, String, Option<String>)>,
+) -> Result<Moving> {
+    let n = graph.steps().len();
+    let mut statuses = vec![StepStatus::Pending; n];
+    let mut outputs = vec![None; n];
+    for (step, status, output) in rows {
+        let i = step as usize;
+        if i < n {
+            statuses[i] = parse(&status)?;
+            outputs[i] = output.as_deref().map(parse_json).transpose()?;
+        }
+    }
+    Ok(Moving {
+        id,
+        workflow_id,
+        graph,
+        input: input
+            .as_deref()
+            .map(parse_json)
+            .transpose()?
+            .unwrap_or(Value::Null),
+        statuses,
+        outputs,
+        changed: Vec::new(),
+        status: parse(status)?,
+    })
+}
+
 impl Store {
     /// Moves on the instances whose step tasks `ended` (in the report's transaction): each
     /// instance's row is locked first, in id order, so the endings of one join's
@@ -120,8 +155,10 @@ impl Store {
                 });
             }
         }
+        let ids: Vec<i64> = by_instance.keys().copied().collect();
+        let mut locked = self.lock_instances(tx, &ids).await?;
         for (instance_id, endings) in by_instance {
-            let Some(mut moving) = self.lock_instance(tx, instance_id).await? else {
+            let Some(mut moving) = locked.remove(&instance_id) else {
                 continue;
             };
             // A map's elements that ended in this batch, by step: written, then their step
@@ -189,6 +226,81 @@ impl Store {
         })
     }
 
+    /// The instances among `ids` still running, read under their row locks (taken in id
+    /// order, as one instance at a time takes them), with their graphs and steps: three
+    /// statements per chunk of a batch, not three per instance — at 1,000 step transitions
+    /// a second the report's transaction held its locks that much longer.
+    async fn lock_instances(&self, tx: &mut Tx, ids: &[i64]) -> Result<BTreeMap<i64, Moving>> {
+        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
+        let mut out = BTreeMap::new();
+        let mut graphs: HashMap<(i64, i32), Graph> = HashMap::new();
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        for chunk in sorted.chunks(CHUNK) {
+            type Row = (i64, i32, i64, String, Option<String>);
+            let rows: Vec<Row> = on_tx!(tx, |tx, Db| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT id, version, workflow_id, status, input FROM workflow_instances \
+                     WHERE id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.push(" ORDER BY id").push(lock);
+                qb.build_query_as().fetch_all(&mut **tx).await?
+            });
+            let running: Vec<Row> = rows
+                .into_iter()
+                .filter(|r| r.3 == InstanceStatus::Running.as_str())
+                .collect();
+            if running.is_empty() {
+                continue;
+            }
+            for &(_, version, workflow_id, _, _) in &running {
+                if let std::collections::hash_map::Entry::Vacant(slot) =
+                    graphs.entry((workflow_id, version))
+                {
+                    slot.insert(self.graph_of(tx, workflow_id, version).await?);
+                }
+            }
+            let steps: Vec<(i64, i32, String, Option<String>)> = on_tx!(tx, |tx, Db| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT instance_id, step, status, output FROM workflow_steps \
+                     WHERE instance_id IN ",
+                );
+                push_ids(&mut qb, running.iter().map(|r| r.0));
+                qb.build_query_as().fetch_all(&mut **tx).await?
+            });
+            let mut by_instance: HashMap<i64, Vec<(i32, String, Option<String>)>> = HashMap::new();
+            for (instance, step, status, output) in steps {
+                by_instance
+                    .entry(instance)
+                    .or_default()
+                    .push((step, status, output));
+            }
+            for (id, version, workflow_id, status, input) in running {
+                let graph = graphs[&(workflow_id, version)].clone();
+                let rows = by_instance.remove(&id).unwrap_or_default();
+                let moving = moving(id, workflow_id, graph, &status, input, rows)?;
+                out.insert(id, moving);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The graph of `workflow_id`'s `version` (versions never change).
+    async fn graph_of(&self, tx: &mut Tx, workflow_id: i64, version: i32) -> Result<Graph> {
+        let steps_text: String = on_tx!(tx, |tx, Db| {
+            sqlx::query_scalar(
+                "SELECT steps FROM workflow_versions WHERE workflow_id = ? AND version = ?",
+            )
+            .bind(workflow_id)
+            .bind(version)
+            .fetch_one(&mut **tx)
+            .await?
+        });
+        let specs: Vec<StepSpec> = parse_json(&steps_text)?;
+        Graph::new(&specs).map_err(Error::Corrupt)
+    }
+
     /// An instance still running, read under its row lock, with its graph and steps.
     pub(super) async fn lock_instance(&self, tx: &mut Tx, id: i64) -> Result<Option<Moving>> {
         Ok(self
@@ -212,47 +324,14 @@ impl Store {
         let Some((version, workflow_id, status, input)) = row else {
             return Ok(None);
         };
-        let steps_text: String = on_tx!(tx, |tx, Db| {
-            sqlx::query_scalar(
-                "SELECT steps FROM workflow_versions WHERE workflow_id = ? AND version = ?",
-            )
-            .bind(workflow_id)
-            .bind(version)
-            .fetch_one(&mut **tx)
-            .await?
-        });
-        let specs: Vec<StepSpec> = parse_json(&steps_text)?;
-        let graph = Graph::new(&specs).map_err(Error::Corrupt)?;
+        let graph = self.graph_of(tx, workflow_id, version).await?;
         let rows: Vec<(i32, String, Option<String>)> = on_tx!(tx, |tx, Db| {
             sqlx::query_as("SELECT step, status, output FROM workflow_steps WHERE instance_id = ?")
                 .bind(id)
                 .fetch_all(&mut **tx)
                 .await?
         });
-        let n = graph.steps().len();
-        let mut statuses = vec![StepStatus::Pending; n];
-        let mut outputs = vec![None; n];
-        for (step, status, output) in rows {
-            let i = step as usize;
-            if i < n {
-                statuses[i] = parse(&status)?;
-                outputs[i] = output.as_deref().map(parse_json).transpose()?;
-            }
-        }
-        Ok(Some(Moving {
-            id,
-            workflow_id,
-            graph,
-            input: input
-                .as_deref()
-                .map(parse_json)
-                .transpose()?
-                .unwrap_or(Value::Null),
-            statuses,
-            outputs,
-            changed: Vec::new(),
-            status: parse(&status)?,
-        }))
+        Ok(Some(moving(id, workflow_id, graph, &status, input, rows)?))
     }
 
     /// Elements of a mapped step ended: kept, and when the last one has, the step ends with
