@@ -401,18 +401,26 @@ async fn report_pipeline(bed: &Bed) {
     };
     let mean_ms = |name: &str| {
         let count = sum(&format!("{name}_count"));
+        // The share above 100 ms, from the histogram's bucket.
+        let under: f64 = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}_bucket{{le=\"0.1\"}}")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
         format!(
-            "{:.1} ms over {count}",
-            sum(&format!("{name}_sum")) * 1000.0 / count.max(1.0)
+            "{:.1} ms over {count} ({:.1} % > 100 ms)",
+            sum(&format!("{name}_sum")) * 1000.0 / count.max(1.0),
+            (count - under) * 100.0 / count.max(1.0)
         )
     };
     println!(
-        "> node means: scan {}, fire after due {}, dispatch request {}, hand-off (run end → next tasks committed) {}, heartbeat {}; fires held for the lease: {}; database retries: {}",
+        "> node means: scan {}, fire after due {}, dispatch request {}, hand-off (run end → next tasks committed) {}, heartbeat {}, a report batch's apply {}; fires held for the lease: {}; database retries: {}",
         mean_ms("rota_scan_seconds"),
         mean_ms("rota_fire_lateness_seconds"),
         mean_ms("rota_dispatch_seconds"),
         mean_ms("rota_workflow_handoff_seconds"),
         mean_ms("rota_heartbeat_seconds"),
+        mean_ms("rota_report_apply_seconds"),
         sum("rota_fires_held_total"),
         text.lines()
             .filter(|l| l.starts_with("rota_db_retries_total"))

@@ -89,6 +89,7 @@ pub(crate) async fn apply_with(
     retry_after: &HashMap<i64, Millis>,
 ) -> anyhow::Result<Applied> {
     let now = completion.cluster.clock.now_ms();
+    let started = std::time::Instant::now();
     let mut rng = StdRng::from_os_rng();
     let alarms = Alarms::read(completion, updates.iter().map(|u| u.job_id)).await;
     let applied = completion
@@ -101,6 +102,7 @@ pub(crate) async fn apply_with(
             &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
         )
         .await?;
+    metrics::histogram!("rota_report_apply_seconds").record(started.elapsed().as_secs_f64());
     react(completion, updates, &applied, now);
     Ok(applied)
 }

@@ -169,7 +169,7 @@ pub struct Ack {
     pub lease: String,
     /// The attempt's output, any JSON (a workflow step's, given to the steps after it; at
     /// most 64 KiB, more fails the step).
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub output: Option<Value>,
 }
 
@@ -275,7 +275,7 @@ pub struct AckItem {
     pub task: i64,
     pub lease: String,
     /// The attempt's output, any JSON (as in a single ack).
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub output: Option<Value>,
 }
 
