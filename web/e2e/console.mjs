@@ -259,7 +259,7 @@ async function main() {
       check(kind.startsWith("component") && kind.includes("rota:plugin/handler"),
         `component ${COMPONENT_NAME} shows its kind as "${kind}"`);
       await row.locator("td.kind summary").click();
-      check(await row.locator('td.kind li code:text-is("rota:plugin/log@0.1.0")').isVisible(),
+      check(await row.locator('td.kind li code:text-is("rota:plugin/log@0.2.0")').isVisible(),
         "its imports are not shown");
     });
 
