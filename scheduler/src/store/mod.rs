@@ -424,15 +424,16 @@ where
     qb.push(")");
 }
 
-/// Pushes `CASE id WHEN ? THEN ? … END`.
+/// Pushes `CASE column WHEN ? THEN ? … END`.
 fn push_case<DB: sqlx::Database, V>(
     qb: &mut QueryBuilder<DB>,
+    column: &'static str,
     pairs: impl IntoIterator<Item = (i64, V)>,
 ) where
     i64: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
     V: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
 {
-    qb.push("CASE id");
+    qb.push("CASE ").push(column);
     for (id, v) in pairs {
         qb.push(" WHEN ").push_bind(id).push(" THEN ").push_bind(v);
     }

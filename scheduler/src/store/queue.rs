@@ -191,7 +191,11 @@ impl Store {
                     .push(", updated_at = ")
                     .push_bind(now)
                     .push(", lease_token = ");
-                push_case(&mut qb, leased.iter().map(|l| (l.task_id, l.lease.clone())));
+                push_case(
+                    &mut qb,
+                    "id",
+                    leased.iter().map(|l| (l.task_id, l.lease.clone())),
+                );
                 qb.push(" WHERE status = 'ready' AND id IN ");
                 push_ids(&mut qb, leased.iter().map(|l| l.task_id));
                 qb.build().execute(&mut **t).await?.affected()
@@ -257,10 +261,15 @@ impl Store {
                     qb.push_bind(now).push(", lease_expires_at = ");
                     push_case(
                         &mut qb,
+                        "id",
                         chunk.iter().map(|l| (l.task_id, l.lease_expires_at)),
                     );
                     qb.push(", lease_token = ");
-                    push_case(&mut qb, chunk.iter().map(|l| (l.task_id, l.lease.clone())));
+                    push_case(
+                        &mut qb,
+                        "id",
+                        chunk.iter().map(|l| (l.task_id, l.lease.clone())),
+                    );
                     qb.push(" WHERE id IN ");
                     push_ids(&mut qb, chunk.iter().map(|l| l.task_id));
                     qb.build().execute(&mut **t).await?;

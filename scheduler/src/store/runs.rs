@@ -513,10 +513,11 @@ impl Store {
                      owner_epoch = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ",
                 );
                 qb.push_bind(now).push(", due_at = ");
-                push_case(&mut qb, chunk.iter().map(|(t, due, _)| (*t, *due)));
+                push_case(&mut qb, "id", chunk.iter().map(|(t, due, _)| (*t, *due)));
                 qb.push(", lost_count = lost_count + ");
                 push_case(
                     &mut qb,
+                    "id",
                     chunk.iter().map(|(t, _, lost)| (*t, i32::from(*lost))),
                 );
                 qb.push(" WHERE id IN ");

@@ -325,7 +325,7 @@ impl Store {
         for chunk in next.chunks(CHUNK) {
             on_tx!(tx, |tx, Db| {
                 let mut qb = QueryBuilder::<Db>::new("UPDATE jobs SET next_fire_at = ");
-                push_case(&mut qb, chunk.iter().copied());
+                push_case(&mut qb, "id", chunk.iter().copied());
                 qb.push(" WHERE id IN ");
                 push_ids(&mut qb, chunk.iter().map(|(id, _)| *id));
                 qb.build().execute(&mut **tx).await?;

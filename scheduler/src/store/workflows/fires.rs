@@ -267,6 +267,18 @@ impl Store {
         if overlap.as_deref() != Some(Overlap::Queue.as_str()) {
             return Ok(false);
         }
+        self.start_waiting(tx, workflow_id, now).await
+    }
+
+    /// Workflow `workflow_id`, which queues its fires, has had an instance end (in `tx`):
+    /// its first waiting fire, if any, starts now at the current version. Returns whether
+    /// one started.
+    pub(super) async fn start_waiting(
+        &self,
+        tx: &mut Tx,
+        workflow_id: i64,
+        now: Millis,
+    ) -> Result<bool> {
         let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
         let row: Option<(i32, String, Option<String>, bool)> = on_tx!(tx, |tx, Db| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(

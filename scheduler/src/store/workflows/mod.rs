@@ -10,10 +10,11 @@ use crate::workflow::{Graph, InstanceStatus, Overlap, StepSpec, StepStatus};
 
 mod advance;
 mod fires;
+mod moving;
 mod retry;
 
-use advance::{Moving, StepChange};
 pub use fires::FiresDone;
+use moving::{Moving, StepChange};
 
 /// A workflow at its current version.
 #[derive(Debug, Clone, PartialEq)]
@@ -462,16 +463,7 @@ impl Store {
             });
             qb.build().execute(&mut **tx).await?;
         });
-        let mut moving = Moving {
-            id,
-            graph,
-            input: input.clone(),
-            workflow_id: of.workflow_id,
-            statuses: vec![StepStatus::Pending; n],
-            outputs: vec![None; n],
-            changed: Vec::new(),
-            status: InstanceStatus::Running,
-        };
+        let mut moving = Moving::fresh(id, of.workflow_id, graph, input.clone());
         self.move_on(tx, &mut moving, now).await?;
         Ok(Started::New(id))
     }

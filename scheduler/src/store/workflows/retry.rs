@@ -5,7 +5,8 @@
 use serde_json::Value;
 
 use super::super::*;
-use super::advance::{Moving, StepTask, step_task};
+use super::advance::step_task;
+use super::moving::{Moving, StepTask};
 use crate::workflow::{InstanceStatus, StepStatus, map_items};
 
 /// The mark of a map element's link whose task a retry replaced: no longer counted.
