@@ -160,17 +160,19 @@ impl Node {
         let executors = Arc::new(ExecutorCache::default());
         let scan_wake = Arc::new(Notify::new());
         let jobs = Arc::new(JobCache::new(Duration::from_secs(5)));
+        let ring = Ring::new(clock);
         let completion = Arc::new(Completion {
             cluster: cluster.clone(),
             executors: executors.clone(),
             jobs: jobs.clone(),
             run_ids: Arc::new(RunIds::new()),
             scan_wake: scan_wake.clone(),
+            ring: ring.clone(),
         });
         Ok(Node {
             ports: Ports {
                 cluster,
-                ring: Ring::new(clock),
+                ring,
                 jobs,
                 executors,
                 router: Arc::new(Router::default()),

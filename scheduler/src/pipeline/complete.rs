@@ -17,6 +17,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::Notify;
 
+use super::ring::Ring;
 use super::{Cluster, ExecutorCache, JobCache, RunIds};
 use crate::alarm::{self, On};
 use crate::model::*;
@@ -35,6 +36,8 @@ pub(crate) struct Completion {
     pub run_ids: Arc<RunIds>,
     /// Wakes the scan: a retry or child due inside the window, a freed concurrency slot.
     pub scan_wake: Arc<Notify>,
+    /// This node's wheel: the workflow steps a batch created claimed go straight in.
+    pub ring: Ring,
 }
 
 /// Losses (executor died mid-run) a task survives before it is declared dead: a plugin that
@@ -100,6 +103,7 @@ pub(crate) async fn apply_with(
             now,
             &mut policy(now, &mut rng, retry_after),
             &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
+            Some(completion.cluster.lease.get()),
         )
         .await?;
     metrics::histogram!("rota_report_apply_seconds").record(started.elapsed().as_secs_f64());
@@ -130,6 +134,7 @@ pub(crate) async fn end_leases(
             now,
             &mut policy(now, &mut rng, retry_after),
             &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
+            Some(completion.cluster.lease.get()),
         )
         .await?;
     react(completion, &ended.updates, &ended.applied, now);
@@ -187,10 +192,12 @@ impl Alarms {
     }
 }
 
-/// After a batch: metrics, and a scan wake-up when a retry or a child is due inside the
-/// window, a workflow's next steps were created (due now: without the wake-up they waited
-/// for the next scan, p50 200 ms at 1,000 transitions/s) or a concurrency slot was freed.
+/// After a batch: the workflow steps it created claimed into the wheel, metrics, and a
+/// scan wake-up when a retry or a child is due inside the window, a workflow's next steps
+/// were created unclaimed (due now: without the wake-up they waited for the next scan,
+/// p50 200 ms at 1,000 transitions/s) or a concurrency slot was freed.
 fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now: Millis) {
+    completion.ring.insert(applied.claimed.iter().cloned());
     for i in &applied.instances {
         crate::metrics::workflow_instances(i.status, 1);
     }
@@ -219,7 +226,7 @@ fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now:
     }
     let soon = now + completion.cluster.config.window_ms;
     let wake = applied.children > 0
-        || applied.step_tasks > 0
+        || applied.step_tasks > applied.claimed.len()
         || applied.freed_limited
         || applied
             .tasks

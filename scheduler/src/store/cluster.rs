@@ -54,6 +54,24 @@ impl Store {
         heartbeat_on(&self.pool, lease, now).await
     }
 
+    /// In `tx`: whether `lease` is still this node's, and then held so until commit (as
+    /// [`hold_lease!`] holds it) — for work that claims when it may and otherwise leaves
+    /// what it creates to any node's scan, rather than failing.
+    pub(super) async fn holds_lease(&self, tx: &mut Tx, lease: NodeLease) -> Result<bool> {
+        let held: Result<()> = on_tx!(tx, |tx, Db| {
+            async {
+                hold_lease!(self, &mut **tx, lease);
+                Ok(())
+            }
+            .await
+        });
+        match held {
+            Ok(()) => Ok(true),
+            Err(Error::Fenced) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The node holding a claimed task; `None` if it is not claimed.
     pub async fn task_owner(&self, task_id: i64) -> Result<Option<NodeRef>> {
         on_pool!(self, |pool, Db| {

@@ -428,6 +428,7 @@ impl Store {
         now: Millis,
         decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
         raise: &Raise<'_>,
+        claim: Option<NodeLease>,
     ) -> Result<LeasesEnded> {
         retrying!("end_leases", {
             if endings.is_empty() {
@@ -500,7 +501,7 @@ impl Store {
             self.rule_on(&mut tx, rows, &by_task, now, decide, &mut verdicts)
                 .await?;
             let applied = self
-                .conclude(tx, &changes, verdicts, changes.len(), now, raise)
+                .conclude(tx, &changes, verdicts, now, raise, claim)
                 .await?;
             let ended = applied
                 .tasks

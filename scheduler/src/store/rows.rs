@@ -321,6 +321,8 @@ pub struct Applied {
     pub freed_limited: bool,
     /// Workflow step tasks the batch created (the steps its endings made ready), due now.
     pub step_tasks: usize,
+    /// Those of them created claimed by the batch's lease: for this node's wheel.
+    pub claimed: Vec<DueTask>,
     /// Workflow instances the batch ended.
     pub instances: Vec<InstanceEnded>,
     /// Queued workflow instances those endings started (`overlap: queue`).

@@ -88,19 +88,22 @@ impl Store {
         now: Millis,
         decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
     ) -> Result<Applied> {
-        self.apply_run_updates_raising(updates, now, decide, &|_, _, _| Vec::new())
+        self.apply_run_updates_raising(updates, now, decide, &|_, _, _| Vec::new(), None)
             .await
     }
 
     /// [`Store::apply_run_updates`], also recording the alarm events `raise` sees in the
     /// batch's updates and ended attempts, in the same transaction: an event is kept
-    /// exactly when what it tells of is.
+    /// exactly when what it tells of is. With `claim`, the workflow steps the batch makes
+    /// ready are created claimed by that lease (while it is still this node's) and come
+    /// back in [`Applied::claimed`] for its wheel.
     pub async fn apply_run_updates_raising(
         &self,
         updates: &[RunUpdate],
         now: Millis,
         decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
         raise: &Raise<'_>,
+        claim: Option<NodeLease>,
     ) -> Result<Applied> {
         retrying!("apply_run_updates_raising", {
             if updates.is_empty() {
@@ -115,8 +118,7 @@ impl Store {
             let mut tx = self.begin().await?;
             self.upsert_runs(&mut tx, &changes).await?;
             let verdicts = self.decide_attempts(&mut tx, &ended, now, decide).await?;
-            let written = changes.len();
-            self.conclude(tx, &changes, verdicts, written, now, raise)
+            self.conclude(tx, &changes, verdicts, now, raise, claim)
                 .await
         })
     }
@@ -130,14 +132,14 @@ impl Store {
         mut tx: Tx,
         changes: &[&RunUpdate],
         verdicts: Verdicts,
-        written: usize,
         now: Millis,
         raise: &Raise<'_>,
+        claim: Option<NodeLease>,
     ) -> Result<Applied> {
         self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
         self.schedule_retries(&mut tx, &verdicts.outcomes, now)
             .await?;
-        let moved = self.end_steps(&mut tx, &verdicts.steps, now).await?;
+        let moved = self.end_steps(&mut tx, &verdicts.steps, now, claim).await?;
         let children = self
             .insert_children(&mut tx, &verdicts.children, now)
             .await?
@@ -149,11 +151,12 @@ impl Store {
         self.count_finished(&mut tx, &verdicts.counted).await?;
         tx.commit().await?;
         Ok(Applied {
-            written,
+            written: changes.len(),
             tasks: verdicts.outcomes,
             children,
             freed_limited: verdicts.freed_limited,
             step_tasks: moved.created,
+            claimed: moved.claimed,
             instances: moved.instances,
             instances_started: moved.started,
             handoffs_ms: moved.handoffs_ms,
@@ -540,39 +543,55 @@ impl Store {
         if children.is_empty() {
             return Ok(0);
         }
-        self.insert_new_tasks(tx, children, now).await?;
+        self.insert_new_tasks(tx, children, now, None).await?;
         Ok(children.len())
     }
 
     /// Inserts `tasks` (pending, first attempt) in `tx` under consecutive new ids; the
-    /// first id.
+    /// first id. With `claim`, those it marks are created claimed by its lease (which the
+    /// caller holds in `tx`).
     pub(super) async fn insert_new_tasks(
         &self,
         tx: &mut Tx,
         tasks: &[NewTask],
         now: Millis,
+        claim: Option<(NodeLease, &[bool])>,
     ) -> Result<i64> {
         let first = self.task_ids_in(tx, tasks.len() as i64).await?;
+        let owner = |i: usize| {
+            claim
+                .filter(|(_, which)| which.get(i) == Some(&true))
+                .map(|(l, _)| l)
+        };
         on_tx!(tx, |tx, Db| {
             for (chunk_no, chunk) in tasks.chunks(CHUNK).enumerate() {
-                let base = first + (chunk_no * CHUNK) as i64;
+                let base = chunk_no * CHUNK;
                 let mut qb = QueryBuilder::<Db>::new(
                     "INSERT INTO tasks (id, job_id, kind, payload, params, status, due_at, attempt, \
-                     lost_count, max_attempts, backoff, priority, created_at, updated_at) ",
+                     lost_count, max_attempts, backoff, priority, owner_node, owner_epoch, created_at, \
+                     updated_at) ",
                 );
                 qb.push_values(chunk.iter().enumerate(), |mut b, (i, t)| {
-                    b.push_bind(base + i as i64)
+                    let owner = owner(base + i);
+                    let status = if owner.is_some() {
+                        TaskStatus::Claimed
+                    } else {
+                        TaskStatus::Pending
+                    };
+                    b.push_bind(first + (base + i) as i64)
                         .push_bind(t.job_id)
                         .push_bind(t.kind.as_str())
                         .push_bind(t.payload.as_deref())
                         .push_bind(t.params.as_deref())
-                        .push_bind(TaskStatus::Pending.as_str())
+                        .push_bind(status.as_str())
                         .push_bind(t.due_at)
                         .push_bind(1_i32)
                         .push_bind(0_i32)
                         .push_bind(t.max_attempts)
                         .push_bind(t.backoff.as_ref().map(to_json))
                         .push_bind(t.priority)
+                        .push_bind(owner.map(|l| l.node_id))
+                        .push_bind(owner.map(|l| l.epoch))
                         .push_bind(now)
                         .push_bind(now);
                 });

@@ -374,7 +374,7 @@ impl Store {
     }
 
     /// Jobs with `max_concurrency`: (id, the bound).
-    async fn limited_jobs(&self, tx: &mut Tx) -> Result<Vec<(i64, i64)>> {
+    pub(super) async fn limited_jobs(&self, tx: &mut Tx) -> Result<Vec<(i64, i64)>> {
         Ok(on_tx!(tx, |tx, Db| {
             sqlx::query_as(
                 "SELECT id, max_concurrency FROM jobs WHERE max_concurrency IS NOT NULL ORDER BY id",

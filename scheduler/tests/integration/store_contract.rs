@@ -2187,9 +2187,14 @@ contract!(
             let store = store.clone();
             async move {
                 store
-                    .end_leases(Some(job_id), &endings, NOW + 5, &mut decide, &|_, _, _| {
-                        Vec::new()
-                    })
+                    .end_leases(
+                        Some(job_id),
+                        &endings,
+                        NOW + 5,
+                        &mut decide,
+                        &|_, _, _| Vec::new(),
+                        None,
+                    )
                     .await
                     .unwrap()
             }

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use crate::store_contract::{NOW, TestDb, dispatched, lease, no_jobs, report, spec};
+use crate::store_contract::{NOW, TestDb, dispatched, lease, lease_of, no_jobs, report, spec};
 use rota_scheduler::model::*;
 use rota_scheduler::schedule::Schedule;
-use rota_scheduler::store::{Instance, Scheduled, Store, Timing, Workflow};
+use rota_scheduler::store::{Applied, Instance, Scheduled, Store, Timing, Workflow};
 use rota_scheduler::workflow::{InstanceStatus, Overlap, StepSpec, StepStatus};
 
 /// A step of job `job` after `after`.
@@ -755,6 +755,86 @@ contract!(
             instances_of(&store, &allow).await.len(),
             2,
             "no schedule, no fire"
+        );
+    }
+);
+
+/// Ends `fired` as succeeded through a batch applied under `claim`, as a node applies its
+/// executors' reports.
+async fn succeed_claiming(store: &Store, fired: &[Fired], claim: NodeLease) -> Applied {
+    let mut updates = Vec::new();
+    for f in fired {
+        updates.push(ending(
+            f,
+            run_of(store, f).await,
+            RunStatus::Succeeded,
+            None,
+        ));
+    }
+    store
+        .apply_run_updates_raising(
+            &updates,
+            NOW,
+            &mut |_| TaskNext::Succeeded,
+            &|_, _, _| Vec::new(),
+            Some(claim),
+        )
+        .await
+        .unwrap()
+}
+
+contract!(
+    the_steps_a_report_makes_ready_are_claimed_by_the_node_that_applied_it,
+    |store: Store| async move {
+        let j = jobs(&store, &["root", "free"]).await;
+        let mut bounded = spec("bounded");
+        bounded.max_concurrency = Some(1);
+        let bounded = store.insert_job(&bounded, None, NOW).await.unwrap().id;
+        let wf = workflow(
+            &store,
+            "claimed",
+            &[
+                step("root", j["root"], &[]),
+                step("free", j["free"], &["root"]),
+                step("bounded", bounded, &["root"]),
+            ],
+        )
+        .await;
+        let lease = lease(&store).await;
+        start(&store, &wf, json!({})).await;
+        let applied = succeed_claiming(&store, &fire_all(&store, lease).await, lease).await;
+        assert_eq!(applied.step_tasks, 2);
+        let claimed: Vec<i64> = applied.claimed.iter().map(|t| t.job_id).collect();
+        assert_eq!(
+            claimed,
+            vec![j["free"]],
+            "a bounded job's task waits for a scan"
+        );
+        let free = &applied.claimed[0];
+        assert_eq!((free.epoch, free.attempt), (lease.epoch, 1));
+        assert_eq!(
+            store.get_task(free.task_id).await.unwrap().status,
+            TaskStatus::Claimed
+        );
+        let scanned = fire_all(&store, lease).await;
+        assert_eq!(
+            scanned.iter().map(|f| f.task.job_id).collect::<Vec<_>>(),
+            vec![bounded],
+            "the scan finds only the bounded step"
+        );
+
+        // A node that was taken over meanwhile claims nothing: the steps wait for a scan.
+        start(&store, &wf, json!({})).await;
+        let roots = fire_all(&store, lease).await;
+        let restarted = lease_of(&store).await;
+        let applied = succeed_claiming(&store, &roots, lease).await;
+        assert_eq!(applied.step_tasks, 2);
+        assert!(applied.claimed.is_empty(), "{:?}", applied.claimed);
+        // (The bounded step waits too: the first instance's still holds its one slot.)
+        let scanned = fire_all(&store, restarted).await;
+        assert_eq!(
+            scanned.iter().map(|f| f.task.job_id).collect::<Vec<_>>(),
+            vec![j["free"]]
         );
     }
 );

@@ -44,13 +44,15 @@ impl Store {
     /// Moves on the instances whose step tasks `ended` (in the report's transaction): the
     /// instances' rows are locked first, in id order, so the endings of one join's
     /// predecessors, on this node or another, are applied one after the other and the
-    /// join is decided once. The batch's instances are written back together. Returns how
-    /// many tasks it created, and the instances that ended.
+    /// join is decided once. The batch's instances are written back together, the tasks
+    /// they make ready created claimed by `claim` where they may be. Returns how many tasks
+    /// it created, those it claimed, and the instances that ended.
     pub(in crate::store) async fn end_steps(
         &self,
         tx: &mut Tx,
         ended: &[StepTaskEnded],
         now: Millis,
+        claim: Option<NodeLease>,
     ) -> Result<Moved> {
         let mut moved = Moved::default();
         if ended.is_empty() {
@@ -99,7 +101,7 @@ impl Store {
             }
             moved.created += created;
         }
-        self.write_moves(tx, &mut moves, now).await?;
+        moved.claimed = self.write_moves(tx, &mut moves, now, claim).await?;
         let over: Vec<&Moving> = moves
             .iter()
             .filter(|m| m.status != InstanceStatus::Running)
@@ -297,7 +299,7 @@ impl Store {
         moving.tasks = tasks;
         decide(moving, now);
         let created = moving.tasks.len();
-        self.write_moves(tx, std::slice::from_mut(moving), now)
+        self.write_moves(tx, std::slice::from_mut(moving), now, None)
             .await?;
         Ok(created)
     }

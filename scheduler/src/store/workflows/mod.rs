@@ -137,6 +137,8 @@ pub(super) struct StepTaskEnded {
 #[derive(Debug, Default)]
 pub(super) struct Moved {
     pub created: usize,
+    /// Those of the created tasks that were created claimed, for the node's wheel.
+    pub claimed: Vec<DueTask>,
     /// Queued instances started (`overlap: queue`) because one ended.
     pub started: usize,
     pub instances: Vec<InstanceEnded>,

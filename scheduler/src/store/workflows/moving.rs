@@ -3,6 +3,8 @@
 //! report batch's instances in a few statements, not a few per instance: the report's
 //! transaction holds its locks (and the steps it starts wait) that much less.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use super::super::*;
@@ -234,14 +236,16 @@ impl Store {
     /// Writes what moving `moves` changed: their tasks created and linked to their steps
     /// (one insert each per chunk, for all of them), their changed steps (one upsert per
     /// chunk; the last change of a step wins, a started-and-ended step keeps both times)
-    /// and the ends of those that ended (one update per chunk).
+    /// and the ends of those that ended (one update per chunk). With `claim`, the tasks
+    /// are created claimed by that lease where they may be, and returned for its wheel.
     pub(super) async fn write_moves(
         &self,
         tx: &mut Tx,
         moves: &mut [Moving],
         now: Millis,
-    ) -> Result<()> {
-        self.create_step_tasks(tx, moves, now).await?;
+        claim: Option<NodeLease>,
+    ) -> Result<Vec<DueTask>> {
+        let claimed = self.create_step_tasks(tx, moves, now, claim).await?;
         self.write_steps(tx, moves, now).await?;
         let ends: Vec<(i64, &'static str, String)> = moves
             .iter_mut()
@@ -271,17 +275,22 @@ impl Store {
                 qb.build().execute(&mut **tx).await?;
             }
         });
-        Ok(())
+        Ok(claimed)
     }
 
     /// Creates `moves`' tasks and links each to its instance, step and element; each
-    /// started step's change gets its first task, for the instance's view.
+    /// started step's change gets its first task, for the instance's view. With `claim`
+    /// (while still this node's lease), tasks of jobs without a concurrency bound are
+    /// created claimed by it, as an API create due inside the window is: they go straight
+    /// into the node's wheel after the commit, with no scan between a step's end and the
+    /// next one's start. They are returned.
     async fn create_step_tasks(
         &self,
         tx: &mut Tx,
         moves: &mut [Moving],
         now: Millis,
-    ) -> Result<()> {
+        claim: Option<NodeLease>,
+    ) -> Result<Vec<DueTask>> {
         let mut new: Vec<NewTask> = Vec::new();
         let mut links: Vec<(i64, usize, Option<i32>)> = Vec::new();
         for m in moves.iter_mut() {
@@ -291,9 +300,27 @@ impl Store {
             }
         }
         if new.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let first = self.insert_new_tasks(tx, &new, now).await?;
+        let owner = match claim {
+            Some(lease) if self.holds_lease(tx, lease).await? => Some(lease),
+            _ => None,
+        };
+        let claimable: Vec<bool> = match owner {
+            Some(_) => {
+                let limited: HashSet<i64> = self
+                    .limited_jobs(tx)
+                    .await?
+                    .into_iter()
+                    .map(|(id, _)| id)
+                    .collect();
+                new.iter().map(|t| !limited.contains(&t.job_id)).collect()
+            }
+            None => Vec::new(),
+        };
+        let first = self
+            .insert_new_tasks(tx, &new, now, owner.map(|l| (l, &claimable[..])))
+            .await?;
         on_tx!(tx, |tx, Db| {
             for (chunk_no, chunk) in links.chunks(CHUNK).enumerate() {
                 let base = first + (chunk_no * CHUNK) as i64;
@@ -323,7 +350,27 @@ impl Store {
                 change.task_id = first_of.get(&(m.id, change.step)).copied();
             }
         }
-        Ok(())
+        let Some(lease) = owner else {
+            return Ok(Vec::new());
+        };
+        Ok(new
+            .into_iter()
+            .enumerate()
+            .filter(|(k, _)| claimable[*k])
+            .map(|(k, t)| DueTask {
+                task_id: first + k as i64,
+                job_id: t.job_id,
+                kind: t.kind,
+                due_at: t.due_at,
+                attempt: 1,
+                priority: t.priority,
+                payload: t.payload,
+                params: t.params,
+                epoch: lease.epoch,
+                generation: 0,
+                waiting_since: None,
+            })
+            .collect())
     }
 
     /// Writes `moves`' changed steps: each step's changes folded into one row, upserted
