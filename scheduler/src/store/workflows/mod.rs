@@ -11,6 +11,7 @@ use crate::workflow::{Graph, InstanceStatus, Overlap, StepSpec, StepStatus};
 mod advance;
 mod fires;
 mod moving;
+mod read;
 mod retry;
 
 pub use fires::FiresDone;
@@ -196,34 +197,6 @@ const WORKFLOW_SELECT: &str = "SELECT w.id, w.name, w.app_id, a.name AS app, w.v
      w.enabled, w.schedule, w.misfire, w.overlap, w.next_fire_at, w.created_at, w.updated_at \
      FROM workflows w JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.version \
      JOIN apps a ON a.id = w.app_id";
-
-#[derive(FromRow)]
-struct InstanceRow {
-    id: i64,
-    workflow_id: i64,
-    version: i32,
-    status: String,
-    input: Option<String>,
-    output: Option<String>,
-    idem_key: Option<String>,
-    created_at: i64,
-    finished_at: Option<i64>,
-}
-
-const INSTANCE_SELECT: &str = "SELECT id, workflow_id, version, status, input, output, idem_key, \
-     created_at, finished_at FROM workflow_instances";
-
-#[derive(FromRow)]
-struct StepRow {
-    step: i32,
-    status: String,
-    task_id: Option<i64>,
-    output: Option<String>,
-    items: Option<i32>,
-    message: Option<String>,
-    started_at: Option<i64>,
-    finished_at: Option<i64>,
-}
 
 impl Store {
     /// Creates a workflow at version 1. `Error::Conflict` if the name is taken.
@@ -470,115 +443,6 @@ impl Store {
         Ok(Started::New(id))
     }
 
-    pub async fn get_instance(&self, id: i64) -> Result<Instance> {
-        let row: Option<InstanceRow> = on_pool!(self, |pool, Db| {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "{INSTANCE_SELECT} WHERE id = ?"
-            )))
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-        });
-        let row = row.ok_or_else(|| Error::NotFound(format!("workflow instance {id}")))?;
-        let steps: Vec<StepSpec> = {
-            let text: String = on_pool!(self, |pool, Db| {
-                sqlx::query_scalar(
-                    "SELECT steps FROM workflow_versions WHERE workflow_id = ? AND version = ?",
-                )
-                .bind(row.workflow_id)
-                .bind(row.version)
-                .fetch_one(pool)
-                .await?
-            });
-            parse_json(&text)?
-        };
-        let step_rows: Vec<StepRow> = on_pool!(self, |pool, Db| {
-            sqlx::query_as(
-                "SELECT step, status, task_id, output, items, message, started_at, finished_at \
-                 FROM workflow_steps WHERE instance_id = ? ORDER BY step",
-            )
-            .bind(id)
-            .fetch_all(pool)
-            .await?
-        });
-        // Each step's runs, and a map's elements by outcome.
-        let runs: Vec<(i32, i64)> = on_pool!(self, |pool, Db| {
-            sqlx::query_as(
-                "SELECT w.step, r.id FROM workflow_tasks w JOIN runs r ON r.task_id = w.task_id \
-                 WHERE w.instance_id = ? ORDER BY r.id",
-            )
-            .bind(id)
-            .fetch_all(pool)
-            .await?
-        });
-        let items: Vec<(i32, Option<String>, i64)> = on_pool!(self, |pool, Db| {
-            sqlx::query_as(
-                "SELECT step, status, COUNT(*) FROM workflow_tasks \
-                 WHERE instance_id = ? AND item IS NOT NULL \
-                 AND (status IS NULL OR status <> ?) GROUP BY step, status",
-            )
-            .bind(id)
-            .bind(retry::RETRIED)
-            .fetch_all(pool)
-            .await?
-        });
-        let mut out = Vec::with_capacity(step_rows.len());
-        for r in step_rows {
-            let counts = r.items.map(|total| {
-                let mut c = ItemCounts {
-                    total: i64::from(total),
-                    ..ItemCounts::default()
-                };
-                for (_, status, n) in items.iter().filter(|(s, _, _)| *s == r.step) {
-                    match status.as_deref() {
-                        Some("succeeded") => c.succeeded += n,
-                        Some(_) => c.failed += n,
-                        None => c.running += n,
-                    }
-                }
-                c
-            });
-            let spec = steps
-                .get(r.step as usize)
-                .ok_or_else(|| Error::Corrupt(format!("instance {id}: no step {}", r.step)))?;
-            out.push(InstanceStep {
-                name: spec.name.clone(),
-                job_id: spec.job_id,
-                after: spec.after.clone(),
-                map: spec.map,
-                status: parse(&r.status)?,
-                task_id: r.task_id,
-                runs: runs
-                    .iter()
-                    .filter(|(s, _)| *s == r.step)
-                    .map(|(_, run)| *run)
-                    .collect(),
-                output: r.output.as_deref().map(parse_json).transpose()?,
-                items: counts,
-                message: r.message,
-                started_at: r.started_at,
-                finished_at: r.finished_at,
-            });
-        }
-        Ok(Instance {
-            id: row.id,
-            workflow_id: row.workflow_id,
-            version: row.version,
-            status: parse(&row.status)?,
-            input: row
-                .input
-                .as_deref()
-                .map(parse_json)
-                .transpose()?
-                .unwrap_or(Value::Null),
-            output: row.output.as_deref().map(parse_json).transpose()?,
-            key: row.idem_key,
-            created_at: row.created_at,
-            finished_at: row.finished_at,
-            steps: out,
-        })
-    }
-
     /// Deletes workflow `id`. Its instances keep running on their versions (kept); a
     /// workflow with running instances is a conflict unless `force`.
     pub async fn delete_workflow(&self, id: i64, force: bool) -> Result<()> {
@@ -632,11 +496,7 @@ impl Store {
                 .push_bind(i64::from(limit) + 1);
             qb.build_query_scalar().fetch_all(pool).await?
         });
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            out.push(self.get_instance(id).await?);
-        }
-        Ok(out)
+        self.get_instances(&ids).await
     }
 
     /// Cancels a running instance: its pending steps and the unstarted tasks of its
