@@ -35,6 +35,7 @@
 //! - [`credentials`]: password hashes, random tokens, the first `admin`.
 //! - [`workflow`]: workflows' graphs — validation, what a step's ending starts or skips,
 //!   the payloads that pass outputs along.
+//! - [`limits`]: the bucket a task falls in under its job's concurrency bound per key.
 //! - [`console`]: the web console (server-rendered pages, sessions, CSRF) on the same port.
 
 pub mod access;
@@ -47,6 +48,7 @@ pub mod config;
 pub mod console;
 pub mod credentials;
 pub mod lateness;
+pub mod limits;
 pub mod metrics;
 pub mod model;
 mod names;

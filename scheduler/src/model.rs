@@ -105,6 +105,8 @@ named_enum! {
     /// shows as `failed`. A `Running` task of a pull job is leased to a consumer.
     pub enum TaskStatus {
         Pending => "pending",
+        /// Due, but over its job's concurrency bound: waits for a slot, spending no attempt.
+        Throttled => "throttled",
         Claimed => "claimed",
         Waiting => "waiting",
         Ready => "ready",
@@ -125,7 +127,7 @@ impl TaskStatus {
     pub fn is_unstarted(self) -> bool {
         matches!(
             self,
-            Self::Pending | Self::Claimed | Self::Waiting | Self::Ready
+            Self::Pending | Self::Throttled | Self::Claimed | Self::Waiting | Self::Ready
         )
     }
 }
@@ -147,6 +149,8 @@ pub fn task_status(status: TaskStatus, attempt: i32) -> (&'static str, i32) {
         TaskStatus::Pending | TaskStatus::Claimed | TaskStatus::Waiting | TaskStatus::Ready => {
             ("pending", attempt - 1)
         }
+        // Waiting for a slot: no attempt spent on it.
+        TaskStatus::Throttled => ("throttled", attempt - 1),
         other => (other.as_str(), attempt),
     }
 }
@@ -317,7 +321,13 @@ pub struct JobSpec {
     pub max_attempts: i32,
     pub backoff: Backoff,
     pub memory_mb: i32,
+    /// Runs at once across every node and executor (SPEC §11 `concurrency.limit`): of the
+    /// whole job, or per value of `concurrency_key`.
     pub max_concurrency: Option<i32>,
+    /// A JSON Pointer (RFC 6901) into the tasks' payloads: `max_concurrency` bounds the
+    /// runs per value found there (a missing value is its own bucket). Only with
+    /// `max_concurrency`.
+    pub concurrency_key: Option<String>,
     pub child_jobs: Vec<i64>,
     /// Where the plugin may send HTTP requests (origins or URL prefixes); empty: nowhere.
     pub http_allow: Vec<String>,

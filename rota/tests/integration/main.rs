@@ -18,6 +18,7 @@ mod egress;
 mod examples;
 mod executors;
 mod galera;
+mod limits;
 mod logs;
 mod partition;
 mod pipeline;

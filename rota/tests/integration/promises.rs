@@ -1,6 +1,6 @@
 //! Rota's promises on the paths users walk (SPEC §4): a restart with work due, an app
-//! whose executors are all down, `max_concurrency`. Real processes or a real node over
-//! real HTTP; the cluster cases (job changes seen by every node, nodes booting together)
+//! whose executors are all down, `max_concurrency` (its tasks over the bound throttled).
+//! Real processes or a real node over real HTTP; the cluster cases (job changes seen by every node, nodes booting together)
 //! are in `cluster.rs`.
 
 use crate::support;
@@ -47,7 +47,7 @@ async fn settled(api: &Api, job: &str, n: usize, within: Duration) -> Vec<(i64, 
         (tasks.len() == n
             && tasks
                 .iter()
-                .all(|(_, s, _)| s != "pending" && s != "running"))
+                .all(|(_, s, _)| !["pending", "throttled", "running"].contains(&s.as_str())))
         .then_some(tasks)
     })
     .await
@@ -227,6 +227,15 @@ async fn max_concurrency_bounds_a_jobs_runs_across_executors() {
     .await;
     let tasks: Vec<Value> = (0..30).map(|_| json!({"job": "limited"})).collect();
     api.add_tasks(tasks).await;
+    // Those over the bound wait throttled, no attempt spent (SPEC §11).
+    eventually(Duration::from_secs(10), "a throttled task", || async {
+        tasks_of(api, "limited")
+            .await
+            .iter()
+            .any(|(_, s, attempts)| s == "throttled" && *attempts == 0)
+            .then_some(())
+    })
+    .await;
     let tasks = settled(api, "limited", 30, Duration::from_secs(60)).await;
     assert!(tasks.iter().all(|(_, s, _)| s == "succeeded"), "{tasks:?}");
     let runs = runs_of(api, "limited").await;
@@ -250,5 +259,14 @@ async fn max_concurrency_bounds_a_jobs_runs_across_executors() {
     }
     assert!(most <= 3, "{most} runs of the job overlapped");
     assert!(most >= 2, "the runs did run side by side ({most})");
+    // The one scan that found all thirty throttled the 27 beyond the bound, once each.
+    let counted: Vec<String> = api
+        .metrics()
+        .await
+        .lines()
+        .filter(|l| l.starts_with("rota_throttled_total{job=\"limited\"}"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(counted, ["rota_throttled_total{job=\"limited\"} 27"]);
     server.stop().await;
 }

@@ -63,25 +63,6 @@ impl Reader {
     }
 }
 
-/// Nodes n1, n2 and n3 on `url`, logging into `dir`, each healthy.
-async fn three_nodes(
-    url: &str,
-    dir: &std::path::Path,
-    env: &[(&str, &str)],
-) -> (Vec<KillOnDrop>, Vec<Api>) {
-    let mut nodes = Vec::new();
-    let mut apis = Vec::new();
-    for name in chaos::NODES {
-        let port = free_port();
-        let log = dir.join(format!("{name}.log"));
-        nodes.push(spawn_server_env(url, port, &log, name, env));
-        let api = Api::new(format!("http://127.0.0.1:{port}"));
-        wait_healthy(&api).await;
-        apis.push(api);
-    }
-    (nodes, apis)
-}
-
 /// Relay job (retried as a production job would be), the workflow, and `n` instances
 /// started through `api`, each with input `{"n": i}`.
 async fn start_instances(api: &Api, n: usize) {
@@ -228,23 +209,16 @@ fn keep_logs(dir: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_amid_500_instances_loses_no_step_and_runs_none_twice() {
     let _serial = SERIAL.lock().await;
-    if rota_testkit::mysql_base_url().is_none() {
-        rota_testkit::missing("ROTA_TEST_MYSQL_URL is not set: three nodes need MariaDB");
-        return;
-    }
     const N: usize = 500;
-    let db = SharedDb::new().await;
-    let dir = tempfile::tempdir().unwrap();
-    // The doubles register once and never heartbeat.
-    let (mut nodes, apis) = three_nodes(
-        &db.url,
-        dir.path(),
-        &[
-            ("ROTA_NODE_DEAD_AFTER_MS", &chaos::DEAD_AFTER_MS.to_string()),
-            ("ROTA_EXECUTOR_DEAD_AFTER_MS", "3600000"),
-        ],
-    )
-    .await;
+    let Some(ThreeNodes {
+        db,
+        dir,
+        mut nodes,
+        apis,
+    }) = ThreeNodes::start().await
+    else {
+        return;
+    };
     // Both report to the node that stays up.
     let executors = [
         ExecutorDouble::start(&apis[0].base, "default", Behaviour::Relay).await,

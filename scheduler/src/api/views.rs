@@ -103,7 +103,11 @@ pub struct JobView {
     pub max_attempts: i32,
     pub backoff: Backoff,
     pub memory_mb: i32,
+    /// `concurrency.limit` (kept for clients of the older spelling).
     pub max_concurrency: Option<i32>,
+    /// At most `limit` runs at once, of the whole job or per value of `key`; `null`: no
+    /// bound.
+    pub concurrency: Option<ConcurrencyView>,
     pub child_jobs: Vec<i64>,
     /// Where the plugin may send HTTP requests; empty: nowhere.
     pub http_allow: Vec<String>,
@@ -118,6 +122,16 @@ pub struct JobView {
     pub created_at: String,
     #[schema(format = DateTime)]
     pub updated_at: String,
+}
+
+/// A job's concurrency bound (SPEC §11).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConcurrencyView {
+    /// The JSON Pointer into the payload whose value each bound is per; absent: the whole
+    /// job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    pub limit: i32,
 }
 
 impl From<Job> for JobView {
@@ -139,6 +153,10 @@ impl From<Job> for JobView {
             backoff: s.backoff,
             memory_mb: s.memory_mb,
             max_concurrency: s.max_concurrency,
+            concurrency: s.max_concurrency.map(|limit| ConcurrencyView {
+                key: s.concurrency_key,
+                limit,
+            }),
             child_jobs: s.child_jobs,
             no_executor_timeout_ms,
             http_allow: s.http_allow,
@@ -154,8 +172,9 @@ impl From<Job> for JobView {
 pub use crate::model::task_status;
 
 /// The API's task statuses, in the order the docs list them.
-pub const TASK_STATUSES: [&str; 6] = [
+pub const TASK_STATUSES: [&str; 7] = [
     "pending",
+    "throttled",
     "running",
     "succeeded",
     "failed",

@@ -114,7 +114,9 @@ pub struct JobForm {
     timeout_ms: String,
     max_attempts: String,
     memory_mb: String,
+    /// The concurrency bound's limit (blank: no bound) and key (blank: the whole job).
     max_concurrency: String,
+    concurrency_key: String,
     /// One origin or URL prefix per line.
     http_allow: String,
     /// `wasm` (the plugin), `pull` or `http`.
@@ -164,6 +166,7 @@ impl JobForm {
                 .max_concurrency
                 .map(|m| m.to_string())
                 .unwrap_or_default(),
+            concurrency_key: spec.concurrency_key.clone().unwrap_or_default(),
             http_allow: spec.http_allow.join("\n"),
             delivery: spec.delivery.kind().to_owned(),
             webhook_url: match &spec.delivery {
@@ -266,10 +269,10 @@ impl JobForm {
                 m.insert(field.into(), json!(n));
             }
         }
-        m.insert(
-            "max_concurrency".into(),
-            json!(int("max_concurrency", &self.max_concurrency, errors)),
-        );
+        let key = Some(self.concurrency_key.trim()).filter(|k| !k.is_empty());
+        let bound = int("max_concurrency", &self.max_concurrency, errors)
+            .map(|limit| json!({"limit": limit, "key": key}));
+        m.insert("concurrency".into(), json!(bound));
         let allow: Vec<&str> = self
             .http_allow
             .lines()
@@ -347,6 +350,8 @@ pub(super) const JOB_FIELDS: &[&str] = &[
     "max_attempts",
     "memory_mb",
     "max_concurrency",
+    "concurrency.limit",
+    "concurrency.key",
     "http_allow",
     "delivery",
     "delivery.url",

@@ -163,6 +163,10 @@ const ZH_CN: &[(&str, &str)] = &[
     ("Max attempts", "最大尝试次数"),
     ("Memory (MiB)", "内存（MiB）"),
     ("Max concurrency (blank: no limit)", "最大并发（留空不限）"),
+    (
+        "Concurrency per (a JSON Pointer into the payload, like /customer; blank: the whole job)",
+        "并发按键（载荷中的 JSON Pointer，如 /customer；留空：整个任务）",
+    ),
     ("Secrets", "密钥"),
     (
         "Plugins of an app read its secrets with secret_get. A value is stored sealed and never shown again.",

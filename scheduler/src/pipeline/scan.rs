@@ -166,6 +166,13 @@ async fn scan_once(
     if misfired > 0 {
         metrics::counter!("rota_misfires_total").increment(misfired);
     }
+    for (job_id, n) in &claimed.throttled {
+        let job = match scan.jobs.get(&cluster.store, *job_id).await {
+            Ok(Some(entry)) => entry.job.spec.name.clone(),
+            _ => job_id.to_string(),
+        };
+        metrics::counter!("rota_throttled_total", "job" => job).increment(*n);
+    }
     let n = claimed.tasks.len();
     tracing::Span::current().record("claimed", n);
     metrics::counter!("rota_claimed_total").increment(n as u64);

@@ -20,6 +20,7 @@ macro_rules! bind_spec {
             .bind(to_json(&$spec.backoff))
             .bind($spec.memory_mb)
             .bind($spec.max_concurrency)
+            .bind(&$spec.concurrency_key)
             .bind(to_json(&$spec.child_jobs))
             .bind(to_json(&$spec.http_allow))
             .bind($spec.enabled)
@@ -43,9 +44,9 @@ impl Store {
             let r = bind_spec!(
                 sqlx::query(
                     "INSERT INTO jobs (name, app_id, plugin, schedule, params, route, block_strategy, misfire, \
-                     timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, child_jobs, http_allow, \
-                     enabled, no_executor_timeout_ms, delivery, next_fire_at, created_at, updated_at) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, concurrency_key, child_jobs, \
+                     http_allow, enabled, no_executor_timeout_ms, delivery, next_fire_at, created_at, updated_at) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 ),
                 spec,
                 app_id
@@ -85,7 +86,7 @@ impl Store {
                     sqlx::query(
                         "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
                          block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
-                         memory_mb = ?, max_concurrency = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
+                         memory_mb = ?, max_concurrency = ?, concurrency_key = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
                          no_executor_timeout_ms = ?, delivery = ?, next_fire_at = ?, generation = generation + ?, updated_at = ? WHERE id = ?",
                     ),
                     spec,
@@ -204,7 +205,8 @@ impl Store {
                     return Err(Error::NotFound(format!("job {id}")));
                 }
                 let active: Vec<(i64, String)> = sqlx::query_as(
-                    "SELECT id, status FROM tasks WHERE job_id = ? AND status IN ('pending', 'claimed', 'waiting', 'ready', 'running')",
+                    "SELECT id, status FROM tasks WHERE job_id = ? AND status IN \
+                     ('pending', 'throttled', 'claimed', 'waiting', 'ready', 'running')",
                 )
                 .bind(id)
                 .fetch_all(&mut *tx)

@@ -237,7 +237,7 @@ macro_rules! retrying {
 /// ([`TaskStatus::is_unstarted`]; a test holds the two to the same list).
 macro_rules! unstarted {
     () => {
-        "('pending', 'claimed', 'waiting', 'ready')"
+        "('pending', 'throttled', 'claimed', 'waiting', 'ready')"
     };
 }
 
@@ -356,6 +356,7 @@ mod alarms;
 mod cluster;
 mod executors;
 mod jobs;
+mod limits;
 mod members;
 mod migrate;
 mod plugins;

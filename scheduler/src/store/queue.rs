@@ -735,7 +735,7 @@ impl Store {
                 }
                 qb.push(" WHERE id = ")
                     .push_bind(id)
-                    .push(" AND status IN ('pending', 'waiting', 'ready')");
+                    .push(" AND status IN ('pending', 'throttled', 'waiting', 'ready')");
                 Ok(qb.build().execute(pool).await?.affected() > 0)
             })
         })

@@ -1,5 +1,6 @@
 //! Tasks: creation (idempotent keys, created claimed), reads, cancel, the scan's claim, claims after a crash or a take-over, fires waiting for an executor, retention.
 
+use super::limits::Limited;
 use super::*;
 
 impl Store {
@@ -252,15 +253,20 @@ impl Store {
             let cron_fires = self
                 .plan_recurring(&mut tx, now, until, limit, plan)
                 .await?;
-            // Jobs with `max_concurrency` are claimed one by one, never with the rest.
+            // Jobs with a concurrency bound are claimed one by one, never with the rest.
             let limited = self.limited_jobs(&mut tx).await?;
             let mut rows = self.due_unlimited(&mut tx, until, limit, &limited).await?;
-            for (job_id, max) in limited {
-                let room = (i64::from(limit) - rows.len() as i64).min(max);
+            let mut throttled = Vec::new();
+            for job in &limited {
+                let room = i64::from(limit) - rows.len() as i64;
                 if room <= 0 {
                     break;
                 }
-                rows.extend(self.due_limited(&mut tx, job_id, max, room, until).await?);
+                let bounded = self.due_bounded(&mut tx, job, room, until, now).await?;
+                if bounded.throttled > 0 {
+                    throttled.push((job.id, bounded.throttled));
+                }
+                rows.extend(bounded.claim);
             }
             self.mark_claimed(&mut tx, lease, &rows).await?;
             tx.commit().await?;
@@ -270,6 +276,7 @@ impl Store {
                     .map(DueTask::try_from)
                     .collect::<Result<_>>()?,
                 cron_fires,
+                throttled,
             })
         })
     }
@@ -373,24 +380,13 @@ impl Store {
         Ok(())
     }
 
-    /// Jobs with `max_concurrency`: (id, the bound).
-    pub(super) async fn limited_jobs(&self, tx: &mut Tx) -> Result<Vec<(i64, i64)>> {
-        Ok(on_tx!(tx, |tx, Db| {
-            sqlx::query_as(
-                "SELECT id, max_concurrency FROM jobs WHERE max_concurrency IS NOT NULL ORDER BY id",
-            )
-            .fetch_all(&mut **tx)
-            .await?
-        }))
-    }
-
     /// Up to `limit` pending tasks due by `until`, earliest first, of jobs not in `limited`.
     async fn due_unlimited(
         &self,
         tx: &mut Tx,
         until: Millis,
         limit: u32,
-        limited: &[(i64, i64)],
+        limited: &[Limited],
     ) -> Result<Vec<DueRow>> {
         let skip_locked = self.skip_locked();
         Ok(on_tx!(tx, |tx, Db| {
@@ -401,61 +397,12 @@ impl Store {
             qb.push_bind(until);
             if !limited.is_empty() {
                 qb.push(" AND job_id NOT IN ");
-                push_ids(&mut qb, limited.iter().map(|(id, _)| *id));
+                push_ids(&mut qb, limited.iter().map(|j| j.id));
             }
             qb.push(" ORDER BY due_at LIMIT ")
                 .push_bind(i64::from(limit))
                 .push(skip_locked);
             qb.build_query_as().fetch_all(&mut **tx).await?
-        }))
-    }
-
-    /// Up to `room` due tasks of a job with `max_concurrency` = `max`, leaving at most
-    /// `max` claimed or running at once across all nodes. The job's row is locked while its
-    /// tasks are counted and claimed, so two nodes' scans take turns (a node that finds it
-    /// locked skips it this time).
-    async fn due_limited(
-        &self,
-        tx: &mut Tx,
-        job_id: i64,
-        max: i64,
-        room: i64,
-        until: Millis,
-    ) -> Result<Vec<DueRow>> {
-        let skip_locked = self.skip_locked();
-        Ok(on_tx!(tx, |tx, Db| {
-            let locked: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT id FROM jobs WHERE id = ?{skip_locked}"
-            )))
-            .bind(job_id)
-            .fetch_optional(&mut **tx)
-            .await?;
-            if locked.is_none() {
-                return Ok(Vec::new());
-            }
-            let busy: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM tasks WHERE job_id = ? AND status IN ('claimed', 'running')",
-            )
-            .bind(job_id)
-            .fetch_one(&mut **tx)
-            .await?;
-            let room = room.min(max - busy);
-            if room <= 0 {
-                return Ok(Vec::new());
-            }
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                concat!(
-                    due_select!(),
-                    " WHERE job_id = ? AND status = 'pending' AND due_at <= ? \
-                     ORDER BY due_at LIMIT ?{}"
-                ),
-                skip_locked
-            )))
-            .bind(job_id)
-            .bind(until)
-            .bind(room)
-            .fetch_all(&mut **tx)
-            .await?
         }))
     }
 

@@ -66,9 +66,16 @@ pub struct JobFields {
     backoff: Option<Backoff>,
     /// 64 by default, up to the executor's cap.
     memory_mb: Option<i64>,
-    /// Runs of this job at once across executors; `null` for no limit.
+    /// Runs of this job at once across executors; `null` for no limit. The older spelling
+    /// of `concurrency: {"limit": N}`.
     #[serde(default, deserialize_with = "nullable")]
     max_concurrency: Option<Option<i64>>,
+    /// At most `limit` runs at once across every node and executor — of the whole job, or
+    /// per value of `key`, a JSON Pointer into the task's payload (a missing value is its
+    /// own bucket). A task over it waits as `throttled`, spending no attempt. `null`: no
+    /// bound.
+    #[serde(default, deserialize_with = "nullable")]
+    concurrency: Option<Option<ConcurrencyField>>,
     /// Jobs (names or ids) triggered after each successful run.
     child_jobs: Option<Vec<NameOrId>>,
     /// Where the plugin may send HTTP requests (the `rota` import `http_request`): origins
@@ -86,6 +93,17 @@ pub struct JobFields {
     /// `{"kind":"http","url":…,"timeout_ms":…?,"signing_secret":…?}` (each is POSTed to
     /// `url`, which must be on `http_allow`; no plugin).
     delivery: Option<Delivery>,
+}
+
+/// A job's concurrency bound as sent (SPEC §11).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencyField {
+    /// A JSON Pointer (RFC 6901) into the payload, like `/customer`; absent: one bound for
+    /// the whole job.
+    key: Option<String>,
+    /// 1 to 1,000,000.
+    limit: i64,
 }
 
 /// A job named in a path: an integer is tried as an id first, then as a name (names are
@@ -325,6 +343,53 @@ impl Collect {
 
     /// A number within `range` that may be `null` (no limit, or the default): as sent
     /// (`null` included), else the changed job's.
+    /// The concurrency bound to keep: `concurrency` as sent, else `max_concurrency` (its
+    /// older spelling, a bound of the whole job) as sent, else the changed job's. Both sent
+    /// and disagreeing is an error naming both.
+    fn concurrency(
+        &mut self,
+        sent: Option<Option<ConcurrencyField>>,
+        max: Option<Option<i64>>,
+        old: Option<&JobSpec>,
+    ) -> (Option<i64>, Option<String>) {
+        let Some(sent) = sent else {
+            let limit = self.optional_number(
+                "max_concurrency",
+                max,
+                old.and_then(|s| s.max_concurrency).map(i64::from),
+                1..=MAX_CONCURRENCY,
+            );
+            // A limit sent alone is of the whole job; one kept keeps its key.
+            let key = match max {
+                Some(_) => None,
+                None => old.and_then(|s| s.concurrency_key.clone()),
+            };
+            return (limit, key.filter(|_| limit.is_some()));
+        };
+        let limit = sent.as_ref().map(|c| c.limit);
+        if let Some(m) = max
+            && m != limit
+        {
+            self.0.push(validate::invalid(
+                "max_concurrency",
+                "disagrees with `concurrency`; send one of them (`max_concurrency` is \
+                 `concurrency: {\"limit\": N}`)",
+            ));
+        }
+        let Some(c) = sent else {
+            return (None, None);
+        };
+        self.check(validate::within(
+            "concurrency.limit",
+            c.limit,
+            1..=MAX_CONCURRENCY,
+        ));
+        if let Some(key) = &c.key {
+            self.check(validate::json_pointer("concurrency.key", key));
+        }
+        (Some(c.limit), c.key)
+    }
+
     fn optional_number(
         &mut self,
         field: &str,
@@ -449,12 +514,7 @@ pub async fn build_spec(
         DEFAULT_MEMORY_MB,
         1..=MAX_MEMORY_MB,
     );
-    let max_concurrency = bad.optional_number(
-        "max_concurrency",
-        f.max_concurrency,
-        old.and_then(|s| s.max_concurrency).map(i64::from),
-        1..=MAX_CONCURRENCY,
-    );
+    let (max_concurrency, concurrency_key) = bad.concurrency(f.concurrency, f.max_concurrency, old);
     let no_executor_timeout_ms = bad.optional_number(
         "no_executor_timeout_ms",
         f.no_executor_timeout_ms,
@@ -516,6 +576,7 @@ pub async fn build_spec(
         backoff,
         memory_mb: memory_mb as i32,
         max_concurrency: max_concurrency.map(|m| m as i32),
+        concurrency_key,
         child_jobs,
         http_allow,
         enabled: f.enabled.or(old.map(|s| s.enabled)).unwrap_or(true),

@@ -113,6 +113,36 @@ pub fn max_bytes(field: &str, value: &str, max: usize) -> Result<(), Error> {
 pub use crate::names::excerpt;
 
 /// A 422 about `field`.
+/// A JSON Pointer (RFC 6901) of at most 200 characters: empty (the whole document) or
+/// `/`-separated tokens in which `~` is only ever `~0` or `~1`.
+pub fn json_pointer(field: &str, pointer: &str) -> Result<(), Error> {
+    if pointer.chars().count() > 200 {
+        return Err(invalid(field, "a JSON Pointer of at most 200 characters"));
+    }
+    if !pointer.is_empty() && !pointer.starts_with('/') {
+        return Err(invalid(
+            field,
+            format!(
+                "`{}` is not a JSON Pointer (RFC 6901): it is empty or starts with `/`, like `/customer/id`",
+                excerpt(pointer)
+            ),
+        ));
+    }
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return Err(invalid(
+                field,
+                format!(
+                    "`{}` is not a JSON Pointer (RFC 6901): `~` is written `~0` and `/` inside a name `~1`",
+                    excerpt(pointer)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn invalid(field: &str, message: impl std::fmt::Display) -> Error {
     Error::Unprocessable(format!("{field}: {message}"))
 }

@@ -521,6 +521,40 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
             "max_concurrency",
         ),
         (
+            with("concurrency", json!({"key": "customer", "limit": 2})),
+            INVALID,
+            "concurrency.key: `customer` is not a JSON Pointer (RFC 6901)",
+        ),
+        (
+            with("concurrency", json!({"key": "/a~2b", "limit": 2})),
+            INVALID,
+            "concurrency.key: `/a~2b` is not a JSON Pointer",
+        ),
+        (
+            with("concurrency", json!({"key": "/customer", "limit": 0})),
+            INVALID,
+            "concurrency.limit: must be between 1 and 1000000",
+        ),
+        (
+            with("concurrency", json!({"key": "/customer"})),
+            MALFORMED,
+            "limit",
+        ),
+        (
+            with("concurrency", json!({"limit": 2, "per": "customer"})),
+            MALFORMED,
+            "per",
+        ),
+        (
+            {
+                let mut v = with("concurrency", json!({"limit": 2}));
+                v["max_concurrency"] = json!(3);
+                v
+            },
+            INVALID,
+            "max_concurrency: disagrees with `concurrency`",
+        ),
+        (
             with(
                 "backoff",
                 json!({"kind": "exponential", "base_ms": 1000, "factor": 0.5, "max_ms": 5000}),
@@ -557,6 +591,40 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
         .expect_error(MALFORMED, "Content-Type");
     // Nothing was created.
     assert_eq!(t.get("/api/v1/jobs").await.json()["items"], json!([]));
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn a_concurrency_bound_is_set_per_key_shown_and_cleared() {
+    let t = start().await;
+    t.upload("echo", START).await.expect(StatusCode::CREATED);
+    let created = t
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "reports", "app": "default", "plugin": "echo", "schedule": {"kind": "none"},
+                   "concurrency": {"key": "/customer/id", "limit": 2}}),
+        )
+        .await;
+    created.expect(StatusCode::CREATED);
+    let job = created.json();
+    assert_eq!(
+        job["concurrency"],
+        json!({"key": "/customer/id", "limit": 2})
+    );
+    assert_eq!(job["max_concurrency"], 2);
+    let path = format!("/api/v1/jobs/{}", job["id"]);
+    // A change of something else keeps the bound and its key.
+    let kept = t.patch(&path, json!({"timeout_ms": 1000})).await.json();
+    assert_eq!(
+        kept["concurrency"],
+        json!({"key": "/customer/id", "limit": 2})
+    );
+    // `max_concurrency` alone is the older spelling of a bound of the whole job.
+    let whole = t.patch(&path, json!({"max_concurrency": 3})).await.json();
+    assert_eq!(whole["concurrency"], json!({"limit": 3}));
+    let cleared = t.patch(&path, json!({"concurrency": null})).await.json();
+    assert_eq!(cleared["concurrency"], Value::Null);
+    assert_eq!(cleared["max_concurrency"], Value::Null);
     t.stop().await;
 }
 

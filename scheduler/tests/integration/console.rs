@@ -168,6 +168,7 @@ fn job_form(name: &str) -> Vec<(&str, &str)> {
         ("max_attempts", "1"),
         ("memory_mb", "64"),
         ("max_concurrency", ""),
+        ("concurrency_key", ""),
         ("enabled", "on"),
     ]
 }
@@ -533,6 +534,18 @@ async fn the_job_form_shows_errors_next_to_their_fields() {
         (
             with(base.clone(), "schedule_kind", "fixed_rate"),
             "required for a fixed rate",
+        ),
+        (
+            with(
+                with(base.clone(), "max_concurrency", "2"),
+                "concurrency_key",
+                "customer",
+            ),
+            "is not a JSON Pointer (RFC 6901)",
+        ),
+        (
+            with(base.clone(), "max_concurrency", "0"),
+            "must be between 1 and 1000000",
         ),
     ];
     for (form, needle) in cases {

@@ -10,5 +10,6 @@ mod fuzz;
 mod security;
 #[macro_use]
 mod store_contract;
+mod store_limits;
 mod store_workflows;
 mod workflows;

@@ -91,6 +91,7 @@ pub(crate) fn spec(name: &str) -> JobSpec {
         backoff: Backoff::Fixed { delay_ms: 1_000 },
         memory_mb: 64,
         max_concurrency: None,
+        concurrency_key: None,
         child_jobs: vec![],
         http_allow: vec![],
         enabled: true,
@@ -1779,67 +1780,6 @@ contract!(
             .await
             .unwrap();
         assert_eq!(kept.items.len(), 5);
-    }
-);
-
-contract!(
-    max_concurrency_bounds_claims_across_nodes,
-    |store: Store| async move {
-        let a = lease(&store).await;
-        let b = store
-            .start_node("node-b", "http://127.0.0.1:8081", NOW)
-            .await
-            .unwrap();
-        let mut limited = spec("limited");
-        limited.max_concurrency = Some(3);
-        let job = store.insert_job(&limited, None, NOW).await.unwrap();
-        let free = store.insert_job(&spec("free"), None, NOW).await.unwrap();
-        let mut tasks: Vec<NewTask> = (0..10).map(|i| task(job.id, NOW + i, None)).collect();
-        tasks.extend((0..10).map(|i| task(free.id, NOW + i, None)));
-        store.insert_tasks(&tasks, NOW).await.unwrap();
-        let count = |claimed: &[DueTask]| claimed.iter().filter(|t| t.job_id == job.id).count();
-        let on_a = store
-            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap()
-            .tasks;
-        let on_b = store
-            .claim_due(b, NOW, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap()
-            .tasks;
-        assert_eq!(
-            (count(&on_a), count(&on_b)),
-            (3, 0),
-            "three at once, whichever node"
-        );
-        // One ends: one more may be claimed, in due order.
-        let first = on_a
-            .iter()
-            .filter(|t| t.job_id == job.id)
-            .min_by_key(|t| t.due_at)
-            .unwrap();
-        let run = store.allocate_ids("run", 1).await.unwrap();
-        store
-            .record_dispatches(a, &[dispatched(first, run)], NOW)
-            .await
-            .unwrap();
-        let applied = store
-            .apply_run_updates(
-                &[report(first, run, RunStatus::Succeeded)],
-                NOW,
-                &mut policy,
-            )
-            .await
-            .unwrap();
-        assert!(applied.freed_limited);
-        let next = store
-            .claim_due(b, NOW, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap()
-            .tasks;
-        assert_eq!(count(&next), 1);
-        assert_eq!(next[0].due_at, NOW + 3);
     }
 );
 

@@ -1147,3 +1147,60 @@ impl Drop for SmallDisk {
             .status();
     }
 }
+
+/// Nodes n1, n2 and n3 on `url`, logging into `dir`, each healthy.
+pub async fn three_nodes(
+    url: &str,
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (Vec<KillOnDrop>, Vec<Api>) {
+    let mut nodes = Vec::new();
+    let mut apis = Vec::new();
+    for name in chaos::NODES {
+        let port = free_port();
+        let log = dir.join(format!("{name}.log"));
+        nodes.push(spawn_server_env(url, port, &log, name, env));
+        let api = Api::new(format!("http://127.0.0.1:{port}"));
+        wait_healthy(&api).await;
+        apis.push(api);
+    }
+    (nodes, apis)
+}
+
+/// Three nodes on a MariaDB database of their own, for the chaos of one of them dying: a
+/// take-over 5 s after ([`chaos::DEAD_AFTER_MS`]), and executor doubles, which register
+/// once and never heartbeat, never declared dead.
+pub struct ThreeNodes {
+    pub db: SharedDb,
+    /// The nodes' logs.
+    pub dir: tempfile::TempDir,
+    pub nodes: Vec<KillOnDrop>,
+    pub apis: Vec<Api>,
+}
+
+impl ThreeNodes {
+    /// `None` (reported missing, a failure under `CI=true`) without MariaDB.
+    pub async fn start() -> Option<ThreeNodes> {
+        if rota_testkit::mysql_base_url().is_none() {
+            rota_testkit::missing("ROTA_TEST_MYSQL_URL is not set: three nodes need MariaDB");
+            return None;
+        }
+        let db = SharedDb::new().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (nodes, apis) = three_nodes(
+            &db.url,
+            dir.path(),
+            &[
+                ("ROTA_NODE_DEAD_AFTER_MS", &chaos::DEAD_AFTER_MS.to_string()),
+                ("ROTA_EXECUTOR_DEAD_AFTER_MS", "3600000"),
+            ],
+        )
+        .await;
+        Some(ThreeNodes {
+            db,
+            dir,
+            nodes,
+            apis,
+        })
+    }
+}

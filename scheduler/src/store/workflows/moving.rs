@@ -312,7 +312,7 @@ impl Store {
                     .limited_jobs(tx)
                     .await?
                     .into_iter()
-                    .map(|(id, _)| id)
+                    .map(|job| job.id)
                     .collect();
                 new.iter().map(|t| !limited.contains(&t.job_id)).collect()
             }
