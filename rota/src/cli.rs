@@ -12,7 +12,7 @@ use rota_scheduler::Config;
 use rota_scheduler::config::defaults;
 use tokio::net::TcpListener;
 
-use crate::cmd::{QueueArgs, TaskArgs, WorkflowArgs};
+use crate::cmd::{JobArgs, QueueArgs, TaskArgs, WorkflowArgs};
 
 #[derive(Parser)]
 #[command(
@@ -31,6 +31,8 @@ enum Command {
     Server(ServerArgs),
     /// Add, read, list, cancel and re-drive delayed tasks on a running scheduler.
     Task(TaskArgs),
+    /// Jobs: backfill a recurring job's fire times in a range.
+    Job(JobArgs),
     /// Consume a `pull` job's tasks: pull them with a lease, then ack, nack or extend.
     Queue(QueueArgs),
     /// Define workflows from a file, start instances (and wait for them), show them.
@@ -243,6 +245,7 @@ impl Cli {
                 rota_scheduler::run(config, listener, shutdown_signal()).await
             }
             Command::Task(args) => args.run().await,
+            Command::Job(args) => args.run().await,
             Command::Queue(args) => args.run().await,
             Command::Workflow(args) => args.run().await,
             Command::Standalone(args) => crate::nodes::standalone(args, shutdown_signal()).await,

@@ -7,15 +7,18 @@
 //!   that turns a non-2xx answer into `"<status>: <server's error>"`.
 //! - [`duration`]: `500ms`, `30s`, `30m`, `2h`, `1d` and the `--backoff` shorthand.
 //! - [`task`]: `rota task add | get | cancel | list | retry`.
+//! - [`job`]: `rota job backfill`.
 //! - [`queue`]: `rota queue pull | ack | nack | extend`, a consumer of a `pull` job.
 //! - [`workflow`]: `rota workflow apply | start | show`.
 
 mod client;
 mod duration;
+mod job;
 mod queue;
 mod task;
 mod workflow;
 
+pub use job::JobArgs;
 pub use queue::QueueArgs;
 pub use task::TaskArgs;
 pub use workflow::WorkflowArgs;

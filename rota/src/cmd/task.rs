@@ -121,7 +121,7 @@ struct ListArgs {
 }
 
 /// An RFC 3339 time, sent to the server in UTC with milliseconds.
-fn parse_time(s: &str) -> Result<String, String> {
+pub(super) fn parse_time(s: &str) -> Result<String, String> {
     DateTime::parse_from_rfc3339(s.trim())
         .map(|t| {
             t.with_timezone(&Utc)

@@ -784,3 +784,56 @@ async fn a_workflow_is_applied_from_a_file_started_waited_for_and_shown() {
     assert_eq!(out.code, 1);
     assert!(out.stderr.contains("404"), "{out:?}");
 }
+
+/// `rota job backfill` (SPEC §11): a disabled job's missed fire times created once, a
+/// second run creating nothing, and a refused range in the server's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_backfilled_from_the_command_line_once() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "hourly", "app": "default", "plugin": "noop", "enabled": false,
+                    "schedule": {"kind": "cron", "expr": "0 0 * * * ?", "time_zone": "UTC"}}),
+        ),
+    )
+    .await;
+    let args = [
+        "job",
+        "backfill",
+        "hourly",
+        "--from",
+        "2026-12-01T00:00:00Z",
+        "--to",
+        "2026-12-01T06:00:00Z",
+    ];
+    let out = rota_ok(&server, &args).await;
+    assert_eq!(
+        out.trim(),
+        "job hourly: 6 fire time(s) in [2026-12-01T00:00:00.000Z, 2026-12-01T06:00:00.000Z); \
+         6 created, 0 already there"
+    );
+    let out = rota_ok(&server, &args).await;
+    assert!(out.contains("0 created, 6 already there"), "{out}");
+    let mut over = args.to_vec();
+    over.extend(["--max", "3"]);
+    let out = rota(&server, &over).await;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("422 Unprocessable Entity: to: the range holds more than 3 fire times"),
+        "{out:?}"
+    );
+    let out = rota(
+        &server,
+        &["job", "backfill", "hourly", "--from", "today", "--to", "x"],
+    )
+    .await;
+    assert_eq!(out.code, 2, "a bad flag is clap's usage error: {out:?}");
+    assert!(out.stderr.contains("--from"), "{out:?}");
+    server.stop().await;
+}

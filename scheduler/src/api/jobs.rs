@@ -14,6 +14,7 @@ use super::views::{JobPage, JobView, PageView};
 use crate::access::Principal;
 use crate::usecase::{
     self,
+    backfill::{BackfillRange, Backfilled},
     jobs::{JobFields, build_spec},
 };
 
@@ -174,6 +175,32 @@ pub async fn trigger(
     let body = body.unwrap_or_default();
     let task_id = usecase::jobs::trigger(&state.ports, &who, &id, body.params).await?;
     Ok((StatusCode::CREATED, Json(Triggered { task_id })))
+}
+
+/// `POST /api/v1/jobs/{id}/backfill {"from", "to", "max"?}`: a task for each fire time of
+/// the job's schedule in `[from, to)`, once per fire time however often it is called.
+#[utoipa::path(
+    post,
+    path = "/api/v1/jobs/{id}/backfill",
+    operation_id = "backfill_job",
+    params(("id" = String, Path, description = JOB_ID)),
+    request_body = BackfillRange,
+    responses(
+        (status = 200, description = "The range's fire times, and how many were created now", body = Backfilled),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 404, description = "No such job", body = ErrorBody),
+        (status = 422, description = "A time that is not RFC 3339, `to` not after `from`, a range holding more than `max` fire times, a job without a schedule", body = ErrorBody),
+    )
+)]
+pub async fn backfill(
+    State(state): State<AppState>,
+    Extension(who): Extension<Principal>,
+    PathParam(id): PathParam,
+    Json(range): Json<BackfillRange>,
+) -> ApiResult<Json<Backfilled>> {
+    Ok(Json(
+        usecase::backfill::backfill(&state.ports, &who, &id, &range).await?,
+    ))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

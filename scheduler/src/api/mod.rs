@@ -167,6 +167,7 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
         .route(M::PATCH, "/jobs/{id}", jobs::update)
         .route(M::DELETE, "/jobs/{id}", jobs::delete)
         .route(M::POST, "/jobs/{id}/trigger", jobs::trigger)
+        .route(M::POST, "/jobs/{id}/backfill", jobs::backfill)
         .route(M::POST, "/jobs/{id}/pull", queue::pull)
         .route(M::POST, "/jobs/{id}/ack", queue::ack_batch)
         .route(M::GET, "/tasks", tasks::list)

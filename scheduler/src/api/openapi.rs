@@ -50,6 +50,7 @@ const API_TOKEN: &str = "api_token";
         jobs::update,
         jobs::delete,
         jobs::trigger,
+        jobs::backfill,
         queue::pull,
         queue::ack_batch,
         tasks::create,

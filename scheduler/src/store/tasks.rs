@@ -341,14 +341,37 @@ impl Store {
         Ok(fires.len())
     }
 
+    /// Fire times of job `job_id` (at `generation`) in a range, as its fires (SPEC §11,
+    /// backfill): each created unless that fire exists already. Returns how many it created.
+    pub async fn backfill_fires(
+        &self,
+        job_id: i64,
+        generation: i64,
+        times: &[Millis],
+        now: Millis,
+    ) -> Result<u64> {
+        if times.is_empty() {
+            return Ok(0);
+        }
+        let fires: Vec<(i64, i64, Millis)> =
+            times.iter().map(|&t| (job_id, generation, t)).collect();
+        retrying!("backfill_fires", {
+            let mut tx = self.begin().await?;
+            let created = self.insert_fires(&mut tx, &fires, now).await?;
+            tx.commit().await?;
+            Ok(created)
+        })
+    }
+
     /// Recurring fires (job, generation, time) as pending task rows; a fire already there
-    /// is left alone.
+    /// is left alone. Returns how many it created.
     async fn insert_fires(
         &self,
         tx: &mut Tx,
         fires: &[(i64, i64, Millis)],
         now: Millis,
-    ) -> Result<()> {
+    ) -> Result<u64> {
+        let mut created = 0;
         let insert_ignore = self.insert_ignore();
         let first = self.task_ids_in(tx, fires.len() as i64).await?;
         for (chunk_no, chunk) in fires.chunks(CHUNK).enumerate() {
@@ -374,10 +397,10 @@ impl Store {
                             .push_bind(now);
                     },
                 );
-                qb.build().execute(&mut **tx).await?;
+                created += qb.build().execute(&mut **tx).await?.affected();
             });
         }
-        Ok(())
+        Ok(created)
     }
 
     /// Up to `limit` pending tasks due by `until`, earliest first, of jobs not in `limited`.

@@ -234,6 +234,15 @@ impl Collect {
     ) -> Option<String> {
         match (sent, delivery.runs_plugin()) {
             (Some(r), true) => self.take(plugin_ref(store, &r).await),
+            // A change to a delivery that runs a plugin, of a job that had none: a 422
+            // (the request is well formed; what it asks for needs more).
+            (None, true) if old.is_some_and(|s| s.plugin.is_empty()) => self.take(Err(invalid(
+                "plugin",
+                format!(
+                    "a job delivered by `{}` runs a plugin: name one with the new delivery",
+                    delivery.kind()
+                ),
+            ))),
             (None, true) => self.required(
                 "plugin",
                 None,

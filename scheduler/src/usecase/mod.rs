@@ -6,6 +6,7 @@
 
 pub mod alarms;
 pub mod audit;
+pub mod backfill;
 pub mod cluster;
 pub mod error;
 pub mod executors;

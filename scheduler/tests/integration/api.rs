@@ -629,6 +629,87 @@ async fn a_concurrency_bound_is_set_per_key_shown_and_cleared() {
 }
 
 #[tokio::test]
+async fn a_backfill_creates_each_fire_time_of_a_range_once() {
+    let t = start().await;
+    t.upload("echo", START).await.expect(StatusCode::CREATED);
+    // Every ten minutes, its phase set by its next fire time.
+    let job = t
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "ten", "app": "default", "plugin": "echo", "enabled": false,
+                   "schedule": {"kind": "cron", "expr": "0 */10 * * * ?", "time_zone": "UTC"}}),
+        )
+        .await;
+    job.expect(StatusCode::CREATED);
+    let range = json!({"from": "2026-12-01T00:00:00Z", "to": "2026-12-01T01:00:00Z"});
+    let first = t.post("/api/v1/jobs/ten/backfill", range.clone()).await;
+    first.expect(StatusCode::OK);
+    assert_eq!(first.json(), json!({"fire_times": 6, "created": 6}));
+    // Again, and overlapping: only the new fire times are created.
+    let again = t.post("/api/v1/jobs/ten/backfill", range).await.json();
+    assert_eq!(again, json!({"fire_times": 6, "created": 0}));
+    let wider = t
+        .post(
+            "/api/v1/jobs/ten/backfill",
+            json!({"from": "2026-12-01T00:30:00Z", "to": "2026-12-01T01:30:00Z"}),
+        )
+        .await
+        .json();
+    assert_eq!(wider, json!({"fire_times": 6, "created": 3}));
+    let tasks = t.get("/api/v1/tasks?job=ten&limit=100").await.json();
+    let mut due: Vec<String> = tasks["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["due_at"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    due.sort();
+    assert_eq!(due.len(), 9, "{tasks}");
+    assert!(due[0].starts_with("2026-12-01T00:00:00"), "{due:?}");
+    assert!(due[8].starts_with("2026-12-01T01:20:00"), "{due:?}");
+
+    t.expect_rejections(
+        "/api/v1/jobs/ten/backfill",
+        vec![
+            (
+                json!({"from": "yesterday", "to": "2026-12-01T01:00:00Z"}),
+                INVALID,
+                "from: `yesterday` is not an RFC 3339 time",
+            ),
+            (
+                json!({"from": "2026-12-01T01:00:00Z", "to": "2026-12-01T00:00:00Z"}),
+                INVALID,
+                "to: must be after `from`",
+            ),
+            (
+                json!({"from": "2026-01-01T00:00:00Z", "to": "2026-12-01T00:00:00Z"}),
+                INVALID,
+                "to: the range holds more than 1000 fire times",
+            ),
+            (
+                json!({"from": "2026-12-01T00:00:00Z", "to": "2026-12-01T01:00:00Z", "max": 5}),
+                INVALID,
+                "more than 5 fire times",
+            ),
+            (
+                json!({"from": "2026-12-01T00:00:00Z", "to": "2026-12-01T01:00:00Z", "max": 10001}),
+                INVALID,
+                "max: must be between 1 and 10000",
+            ),
+            (json!({"from": "2026-12-01T00:00:00Z"}), MALFORMED, "to"),
+        ],
+    )
+    .await;
+    t.post(
+        "/api/v1/jobs/nope/backfill",
+        json!({"from": "2026-12-01T00:00:00Z", "to": "2026-12-01T01:00:00Z"}),
+    )
+    .await
+    .expect(StatusCode::NOT_FOUND);
+    t.stop().await;
+}
+
+#[tokio::test]
 async fn job_patch_and_delete() {
     let t = start().await;
     let id = t.job("j").await;
@@ -668,6 +749,18 @@ async fn job_patch_and_delete() {
         .await
         .expect(StatusCode::NOT_FOUND);
     assert_eq!(t.get(&path).await.json()["timeout_ms"], 300_000);
+    // A pull job moved to a delivery that runs a plugin must name one: a 422, not a
+    // missing field.
+    t.post(
+        "/api/v1/jobs",
+        json!({"name": "pulled", "app": "default", "schedule": {"kind": "none"},
+               "delivery": {"kind": "pull"}}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    t.patch("/api/v1/jobs/pulled", json!({"delivery": {"kind": "wasm"}}))
+        .await
+        .expect_error(INVALID, "plugin: a job delivered by `wasm` runs a plugin");
 
     // A pending task blocks the delete unless forced.
     t.post("/api/v1/tasks", json!({"job": id, "delay_ms": 3_600_000}))
@@ -1402,6 +1495,14 @@ async fn every_reference_to_a_job_or_plugin_takes_its_name_or_its_id() {
             .await;
         assert!(fired.status.is_success(), "{form}: {}", fired.status);
         walked.insert((Method::POST, "/api/v1/jobs/{id}/trigger"));
+        // Found by name or id: the job itself (without a schedule) is what is refused.
+        t.post(
+            &format!("/api/v1/jobs/{wp}/backfill"),
+            json!({"from": "2026-12-01T00:00:00Z", "to": "2026-12-02T00:00:00Z"}),
+        )
+        .await
+        .expect_error(INVALID, &format!("job `{w}` has no schedule"));
+        walked.insert((Method::POST, "/api/v1/jobs/{id}/backfill"));
 
         // Tasks of the pull job, named every way a task names its job.
         t.post(

@@ -2641,3 +2641,44 @@ contract!(
         assert!(store.waiting_alarm_events().await.unwrap().is_empty());
     }
 );
+
+contract!(
+    a_backfill_creates_each_fire_once_and_meets_the_scans_own_fires,
+    |store: Store| async move {
+        let mut every = spec("every-second");
+        every.schedule = Schedule::FixedRate { every_ms: 1_000 };
+        let job = store.insert_job(&every, Some(NOW), NOW).await.unwrap();
+        let times: Vec<Millis> = (0..5).map(|i| NOW - 5_000 + i * 1_000).collect();
+        let created = store
+            .backfill_fires(job.id, job.generation, &times, NOW)
+            .await
+            .unwrap();
+        assert_eq!(created, 5);
+        assert_eq!(
+            store
+                .backfill_fires(job.id, job.generation, &times, NOW)
+                .await
+                .unwrap(),
+            0,
+            "once per fire time"
+        );
+        // The scan's own fires of the same times are the same tasks.
+        let lease = lease(&store).await;
+        let mut plan = |_: &DueJob| JobFires {
+            fires: vec![NOW - 1_000, NOW],
+            next_fire_at: Some(NOW + 1_000),
+        };
+        let claimed = store
+            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .await
+            .unwrap();
+        assert_eq!(claimed.tasks.len(), 6, "five backfilled and one new fire");
+        assert_eq!(
+            store
+                .backfill_fires(job.id, job.generation, &[NOW], NOW)
+                .await
+                .unwrap(),
+            0
+        );
+    }
+);
