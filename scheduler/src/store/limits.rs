@@ -90,7 +90,7 @@ impl Store {
             .await?
         });
         let mut busy: HashMap<Option<String>, i64> = busy.into_iter().collect();
-        let mut candidates = self.throttled_heads(tx, job).await?;
+        let mut candidates = self.throttled_heads(tx, job, &busy).await?;
         candidates.extend(self.pending_due(tx, job, until).await?);
         candidates.sort_by(|a, b| {
             (b.row.priority.cmp(&a.row.priority))
@@ -138,25 +138,71 @@ impl Store {
         Ok(locked.is_some())
     }
 
-    /// The first throttled tasks of each of `job`'s buckets, as many as its bound (no
-    /// bucket can take more at once), locked: a bucket of ten thousand waiting tasks is
-    /// not read whole by every scan.
-    async fn throttled_heads(&self, tx: &mut Tx, job: &Limited) -> Result<Vec<Candidate>> {
-        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
-        Ok(on_tx!(tx, |tx, Db| {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT id, job_id, kind, idem_key, due_at, attempt, priority, payload, params, \
-                 limit_key, status FROM tasks WHERE id IN (\
-                   SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY limit_key \
-                     ORDER BY priority DESC, due_at, id) AS n \
-                   FROM tasks WHERE job_id = ? AND status = 'throttled') ranked WHERE n <= ?) \
-                 AND status = 'throttled'{lock}"
-            )))
+    /// The first throttled tasks of each of `job`'s buckets that has room (`busy`: the
+    /// slots held per bucket), as many as its bound, locked. The buckets with throttled
+    /// tasks are read first, from `ix_tasks_job_limit` alone (MariaDB reads each throttled
+    /// task's index entry: it does not take a loose scan here): while every such bucket is
+    /// full — the usual case between two runs' ends — no task row is read or locked and no
+    /// window is computed, however many wait.
+    async fn throttled_heads(
+        &self,
+        tx: &mut Tx,
+        job: &Limited,
+        busy: &HashMap<Option<String>, i64>,
+    ) -> Result<Vec<Candidate>> {
+        let waiting: Vec<Option<String>> = on_tx!(tx, |tx, Db| {
+            sqlx::query_scalar(
+                "SELECT limit_key FROM tasks WHERE job_id = ? AND status = 'throttled' \
+                 GROUP BY limit_key",
+            )
             .bind(job.id)
-            .bind(job.max_concurrency)
             .fetch_all(&mut **tx)
             .await?
-        }))
+        });
+        let limit = i64::from(job.max_concurrency);
+        let open: Vec<Option<String>> = waiting
+            .into_iter()
+            .filter(|k| busy.get(k).copied().unwrap_or(0) < limit)
+            .collect();
+        if open.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
+        let keys: Vec<String> = open.iter().flatten().cloned().collect();
+        let no_key = open.iter().any(Option::is_none);
+        let mut out = Vec::new();
+        for chunk in keys.chunks(CHUNK).map(Some).chain(no_key.then_some(None)) {
+            out.extend(on_tx!(tx, |tx, Db| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT id, job_id, kind, idem_key, due_at, attempt, priority, payload, params, \
+                     limit_key, status FROM tasks WHERE id IN (\
+                       SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY limit_key \
+                         ORDER BY priority DESC, due_at, id) AS n \
+                       FROM tasks WHERE job_id = ",
+                );
+                qb.push_bind(job.id).push(" AND status = 'throttled' AND ");
+                match chunk {
+                    Some(keys) => {
+                        qb.push("limit_key IN (");
+                        let mut sep = qb.separated(", ");
+                        for k in keys {
+                            sep.push_bind(k.clone());
+                        }
+                        qb.push(")");
+                    }
+                    None => {
+                        qb.push("limit_key IS NULL");
+                    }
+                }
+                qb.push(") ranked WHERE n <= ")
+                    .push_bind(limit)
+                    .push(") AND status = 'throttled'")
+                    .push(lock);
+                let rows: Vec<Candidate> = qb.build_query_as().fetch_all(&mut **tx).await?;
+                rows
+            }));
+        }
+        Ok(out)
     }
 
     /// `job`'s pending tasks due by `until`, by priority then due time, locked (skipping
