@@ -386,6 +386,10 @@ struct JobFormPage {
     queue: Option<crate::store::QueueFacts>,
     /// Tasks of the job that died (for the re-drive button).
     dead: i64,
+    /// A bounded job's busiest buckets: throttled tasks and slots held, per key.
+    buckets: Vec<crate::store::Bucket>,
+    /// The bound per bucket, for the page.
+    limit: Option<i32>,
 }
 
 impl JobFormPage {
@@ -412,6 +416,10 @@ impl JobFormPage {
             }
             None => (None, 0),
         };
+        let buckets = match job {
+            Some(j) => usecase::jobs::busiest_buckets(&console.ports, &s.who, j).await?,
+            None => Vec::new(),
+        };
         Ok(JobFormPage {
             chrome: Chrome::of(s, "jobs"),
             job: job.map(JobRow::from),
@@ -426,6 +434,8 @@ impl JobFormPage {
             preview,
             queue,
             dead,
+            buckets,
+            limit: job.and_then(|j| j.spec.max_concurrency),
         })
     }
 }

@@ -163,6 +163,9 @@ const ZH_CN: &[(&str, &str)] = &[
     ("Max attempts", "最大尝试次数"),
     ("Memory (MiB)", "内存（MiB）"),
     ("Max concurrency (blank: no limit)", "最大并发（留空不限）"),
+    ("Waiting for a slot, by key", "按键等待并发名额"),
+    ("Key", "键"),
+    ("Throttled", "限流等待"),
     (
         "Concurrency per (a JSON Pointer into the payload, like /customer; blank: the whole job)",
         "并发按键（载荷中的 JSON Pointer，如 /customer；留空：整个任务）",

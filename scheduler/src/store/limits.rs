@@ -251,4 +251,38 @@ impl Store {
         });
         Ok(())
     }
+
+    /// The buckets of bounded job `job_id` with the most throttled tasks, at most `n`, each
+    /// with the slots it holds: the job page's queue per key.
+    pub async fn busiest_buckets(&self, job_id: i64, n: i64) -> Result<Vec<Bucket>> {
+        let waiting: Vec<(Option<String>, i64)> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(
+                "SELECT limit_key, COUNT(*) AS n FROM tasks WHERE job_id = ? AND status = 'throttled' \
+                 GROUP BY limit_key ORDER BY n DESC, limit_key LIMIT ?",
+            )
+            .bind(job_id)
+            .bind(n)
+            .fetch_all(pool)
+            .await?
+        });
+        let holding: Vec<(Option<String>, i64)> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(concat!(
+                "SELECT limit_key, COUNT(*) FROM tasks WHERE job_id = ? AND status IN ",
+                holding!(),
+                " GROUP BY limit_key"
+            ))
+            .bind(job_id)
+            .fetch_all(pool)
+            .await?
+        });
+        let holding: HashMap<Option<String>, i64> = holding.into_iter().collect();
+        Ok(waiting
+            .into_iter()
+            .map(|(key, throttled)| Bucket {
+                holding: holding.get(&key).copied().unwrap_or(0),
+                key,
+                throttled,
+            })
+            .collect())
+    }
 }

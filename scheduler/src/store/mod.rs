@@ -379,8 +379,8 @@ pub use queue::{Handover, HeldLease, LeaseEnding, Leased, LeasesEnded, QueueFact
 use retry::is_retryable;
 use rows::*;
 pub use rows::{
-    ApiToken, Applied, AuditEntry, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef, NodeRow,
-    PluginUser, ReportOwners, RunStat, SecretMeta, TokenUser, User,
+    ApiToken, Applied, AuditEntry, Bucket, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef,
+    NodeRow, PluginUser, ReportOwners, RunStat, SecretMeta, TokenUser, User,
 };
 use workflows::StepTaskEnded;
 pub use workflows::{

@@ -338,6 +338,17 @@ pub struct Applied {
 
 // ----- read models handed to callers ---------------------------------------------------------
 
+/// One bucket of a bounded job, as its page shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    /// The value of the job's key; `None`: the tasks without one (or the whole job).
+    pub key: Option<String>,
+    /// Tasks waiting for a slot.
+    pub throttled: i64,
+    /// Slots held (claimed, waiting, ready or running).
+    pub holding: i64,
+}
+
 /// A console user, as the store reads it.
 #[derive(Debug, Clone, FromRow)]
 pub struct User {

@@ -849,3 +849,21 @@ pub async fn cached_job(
     };
     found.ok_or_else(|| missing(field, format!("job {r} does not exist")))
 }
+
+/// A bounded job's busiest buckets (SPEC §11): the ten with the most throttled tasks, each
+/// with the slots it holds; empty for a job without a bound.
+pub async fn busiest_buckets(
+    ports: &Ports,
+    who: &Principal,
+    job: &Job,
+) -> Result<Vec<store::Bucket>> {
+    who.check(
+        &job.spec.app,
+        Need::Read,
+        &format!("job `{}`", job.spec.name),
+    )?;
+    if job.spec.max_concurrency.is_none() {
+        return Ok(Vec::new());
+    }
+    Ok(ports.store().busiest_buckets(job.id, 10).await?)
+}

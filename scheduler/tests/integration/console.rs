@@ -2970,3 +2970,53 @@ async fn workflows_are_drawn_started_retried_and_cancelled_from_their_pages() {
         .contains(r#"class="step status-cancelled""#);
     t.stop().await;
 }
+
+/// A bounded job's page shows its busiest buckets: throttled tasks and slots held per key.
+#[tokio::test]
+async fn a_bounded_jobs_page_shows_who_waits_for_a_slot() {
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, "reports").await;
+    t.api(
+        Method::PATCH,
+        &format!("/api/v1/jobs/{job}"),
+        "application/json",
+        json!({"concurrency": {"key": "/customer", "limit": 1}}).to_string(),
+    )
+    .await;
+    let tasks: Vec<Value> = ["acme", "acme", "acme", "globex", "globex"]
+        .iter()
+        .map(|c| json!({"job": job, "delay_ms": 3_600_000, "payload": json!({"customer": c}).to_string()}))
+        .collect();
+    t.api(
+        Method::POST,
+        "/api/v1/tasks/batch",
+        "application/json",
+        json!({"tasks": tasks}).to_string(),
+    )
+    .await;
+    let now = now_ms();
+    t.node
+        .ports()
+        .store()
+        .claim_due(
+            t.node.ports().lease(),
+            now,
+            now + 3_600_001,
+            10,
+            &mut |_| JobFires::default(),
+        )
+        .await
+        .unwrap();
+    let page = t
+        .get(&format!("/console/jobs/{job}"), Some(&b.cookie))
+        .await;
+    page.expect(StatusCode::OK)
+        .contains("Waiting for a slot, by key")
+        .contains(r#"<td class="key">acme</td><td class="throttled">2</td><td>1 / 1</td>"#)
+        .contains(r#"<td class="key">globex</td><td class="throttled">1</td><td>1 / 1</td>"#)
+        // The form shows the bound's key for editing.
+        .contains(r#"name="concurrency_key" value="/customer""#);
+    t.stop().await;
+}
