@@ -126,6 +126,26 @@ impl Store {
         tx: &mut Tx,
         ids: &[i64],
     ) -> Result<BTreeMap<i64, Moving>> {
+        self.lock_instances_in(tx, ids, true).await
+    }
+
+    /// An instance still running, read under its row lock, with its graph and steps.
+    pub(super) async fn lock_instance(&self, tx: &mut Tx, id: i64) -> Result<Option<Moving>> {
+        Ok(self.lock_instances_in(tx, &[id], true).await?.remove(&id))
+    }
+
+    /// Instance `id` in whatever status, read under its row lock, with its graph and steps.
+    pub(super) async fn lock_any_instance(&self, tx: &mut Tx, id: i64) -> Result<Option<Moving>> {
+        Ok(self.lock_instances_in(tx, &[id], false).await?.remove(&id))
+    }
+
+    /// The instances among `ids` (only those still running with `running_only`), locked.
+    async fn lock_instances_in(
+        &self,
+        tx: &mut Tx,
+        ids: &[i64],
+        running_only: bool,
+    ) -> Result<BTreeMap<i64, Moving>> {
         let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
         let mut out = BTreeMap::new();
         let mut graphs: HashMap<(i64, i32), Graph> = HashMap::new();
@@ -142,14 +162,14 @@ impl Store {
                 qb.push(" ORDER BY id").push(lock);
                 qb.build_query_as().fetch_all(&mut **tx).await?
             });
-            let running: Vec<Row> = rows
+            let wanted: Vec<Row> = rows
                 .into_iter()
-                .filter(|r| r.3 == InstanceStatus::Running.as_str())
+                .filter(|r| !running_only || r.3 == InstanceStatus::Running.as_str())
                 .collect();
-            if running.is_empty() {
+            if wanted.is_empty() {
                 continue;
             }
-            for &(_, version, workflow_id, _, _) in &running {
+            for &(_, version, workflow_id, _, _) in &wanted {
                 if let std::collections::hash_map::Entry::Vacant(slot) =
                     graphs.entry((workflow_id, version))
                 {
@@ -161,7 +181,7 @@ impl Store {
                     "SELECT instance_id, step, status, output FROM workflow_steps \
                      WHERE instance_id IN ",
                 );
-                push_ids(&mut qb, running.iter().map(|r| r.0));
+                push_ids(&mut qb, wanted.iter().map(|r| r.0));
                 qb.build_query_as().fetch_all(&mut **tx).await?
             });
             let mut by_instance: HashMap<i64, Vec<(i32, String, Option<String>)>> = HashMap::new();
@@ -171,7 +191,7 @@ impl Store {
                     .or_default()
                     .push((step, status, output));
             }
-            for (id, version, workflow_id, status, input) in running {
+            for (id, version, workflow_id, status, input) in wanted {
                 let graph = graphs[&(workflow_id, version)].clone();
                 let rows = by_instance.remove(&id).unwrap_or_default();
                 out.insert(id, read(id, workflow_id, graph, &status, input, rows)?);
@@ -198,39 +218,6 @@ impl Store {
         });
         let specs: Vec<StepSpec> = parse_json(&steps_text)?;
         Graph::new(&specs).map_err(Error::Corrupt)
-    }
-
-    /// An instance still running, read under its row lock, with its graph and steps.
-    pub(super) async fn lock_instance(&self, tx: &mut Tx, id: i64) -> Result<Option<Moving>> {
-        Ok(self
-            .lock_any_instance(tx, id)
-            .await?
-            .filter(|m| m.status == InstanceStatus::Running))
-    }
-
-    /// Instance `id` in whatever status, read under its row lock, with its graph and steps.
-    pub(super) async fn lock_any_instance(&self, tx: &mut Tx, id: i64) -> Result<Option<Moving>> {
-        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
-        let row: Option<(i32, i64, String, Option<String>)> = on_tx!(tx, |tx, Db| {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT i.version, i.workflow_id, i.status, i.input FROM workflow_instances i \
-                 WHERE i.id = ?{lock}"
-            )))
-            .bind(id)
-            .fetch_optional(&mut **tx)
-            .await?
-        });
-        let Some((version, workflow_id, status, input)) = row else {
-            return Ok(None);
-        };
-        let graph = self.graph_of(tx, workflow_id, version).await?;
-        let rows: Vec<(i32, String, Option<String>)> = on_tx!(tx, |tx, Db| {
-            sqlx::query_as("SELECT step, status, output FROM workflow_steps WHERE instance_id = ?")
-                .bind(id)
-                .fetch_all(&mut **tx)
-                .await?
-        });
-        Ok(Some(read(id, workflow_id, graph, &status, input, rows)?))
     }
 
     /// Writes what moving `moves` changed: their tasks created and linked to their steps
