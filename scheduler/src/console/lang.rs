@@ -164,7 +164,6 @@ const ZH_CN: &[(&str, &str)] = &[
     ("Memory (MiB)", "内存（MiB）"),
     ("Max concurrency (blank: no limit)", "最大并发（留空不限）"),
     ("Waiting for a slot, by key", "按键等待并发名额"),
-    ("Key", "键"),
     ("Throttled", "限流等待"),
     (
         "Concurrency per (a JSON Pointer into the payload, like /customer; blank: the whole job)",
