@@ -4,8 +4,9 @@
 //!
 //! Each file owns one part of what the use cases ask of the node beyond the store:
 //! `jobs.rs` the job-change protocol (every node forgets its copy before a change
-//! returns) and the job cache; `tasks.rs` storing tasks (claimed into this wheel when due
-//! soon) and cancelling them wherever they are claimed; `executors.rs` the executor
+//! returns) and the job cache; `tasks.rs` storing tasks and starting workflow instances
+//! (their tasks claimed into this wheel when due soon) and cancelling tasks wherever they
+//! are claimed; `executors.rs` the executor
 //! registry (registrations, heartbeats, goodbyes, reports); `runs.rs` killing a run and
 //! reading its log on its executor; `queue.rs` what pull delivery needs (the ready board,
 //! run ids, ending leases, the notices to other nodes); `warm.rs` telling executors

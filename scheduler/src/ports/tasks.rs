@@ -74,6 +74,29 @@ impl Ports {
         Ok(ids)
     }
 
+    /// Starts an instance of `workflow` (see [`store::Store::start_instance`]): its first
+    /// steps' tasks are created claimed by this node and go straight into its wheel, as
+    /// [`Ports::store_tasks`]' due ones do — no scan between the start and the first step.
+    /// Those it could not claim (a bounded job, this node being fenced) wake the scan.
+    pub async fn start_instance(
+        &self,
+        workflow: &store::Workflow,
+        input: &serde_json::Value,
+        key: Option<&str>,
+        now: Millis,
+    ) -> Result<store::InstanceStart, store::Error> {
+        let started = self
+            .cluster
+            .store
+            .start_instance(workflow, input, key, now, Some(self.cluster.lease.get()))
+            .await?;
+        self.ring.insert(started.claimed.iter().cloned());
+        if started.unclaimed > 0 {
+            self.scan_wake.notify_one();
+        }
+        Ok(started)
+    }
+
     /// Cancels a task that has not started, even if it sits in a wheel: this node's, or
     /// (forwarded) that of the node that claimed it.
     pub async fn cancel_task(&self, id: i64) -> Result<(Task, bool), NodeError> {

@@ -385,8 +385,8 @@ pub use rows::{
 };
 use workflows::StepTaskEnded;
 pub use workflows::{
-    Cancelled, FiresDone, Instance, InstanceEnded, InstanceStep, ItemCounts, Scheduled, Timing,
-    Workflow,
+    Cancelled, FiresDone, Instance, InstanceEnded, InstanceStart, InstanceStep, ItemCounts,
+    Scheduled, Timing, Workflow,
 };
 
 /// The id of the row an `INSERT` created, on either backend.

@@ -248,13 +248,13 @@ pub async fn start(
         &input.to_string(),
         ports.config().max_payload_bytes,
     )?;
-    let (instance, created) = ports
-        .store()
+    let store::InstanceStart {
+        instance, created, ..
+    } = ports
         .start_instance(&wf, &input, key.as_deref(), ports.clock().now_ms())
         .await?;
     if created {
         crate::metrics::workflow_instances(InstanceStatus::Running, 1);
-        ports.wake_scan();
         ports
             .audit(
                 &who.name,

@@ -83,7 +83,11 @@ async fn mapped(store: &Store, name: &str) -> (HashMap<String, i64>, Workflow) {
 
 /// A new instance of `wf` with `input`, no key.
 async fn start(store: &Store, wf: &Workflow, input: Value) -> Instance {
-    store.start_instance(wf, &input, None, NOW).await.unwrap().0
+    store
+        .start_instance(wf, &input, None, NOW, None)
+        .await
+        .unwrap()
+        .instance
 }
 
 /// What one due step task was given.
@@ -183,11 +187,13 @@ contract!(
     |store: Store| async move {
         let (j, wf) = diamond(&store, "diamond").await;
         let lease = lease(&store).await;
-        let (inst, created) = store
-            .start_instance(&wf, &json!({"day": "2026-12-04"}), None, NOW)
+        let started = store
+            .start_instance(&wf, &json!({"day": "2026-12-04"}), None, NOW, None)
             .await
             .unwrap();
-        assert!(created);
+        assert!(started.created);
+        assert!(started.claimed.is_empty() && started.unclaimed == 1);
+        let inst = started.instance;
         assert_eq!(inst.status, InstanceStatus::Running);
         assert_eq!(step_of(&inst, "root").status, StepStatus::Running);
         assert_eq!(step_of(&inst, "join").status, StepStatus::Pending);
@@ -392,16 +398,18 @@ contract!(
     |store: Store| async move {
         let j = jobs(&store, &["only"]).await;
         let wf = workflow(&store, "keyed", &[step("only", j["only"], &[])]).await;
-        let (first, created) = store
-            .start_instance(&wf, &json!(1), Some("order-42"), NOW)
+        let first = store
+            .start_instance(&wf, &json!(1), Some("order-42"), NOW, None)
             .await
             .unwrap();
-        assert!(created);
-        let (again, created) = store
-            .start_instance(&wf, &json!(2), Some("order-42"), NOW)
+        assert!(first.created);
+        let first = first.instance;
+        let again = store
+            .start_instance(&wf, &json!(2), Some("order-42"), NOW, None)
             .await
             .unwrap();
-        assert!(!created);
+        assert!(!again.created && again.claimed.is_empty() && again.unclaimed == 0);
+        let again = again.instance;
         assert_eq!(again.id, first.id);
         assert_eq!(again.input, json!(1));
         let lease = lease(&store).await;
@@ -460,10 +468,10 @@ contract!(
         for _ in 0..20 {
             ids.push(
                 store
-                    .start_instance(&wf, &json!(null), None, NOW)
+                    .start_instance(&wf, &json!(null), None, NOW, None)
                     .await
                     .unwrap()
-                    .0
+                    .instance
                     .id,
             );
         }
@@ -835,6 +843,69 @@ contract!(
         assert_eq!(
             scanned.iter().map(|f| f.task.job_id).collect::<Vec<_>>(),
             vec![j["free"]]
+        );
+    }
+);
+
+contract!(
+    an_instance_started_on_a_node_has_its_first_steps_claimed_by_it,
+    |store: Store| async move {
+        let free = jobs(&store, &["free"]).await["free"];
+        let mut bounded = spec("bounded");
+        bounded.max_concurrency = Some(1);
+        let bounded = store.insert_job(&bounded, None, NOW).await.unwrap().id;
+        let wf = workflow(
+            &store,
+            "two-roots",
+            &[step("free", free, &[]), step("bounded", bounded, &[])],
+        )
+        .await;
+        let lease = lease(&store).await;
+        let started = store
+            .start_instance(&wf, &json!({}), None, NOW, Some(lease))
+            .await
+            .unwrap();
+        assert!(started.created);
+        assert_eq!(
+            started.claimed.iter().map(|t| t.job_id).collect::<Vec<_>>(),
+            vec![free],
+            "a bounded job's task waits for a scan"
+        );
+        assert_eq!(started.unclaimed, 1);
+        let claimed = &started.claimed[0];
+        assert_eq!((claimed.epoch, claimed.attempt), (lease.epoch, 1));
+        assert_eq!(
+            store.get_task(claimed.task_id).await.unwrap().status,
+            TaskStatus::Claimed
+        );
+        assert_eq!(
+            step_of(&started.instance, "free").task_id,
+            Some(claimed.task_id)
+        );
+        assert_eq!(
+            step_of(&started.instance, "bounded").status,
+            StepStatus::Running
+        );
+        let scanned = fire_all(&store, lease).await;
+        assert_eq!(
+            scanned.iter().map(|f| f.task.job_id).collect::<Vec<_>>(),
+            vec![bounded],
+            "the scan finds only the bounded step"
+        );
+
+        // A node taken over meanwhile claims nothing: both wait for a scan.
+        let restarted = lease_of(&store).await;
+        let started = store
+            .start_instance(&wf, &json!({}), None, NOW, Some(lease))
+            .await
+            .unwrap();
+        assert!(started.claimed.is_empty(), "{:?}", started.claimed);
+        assert_eq!(started.unclaimed, 2);
+        let scanned = fire_all(&store, restarted).await;
+        assert_eq!(
+            scanned.iter().map(|f| f.task.job_id).collect::<Vec<_>>(),
+            vec![free],
+            "(the bounded step waits: the first instance's holds its one slot)"
         );
     }
 );

@@ -297,11 +297,25 @@ impl Store {
         tasks: Vec<StepTask>,
     ) -> Result<usize> {
         moving.tasks = tasks;
+        let created = self.move_on_claiming(tx, moving, now, None).await?;
+        Ok(created.0)
+    }
+
+    /// [`Store::move_on`], the tasks it creates created claimed by `claim` where they may
+    /// be (see [`Store::write_moves`]): how many it created, and those claimed.
+    pub(super) async fn move_on_claiming(
+        &self,
+        tx: &mut Tx,
+        moving: &mut Moving,
+        now: Millis,
+        claim: Option<NodeLease>,
+    ) -> Result<(usize, Vec<DueTask>)> {
         decide(moving, now);
         let created = moving.tasks.len();
-        self.write_moves(tx, std::slice::from_mut(moving), now, None)
+        let claimed = self
+            .write_moves(tx, std::slice::from_mut(moving), now, claim)
             .await?;
-        Ok(created)
+        Ok((created, claimed))
     }
 }
 

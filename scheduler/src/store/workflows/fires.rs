@@ -213,9 +213,9 @@ impl Store {
     ) -> Result<bool> {
         let (key, input) = fire(at);
         let started = self
-            .start_instance_in(tx, of, &input, Some(&key), now)
+            .start_instance_in(tx, of, &input, Some(&key), now, None)
             .await?;
-        Ok(matches!(started, Started::New(_)))
+        Ok(matches!(started, Started::New(..)))
     }
 
     async fn running_instances(&self, tx: &mut Tx, workflow_id: i64) -> Result<i64> {

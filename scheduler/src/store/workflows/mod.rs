@@ -118,8 +118,20 @@ pub(super) struct Version<'a> {
 
 /// What a start came to: a new instance, or the one its key already named.
 pub(super) enum Started {
-    New(i64),
+    /// A new instance: how many tasks its first steps got, and those created claimed.
+    New(i64, usize, Vec<DueTask>),
     Known(i64),
+}
+
+/// What [`Store::start_instance`] did.
+pub struct InstanceStart {
+    pub instance: Instance,
+    /// Whether it was created (not an instance started before with the same key).
+    pub created: bool,
+    /// Its first steps' tasks created claimed by the caller's lease, for its wheel.
+    pub claimed: Vec<DueTask>,
+    /// How many of its first steps' tasks were created unclaimed, for a scan.
+    pub unclaimed: usize,
 }
 
 /// A task of kind `step` whose attempt ended for good, as the report batch decided it.
@@ -352,15 +364,17 @@ impl Store {
 
     /// Starts an instance of `workflow` at its current version: its steps recorded, the
     /// tasks of those with no predecessor created, all in one transaction. With a `key`
-    /// already used for this workflow, that instance comes back with `false` and nothing
-    /// is created.
+    /// already used for this workflow, that instance comes back uncreated and nothing is
+    /// created. With `claim` (while still that node's lease), the first steps' tasks are
+    /// created claimed by it, for its wheel, where their jobs are not bounded.
     pub async fn start_instance(
         &self,
         workflow: &Workflow,
         input: &Value,
         key: Option<&str>,
         now: Millis,
-    ) -> Result<(Instance, bool)> {
+        claim: Option<NodeLease>,
+    ) -> Result<InstanceStart> {
         let mut tx = self.begin().await?;
         let of = Version {
             workflow_id: workflow.id,
@@ -368,16 +382,26 @@ impl Store {
             steps: &workflow.steps,
         };
         match self
-            .start_instance_in(&mut tx, &of, input, key, now)
+            .start_instance_in(&mut tx, &of, input, key, now, claim)
             .await?
         {
-            Started::New(id) => {
+            Started::New(id, tasks, claimed) => {
                 tx.commit().await?;
-                Ok((self.get_instance(id).await?, true))
+                Ok(InstanceStart {
+                    instance: self.get_instance(id).await?,
+                    created: true,
+                    unclaimed: tasks - claimed.len(),
+                    claimed,
+                })
             }
             Started::Known(id) => {
                 tx.rollback().await?;
-                Ok((self.get_instance(id).await?, false))
+                Ok(InstanceStart {
+                    instance: self.get_instance(id).await?,
+                    created: false,
+                    claimed: Vec::new(),
+                    unclaimed: 0,
+                })
             }
         }
     }
@@ -390,6 +414,7 @@ impl Store {
         input: &Value,
         key: Option<&str>,
         now: Millis,
+        claim: Option<NodeLease>,
     ) -> Result<Started> {
         let graph = Graph::new(of.steps).map_err(Error::Corrupt)?;
         if let Some(key) = key {
@@ -427,20 +452,13 @@ impl Store {
             })?
             .insert_id()
         });
-        let n = graph.steps().len();
-        on_tx!(tx, |tx, Db| {
-            let mut qb =
-                QueryBuilder::<Db>::new("INSERT INTO workflow_steps (instance_id, step, status) ");
-            qb.push_values(0..n, |mut b, i| {
-                b.push_bind(id)
-                    .push_bind(i as i32)
-                    .push_bind(StepStatus::Pending.as_str());
-            });
-            qb.build().execute(&mut **tx).await?;
-        });
+        // Every step's row is written with the first steps' starts, in one statement.
         let mut moving = Moving::fresh(id, of.workflow_id, graph, input.clone());
-        self.move_on(tx, &mut moving, now).await?;
-        Ok(Started::New(id))
+        moving.changed = (0..moving.statuses.len())
+            .map(StepChange::pending)
+            .collect();
+        let (tasks, claimed) = self.move_on_claiming(tx, &mut moving, now, claim).await?;
+        Ok(Started::New(id, tasks, claimed))
     }
 
     /// Deletes workflow `id`. Its instances keep running on their versions (kept); a

@@ -62,6 +62,20 @@ pub(super) struct StepChange {
 }
 
 impl StepChange {
+    /// Step `step`'s row, pending: how a fresh instance's steps are first written.
+    pub(super) fn pending(step: usize) -> StepChange {
+        StepChange {
+            step,
+            status: StepStatus::Pending,
+            task_id: None,
+            output: None,
+            items: None,
+            message: None,
+            started: false,
+            finished: false,
+        }
+    }
+
     /// Step `step` ended as `status`, with nothing else to write.
     pub(super) fn ended(step: usize, status: StepStatus) -> StepChange {
         StepChange {
@@ -361,7 +375,7 @@ impl Store {
     }
 
     /// Writes `moves`' changed steps: each step's changes folded into one row, upserted
-    /// onto the row the instance's start created.
+    /// onto the row written when the instance started (or written first, at its start).
     async fn write_steps(&self, tx: &mut Tx, moves: &mut [Moving], now: Millis) -> Result<()> {
         let mut rows: BTreeMap<(i64, usize), StepChange> = BTreeMap::new();
         for m in moves.iter_mut() {
