@@ -8,6 +8,12 @@ use crate::pipeline::complete::{self};
 
 use super::*;
 
+/// Transactions a large report batch is applied as, at most ([`Ports::apply_reports`]).
+const APPLY_PARTS: usize = 4;
+/// Reports a part of a batch holds, at least: below this a transaction's fixed statements
+/// outweigh what the split saves.
+const APPLY_PART_MIN: usize = 16;
+
 impl Ports {
     /// Whether a registration, heartbeat or goodbye signed at `signed_at` is newer than
     /// what the executor sent before (to any node). An older one is a captured request
@@ -141,9 +147,30 @@ impl Ports {
     }
 
     /// Applies executor reports; returns how many run rows were written.
+    ///
+    /// On MySQL a large batch is applied as up to [`APPLY_PARTS`] transactions at once, each
+    /// a run-id range of it: the next workflow steps its reports make ready fall due when
+    /// their transaction commits, and one transaction of a hundred reports kept them
+    /// waiting its whole length (SPEC §7's hand-off). Each part is a complete apply
+    /// (reports, their tasks' next states and the steps they make ready commit together);
+    /// the batch is acknowledged only when every part is, and a resent batch changes only
+    /// what a failed part did not write.
     pub async fn apply_reports(&self, reports: &[RunReport]) -> anyhow::Result<usize> {
-        let updates: Vec<RunUpdate> = reports.iter().map(RunUpdate::from_report).collect();
-        let applied = complete::apply(&self.completion, &updates).await?;
-        Ok(applied.written)
+        let mut updates: Vec<RunUpdate> = reports.iter().map(RunUpdate::from_report).collect();
+        // SQLite has one writer: parts would only queue behind one another.
+        let concurrent = self.cluster.store.backend() == crate::store::Backend::MySql;
+        if !concurrent || updates.len() < 2 * APPLY_PART_MIN {
+            return Ok(complete::apply(&self.completion, &updates).await?.written);
+        }
+        updates.sort_by_key(|u| u.run_id);
+        let size = updates.len().div_ceil(APPLY_PARTS).max(APPLY_PART_MIN);
+        let parts = updates
+            .chunks(size)
+            .map(|part| complete::apply(&self.completion, part));
+        let mut written = 0;
+        for applied in futures_util::future::join_all(parts).await {
+            written += applied?.written;
+        }
+        Ok(written)
     }
 }
