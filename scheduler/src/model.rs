@@ -328,6 +328,8 @@ pub struct JobSpec {
     /// runs per value found there (a missing value is its own bucket). Only with
     /// `max_concurrency`.
     pub concurrency_key: Option<String>,
+    /// At most so many run starts in any window, of the whole job or per key (SPEC §11).
+    pub rate_limit: Option<crate::limits::RateLimit>,
     pub child_jobs: Vec<i64>,
     /// Where the plugin may send HTTP requests (origins or URL prefixes); empty: nowhere.
     pub http_allow: Vec<String>,

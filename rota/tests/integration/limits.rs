@@ -1,12 +1,15 @@
-//! Flow control on the path users walk (SPEC §11): a job bounded per customer, its tasks
-//! claimed by three nodes on one MariaDB, one node SIGKILLed mid-run. At no instant may
-//! more of a customer's runs overlap than the bound, computed from the runs' own start and
-//! end; the tasks over it wait as `throttled` and spend no attempt.
+//! Flow control on the path users walk (SPEC §11): a job bounded per customer, and one
+//! rate-limited per partner, their tasks claimed by three nodes on one MariaDB, one node
+//! SIGKILLed mid-run. At no instant may more of a customer's runs overlap than the bound,
+//! computed from the runs' own start and end; no window may hold more of a partner's
+//! starts than the rate; the tasks over either wait as `throttled` and spend no attempt.
 
 use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use sqlx::MySqlPool;
 
 use serde_json::{Value, json};
 use support::*;
@@ -41,35 +44,140 @@ fn most_at_once(runs: &[(String, i64, Option<i64>)]) -> HashMap<String, usize> {
         .collect()
 }
 
+/// Three nodes on one MariaDB, two executor doubles whose runs take a while reporting to
+/// n1, and a job of the `noop` plugin.
+struct Bed {
+    db: SharedDb,
+    dir: tempfile::TempDir,
+    nodes: Vec<KillOnDrop>,
+    apis: Vec<Api>,
+    executors: [ExecutorDouble; 2],
+    pool: MySqlPool,
+    job_id: i64,
+}
+
+impl Bed {
+    /// `None` without MariaDB. `job`: the job's fields beside its app, plugin and schedule.
+    async fn start(run_ms: u64, mut job: Value) -> Option<Bed> {
+        let ThreeNodes {
+            db,
+            dir,
+            nodes,
+            apis,
+        } = ThreeNodes::start().await?;
+        let executors = [
+            ExecutorDouble::start(&apis[0].base, "default", Behaviour::Takes(run_ms)).await,
+            ExecutorDouble::start(&apis[0].base, "default", Behaviour::Takes(run_ms)).await,
+        ];
+        apis[0].upload_plugin("noop").await;
+        job["app"] = json!("default");
+        job["plugin"] = json!("noop");
+        job["schedule"] = json!({"kind": "none"});
+        job["route"] = json!("round_robin");
+        let job_id = apis[0].ok("POST", "/api/v1/jobs", Some(job)).await["id"]
+            .as_i64()
+            .unwrap();
+        let pool = MySqlPool::connect(&db.url).await.unwrap();
+        Some(Bed {
+            db,
+            dir,
+            nodes,
+            apis,
+            executors,
+            pool,
+            job_id,
+        })
+    }
+
+    /// Adds `tasks` through each node in turn, n2 first: its scan claims the first ones.
+    async fn add(&self, tasks: &[Value]) {
+        for (k, chunk) in tasks.chunks(tasks.len().div_ceil(3)).enumerate() {
+            self.apis[(k + 1) % 3].add_tasks(chunk.to_vec()).await;
+        }
+    }
+
+    async fn count(&self, sql: &'static str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// Kills (SIGKILL) the first node seen holding tasks in `statuses` (an SQL list): its
+    /// claims wait for a take-over while the others run on. The executors report to
+    /// another node from then on.
+    async fn kill_first_holder(&mut self, statuses: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let sql = format!(
+            "SELECT n.name, COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.owner_node \
+             WHERE t.status IN {statuses} GROUP BY n.name ORDER BY n.name"
+        );
+        let holder = loop {
+            let held: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                .fetch_all(&self.pool)
+                .await
+                .unwrap();
+            if let Some((name, _)) = held.first() {
+                break chaos::NODES.iter().position(|n| n == name).unwrap();
+            }
+            assert!(Instant::now() < deadline, "no node ever held a task");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        let survivor = &self.apis[(holder + 1) % 3];
+        for e in &self.executors {
+            e.set_scheduler(&survivor.base);
+        }
+        self.nodes[holder].0.kill().unwrap();
+        self.nodes[holder].0.wait().unwrap();
+    }
+
+    /// Waits until `total` tasks succeeded.
+    async fn wait_succeeded(&self, total: usize) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self
+            .count("SELECT COUNT(*) FROM tasks WHERE status = 'succeeded'")
+            .await
+            < total as i64
+        {
+            assert!(
+                Instant::now() < deadline,
+                "not every task succeeded; see the node logs in {}",
+                self.dir.path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waiting throttled spent no attempt: one run per task (none was lost: the
+    /// executors stayed up and a live node took every report).
+    async fn assert_one_run_per_task(&self) {
+        let extra = self
+            .count(
+                "SELECT COUNT(*) FROM (SELECT task_id FROM runs GROUP BY task_id \
+                 HAVING COUNT(*) > 1) d",
+            )
+            .await;
+        assert_eq!(extra, 0, "tasks with more than one run");
+    }
+
+    async fn stop(self) {
+        self.pool.close().await;
+        drop(self.nodes);
+        self.db.drop_db().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_customers_bound_holds_across_three_nodes_through_a_kill() {
-    let Some(ThreeNodes {
-        db,
-        dir,
-        mut nodes,
-        apis,
-    }) = ThreeNodes::start().await
+    // Runs take 250 ms.
+    let Some(mut bed) = Bed::start(
+        250,
+        json!({"name": "reports", "concurrency": {"key": "/customer", "limit": LIMIT}}),
+    )
+    .await
     else {
         return;
     };
-    // Runs take 250 ms; both executors report to a node that stays up.
-    let executors = [
-        ExecutorDouble::start(&apis[0].base, "default", Behaviour::Takes(250)).await,
-        ExecutorDouble::start(&apis[0].base, "default", Behaviour::Takes(250)).await,
-    ];
-    let api = &apis[0];
-    api.upload_plugin("noop").await;
-    let job = api
-        .ok(
-            "POST",
-            "/api/v1/jobs",
-            Some(
-                json!({"name": "reports", "app": "default", "plugin": "noop",
-                        "schedule": {"kind": "none"}, "route": "round_robin",
-                        "concurrency": {"key": "/customer", "limit": LIMIT}}),
-            ),
-        )
-        .await;
     let mut tasks: Vec<Value> = Vec::new();
     for i in 0..PER_CUSTOMER {
         for c in CUSTOMERS {
@@ -77,65 +185,23 @@ async fn a_customers_bound_holds_across_three_nodes_through_a_kill() {
                 "payload": json!({"customer": c, "report": i}).to_string()}));
         }
     }
-    // Through each node in turn, n2 first: its scan claims the first slots.
-    for (k, chunk) in tasks.chunks(tasks.len() / 3).enumerate() {
-        apis[(k + 1) % 3].add_tasks(chunk.to_vec()).await;
-    }
-    let total = tasks.len() as i64;
-    let pool = sqlx::MySqlPool::connect(&db.url).await.unwrap();
-    let count = |sql: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
-    };
-    // The first node seen holding slots dies (SIGKILL): its claims wait for a take-over,
-    // their slots still counted, while the others run on. The executors report to another.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let holder = loop {
-        let held: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT n.name, COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.owner_node \
-             WHERE t.status IN ('claimed', 'running') GROUP BY n.name ORDER BY n.name",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        if let Some((name, _)) = held.first() {
-            break chaos::NODES.iter().position(|n| n == name).unwrap();
-        }
-        assert!(Instant::now() < deadline, "no node ever held a slot");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
-    let survivor = &apis[(holder + 1) % 3];
-    for e in &executors {
-        e.set_scheduler(&survivor.base);
-    }
-    nodes[holder].0.kill().unwrap();
-    nodes[holder].0.wait().unwrap();
-    let throttled = count("SELECT COUNT(*) FROM tasks WHERE status = 'throttled'").await;
+    bed.add(&tasks).await;
+    // The first node seen holding slots dies: its slots are still counted meanwhile.
+    bed.kill_first_holder("('claimed', 'running')").await;
+    let throttled = bed
+        .count("SELECT COUNT(*) FROM tasks WHERE status = 'throttled'")
+        .await;
     assert!(
         throttled > 0,
         "tasks wait throttled while their bucket is full"
     );
-
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while count("SELECT COUNT(*) FROM tasks WHERE status = 'succeeded'").await < total {
-        assert!(
-            Instant::now() < deadline,
-            "not every task succeeded; see the node logs in {}",
-            dir.path().display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    bed.wait_succeeded(tasks.len()).await;
     let rows: Vec<(Option<String>, Option<i64>, Option<i64>)> = sqlx::query_as(
         "SELECT t.payload, r.started_at, r.finished_at FROM runs r JOIN tasks t ON t.id = r.task_id \
          WHERE r.job_id = ?",
     )
-    .bind(job["id"].as_i64().unwrap())
-    .fetch_all(&pool)
+    .bind(bed.job_id)
+    .fetch_all(&bed.pool)
     .await
     .unwrap();
     let runs: Vec<(String, i64, Option<i64>)> = rows
@@ -145,7 +211,7 @@ async fn a_customers_bound_holds_across_three_nodes_through_a_kill() {
             Some((p["customer"].as_str()?.to_owned(), start?, end))
         })
         .collect();
-    assert!(runs.len() as i64 >= total, "{} runs", runs.len());
+    assert!(runs.len() >= tasks.len(), "{} runs", runs.len());
     let most = most_at_once(&runs);
     for c in CUSTOMERS {
         assert!(
@@ -158,14 +224,89 @@ async fn a_customers_bound_holds_across_three_nodes_through_a_kill() {
         most.values().any(|&m| m == LIMIT),
         "the bound was reached: {most:?}"
     );
-    // Waiting throttled spent no attempt: one run per task (none was lost: the executors
-    // stayed up and n1 took every report).
-    let extra = count(
-        "SELECT COUNT(*) FROM (SELECT task_id FROM runs GROUP BY task_id HAVING COUNT(*) > 1) d",
+    bed.assert_one_run_per_task().await;
+    bed.stop().await;
+}
+
+/// The most of `starts` in one window `[x, x + per_ms)`.
+fn most_in_a_window(starts: &[i64], per_ms: i64) -> usize {
+    starts
+        .iter()
+        .map(|&x| starts.iter().filter(|&&s| s >= x && s < x + per_ms).count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Partners, calls per partner, and the rate: at most RATE starts per partner in any
+/// window of PER_MS.
+const PARTNERS: [&str; 3] = ["acme", "globex", "initech"];
+const PER_PARTNER: usize = 12;
+const RATE: usize = 3;
+const PER_MS: i64 = 1_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partners_rate_holds_across_three_nodes_through_a_kill() {
+    let Some(mut bed) = Bed::start(
+        20,
+        json!({"name": "partner-calls",
+               "rate_limit": {"key": "/partner", "limit": RATE, "per_ms": PER_MS}}),
     )
-    .await;
-    assert_eq!(extra, 0, "tasks with more than one run");
-    pool.close().await;
-    drop(nodes);
-    db.drop_db().await;
+    .await
+    else {
+        return;
+    };
+    let mut tasks: Vec<Value> = Vec::new();
+    for i in 0..PER_PARTNER {
+        for p in PARTNERS {
+            tasks.push(json!({"job": "partner-calls",
+                "payload": json!({"partner": p, "call": i}).to_string()}));
+        }
+    }
+    bed.add(&tasks).await;
+    // The first node seen holding claims dies with them: a survivor takes them over, due
+    // when they were granted, and grants the rest from the windows in the database.
+    bed.kill_first_holder("('claimed')").await;
+    bed.wait_succeeded(tasks.len()).await;
+    let rows: Vec<(Option<String>, i64, Option<i64>)> = sqlx::query_as(
+        "SELECT t.payload, r.scheduled_at, r.dispatched_at FROM runs r \
+         JOIN tasks t ON t.id = r.task_id WHERE r.job_id = ?",
+    )
+    .bind(bed.job_id)
+    .fetch_all(&bed.pool)
+    .await
+    .unwrap();
+    let mut starts: HashMap<String, Vec<i64>> = HashMap::new();
+    for (payload, scheduled, dispatched) in rows {
+        let p: Value = serde_json::from_str(payload.as_deref().unwrap()).unwrap();
+        let dispatched = dispatched.expect("every run was dispatched");
+        assert!(
+            dispatched >= scheduled,
+            "a run went out {} ms before the start it was granted",
+            scheduled - dispatched
+        );
+        starts
+            .entry(p["partner"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(scheduled);
+    }
+    for p in PARTNERS {
+        let s = &starts[p];
+        assert_eq!(s.len(), PER_PARTNER, "{p}: one run per call");
+        let most = most_in_a_window(s, PER_MS);
+        assert!(
+            most <= RATE,
+            "{most} of {p}'s starts in one window of {PER_MS} ms (limit {RATE}): {s:?}"
+        );
+        assert_eq!(most, RATE, "the limit was reached for {p}");
+    }
+    // The waiting ones were deferred to where they fit, and spent no attempt.
+    let deferred = bed
+        .count("SELECT COUNT(*) FROM tasks WHERE due_at >= created_at + 1000")
+        .await as usize;
+    assert!(
+        deferred >= PARTNERS.len() * (PER_PARTNER - RATE),
+        "{deferred} tasks deferred"
+    );
+    bed.assert_one_run_per_task().await;
+    bed.stop().await;
 }

@@ -109,6 +109,13 @@ fn rules() -> Vec<(&'static str, &'static str, Rule)> {
             "max_concurrency",
             Range(1, jobs::MAX_CONCURRENCY),
         ),
+        ("ConcurrencyField", "limit", Range(1, jobs::MAX_CONCURRENCY)),
+        ("RateLimit", "limit", Range(1, crate::limits::MAX_RATE)),
+        (
+            "RateLimit",
+            "per_ms",
+            Range(1, crate::limits::MAX_RATE_WINDOW_MS),
+        ),
         (
             "JobFields",
             "no_executor_timeout_ms",

@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 
 use super::openapi::TaskStatusName;
 use crate::backoff::Backoff;
+use crate::limits::RateLimit;
 use crate::model::BlockName;
 use crate::model::{Delivery, Executor, Job, Millis, Page, Plugin, Run, RunStatus, Task, TaskKind};
 use crate::route::Route;
@@ -108,6 +109,9 @@ pub struct JobView {
     /// At most `limit` runs at once, of the whole job or per value of `key`; `null`: no
     /// bound.
     pub concurrency: Option<ConcurrencyView>,
+    /// At most `limit` run starts in any window of `per_ms`, of the whole job or per value
+    /// of `key`; `null`: no limit.
+    pub rate_limit: Option<RateLimit>,
     pub child_jobs: Vec<i64>,
     /// Where the plugin may send HTTP requests; empty: nowhere.
     pub http_allow: Vec<String>,
@@ -157,6 +161,7 @@ impl From<Job> for JobView {
                 key: s.concurrency_key,
                 limit,
             }),
+            rate_limit: s.rate_limit,
             child_jobs: s.child_jobs,
             no_executor_timeout_ms,
             http_allow: s.http_allow,

@@ -117,6 +117,10 @@ pub struct JobForm {
     /// The concurrency bound's limit (blank: no bound) and key (blank: the whole job).
     max_concurrency: String,
     concurrency_key: String,
+    /// The rate limit's starts per window and window (both blank: no limit), and its key.
+    rate_limit: String,
+    rate_per_ms: String,
+    rate_key: String,
     /// One origin or URL prefix per line.
     http_allow: String,
     /// `wasm` (the plugin), `pull` or `http`.
@@ -167,6 +171,21 @@ impl JobForm {
                 .map(|m| m.to_string())
                 .unwrap_or_default(),
             concurrency_key: spec.concurrency_key.clone().unwrap_or_default(),
+            rate_limit: spec
+                .rate_limit
+                .as_ref()
+                .map(|r| r.limit.to_string())
+                .unwrap_or_default(),
+            rate_per_ms: spec
+                .rate_limit
+                .as_ref()
+                .map(|r| r.per_ms.to_string())
+                .unwrap_or_default(),
+            rate_key: spec
+                .rate_limit
+                .as_ref()
+                .and_then(|r| r.key.clone())
+                .unwrap_or_default(),
             http_allow: spec.http_allow.join("\n"),
             delivery: spec.delivery.kind().to_owned(),
             webhook_url: match &spec.delivery {
@@ -273,6 +292,28 @@ impl JobForm {
         let bound = int("max_concurrency", &self.max_concurrency, errors)
             .map(|limit| json!({"limit": limit, "key": key}));
         m.insert("concurrency".into(), json!(bound));
+        let key = Some(self.rate_key.trim()).filter(|k| !k.is_empty());
+        let rate = match (
+            int("rate_limit.limit", &self.rate_limit, errors),
+            int("rate_limit.per_ms", &self.rate_per_ms, errors),
+        ) {
+            (Some(limit), Some(per_ms)) => {
+                Some(json!({"limit": limit, "per_ms": per_ms, "key": key}))
+            }
+            (Some(_), None) if self.rate_per_ms.trim().is_empty() => {
+                errors.insert(
+                    "rate_limit.per_ms".into(),
+                    "required with a rate limit".into(),
+                );
+                None
+            }
+            (None, Some(_)) if self.rate_limit.trim().is_empty() => {
+                errors.insert("rate_limit.limit".into(), "required with a window".into());
+                None
+            }
+            _ => None,
+        };
+        m.insert("rate_limit".into(), json!(rate));
         let allow: Vec<&str> = self
             .http_allow
             .lines()
@@ -352,6 +393,9 @@ pub(super) const JOB_FIELDS: &[&str] = &[
     "max_concurrency",
     "concurrency.limit",
     "concurrency.key",
+    "rate_limit.limit",
+    "rate_limit.per_ms",
+    "rate_limit.key",
     "http_allow",
     "delivery",
     "delivery.url",

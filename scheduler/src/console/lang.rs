@@ -169,6 +169,15 @@ const ZH_CN: &[(&str, &str)] = &[
         "Concurrency per (a JSON Pointer into the payload, like /customer; blank: the whole job)",
         "并发按键（载荷中的 JSON Pointer，如 /customer；留空：整个任务）",
     ),
+    (
+        "Rate limit: starts (blank: no limit)",
+        "限速：启动次数（留空不限）",
+    ),
+    ("per (ms)", "每（毫秒）"),
+    (
+        "Rate limit per (a JSON Pointer into the payload, like /partner; blank: the whole job)",
+        "限速按键（载荷中的 JSON Pointer，如 /partner；留空：整个任务）",
+    ),
     ("Secrets", "密钥"),
     (
         "Plugins of an app read its secrets with secret_get. A value is stored sealed and never shown again.",

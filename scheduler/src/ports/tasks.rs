@@ -12,7 +12,8 @@ use super::*;
 
 impl Ports {
     /// Stores new tasks (all or nothing; an existing key yields its task, `false`). Those
-    /// due inside the window, of jobs without `max_concurrency`, are created already
+    /// due inside the window, of jobs without a concurrency bound or rate limit (whose
+    /// tasks the scan claims under the job's lock), are created already
     /// claimed by this node and go straight into its wheel: no scan, no claim statement of
     /// their own. The rest wait for a scan (woken at once when one is due soon).
     pub async fn store_tasks(
@@ -26,7 +27,9 @@ impl Ports {
         for t in tasks {
             if let std::collections::hash_map::Entry::Vacant(e) = limited.entry(t.job_id) {
                 let job = self.jobs.get(store, t.job_id).await?;
-                e.insert(job.is_none_or(|j| j.job.spec.max_concurrency.is_some()));
+                e.insert(job.is_none_or(|j| {
+                    j.job.spec.max_concurrency.is_some() || j.job.spec.rate_limit.is_some()
+                }));
             }
         }
         let claimable: Vec<bool> = tasks

@@ -21,6 +21,7 @@ macro_rules! bind_spec {
             .bind($spec.memory_mb)
             .bind($spec.max_concurrency)
             .bind(&$spec.concurrency_key)
+            .bind($spec.rate_limit.as_ref().map(to_json))
             .bind(to_json(&$spec.child_jobs))
             .bind(to_json(&$spec.http_allow))
             .bind($spec.enabled)
@@ -44,9 +45,9 @@ impl Store {
             let r = bind_spec!(
                 sqlx::query(
                     "INSERT INTO jobs (name, app_id, plugin, schedule, params, route, block_strategy, misfire, \
-                     timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, concurrency_key, child_jobs, \
+                     timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, concurrency_key, rate_limit, child_jobs, \
                      http_allow, enabled, no_executor_timeout_ms, delivery, next_fire_at, created_at, updated_at) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 ),
                 spec,
                 app_id
@@ -86,7 +87,7 @@ impl Store {
                     sqlx::query(
                         "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
                          block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
-                         memory_mb = ?, max_concurrency = ?, concurrency_key = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
+                         memory_mb = ?, max_concurrency = ?, concurrency_key = ?, rate_limit = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
                          no_executor_timeout_ms = ?, delivery = ?, next_fire_at = ?, generation = generation + ?, updated_at = ? WHERE id = ?",
                     ),
                     spec,
@@ -235,6 +236,10 @@ impl Store {
                     qb.build().execute(&mut *tx).await?;
                 }
                 sqlx::query("DELETE FROM kv WHERE job_id = ?")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM rate_windows WHERE job_id = ?")
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;

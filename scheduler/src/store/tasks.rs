@@ -680,6 +680,12 @@ impl Store {
                     .bind(before)
                     .execute(&mut *tx)
                     .await?;
+                // Rate windows whose last start is older than the longest window before
+                // `before` (at most now): they constrain no start to come.
+                sqlx::query("DELETE FROM rate_windows WHERE last_at < ?")
+                    .bind(before.saturating_sub(crate::limits::MAX_RATE_WINDOW_MS))
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await?;
                 Ok(deleted as usize)
             })

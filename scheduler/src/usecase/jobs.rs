@@ -15,6 +15,7 @@ use super::validate::{self, invalid, missing};
 use super::{Error, Result};
 use crate::access::{Need, Principal};
 use crate::backoff::Backoff;
+use crate::limits::{MAX_RATE, MAX_RATE_WINDOW_MS, RateLimit};
 use crate::model::{BlockName, Delivery, Job, JobSpec, NewTask, Page, Run, Task, TaskKind};
 use crate::ports::Ports;
 use crate::route::Route;
@@ -76,6 +77,11 @@ pub struct JobFields {
     /// bound.
     #[serde(default, deserialize_with = "nullable")]
     concurrency: Option<Option<ConcurrencyField>>,
+    /// At most `limit` run starts in any window of `per_ms`, of the whole job or per value
+    /// of `key` (a JSON Pointer into the payload); a task over it is deferred to the
+    /// earliest time it fits, as `throttled`, spending no attempt. `null`: no limit.
+    #[serde(default, deserialize_with = "nullable")]
+    rate_limit: Option<Option<RateLimit>>,
     /// Jobs (names or ids) triggered after each successful run.
     child_jobs: Option<Vec<NameOrId>>,
     /// Where the plugin may send HTTP requests (the `rota` import `http_request`): origins
@@ -105,6 +111,9 @@ pub struct ConcurrencyField {
     /// 1 to 1,000,000.
     limit: i64,
 }
+
+/// Why `max_concurrency` and `concurrency` sent together and different are refused.
+const DISAGREES: &str = r#"disagrees with `concurrency`; send one of them (`max_concurrency` is `concurrency: {"limit": N}`)"#;
 
 /// A job named in a path: an integer is tried as an id first, then as a name (names are
 /// any text, digits included).
@@ -350,8 +359,6 @@ impl Collect {
         value
     }
 
-    /// A number within `range` that may be `null` (no limit, or the default): as sent
-    /// (`null` included), else the changed job's.
     /// The concurrency bound to keep: `concurrency` as sent, else `max_concurrency` (its
     /// older spelling, a bound of the whole job) as sent, else the changed job's. Both sent
     /// and disagreeing is an error naming both.
@@ -379,11 +386,7 @@ impl Collect {
         if let Some(m) = max
             && m != limit
         {
-            self.0.push(validate::invalid(
-                "max_concurrency",
-                "disagrees with `concurrency`; send one of them (`max_concurrency` is \
-                 `concurrency: {\"limit\": N}`)",
-            ));
+            self.0.push(validate::invalid("max_concurrency", DISAGREES));
         }
         let Some(c) = sent else {
             return (None, None);
@@ -399,6 +402,34 @@ impl Collect {
         (Some(c.limit), c.key)
     }
 
+    /// The rate limit to keep: as sent (`null` clears it), else the changed job's.
+    fn rate_limit(
+        &mut self,
+        sent: Option<Option<RateLimit>>,
+        old: Option<&JobSpec>,
+    ) -> Option<RateLimit> {
+        let Some(sent) = sent else {
+            return old.and_then(|s| s.rate_limit.clone());
+        };
+        let rate = sent?;
+        self.check(validate::within(
+            "rate_limit.limit",
+            rate.limit,
+            1..=MAX_RATE,
+        ));
+        self.check(validate::within(
+            "rate_limit.per_ms",
+            rate.per_ms,
+            1..=MAX_RATE_WINDOW_MS,
+        ));
+        if let Some(key) = &rate.key {
+            self.check(validate::json_pointer("rate_limit.key", key));
+        }
+        Some(rate)
+    }
+
+    /// A number within `range` that may be `null` (no limit, or the default): as sent
+    /// (`null` included), else the changed job's.
     fn optional_number(
         &mut self,
         field: &str,
@@ -524,6 +555,7 @@ pub async fn build_spec(
         1..=MAX_MEMORY_MB,
     );
     let (max_concurrency, concurrency_key) = bad.concurrency(f.concurrency, f.max_concurrency, old);
+    let rate_limit = bad.rate_limit(f.rate_limit, old);
     let no_executor_timeout_ms = bad.optional_number(
         "no_executor_timeout_ms",
         f.no_executor_timeout_ms,
@@ -586,6 +618,7 @@ pub async fn build_spec(
         memory_mb: memory_mb as i32,
         max_concurrency: max_concurrency.map(|m| m as i32),
         concurrency_key,
+        rate_limit,
         child_jobs,
         http_allow,
         enabled: f.enabled.or(old.map(|s| s.enabled)).unwrap_or(true),
@@ -862,7 +895,7 @@ pub async fn busiest_buckets(
         Need::Read,
         &format!("job `{}`", job.spec.name),
     )?;
-    if job.spec.max_concurrency.is_none() {
+    if job.spec.max_concurrency.is_none() && job.spec.rate_limit.is_none() {
         return Ok(Vec::new());
     }
     Ok(ports.store().busiest_buckets(job.id, 10).await?)

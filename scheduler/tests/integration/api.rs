@@ -546,6 +546,29 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
             "per",
         ),
         (
+            with(
+                "rate_limit",
+                json!({"key": "partner", "limit": 2, "per_ms": 1000}),
+            ),
+            INVALID,
+            "rate_limit.key: `partner` is not a JSON Pointer (RFC 6901)",
+        ),
+        (
+            with("rate_limit", json!({"limit": 0, "per_ms": 1000})),
+            INVALID,
+            "rate_limit.limit: must be between 1 and 10000",
+        ),
+        (
+            with("rate_limit", json!({"limit": 100, "per_ms": 0})),
+            INVALID,
+            "rate_limit.per_ms: must be between 1 and 86400000",
+        ),
+        (
+            with("rate_limit", json!({"limit": 100})),
+            MALFORMED,
+            "per_ms",
+        ),
+        (
             {
                 let mut v = with("concurrency", json!({"limit": 2}));
                 v["max_concurrency"] = json!(3);
@@ -625,6 +648,37 @@ async fn a_concurrency_bound_is_set_per_key_shown_and_cleared() {
     let cleared = t.patch(&path, json!({"concurrency": null})).await.json();
     assert_eq!(cleared["concurrency"], Value::Null);
     assert_eq!(cleared["max_concurrency"], Value::Null);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn a_rate_limit_is_set_per_key_shown_kept_and_cleared() {
+    let t = start().await;
+    t.upload("echo", START).await.expect(StatusCode::CREATED);
+    let created = t
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "calls", "app": "default", "plugin": "echo", "schedule": {"kind": "none"},
+                   "rate_limit": {"key": "/partner", "limit": 100, "per_ms": 60000}}),
+        )
+        .await;
+    created.expect(StatusCode::CREATED);
+    let job = created.json();
+    assert_eq!(
+        job["rate_limit"],
+        json!({"key": "/partner", "limit": 100, "per_ms": 60000})
+    );
+    let path = format!("/api/v1/jobs/{}", job["id"]);
+    let kept = t.patch(&path, json!({"timeout_ms": 1000})).await.json();
+    assert_eq!(kept["rate_limit"], job["rate_limit"]);
+    let whole = t
+        .patch(&path, json!({"rate_limit": {"limit": 5, "per_ms": 1000}}))
+        .await
+        .json();
+    assert_eq!(whole["rate_limit"], json!({"limit": 5, "per_ms": 1000}));
+    let cleared = t.patch(&path, json!({"rate_limit": null})).await.json();
+    assert_eq!(cleared["rate_limit"], Value::Null);
+    assert_eq!(t.get(&path).await.json()["rate_limit"], Value::Null);
     t.stop().await;
 }
 

@@ -169,20 +169,23 @@ fn job_form(name: &str) -> Vec<(&str, &str)> {
         ("memory_mb", "64"),
         ("max_concurrency", ""),
         ("concurrency_key", ""),
+        ("rate_limit", ""),
+        ("rate_per_ms", ""),
+        ("rate_key", ""),
         ("enabled", "on"),
     ]
 }
 
+/// `form` with `key` set to `value` (a key the form lacks is a mistake of the test).
 fn with<'a>(
     mut form: Vec<(&'a str, &'a str)>,
     key: &'a str,
     value: &'a str,
 ) -> Vec<(&'a str, &'a str)> {
-    for kv in &mut form {
-        if kv.0 == key {
-            kv.1 = value;
-        }
-    }
+    let field = form.iter_mut().find(|kv| kv.0 == key);
+    field
+        .unwrap_or_else(|| panic!("the form has no field `{key}`"))
+        .1 = value;
     form
 }
 
@@ -546,6 +549,26 @@ async fn the_job_form_shows_errors_next_to_their_fields() {
         (
             with(base.clone(), "max_concurrency", "0"),
             "must be between 1 and 1000000",
+        ),
+        (
+            with(base.clone(), "rate_limit", "100"),
+            "required with a rate limit",
+        ),
+        (
+            with(
+                with(
+                    with(base.clone(), "rate_limit", "100"),
+                    "rate_per_ms",
+                    "1000",
+                ),
+                "rate_key",
+                "partner",
+            ),
+            "is not a JSON Pointer (RFC 6901)",
+        ),
+        (
+            with(with(base.clone(), "rate_limit", "100"), "rate_per_ms", "0"),
+            "must be between 1 and 86400000",
         ),
     ];
     for (form, needle) in cases {
@@ -3018,5 +3041,48 @@ async fn a_bounded_jobs_page_shows_who_waits_for_a_slot() {
         .contains(r#"<td class="key">globex</td><td class="throttled">1</td><td>1 / 1</td>"#)
         // The form shows the bound's key for editing.
         .contains(r#"name="concurrency_key" value="/customer""#);
+
+    // A rate-limited job's page shows the tasks deferred past the window, by key.
+    let calls = t.create_job(&b, "calls").await;
+    t.api(
+        Method::PATCH,
+        &format!("/api/v1/jobs/{calls}"),
+        "application/json",
+        json!({"rate_limit": {"key": "/partner", "limit": 1, "per_ms": 3_600_000}}).to_string(),
+    )
+    .await;
+    let tasks: Vec<Value> = ["acme", "acme", "acme"]
+        .iter()
+        .map(|p| json!({"job": calls, "payload": json!({"partner": p}).to_string()}))
+        .collect();
+    t.api(
+        Method::POST,
+        "/api/v1/tasks/batch",
+        "application/json",
+        json!({"tasks": tasks}).to_string(),
+    )
+    .await;
+    let now = now_ms();
+    let claimed = t
+        .node
+        .ports()
+        .store()
+        .claim_due(t.node.ports().lease(), now, now + 5_000, 10, &mut |_| {
+            JobFires::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        claimed.throttled.contains(&(calls, 2)),
+        "{:?}",
+        claimed.throttled
+    );
+    t.get(&format!("/console/jobs/{calls}"), Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains(r#"<td class="key">acme</td><td class="throttled">2</td>"#)
+        .contains(r#"name="rate_limit" value="1""#)
+        .contains(r#"name="rate_per_ms" value="3600000""#)
+        .contains(r#"name="rate_key" value="/partner""#);
     t.stop().await;
 }

@@ -91,6 +91,7 @@ pub(crate) fn spec(name: &str) -> JobSpec {
         backoff: Backoff::Fixed { delay_ms: 1_000 },
         memory_mb: 64,
         max_concurrency: None,
+        rate_limit: None,
         concurrency_key: None,
         child_jobs: vec![],
         http_allow: vec![],

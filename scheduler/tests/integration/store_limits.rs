@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use serde_json::json;
 
 use crate::store_contract::{NOW, TestDb, dispatched, lease, no_jobs, report, spec};
+use rota_scheduler::limits::RateLimit;
 use rota_scheduler::model::*;
 use rota_scheduler::store::Store;
 
@@ -28,9 +29,14 @@ fn task(job: i64, due_at: Millis, payload: &str, priority: i32) -> NewTask {
 
 /// The customer a claimed task is for (its payload's `/customer`), `-` when it has none.
 fn customer(t: &DueTask) -> String {
+    field_of(t, "customer")
+}
+
+/// A claimed task's payload's `field`, as JSON text; `-` when it has none.
+fn field_of(t: &DueTask, field: &str) -> String {
     serde_json::from_str::<serde_json::Value>(t.payload.as_deref().unwrap_or(""))
         .ok()
-        .and_then(|v| v.get("customer").map(|c| c.to_string()))
+        .and_then(|v| v.get(field).map(|c| c.to_string()))
         .unwrap_or_else(|| "-".into())
 }
 
@@ -40,6 +46,16 @@ fn by_customer(tasks: &[DueTask]) -> HashMap<String, usize> {
         *out.entry(customer(t)).or_default() += 1;
     }
     out
+}
+
+/// The leases of nodes A and B.
+async fn two_nodes(store: &Store) -> (NodeLease, NodeLease) {
+    let a = lease(store).await;
+    let b = store
+        .start_node("node-b", "http://127.0.0.1:8081", NOW)
+        .await
+        .unwrap();
+    (a, b)
 }
 
 /// Runs `t` to success (dispatched under `lease`, then reported), freeing its slot.
@@ -64,11 +80,7 @@ async fn finish(store: &Store, lease: NodeLease, t: &DueTask) {
 contract!(
     a_concurrency_key_bounds_each_bucket_and_throttles_the_rest,
     |store: Store| async move {
-        let a = lease(&store).await;
-        let b = store
-            .start_node("node-b", "http://127.0.0.1:8081", NOW)
-            .await
-            .unwrap();
+        let (a, b) = two_nodes(&store).await;
         let mut bounded = spec("reports");
         bounded.max_concurrency = Some(2);
         bounded.concurrency_key = Some("/customer".into());
@@ -184,11 +196,7 @@ contract!(
 contract!(
     a_bound_without_a_key_is_one_bucket_for_the_whole_job_across_nodes,
     |store: Store| async move {
-        let a = lease(&store).await;
-        let b = store
-            .start_node("node-b", "http://127.0.0.1:8081", NOW)
-            .await
-            .unwrap();
+        let (a, b) = two_nodes(&store).await;
         let mut bounded = spec("three-at-once");
         bounded.max_concurrency = Some(3);
         let job = store.insert_job(&bounded, None, NOW).await.unwrap().id;
@@ -232,5 +240,176 @@ contract!(
             .unwrap();
         assert_eq!(of(&next.tasks, job), 1);
         assert_eq!(next.tasks[0].due_at, NOW + 3);
+    }
+);
+
+/// At most `limit` of `starts` in any window `[x, x + per_ms)`.
+fn within_rate(starts: &[Millis], limit: usize, per_ms: Millis) -> bool {
+    starts
+        .iter()
+        .all(|&x| starts.iter().filter(|&&s| s >= x && s < x + per_ms).count() <= limit)
+}
+
+contract!(
+    a_rate_limit_grants_each_key_its_starts_per_window_on_every_node,
+    |store: Store| async move {
+        let (a, b) = two_nodes(&store).await;
+        let mut limited = spec("partner-calls");
+        limited.rate_limit = Some(RateLimit {
+            key: Some("/partner".into()),
+            limit: 2,
+            per_ms: 10_000,
+        });
+        let job = store.insert_job(&limited, None, NOW).await.unwrap().id;
+        let mut tasks = Vec::new();
+        for i in 0..5 {
+            tasks.push(task(job, NOW + i, r#"{"partner": "acme"}"#, 0));
+        }
+        for i in 0..3 {
+            tasks.push(task(job, NOW + 10 + i, r#"{"partner": "globex"}"#, 0));
+        }
+        tasks.push(task(job, NOW + 20, r#"{"other": 1}"#, 0));
+        let ids: Vec<i64> = store
+            .insert_tasks(&tasks, NOW)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let partner = |t: &DueTask| field_of(t, "partner");
+
+        // Two starts per partner in the first window, each at once; the rest deferred to
+        // where they fit, throttled, no attempt spent.
+        let first = store
+            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        let mut got: Vec<(String, Millis)> =
+            first.tasks.iter().map(|t| (partner(t), t.due_at)).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("\"acme\"".into(), NOW),
+                ("\"acme\"".into(), NOW + 1),
+                ("\"globex\"".into(), NOW + 10),
+                ("\"globex\"".into(), NOW + 11),
+                ("-".into(), NOW + 20),
+            ]
+        );
+        assert_eq!(first.throttled, vec![(job, 4)]);
+        let waiting: Vec<Task> = {
+            let mut out = Vec::new();
+            for id in &ids {
+                let t = store.get_task(*id).await.unwrap();
+                if t.status == TaskStatus::Throttled {
+                    assert_eq!(task_status(t.status, t.attempt), ("throttled", 0));
+                    out.push(t);
+                }
+            }
+            out
+        };
+        let mut deferred: Vec<Millis> = waiting.iter().map(|t| t.due_at).collect();
+        deferred.sort();
+        // acme: 10,000 after its first two (NOW, NOW + 1), then 10,000 after those;
+        // globex: 10,000 after its first (NOW + 10).
+        assert_eq!(
+            deferred,
+            vec![NOW + 10_000, NOW + 10_001, NOW + 10_010, NOW + 20_000]
+        );
+
+        // Node b, a second later: nothing fits yet, and the deferred are not claimed.
+        let early = store
+            .claim_due(b, NOW + 1_000, NOW + 6_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert!(early.tasks.is_empty(), "{:?}", early.tasks);
+        assert!(
+            early.throttled.is_empty(),
+            "the deferred are not counted again"
+        );
+
+        // A new acme task, urgent, waits behind the deferred ones (grants stay in order).
+        store
+            .insert_tasks(&[task(job, NOW + 1_000, r#"{"partner": "acme"}"#, 9)], NOW)
+            .await
+            .unwrap();
+        let urgent = store
+            .claim_due(b, NOW + 1_000, NOW + 6_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert!(urgent.tasks.is_empty());
+        assert_eq!(urgent.throttled, vec![(job, 1)]);
+
+        // When their time comes, node b claims what fits by then: acme's next two (the
+        // urgent one first) and globex's third; acme's last waits for the window after.
+        let later = store
+            .claim_due(b, NOW + 10_000, NOW + 15_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        let mut got: Vec<(String, Millis, i32)> = later
+            .tasks
+            .iter()
+            .map(|t| (partner(t), t.due_at, t.priority))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("\"acme\"".into(), NOW + 10_000, 9),
+                ("\"acme\"".into(), NOW + 10_001, 0),
+                ("\"globex\"".into(), NOW + 10_010, 0),
+            ]
+        );
+        let last = store
+            .claim_due(a, NOW + 20_000, NOW + 25_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        let mut acme: Vec<Millis> = first
+            .tasks
+            .iter()
+            .chain(&later.tasks)
+            .chain(&last.tasks)
+            .filter(|t| partner(t) == "\"acme\"")
+            .map(|t| t.due_at)
+            .collect();
+        acme.sort();
+        assert_eq!(acme.len(), 6, "every acme task started once");
+        assert!(within_rate(&acme, 2, 10_000), "{acme:?}");
+        for t in first.tasks.iter().chain(&later.tasks).chain(&last.tasks) {
+            assert_eq!(t.attempt, 1, "waiting spent no attempt");
+        }
+    }
+);
+
+contract!(
+    a_job_with_a_bound_and_a_rate_limit_keeps_both,
+    |store: Store| async move {
+        let a = lease(&store).await;
+        let mut both = spec("both");
+        both.max_concurrency = Some(1);
+        both.rate_limit = Some(RateLimit {
+            key: None,
+            limit: 1,
+            per_ms: 1_000,
+        });
+        let job = store.insert_job(&both, None, NOW).await.unwrap().id;
+        let tasks: Vec<NewTask> = (0..3).map(|i| task(job, NOW + i, "{}", 0)).collect();
+        store.insert_tasks(&tasks, NOW).await.unwrap();
+        let first = store
+            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(first.tasks.len(), 1, "one slot");
+        assert_eq!(first.tasks[0].due_at, NOW);
+        // Its run ends at once: the slot is free, but the rate allows the next start only
+        // a second after the first.
+        finish(&store, a, &first.tasks[0]).await;
+        let next = store
+            .claim_due(a, NOW + 10, NOW + 5_010, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(next.tasks.len(), 1);
+        assert_eq!(next.tasks[0].due_at, NOW + 1_000);
     }
 );
