@@ -78,6 +78,10 @@ pub enum Schedule {
     },
     /// Every `every_ms` milliseconds, keeping the phase of the first fire time.
     FixedRate { every_ms: i64 },
+    /// `every_ms` after the previous fire's task ended (its last attempt, however it
+    /// ended): runs never overlap, and a slow run pushes the next one back (XXL-JOB's
+    /// `fixedDelay`). The first fire is `every_ms` after the job is created or enabled.
+    FixedDelay { every_ms: i64 },
     /// Never on its own: fired only through the API or the console.
     None,
 }
@@ -96,6 +100,9 @@ enum ScheduleFields {
     FixedRate {
         every_ms: i64,
     },
+    FixedDelay {
+        every_ms: i64,
+    },
     None {},
 }
 
@@ -104,6 +111,7 @@ impl From<ScheduleFields> for Schedule {
         match f {
             ScheduleFields::Cron { expr, time_zone } => Schedule::Cron { expr, time_zone },
             ScheduleFields::FixedRate { every_ms } => Schedule::FixedRate { every_ms },
+            ScheduleFields::FixedDelay { every_ms } => Schedule::FixedDelay { every_ms },
             ScheduleFields::None {} => Schedule::None,
         }
     }
@@ -115,6 +123,7 @@ named_enum! {
     pub enum ScheduleKind {
         Cron => "cron",
         FixedRate => "fixed_rate",
+        FixedDelay => "fixed_delay",
         None => "none",
     }
 }
@@ -153,6 +162,7 @@ impl Schedule {
         match self {
             Self::Cron { .. } => ScheduleKind::Cron,
             Self::FixedRate { .. } => ScheduleKind::FixedRate,
+            Self::FixedDelay { .. } => ScheduleKind::FixedDelay,
             Self::None => ScheduleKind::None,
         }
     }
@@ -168,14 +178,19 @@ impl Schedule {
     pub fn compile_at(&self, now_ms: i64) -> Result<CompiledSchedule, ScheduleError> {
         let compiled = match self {
             Self::Cron { expr, time_zone } => compile_cron(expr, time_zone.as_deref(), now_ms)?,
-            Self::FixedRate { every_ms } if *every_ms < 1 => {
+            Self::FixedRate { every_ms } | Self::FixedDelay { every_ms } if *every_ms < 1 => {
                 return Err(ScheduleError::EveryMsTooSmall(*every_ms));
             }
             // A rate beyond the fire horizon would put the next fire past any date.
-            Self::FixedRate { every_ms } if *every_ms > FIRE_HORIZON_MS => {
+            Self::FixedRate { every_ms } | Self::FixedDelay { every_ms }
+                if *every_ms > FIRE_HORIZON_MS =>
+            {
                 return Err(ScheduleError::EveryMsTooLarge(*every_ms));
             }
             Self::FixedRate { every_ms } => CompiledSchedule(Compiled::FixedRate {
+                every_ms: *every_ms,
+            }),
+            Self::FixedDelay { every_ms } => CompiledSchedule(Compiled::FixedDelay {
                 every_ms: *every_ms,
             }),
             Self::None => CompiledSchedule(Compiled::None),
@@ -333,6 +348,7 @@ pub struct CompiledSchedule(Compiled);
 enum Compiled {
     Cron { cron: Box<Cron>, tz: Tz },
     FixedRate { every_ms: i64 },
+    FixedDelay { every_ms: i64 },
     None,
 }
 
@@ -341,6 +357,7 @@ impl CompiledSchedule {
         match self.0 {
             Compiled::Cron { .. } => ScheduleKind::Cron,
             Compiled::FixedRate { .. } => ScheduleKind::FixedRate,
+            Compiled::FixedDelay { .. } => ScheduleKind::FixedDelay,
             Compiled::None => ScheduleKind::None,
         }
     }
@@ -350,7 +367,8 @@ impl CompiledSchedule {
     ///
     /// Cron fire times are whole seconds. A fixed-rate schedule has no anchor of its own,
     /// so here the answer is `after_ms + every_ms`; [`plan_fires`] keeps a running job's
-    /// phase.
+    /// phase. A fixed-delay schedule's is `after_ms + every_ms` too: its first fire after
+    /// `after_ms`, and (for a preview) its fire times if runs took no time.
     pub fn next_after(&self, after_ms: i64) -> Option<i64> {
         match &self.0 {
             Compiled::Cron { cron, tz } => {
@@ -358,7 +376,9 @@ impl CompiledSchedule {
                 let next = cron.find_next_occurrence(&start, false).ok()?;
                 Some(next.timestamp_millis())
             }
-            Compiled::FixedRate { every_ms } => after_ms.checked_add(*every_ms),
+            Compiled::FixedRate { every_ms } | Compiled::FixedDelay { every_ms } => {
+                after_ms.checked_add(*every_ms)
+            }
             Compiled::None => None,
         }
     }
@@ -413,6 +433,11 @@ pub struct FirePlan {
 /// = 0 a `fire_once_now` catch-up is left for the next call (nothing changes), while
 /// `do_nothing` misfires are still skipped.
 ///
+/// A fixed-delay schedule plans one fire and returns `next_fire_at: None`: the next is
+/// set when that fire's task ends ([`CompiledSchedule::after_end`]). A misfired one fires
+/// at `now` with `fire_once_now`; with `do_nothing` it is skipped and the next is
+/// `every_ms` after `now`.
+///
 /// A `none` schedule plans nothing and returns `next_fire_at: None`. `until` below `now`
 /// is treated as `now`, a negative threshold as 0.
 pub fn plan_fires(
@@ -438,6 +463,25 @@ pub fn plan_fires(
         return plan;
     }
     let cutoff = now.saturating_sub(misfire_threshold_ms.max(0));
+    if let Compiled::FixedDelay { every_ms } = schedule.0 {
+        match (next_fire_at < cutoff, misfire) {
+            _ if max_fires == 0 => {}
+            (false, _) => {
+                plan.fires.push(next_fire_at);
+                plan.next_fire_at = None;
+            }
+            (true, Misfire::FireOnceNow) => {
+                plan.misfired = 1;
+                plan.fires.push(now);
+                plan.next_fire_at = None;
+            }
+            (true, Misfire::DoNothing) => {
+                plan.misfired = 1;
+                plan.next_fire_at = now.checked_add(every_ms);
+            }
+        }
+        return plan;
+    }
 
     let mut cursor = Some(next_fire_at);
     if next_fire_at < cutoff {
@@ -467,6 +511,17 @@ pub fn plan_fires(
     }
     plan.next_fire_at = cursor;
     plan
+}
+
+impl CompiledSchedule {
+    /// A fixed-delay schedule's next fire time once a fire's task ended at `ended_at`;
+    /// `None` for every other kind (their fires do not wait for one another).
+    pub fn after_end(&self, ended_at: i64) -> Option<i64> {
+        match self.0 {
+            Compiled::FixedDelay { every_ms } => ended_at.checked_add(every_ms),
+            _ => None,
+        }
+    }
 }
 
 /// The first fire time after `after` of the schedule that fires at `anchor`

@@ -25,6 +25,7 @@ mod pipeline;
 mod plugin_host;
 mod promises;
 mod resources;
+mod schedules;
 mod soak;
 mod standalone;
 mod tls;

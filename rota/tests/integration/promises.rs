@@ -240,11 +240,7 @@ async fn max_concurrency_bounds_a_jobs_runs_across_executors() {
     assert!(tasks.iter().all(|(_, s, _)| s == "succeeded"), "{tasks:?}");
     let runs = runs_of(api, "limited").await;
     assert_eq!(runs.len(), 30);
-    let ms = |r: &Value, k: &str| {
-        chrono::DateTime::parse_from_rfc3339(r[k].as_str().unwrap())
-            .unwrap()
-            .timestamp_millis()
-    };
+    let ms = |r: &Value, k: &str| epoch_ms(&r[k]);
     let mut edges: Vec<(i64, i32)> = runs
         .iter()
         .flat_map(|r| [(ms(r, "started_at"), 1), (ms(r, "finished_at"), -1)])

@@ -439,6 +439,22 @@ schema!(
                 )
                 .required("every_ms")
         )
+        .item(
+            variant(
+                "fixed_delay",
+                "`every_ms` milliseconds after the previous fire's task ended (never overlapping)"
+            )
+            .property(
+                "every_ms",
+                integer(
+                    "Milliseconds from a fire's end to the next fire",
+                    KnownFormat::Int64
+                )
+                .minimum(Some(1))
+                .maximum(Some(crate::schedule::FIRE_HORIZON_MS))
+            )
+            .required("every_ms")
+        )
         .item(variant("none", "Only when triggered"))
         .into()
 );
@@ -583,6 +599,7 @@ mod tests {
                 time_zone: None,
             },
             Schedule::FixedRate { every_ms: 1000 },
+            Schedule::FixedDelay { every_ms: 1000 },
             Schedule::None,
         ];
         for schedule in &schedules {
@@ -601,7 +618,7 @@ mod tests {
             assert!(fits_a_variant(backoff), "{backoff:?}");
         }
         // One branch per variant, no more.
-        assert_eq!(json_of::<Schedule>()["oneOf"].as_array().unwrap().len(), 3);
+        assert_eq!(json_of::<Schedule>()["oneOf"].as_array().unwrap().len(), 4);
         assert_eq!(json_of::<Backoff>()["oneOf"].as_array().unwrap().len(), 2);
     }
 

@@ -40,6 +40,7 @@ pub(super) fn schedule_text(s: &Schedule) -> String {
             None => format!("cron {expr}"),
         },
         Schedule::FixedRate { every_ms } => format!("every {every_ms} ms"),
+        Schedule::FixedDelay { every_ms } => format!("{every_ms} ms after each run"),
         Schedule::None => "none".to_owned(),
     }
 }
@@ -149,6 +150,12 @@ impl JobForm {
                 String::new(),
                 every_ms.to_string(),
             ),
+            Schedule::FixedDelay { every_ms } => (
+                "fixed_delay",
+                String::new(),
+                String::new(),
+                every_ms.to_string(),
+            ),
             Schedule::None => ("none", String::new(), String::new(), String::new()),
         };
         JobForm {
@@ -242,12 +249,12 @@ impl JobForm {
                 }
                 Some(v)
             }
-            "fixed_rate" => int("every_ms", &self.every_ms, errors)
-                .map(|n| json!({"kind": "fixed_rate", "every_ms": n}))
+            kind @ ("fixed_rate" | "fixed_delay") => int("every_ms", &self.every_ms, errors)
+                .map(|n| json!({"kind": kind, "every_ms": n}))
                 .or_else(|| {
                     errors
                         .entry("every_ms".into())
-                        .or_insert_with(|| "required for a fixed rate".into());
+                        .or_insert_with(|| format!("required for a {}", kind.replace('_', " ")));
                     None
                 }),
             "none" => Some(json!({"kind": "none"})),
@@ -467,7 +474,10 @@ impl JobFormPage {
         Ok(JobFormPage {
             chrome: Chrome::of(s, "jobs"),
             job: job.map(JobRow::from),
-            schedule_kinds: options(["cron", "fixed_rate", "none"], &form.schedule_kind),
+            schedule_kinds: options(
+                ["cron", "fixed_rate", "fixed_delay", "none"],
+                &form.schedule_kind,
+            ),
             routes: options(Route::ALL, &form.route),
             blocks: options(["serial", "discard_later", "cover_early"], &form.block),
             misfires: options(Misfire::ALL.map(Misfire::as_str), &form.misfire),

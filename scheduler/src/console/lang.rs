@@ -152,7 +152,10 @@ const ZH_CN: &[(&str, &str)] = &[
         "Time zone (IANA, blank for UTC)",
         "时区（IANA，留空为 UTC）",
     ),
-    ("Every (ms, fixed rate)", "间隔（毫秒，固定频率）"),
+    (
+        "Every (ms: fixed rate; after each run: fixed delay)",
+        "间隔（毫秒：固定频率；每次运行结束后：固定延迟）",
+    ),
     ("Preview", "预览"),
     ("Next fire times:", "接下来的触发时间："),
     ("Params", "参数"),

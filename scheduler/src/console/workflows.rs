@@ -50,7 +50,7 @@ impl From<&Workflow> for WorkflowRow {
                 time_zone.as_deref().unwrap_or("UTC"),
                 t.overlap
             ),
-            Some(Schedule::FixedRate { every_ms }) => {
+            Some(Schedule::FixedRate { every_ms } | Schedule::FixedDelay { every_ms }) => {
                 format!("every {every_ms} ms · overlap {}", t.overlap)
             }
             Some(Schedule::None) | None => String::new(),

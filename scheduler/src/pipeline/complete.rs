@@ -228,6 +228,7 @@ fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now:
     let wake = applied.children > 0
         || applied.step_tasks > applied.claimed.len()
         || applied.freed_limited
+        || applied.fires_resumed.is_some_and(|at| at <= soon)
         || applied
             .tasks
             .iter()

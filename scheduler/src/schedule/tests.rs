@@ -890,3 +890,98 @@ fn naive_dates_helper_sanity() {
     assert_eq!(date.format("%a").to_string(), "Fri");
     assert_eq!(utc(1970, 1, 1, 0, 0, 1), 1_000);
 }
+
+// ---- fixed delay ----
+
+fn after_each(ms: i64) -> CompiledSchedule {
+    Schedule::FixedDelay { every_ms: ms }
+        .compile_at(t0())
+        .expect("valid fixed delay")
+}
+
+#[test]
+fn a_fixed_delay_plans_one_fire_and_waits_for_its_end() {
+    let s = after_each(10 * SEC);
+    let now = t0();
+    assert_eq!(s.next_after(now), Some(now + 10 * SEC), "the first fire");
+    // However wide the window, one fire; the next is set when it ends.
+    let plan = plan_fires(
+        &s,
+        now + 10 * SEC,
+        now,
+        now + HOUR,
+        Misfire::DoNothing,
+        5 * SEC,
+        100,
+    );
+    assert_eq!(plan.fires, vec![now + 10 * SEC]);
+    assert_eq!(plan.next_fire_at, None);
+    assert_eq!(s.after_end(now + 42 * SEC), Some(now + 52 * SEC));
+    assert_eq!(every(10 * SEC).after_end(now), None, "a rate does not wait");
+    // Not yet due, or no room: nothing changes.
+    let early = plan_fires(
+        &s,
+        now + MIN,
+        now,
+        now + 5 * SEC,
+        Misfire::DoNothing,
+        5 * SEC,
+        100,
+    );
+    assert_eq!(
+        (early.fires.len(), early.next_fire_at),
+        (0, Some(now + MIN))
+    );
+    let full = plan_fires(&s, now, now, now + 5 * SEC, Misfire::DoNothing, 5 * SEC, 0);
+    assert_eq!((full.fires.len(), full.next_fire_at), (0, Some(now)));
+}
+
+#[test]
+fn a_missed_fixed_delay_fires_now_or_waits_a_delay_from_now() {
+    let s = after_each(10 * SEC);
+    let now = t0();
+    let missed = now - HOUR;
+    let once = plan_fires(
+        &s,
+        missed,
+        now,
+        now + 5 * SEC,
+        Misfire::FireOnceNow,
+        5 * SEC,
+        100,
+    );
+    assert_eq!(
+        (once.fires, once.next_fire_at, once.misfired),
+        (vec![now], None, 1)
+    );
+    let skip = plan_fires(
+        &s,
+        missed,
+        now,
+        now + 5 * SEC,
+        Misfire::DoNothing,
+        5 * SEC,
+        100,
+    );
+    assert_eq!(
+        (skip.fires, skip.next_fire_at, skip.misfired),
+        (vec![], Some(now + 10 * SEC), 1)
+    );
+    // Late inside the threshold: fired, late.
+    let late = plan_fires(
+        &s,
+        now - SEC,
+        now,
+        now + 5 * SEC,
+        Misfire::DoNothing,
+        5 * SEC,
+        100,
+    );
+    assert_eq!(late.fires, vec![now - SEC]);
+    assert_eq!(
+        Schedule::FixedDelay { every_ms: 0 }
+            .compile_at(now)
+            .unwrap_err(),
+        ScheduleError::EveryMsTooSmall(0)
+    );
+}

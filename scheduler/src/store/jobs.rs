@@ -111,11 +111,45 @@ impl Store {
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;
+                    // A fixed-delay job's fire still under way sets the next one when it
+                    // ends: fires never overlap, whatever the change.
+                    if matches!(spec.schedule, Schedule::FixedDelay { .. }) {
+                        sqlx::query(
+                            "UPDATE jobs SET next_fire_at = NULL WHERE id = ? AND EXISTS (\
+                               SELECT 1 FROM tasks WHERE job_id = ? AND kind = 'cron' \
+                               AND status IN ('claimed', 'waiting', 'ready', 'running'))",
+                        )
+                        .bind(id)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
                 }
                 tx.commit().await?;
             });
             self.get_job(id).await
         })
+    }
+
+    /// Sets the next fire of fixed-delay jobs whose fire ended (`next`: job → its next fire
+    /// time), unless the job is disabled or something else set it meanwhile (a change of
+    /// the job re-plans it).
+    pub(super) async fn resume_fixed_delays(
+        &self,
+        tx: &mut Tx,
+        next: &[(i64, Millis)],
+    ) -> Result<()> {
+        if next.is_empty() {
+            return Ok(());
+        }
+        on_tx!(tx, |tx, Db| {
+            let mut qb = QueryBuilder::<Db>::new("UPDATE jobs SET next_fire_at = ");
+            push_case(&mut qb, "id", next.iter().copied());
+            qb.push(" WHERE next_fire_at IS NULL AND enabled = 1 AND id IN ");
+            push_ids(&mut qb, next.iter().map(|(id, _)| *id));
+            qb.build().execute(&mut **tx).await?;
+        });
+        Ok(())
     }
 
     pub async fn get_job(&self, id: i64) -> Result<Job> {

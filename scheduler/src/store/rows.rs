@@ -336,6 +336,8 @@ pub struct Applied {
     /// For each step ending that started the steps after it: from its run's end to the
     /// commit that created their tasks, in ms.
     pub handoffs_ms: Vec<Millis>,
+    /// The earliest next fire of the fixed-delay jobs whose fires the batch ended.
+    pub fires_resumed: Option<Millis>,
 }
 
 // ----- read models handed to callers ---------------------------------------------------------

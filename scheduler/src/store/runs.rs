@@ -14,8 +14,7 @@ pub(super) const ENDED_SELECT: &str = "SELECT t.id, t.job_id, t.kind, t.attempt,
 /// What the jobs of ended attempts say of retries and children, read apart and without
 /// locks (a join would lock the job's row too, and a concurrent change of the job would
 /// then deadlock with the report): once per job, not once per task.
-const JOB_RULES_SELECT: &str =
-    "SELECT id, max_attempts, backoff, child_jobs, max_concurrency FROM jobs WHERE id IN ";
+const JOB_RULES_SELECT: &str = "SELECT id, max_attempts, backoff, child_jobs, max_concurrency, schedule FROM jobs WHERE id IN ";
 
 /// A broadcast attempt ends when its last shard does: how many have.
 const SHARDS_FINAL: &str = ", (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.id \
@@ -52,6 +51,17 @@ struct JobRules {
     backoff: Option<String>,
     child_jobs: Option<String>,
     max_concurrency: Option<i32>,
+    schedule: Option<String>,
+}
+
+impl JobRules {
+    /// A fixed-delay job's next fire time once one of its fires ended at `now`.
+    fn after_fire(&self, now: Millis) -> Option<Millis> {
+        match serde_json::from_str(self.schedule.as_deref()?) {
+            Ok(Schedule::FixedDelay { every_ms }) => now.checked_add(every_ms),
+            _ => None,
+        }
+    }
 }
 
 /// What the ended attempts of a batch come to.
@@ -67,6 +77,8 @@ pub(super) struct Verdicts {
     /// Runs that ended an attempt (or a shard of one), for the dashboard's counts.
     counted: Vec<(Millis, RunStatus)>,
     freed_limited: bool,
+    /// Fixed-delay jobs whose fire ended for good, with their next fire time.
+    resumed: Vec<(i64, Millis)>,
 }
 
 impl Store {
@@ -144,6 +156,7 @@ impl Store {
             .insert_children(&mut tx, &verdicts.children, now)
             .await?
             + moved.created;
+        self.resume_fixed_delays(&mut tx, &verdicts.resumed).await?;
         let events = raise(changes, &verdicts.ended, &moved.instances);
         self.insert_alarm_events(&mut tx, &events).await?;
         // Last: every batch that ends a run this minute updates the same `run_stats` row,
@@ -160,6 +173,7 @@ impl Store {
             instances: moved.instances,
             instances_started: moved.started,
             handoffs_ms: moved.handoffs_ms,
+            fires_resumed: verdicts.resumed.iter().map(|(_, at)| *at).min(),
         })
     }
 
@@ -374,6 +388,16 @@ impl Store {
                         backoff: None,
                         priority: 0,
                     }));
+            }
+            let for_good = matches!(
+                verdict,
+                TaskNext::Succeeded | TaskNext::Dead | TaskNext::Cancelled
+            );
+            if let Some(next) = job.after_fire(now)
+                && for_good
+                && row.kind == TaskKind::Cron.as_str()
+            {
+                verdicts.resumed.push((row.job_id, next));
             }
             if row.kind == TaskKind::Step.as_str()
                 && matches!(verdict, TaskNext::Succeeded | TaskNext::Dead)

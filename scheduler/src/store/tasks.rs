@@ -205,20 +205,41 @@ impl Store {
 
     /// Cancels a task that has not started. Returns the task as it now is and whether this
     /// call cancelled it (false: it was already cancelled). Running or finished → conflict.
+    /// A fixed-delay job's fire cancelled sets its next fire, as its end would have.
     pub async fn cancel_task(&self, id: i64, now: Millis) -> Result<(Task, bool)> {
         retrying!("cancel_task", {
-            let changed = on_pool!(self, |pool, Db| {
+            let mut owned = self.begin().await?;
+            let tx = &mut owned;
+            let changed = on_tx!(tx, |tx, Db| {
                 sqlx::query(concat!(
                     "UPDATE tasks SET status = 'cancelled', updated_at = ? WHERE id = ? AND status IN ",
                     unstarted!()
                 ))
                 .bind(now)
                 .bind(id)
-                .execute(pool)
+                .execute(&mut **tx)
                 .await?
                 .affected()
                     > 0
             });
+            if changed {
+                let fire: Option<(i64, String)> = on_tx!(tx, |tx, Db| {
+                    sqlx::query_as(
+                        "SELECT j.id, j.schedule FROM tasks t JOIN jobs j ON j.id = t.job_id \
+                         WHERE t.id = ? AND t.kind = 'cron'",
+                    )
+                    .bind(id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                });
+                if let Some((job_id, schedule)) = fire
+                    && let Ok(Schedule::FixedDelay { every_ms }) = serde_json::from_str(&schedule)
+                {
+                    self.resume_fixed_delays(tx, &[(job_id, now.saturating_add(every_ms))])
+                        .await?;
+                }
+            }
+            owned.commit().await?;
             let task = self.get_task(id).await?;
             match task.status {
                 TaskStatus::Cancelled => Ok((task, changed)),

@@ -71,6 +71,13 @@ impl TimingFields {
 fn scheduled(base: &Timing, fields: &TimingFields, now: Millis) -> Result<Scheduled> {
     let schedule = match &fields.schedule {
         Some(Schedule::None) => None,
+        Some(Schedule::FixedDelay { .. }) => {
+            return Err(invalid(
+                "schedule",
+                "a workflow's schedule is cron or fixed_rate; `overlap` keeps its instances \
+                 apart (fixed_delay is for jobs)",
+            ));
+        }
         Some(s) => Some(s.clone()),
         None => base.schedule.clone(),
     };

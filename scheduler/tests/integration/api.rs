@@ -478,6 +478,16 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
             "every_ms",
         ),
         (
+            with("schedule", json!({"kind": "fixed_delay"})),
+            MALFORMED,
+            "missing field `every_ms`",
+        ),
+        (
+            with("schedule", json!({"kind": "fixed_delay", "every_ms": -5})),
+            INVALID,
+            "schedule: every_ms must be at least 1",
+        ),
+        (
             with("schedule", json!({"kind": "hourly"})),
             MALFORMED,
             "schedule",

@@ -584,6 +584,114 @@ contract!(
     }
 );
 
+/// A scan by `lease` at `now`, planning recurring fires as the node does.
+async fn scan_at(store: &Store, lease: NodeLease, now: Millis) -> rota_scheduler::store::Claimed {
+    store
+        .claim_due(lease, now, now + 5_000, 100, &mut planner(now))
+        .await
+        .unwrap()
+}
+
+/// The scan's planner, at `now`, as the node plans.
+fn planner(now: Millis) -> impl FnMut(&DueJob) -> JobFires {
+    move |j: &DueJob| {
+        let p = rota_scheduler::schedule::plan_fires(
+            &j.schedule.compile().unwrap(),
+            j.next_fire_at,
+            now,
+            now + 5_000,
+            j.misfire,
+            5_000,
+            100,
+        );
+        JobFires {
+            fires: p.fires,
+            next_fire_at: p.next_fire_at,
+        }
+    }
+}
+
+contract!(
+    a_fixed_delay_fires_again_only_after_its_fire_ended,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let mut s = spec("after-each");
+        s.schedule = Schedule::FixedDelay { every_ms: 1_000 };
+        let job = store.insert_job(&s, Some(NOW + 1_000), NOW).await.unwrap();
+        let first = scan_at(&store, lease, NOW).await;
+        assert_eq!(first.cron_fires, 1, "one fire, however wide the window");
+        assert_eq!(first.tasks[0].due_at, NOW + 1_000);
+        assert_eq!(store.get_job(job.id).await.unwrap().next_fire_at, None);
+        // While it runs (however long), no scan plans another.
+        let later = NOW + 60_000;
+        let none = scan_at(&store, lease, later).await;
+        assert_eq!(none.cron_fires, 0);
+
+        // Its end, however late, sets the next fire.
+        let fire = &first.tasks[0];
+        store
+            .record_dispatches(lease, &[dispatched(fire, 71)], later)
+            .await
+            .unwrap();
+        let ended = later + 500;
+        store
+            .apply_run_updates(
+                &[report(fire, 71, RunStatus::Succeeded)],
+                ended,
+                &mut |_| TaskNext::Succeeded,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_job(job.id).await.unwrap().next_fire_at,
+            Some(ended + 1_000),
+            "the next fire is the delay after the end"
+        );
+
+        // A fire cancelled before it ran sets the next one as its end would have.
+        let second = scan_at(&store, lease, ended + 1_000).await;
+        assert_eq!(second.cron_fires, 1);
+        store
+            .release_claims(lease, &[second.tasks[0].task_id])
+            .await
+            .unwrap();
+        let cancelled_at = ended + 1_200;
+        store
+            .cancel_task(second.tasks[0].task_id, cancelled_at)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_job(job.id).await.unwrap().next_fire_at,
+            Some(cancelled_at + 1_000)
+        );
+
+        // A change of the job while a fire runs leaves the next to its end (one not yet
+        // sent is dropped with the old schedule's).
+        let third = scan_at(&store, lease, cancelled_at + 1_000).await;
+        assert_eq!(third.cron_fires, 1);
+        store
+            .record_dispatches(
+                lease,
+                &[dispatched(&third.tasks[0], 72)],
+                cancelled_at + 1_000,
+            )
+            .await
+            .unwrap();
+        s.timeout_ms = 9_000;
+        store
+            .update_job(
+                job.id,
+                &s,
+                Some(cancelled_at + 2_000),
+                true,
+                cancelled_at + 1_500,
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.get_job(job.id).await.unwrap().next_fire_at, None);
+    }
+);
+
 contract!(
     claims_survive_a_restart_and_can_be_handed_back,
     |store: Store| async move {

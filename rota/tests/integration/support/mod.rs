@@ -665,6 +665,13 @@ impl TestServer {
 }
 
 /// A fresh SQLite database URL in a temporary directory (kept alive by the returned guard).
+/// An RFC 3339 time from the API, in epoch ms.
+pub fn epoch_ms(v: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().expect("an RFC 3339 time"))
+        .expect("an RFC 3339 time")
+        .timestamp_millis()
+}
+
 pub fn sqlite_url() -> (String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     (
