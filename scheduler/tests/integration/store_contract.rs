@@ -539,22 +539,7 @@ contract!(
         let mut s = spec("every-second");
         s.schedule = Schedule::FixedRate { every_ms: 1_000 };
         let job = store.insert_job(&s, Some(NOW + 1_000), NOW).await.unwrap();
-        let mut plan = |j: &DueJob| {
-            let compiled = j.schedule.compile().unwrap();
-            let p = rota_scheduler::schedule::plan_fires(
-                &compiled,
-                j.next_fire_at,
-                NOW,
-                NOW + 5_000,
-                j.misfire,
-                5_000,
-                100,
-            );
-            JobFires {
-                fires: p.fires,
-                next_fire_at: p.next_fire_at,
-            }
-        };
+        let mut plan = planner(NOW);
         let claimed = store
             .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
             .await
