@@ -330,6 +330,10 @@ pub struct JobSpec {
     pub concurrency_key: Option<String>,
     /// At most so many run starts in any window, of the whole job or per key (SPEC §11).
     pub rate_limit: Option<crate::limits::RateLimit>,
+    /// A task created with the key of a pending task of the job replaces that task's
+    /// payload and due time instead, its due time at most this long after the first such
+    /// create (SPEC §11).
+    pub debounce_ms: Option<i64>,
     pub child_jobs: Vec<i64>,
     /// Where the plugin may send HTTP requests (origins or URL prefixes); empty: nowhere.
     pub http_allow: Vec<String>,

@@ -110,6 +110,7 @@ fn rules() -> Vec<(&'static str, &'static str, Rule)> {
             Range(1, jobs::MAX_CONCURRENCY),
         ),
         ("ConcurrencyField", "limit", Range(1, jobs::MAX_CONCURRENCY)),
+        ("JobFields", "debounce_ms", Range(1, jobs::MAX_DEBOUNCE_MS)),
         ("RateLimit", "limit", Range(1, crate::limits::MAX_RATE)),
         (
             "RateLimit",

@@ -112,6 +112,9 @@ pub struct JobView {
     /// At most `limit` run starts in any window of `per_ms`, of the whole job or per value
     /// of `key`; `null`: no limit.
     pub rate_limit: Option<RateLimit>,
+    /// A create with the key of a pending task replaces it, its due time at most this
+    /// long after the first such create; `null`: keys deduplicate.
+    pub debounce_ms: Option<i64>,
     pub child_jobs: Vec<i64>,
     /// Where the plugin may send HTTP requests; empty: nowhere.
     pub http_allow: Vec<String>,
@@ -162,6 +165,7 @@ impl From<Job> for JobView {
                 limit,
             }),
             rate_limit: s.rate_limit,
+            debounce_ms: s.debounce_ms,
             child_jobs: s.child_jobs,
             no_executor_timeout_ms,
             http_allow: s.http_allow,

@@ -122,6 +122,8 @@ pub struct JobForm {
     rate_limit: String,
     rate_per_ms: String,
     rate_key: String,
+    /// Blank: task keys deduplicate.
+    debounce_ms: String,
     /// One origin or URL prefix per line.
     http_allow: String,
     /// `wasm` (the plugin), `pull` or `http`.
@@ -193,6 +195,7 @@ impl JobForm {
                 .as_ref()
                 .and_then(|r| r.key.clone())
                 .unwrap_or_default(),
+            debounce_ms: spec.debounce_ms.map(|d| d.to_string()).unwrap_or_default(),
             http_allow: spec.http_allow.join("\n"),
             delivery: spec.delivery.kind().to_owned(),
             webhook_url: match &spec.delivery {
@@ -321,6 +324,8 @@ impl JobForm {
             _ => None,
         };
         m.insert("rate_limit".into(), json!(rate));
+        let debounce = int("debounce_ms", &self.debounce_ms, errors);
+        m.insert("debounce_ms".into(), json!(debounce));
         let allow: Vec<&str> = self
             .http_allow
             .lines()
@@ -403,6 +408,7 @@ pub(super) const JOB_FIELDS: &[&str] = &[
     "rate_limit.limit",
     "rate_limit.per_ms",
     "rate_limit.key",
+    "debounce_ms",
     "http_allow",
     "delivery",
     "delivery.url",

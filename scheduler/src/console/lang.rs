@@ -178,6 +178,10 @@ const ZH_CN: &[(&str, &str)] = &[
     ),
     ("per (ms)", "每（毫秒）"),
     (
+        "Debounce (ms: a task with the key of a pending one replaces it; blank: keys deduplicate)",
+        "防抖（毫秒：带有待运行任务键的新任务替换它；留空：键用于去重）",
+    ),
+    (
         "Rate limit per (a JSON Pointer into the payload, like /partner; blank: the whole job)",
         "限速按键（载荷中的 JSON Pointer，如 /partner；留空：整个任务）",
     ),

@@ -100,6 +100,67 @@ impl Ports {
         Ok(started)
     }
 
+    /// Debounces `task` — a create whose key task `holder` of its job holds, on a job with
+    /// `debounce_ms` — onto that key (SPEC §11). A pending holder takes the new payload and
+    /// due time (at most `debounce_ms` after its first create). One already in a wheel,
+    /// about to fire, is taken out (cancelled wherever it is) and replaced by a new task,
+    /// which keeps the first create's time; one that started or ended gives the key up to
+    /// a new task, whose debounce starts now. The id of the task pending under the key.
+    pub async fn debounce_task(
+        &self,
+        mut holder: i64,
+        task: &NewTask,
+        debounce_ms: Millis,
+        now: Millis,
+    ) -> Result<i64, NodeError> {
+        let store = &self.cluster.store;
+        // Each turn loses only to another create of the same key, which took it meanwhile.
+        for _ in 0..5 {
+            if store
+                .debounce_task(
+                    holder,
+                    task.payload.as_deref(),
+                    task.due_at,
+                    debounce_ms,
+                    now,
+                )
+                .await?
+            {
+                if task.due_at <= now + self.cluster.config.window_ms {
+                    self.scan_wake.notify_one();
+                }
+                return Ok(holder);
+            }
+            let old = store.get_task(holder).await?;
+            let first = match old.status {
+                TaskStatus::Claimed => match self.cancel_task(holder).await {
+                    Ok(_) => old.created_at,
+                    // It started meanwhile: a run of its own; the next debounces anew.
+                    Err(NodeError::Store(store::Error::Conflict(_))) => now,
+                    Err(e) => return Err(e),
+                },
+                _ => now,
+            };
+            store.hand_key_over(holder).await?;
+            let fresh = NewTask {
+                due_at: task.due_at.min(first.saturating_add(debounce_ms)),
+                ..task.clone()
+            };
+            let (id, created) = self.store_tasks(std::slice::from_ref(&fresh), now).await?[0];
+            if created {
+                if first != now {
+                    store.set_created_at(id, first).await?;
+                }
+                return Ok(id);
+            }
+            holder = id;
+        }
+        Err(store::Error::Conflict(format!(
+            "the key of task {holder} is being created by many requests at once; try again"
+        ))
+        .into())
+    }
+
     /// Cancels a task that has not started, even if it sits in a wheel: this node's, or
     /// (forwarded) that of the node that claimed it.
     pub async fn cancel_task(&self, id: i64) -> Result<(Task, bool), NodeError> {

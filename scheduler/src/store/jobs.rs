@@ -22,6 +22,7 @@ macro_rules! bind_spec {
             .bind($spec.max_concurrency)
             .bind(&$spec.concurrency_key)
             .bind($spec.rate_limit.as_ref().map(to_json))
+            .bind($spec.debounce_ms)
             .bind(to_json(&$spec.child_jobs))
             .bind(to_json(&$spec.http_allow))
             .bind($spec.enabled)
@@ -45,9 +46,9 @@ impl Store {
             let r = bind_spec!(
                 sqlx::query(
                     "INSERT INTO jobs (name, app_id, plugin, schedule, params, route, block_strategy, misfire, \
-                     timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, concurrency_key, rate_limit, child_jobs, \
+                     timeout_ms, max_attempts, backoff, memory_mb, max_concurrency, concurrency_key, rate_limit, debounce_ms, child_jobs, \
                      http_allow, enabled, no_executor_timeout_ms, delivery, next_fire_at, created_at, updated_at) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 ),
                 spec,
                 app_id
@@ -87,7 +88,7 @@ impl Store {
                     sqlx::query(
                         "UPDATE jobs SET name = ?, app_id = ?, plugin = ?, schedule = ?, params = ?, route = ?, \
                          block_strategy = ?, misfire = ?, timeout_ms = ?, max_attempts = ?, backoff = ?, \
-                         memory_mb = ?, max_concurrency = ?, concurrency_key = ?, rate_limit = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
+                         memory_mb = ?, max_concurrency = ?, concurrency_key = ?, rate_limit = ?, debounce_ms = ?, child_jobs = ?, http_allow = ?, enabled = ?, \
                          no_executor_timeout_ms = ?, delivery = ?, next_fire_at = ?, generation = generation + ?, updated_at = ? WHERE id = ?",
                     ),
                     spec,

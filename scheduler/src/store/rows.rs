@@ -14,7 +14,7 @@ pub struct ReportOwners {
 
 pub(super) const JOB_COLUMNS: &str = "j.id, j.name, a.name AS app, j.plugin, j.schedule, j.params, j.route, \
      j.block_strategy, j.misfire, j.timeout_ms, j.max_attempts, j.backoff, j.memory_mb, \
-     j.max_concurrency, j.concurrency_key, j.rate_limit, j.child_jobs, j.http_allow, j.enabled, j.no_executor_timeout_ms, \
+     j.max_concurrency, j.concurrency_key, j.rate_limit, j.debounce_ms, j.child_jobs, j.http_allow, j.enabled, j.no_executor_timeout_ms, \
      j.delivery, j.next_fire_at, j.generation, j.created_at, j.updated_at";
 
 #[derive(FromRow)]
@@ -35,6 +35,7 @@ pub(super) struct JobRow {
     pub(super) max_concurrency: Option<i32>,
     pub(super) concurrency_key: Option<String>,
     pub(super) rate_limit: Option<String>,
+    pub(super) debounce_ms: Option<i64>,
     pub(super) child_jobs: String,
     pub(super) http_allow: Option<String>,
     pub(super) enabled: bool,
@@ -67,6 +68,7 @@ impl TryFrom<JobRow> for Job {
                 max_concurrency: r.max_concurrency,
                 concurrency_key: r.concurrency_key,
                 rate_limit: r.rate_limit.as_deref().map(parse_json).transpose()?,
+                debounce_ms: r.debounce_ms,
                 child_jobs: parse_json(&r.child_jobs)?,
                 http_allow: match r.http_allow.as_deref() {
                     None | Some("") => Vec::new(),

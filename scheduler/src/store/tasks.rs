@@ -250,6 +250,71 @@ impl Store {
         })
     }
 
+    /// Debounces pending task `id` — one no node has claimed yet — onto a new create of its
+    /// key: its payload becomes `payload` and it is due at `due_at`, but no later than
+    /// `bound_ms` after it was created (the first create of the run of them). A throttled
+    /// one goes back to pending: its new payload may be of another bucket. `false` when it
+    /// is not pending any more.
+    pub async fn debounce_task(
+        &self,
+        id: i64,
+        payload: Option<&str>,
+        due_at: Millis,
+        bound_ms: Millis,
+        now: Millis,
+    ) -> Result<bool> {
+        retrying!("debounce_task", {
+            on_pool!(self, |pool, Db| {
+                Ok(sqlx::query(
+                    "UPDATE tasks SET payload = ?, \
+                       due_at = CASE WHEN ? < created_at + ? THEN ? ELSE created_at + ? END, \
+                       status = 'pending', limit_key = NULL, updated_at = ? \
+                     WHERE id = ? AND status IN ('pending', 'throttled')",
+                )
+                .bind(payload)
+                .bind(due_at)
+                .bind(bound_ms)
+                .bind(due_at)
+                .bind(bound_ms)
+                .bind(now)
+                .bind(id)
+                .execute(pool)
+                .await?
+                .affected()
+                    > 0)
+            })
+        })
+    }
+
+    /// Gives up task `id`'s key, so a new task of its job can take it (a debounced job's
+    /// key names the task pending under it).
+    pub async fn hand_key_over(&self, id: i64) -> Result<()> {
+        retrying!("hand_key_over", {
+            on_pool!(self, |pool, Db| {
+                sqlx::query("UPDATE tasks SET idem_key = NULL WHERE id = ?")
+                    .bind(id)
+                    .execute(pool)
+                    .await?;
+            });
+            Ok(())
+        })
+    }
+
+    /// Sets task `id`'s created time: a debounced task that replaced one about to fire
+    /// keeps the first create's, which bounds its due time.
+    pub async fn set_created_at(&self, id: i64, at: Millis) -> Result<()> {
+        retrying!("set_created_at", {
+            on_pool!(self, |pool, Db| {
+                sqlx::query("UPDATE tasks SET created_at = ? WHERE id = ?")
+                    .bind(at)
+                    .bind(id)
+                    .execute(pool)
+                    .await?;
+            });
+            Ok(())
+        })
+    }
+
     /// One scan, in one transaction: turns the recurring fire times due by `until` into task
     /// rows (one per job and fire time, whatever races), advances those jobs' next fire times,
     /// and claims up to `limit` pending tasks due by `until` for this node's wheel.

@@ -29,6 +29,8 @@ pub const MAX_ATTEMPTS: i64 = 100;
 const DEFAULT_MEMORY_MB: i64 = 64;
 pub const MAX_MEMORY_MB: i64 = 4096;
 pub const MAX_CONCURRENCY: i64 = 1_000_000;
+/// The longest debounce: a week.
+pub const MAX_DEBOUNCE_MS: i64 = 7 * 86_400_000;
 pub const MAX_CHILD_JOBS: usize = 100;
 pub const MAX_NO_EXECUTOR_TIMEOUT_MS: i64 = 7 * 86_400_000;
 /// Longest one HTTP delivery may take.
@@ -82,6 +84,12 @@ pub struct JobFields {
     /// earliest time it fits, as `throttled`, spending no attempt. `null`: no limit.
     #[serde(default, deserialize_with = "nullable")]
     rate_limit: Option<Option<RateLimit>>,
+    /// With a task `key`: creating a task whose key a pending task of the job holds
+    /// replaces that task's payload and moves its due time to the new one's, at most this
+    /// long after the first of those creates (1 to 604,800,000 ms). `null`: keys
+    /// deduplicate (a second create answers the first task).
+    #[serde(default, deserialize_with = "nullable")]
+    debounce_ms: Option<Option<i64>>,
     /// Jobs (names or ids) triggered after each successful run.
     child_jobs: Option<Vec<NameOrId>>,
     /// Where the plugin may send HTTP requests (the `rota` import `http_request`): origins
@@ -428,6 +436,16 @@ impl Collect {
         Some(rate)
     }
 
+    /// The debounce to keep: as sent (`null` clears it), else the changed job's.
+    fn debounce(&mut self, sent: Option<Option<i64>>, old: Option<&JobSpec>) -> Option<i64> {
+        self.optional_number(
+            "debounce_ms",
+            sent,
+            old.and_then(|s| s.debounce_ms),
+            1..=MAX_DEBOUNCE_MS,
+        )
+    }
+
     /// A number within `range` that may be `null` (no limit, or the default): as sent
     /// (`null` included), else the changed job's.
     fn optional_number(
@@ -556,6 +574,7 @@ pub async fn build_spec(
     );
     let (max_concurrency, concurrency_key) = bad.concurrency(f.concurrency, f.max_concurrency, old);
     let rate_limit = bad.rate_limit(f.rate_limit, old);
+    let debounce_ms = bad.debounce(f.debounce_ms, old);
     let no_executor_timeout_ms = bad.optional_number(
         "no_executor_timeout_ms",
         f.no_executor_timeout_ms,
@@ -619,6 +638,7 @@ pub async fn build_spec(
         max_concurrency: max_concurrency.map(|m| m as i32),
         concurrency_key,
         rate_limit,
+        debounce_ms,
         child_jobs,
         http_allow,
         enabled: f.enabled.or(old.map(|s| s.enabled)).unwrap_or(true),

@@ -65,17 +65,22 @@ impl TaskFields {
 }
 
 /// Creates one task of a job `who` may change; the task, and whether it is new (`false`:
-/// a task of the job already had this `key`, and it is that one).
+/// a task of the job already had this `key`, and it is that one — on a job with
+/// `debounce_ms`, with this task's payload and due time when it was still pending).
 pub async fn create(ports: &Ports, who: &Principal, fields: TaskFields) -> Result<(Task, bool)> {
     // Delays count from the moment the request is accepted.
     let now = ports.clock().now_ms();
-    let job_id = job_to_change(ports, who, &fields.job).await?;
+    let (job_id, debounce_ms) = job_to_change(ports, who, &fields.job).await?;
     let task = new_task(fields, job_id, now, ports.config())?;
     let (id, created) = *ports
         .store_tasks(std::slice::from_ref(&task), now)
         .await?
         .first()
         .ok_or_else(|| Error::Internal(anyhow::anyhow!("inserting a task returned no id")))?;
+    let id = match debounce_ms {
+        Some(ms) if !created => ports.debounce_task(id, &task, ms, now).await?,
+        _ => id,
+    };
     Ok((ports.store().get_task(id).await?, created))
 }
 
@@ -93,12 +98,12 @@ pub async fn create_batch(
             items.len()
         )));
     }
-    let mut jobs: HashMap<NameOrId, i64> = HashMap::new();
+    let mut jobs: HashMap<NameOrId, (i64, Option<Millis>)> = HashMap::new();
     let mut keys: HashMap<(i64, String), usize> = HashMap::new();
     let mut tasks = Vec::with_capacity(items.len());
     for (i, fields) in items.into_iter().enumerate() {
         let prefix = format!("tasks[{i}].");
-        let job_id = match jobs.entry(fields.job.clone()) {
+        let (job_id, _) = match jobs.entry(fields.job.clone()) {
             Entry::Occupied(e) => *e.get(),
             Entry::Vacant(e) => *e.insert(
                 job_to_change(ports, who, &fields.job)
@@ -120,19 +125,35 @@ pub async fn create_batch(
         }
         tasks.push(task);
     }
-    Ok(ports
+    let debounced: HashMap<i64, Millis> = jobs
+        .into_values()
+        .filter_map(|(id, ms)| Some((id, ms?)))
+        .collect();
+    let mut ids = Vec::with_capacity(tasks.len());
+    for ((id, created), task) in ports
         .store_tasks(&tasks, now)
         .await?
         .into_iter()
-        .map(|(id, _)| id)
-        .collect())
+        .zip(&tasks)
+    {
+        ids.push(match debounced.get(&task.job_id) {
+            Some(&ms) if !created => ports.debounce_task(id, task, ms, now).await?,
+            _ => id,
+        });
+    }
+    Ok(ids)
 }
 
-/// The id of the job `r` names (from the node's cache), if `who` may change it.
-async fn job_to_change(ports: &Ports, who: &Principal, r: &NameOrId) -> Result<i64> {
+/// The id of the job `r` names (from the node's cache), if `who` may change it, with its
+/// debounce.
+async fn job_to_change(
+    ports: &Ports,
+    who: &Principal,
+    r: &NameOrId,
+) -> Result<(i64, Option<Millis>)> {
     let job = cached_job(ports, "job", r).await?;
     who.check(&job.job.spec.app, Need::Change, &format!("job {r}"))?;
-    Ok(job.job.id)
+    Ok((job.job.id, job.job.spec.debounce_ms))
 }
 
 /// Validates one task; error messages start with the field.

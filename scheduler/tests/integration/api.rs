@@ -579,6 +579,11 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
             "per_ms",
         ),
         (
+            with("debounce_ms", json!(0)),
+            INVALID,
+            "debounce_ms: must be between 1 and 604800000",
+        ),
+        (
             {
                 let mut v = with("concurrency", json!({"limit": 2}));
                 v["max_concurrency"] = json!(3);
@@ -868,6 +873,77 @@ async fn trigger_creates_a_task_due_now() {
     t.post("/api/v1/jobs/nope/trigger", json!({}))
         .await
         .expect(StatusCode::NOT_FOUND);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn a_debounced_key_keeps_one_task_with_the_last_payload() {
+    let t = start().await;
+    let job = t.job("reindex").await;
+    t.patch(
+        &format!("/api/v1/jobs/{job}"),
+        json!({"debounce_ms": 60_000}),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let first_at = now();
+    let mut ids = Vec::new();
+    for v in 1..=5 {
+        let res = t
+            .post(
+                "/api/v1/tasks",
+                json!({"job": "reindex", "key": "doc-42", "payload": format!("v{v}"), "delay_ms": 30_000}),
+            )
+            .await;
+        res.expect(if v == 1 {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        });
+        ids.push(res.json()["id"].as_i64().unwrap());
+    }
+    assert!(ids.iter().all(|&id| id == ids[0]), "{ids:?}");
+    let task = t.get(&format!("/api/v1/tasks/{}", ids[0])).await.json();
+    assert_eq!(task["payload"], "v5");
+    assert_eq!(task["status"], "pending");
+    let due = time(&task["due_at"]);
+    assert!(
+        due >= first_at + 30_000 && due <= now() + 30_000,
+        "due {due}"
+    );
+    let all = t.get("/api/v1/tasks?job=reindex").await.json();
+    assert_eq!(all["items"].as_array().unwrap().len(), 1);
+
+    // One about to fire (due inside the window: in this node's wheel) is taken out and
+    // replaced; the replacement keeps the first create's time, which bounds it.
+    let soon = t
+        .post(
+            "/api/v1/tasks",
+            json!({"job": "reindex", "key": "doc-7", "payload": "w1", "delay_ms": 3_000}),
+        )
+        .await
+        .json();
+    let again = t
+        .post(
+            "/api/v1/tasks",
+            json!({"job": "reindex", "key": "doc-7", "payload": "w2", "delay_ms": 3_000}),
+        )
+        .await
+        .json();
+    assert_ne!(again["id"], soon["id"]);
+    assert_eq!(again["payload"], "w2");
+    assert_eq!(again["created_at"], soon["created_at"]);
+    let old = t.get(&format!("/api/v1/tasks/{}", soon["id"])).await.json();
+    assert_eq!(old["status"], "cancelled");
+    // The key now names the replacement.
+    let by_key = t.get("/api/v1/tasks?job=reindex&key=doc-7").await.json();
+    let holders: Vec<&Value> = by_key["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["id"])
+        .collect();
+    assert_eq!(holders, vec![&again["id"]]);
     t.stop().await;
 }
 

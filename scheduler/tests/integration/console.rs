@@ -172,6 +172,7 @@ fn job_form(name: &str) -> Vec<(&str, &str)> {
         ("rate_limit", ""),
         ("rate_per_ms", ""),
         ("rate_key", ""),
+        ("debounce_ms", ""),
         ("enabled", "on"),
     ]
 }
@@ -569,6 +570,10 @@ async fn the_job_form_shows_errors_next_to_their_fields() {
         (
             with(with(base.clone(), "rate_limit", "100"), "rate_per_ms", "0"),
             "must be between 1 and 86400000",
+        ),
+        (
+            with(base.clone(), "debounce_ms", "0"),
+            "must be between 1 and 604800000",
         ),
     ];
     for (form, needle) in cases {

@@ -92,6 +92,7 @@ pub(crate) fn spec(name: &str) -> JobSpec {
         memory_mb: 64,
         max_concurrency: None,
         rate_limit: None,
+        debounce_ms: None,
         concurrency_key: None,
         child_jobs: vec![],
         http_allow: vec![],
@@ -566,6 +567,54 @@ contract!(
             again.tasks.is_empty(),
             "fire times already turned into tasks are not added twice"
         );
+    }
+);
+
+contract!(
+    a_debounced_task_takes_the_last_payload_and_waits_at_most_its_bound,
+    |store: Store| async move {
+        let job = store.insert_job(&spec("reindex"), None, NOW).await.unwrap();
+        let mut first = task(job.id, NOW + 5_000, Some("doc-42"));
+        first.payload = Some("v1".into());
+        let id = store.insert_tasks(&[first], NOW).await.unwrap()[0].0;
+        // Edits keep coming: each moves it to five seconds after itself, but never past
+        // eight seconds after the first.
+        for (at, payload, due) in [
+            (NOW + 1_000, "v2", NOW + 6_000),
+            (NOW + 2_500, "v3", NOW + 7_500),
+            (NOW + 4_000, "v4", NOW + 8_000),
+        ] {
+            assert!(
+                store
+                    .debounce_task(id, Some(payload), at + 5_000, 8_000, at)
+                    .await
+                    .unwrap()
+            );
+            let t = store.get_task(id).await.unwrap();
+            assert_eq!((t.payload.as_deref(), t.due_at), (Some(payload), due));
+            assert_eq!(t.created_at, NOW, "the first create bounds the rest");
+        }
+        // Claimed by a node (in its wheel, about to fire): no longer debounced in place.
+        let lease = lease(&store).await;
+        let claimed = store
+            .claim_due(lease, NOW + 4_000, NOW + 9_000, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(claimed.tasks[0].task_id, id);
+        assert!(
+            !store
+                .debounce_task(id, Some("v5"), NOW + 9_500, 8_000, NOW + 4_500)
+                .await
+                .unwrap()
+        );
+        // Its key handed over, a new task of the job takes it.
+        store.hand_key_over(id).await.unwrap();
+        let mut next = task(job.id, NOW + 9_500, Some("doc-42"));
+        next.payload = Some("v5".into());
+        let (successor, created) = store.insert_tasks(&[next], NOW + 4_500).await.unwrap()[0];
+        assert!(created && successor != id);
+        store.set_created_at(successor, NOW).await.unwrap();
+        assert_eq!(store.get_task(successor).await.unwrap().created_at, NOW);
     }
 );
 
