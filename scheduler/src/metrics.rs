@@ -8,7 +8,9 @@
 //! `rota_runs_finished_total{status}`, `rota_workflow_instances_total{status}` (instances
 //! started — `running` — and ended, by how), `rota_workflow_handoff_seconds` (a step's run
 //! end → the commit that created the next steps' tasks; their start lateness is
-//! `rota_run_start_lateness_seconds`).
+//! `rota_run_start_lateness_seconds`), `rota_throttled_total{job}` (tasks over a limit),
+//! `rota_schedule_drift_seconds{job}` (a recurring job's last fire: its start − its fire
+//! time) and `rota_schedule_skipped_total{job}` (its fires that never ran).
 
 use std::sync::OnceLock;
 

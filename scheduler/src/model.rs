@@ -601,6 +601,18 @@ pub struct EndedAttempt {
     pub status: RunStatus,
     pub next: TaskNext,
     pub message: Option<String>,
+    /// For a recurring job's fire: how far behind its schedule it ran (SPEC §11 drift).
+    pub drift: Option<Drift>,
+}
+
+/// How far a recurring job's fire fell behind its schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drift {
+    /// It started this many ms after its fire time.
+    Late(Millis),
+    /// It never started: its executor was still running the job (`discard_later`), or
+    /// none took it.
+    Skipped,
 }
 
 /// A page of a list, newest first, with the cursor of the next page.

@@ -571,3 +571,79 @@ async fn a_failed_workflow_instance_sends_an_alarm_naming_it_and_its_step() {
             .join("\n")
     );
 }
+
+/// Sleeps 1.2 s (WASI `poll_oneoff` on the monotonic clock): longer than its job's interval.
+const SLOW: &str = r#"(module
+  (import "wasi_snapshot_preview1" "poll_oneoff"
+    (func $poll (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    ;; One subscription at 0: a clock (tag 0 at 8), monotonic (id 1 at 16), 1.2 s from
+    ;; now (timeout in ns at 24, flags 0: relative); its event at 64, the count at 128.
+    (i32.store (i32.const 16) (i32.const 1))
+    (i64.store (i32.const 24) (i64.const 1200000000))
+    (drop (call $poll (i32.const 0) (i32.const 64) (i32.const 1) (i32.const 128)))))"#;
+
+/// SPEC §11 drift: a job firing every 500 ms whose runs take 1.2 s, one at a time
+/// (`serial`): each fire starts later after its fire time than the one before, and the
+/// `schedule_drift` rule says so; the metric shows how far behind the last fire was.
+#[tokio::test]
+async fn a_job_whose_runs_outlast_its_interval_alarms_its_drift() {
+    let (hook, url) = Hook::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Standalone::start(dir.path());
+    let api = &node.api;
+    ops_channel(api, "default", &url).await;
+    api.upload("slow", SLOW).await;
+    let job = api
+        .ok(
+            "POST",
+            "/api/v1/jobs",
+            Some(json!({"name": "report", "app": "default", "plugin": "slow",
+                        "schedule": {"kind": "fixed_rate", "every_ms": 500}, "block": "serial"})),
+        )
+        .await;
+    let refused = api
+        .call(
+            "POST",
+            "/api/v1/alarm-rules",
+            Some(json!({"name": "behind", "app": "default", "job": "report",
+                        "on": "schedule_drift", "channels": ["ops"]})),
+        )
+        .await;
+    assert_eq!(
+        refused.0, 422,
+        "a drift rule needs its threshold: {}",
+        refused.1
+    );
+    assert!(refused.1.to_string().contains("threshold"), "{}", refused.1);
+    api.ok(
+        "POST",
+        "/api/v1/alarm-rules",
+        Some(json!({"name": "behind", "app": "default", "job": "report",
+                    "on": "schedule_drift", "threshold": 300, "channels": ["ops"]})),
+    )
+    .await;
+    let a = hook.wait_for_one(b"k3y", "schedule_drift", false).await;
+    assert_eq!(a["rule"], "behind");
+    let message = a["message"].as_str().unwrap();
+    assert!(
+        message.contains("ms after its fire time (threshold 300 ms)"),
+        "{message}"
+    );
+    let drift: f64 = api
+        .metrics()
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix("rota_schedule_drift_seconds{job=\"report\"} "))
+        .expect("the drift metric")
+        .parse()
+        .unwrap();
+    assert!(drift > 0.3, "the last fire was {drift} s behind");
+    api.ok(
+        "PATCH",
+        &format!("/api/v1/jobs/{}", job["id"]),
+        Some(json!({"enabled": false})),
+    )
+    .await;
+}

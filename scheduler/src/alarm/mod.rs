@@ -62,6 +62,9 @@ named_enum! {
         ClockSkew => "clock_skew",
         /// A workflow instance of the app failed (a step failed and nothing runs any more).
         WorkflowFailed => "workflow_failed",
+        /// A recurring job's fire started more than `threshold` ms after its fire time, or
+        /// never ran (its runs outlast its interval, a block strategy dropped it).
+        ScheduleDrift => "schedule_drift",
     }
 }
 
@@ -73,14 +76,14 @@ impl On {
 
     /// Whether a rule on it needs a `threshold` (ms).
     pub fn needs_threshold(self) -> bool {
-        matches!(self, On::Lateness | On::Backlog)
+        matches!(self, On::Lateness | On::Backlog | On::ScheduleDrift)
     }
 
     /// Whether a rule on it may have a `threshold` (ms).
     pub fn takes_threshold(self) -> bool {
         matches!(
             self,
-            On::Lateness | On::Backlog | On::NoExecutor | On::ClockSkew
+            On::Lateness | On::Backlog | On::NoExecutor | On::ClockSkew | On::ScheduleDrift
         )
     }
 
@@ -96,7 +99,7 @@ impl On {
     pub fn at_completion(self) -> bool {
         matches!(
             self,
-            On::RunFailed | On::TaskDead | On::RunTimeout | On::Lateness
+            On::RunFailed | On::TaskDead | On::RunTimeout | On::Lateness | On::ScheduleDrift
         )
     }
 }
@@ -230,6 +233,37 @@ pub fn raised(
                     let m = format!("run {} of task {} succeeded", e.run_id, e.task_id);
                     out.push(about(r.event(true, m, now)));
                 }
+            }
+        }
+        if let Some(drift) = e.drift {
+            for r in matching(e.job_id, On::ScheduleDrift) {
+                let threshold = r.threshold.unwrap_or(i64::MAX);
+                let ev = match drift {
+                    Drift::Late(ms) if ms > threshold => r.event(
+                        false,
+                        format!(
+                            "fire of task {} started {ms} ms after its fire time \
+                             (threshold {threshold} ms): the job's runs fall behind its schedule",
+                            e.task_id
+                        ),
+                        now,
+                    ),
+                    Drift::Skipped => r.event(
+                        false,
+                        format!("fire of task {} never ran: {said}", e.task_id),
+                        now,
+                    ),
+                    Drift::Late(ms) if r.open => r.event(
+                        true,
+                        format!(
+                            "fire of task {} started {ms} ms after its fire time",
+                            e.task_id
+                        ),
+                        now,
+                    ),
+                    Drift::Late(_) => continue,
+                };
+                out.push(about(ev));
             }
         }
         if e.next == TaskNext::Dead {
@@ -367,6 +401,7 @@ mod tests {
             status,
             next,
             message: Some("exit 3".into()),
+            drift: None,
         }
     }
 
@@ -486,6 +521,44 @@ mod tests {
         // A report without a start says nothing about lateness.
         let unstarted = [update(3, 10_000, None)];
         assert!(raised(&late, &apps(), &[&unstarted[0]], &[], 0).is_empty());
+    }
+
+    #[test]
+    fn a_fire_behind_its_schedule_or_never_run_raises_drift_and_one_on_time_resolves_it() {
+        let fire = |task, drift| EndedAttempt {
+            drift: Some(drift),
+            ..ended(task, RunStatus::Succeeded, TaskNext::Succeeded)
+        };
+        let rules = vec![rule(1, On::ScheduleDrift, Some(7), Some(1_000), false)];
+        let behind = [fire(1, Drift::Late(1_400))];
+        let out = raised(&rules, &apps(), &[], &behind, 0);
+        assert_eq!(out.len(), 1);
+        assert!(
+            out[0]
+                .message
+                .contains("started 1400 ms after its fire time"),
+            "{}",
+            out[0].message
+        );
+        let dropped = [EndedAttempt {
+            message: Some("executor x is still running this job".into()),
+            ..fire(2, Drift::Skipped)
+        }];
+        let out = raised(&rules, &apps(), &[], &dropped, 0);
+        assert!(
+            out[0]
+                .message
+                .contains("never ran: executor x is still running")
+        );
+        // Inside the threshold: nothing, unless the rule is open (then it clears).
+        let on_time = [fire(3, Drift::Late(200))];
+        assert!(raised(&rules, &apps(), &[], &on_time, 0).is_empty());
+        let open = vec![rule(1, On::ScheduleDrift, Some(7), Some(1_000), true)];
+        let out = raised(&open, &apps(), &[], &on_time, 0);
+        assert!(out.len() == 1 && out[0].resolved);
+        // A delayed task (no drift) says nothing of the schedule.
+        let delayed = [ended(4, RunStatus::Failed, TaskNext::Dead)];
+        assert!(raised(&open, &apps(), &[], &delayed, 0).is_empty());
     }
 
     #[test]

@@ -447,6 +447,8 @@ struct JobFormPage {
     buckets: Vec<crate::store::Bucket>,
     /// The bound per bucket, for the page.
     limit: Option<i32>,
+    /// A recurring job's last fires, behind its schedule or not.
+    drift: Option<crate::store::ScheduleDrift>,
 }
 
 impl JobFormPage {
@@ -477,6 +479,12 @@ impl JobFormPage {
             Some(j) => usecase::jobs::busiest_buckets(&console.ports, &s.who, j).await?,
             None => Vec::new(),
         };
+        let drift = match job {
+            Some(j) => usecase::jobs::schedule_drift(&console.ports, &s.who, j)
+                .await?
+                .filter(|d| d.fires > 0),
+            None => None,
+        };
         Ok(JobFormPage {
             chrome: Chrome::of(s, "jobs"),
             job: job.map(JobRow::from),
@@ -496,6 +504,7 @@ impl JobFormPage {
             dead,
             buckets,
             limit: job.and_then(|j| j.spec.max_concurrency),
+            drift,
         })
     }
 }

@@ -177,6 +177,14 @@ const ZH_CN: &[(&str, &str)] = &[
         "限速：启动次数（留空不限）",
     ),
     ("per (ms)", "每（毫秒）"),
+    ("Behind its schedule", "调度滞后"),
+    ("Its last fires", "最近触发次数"),
+    (
+        "latest start after its fire time",
+        "最近一次晚于触发时间启动",
+    ),
+    ("at most", "最多"),
+    ("never ran", "未运行"),
     (
         "Debounce (ms: a task with the key of a pending one replaces it; blank: keys deduplicate)",
         "防抖（毫秒：带有待运行任务键的新任务替换它；留空：键用于去重）",

@@ -108,7 +108,32 @@ pub(crate) async fn apply_with(
         .await?;
     metrics::histogram!("rota_report_apply_seconds").record(started.elapsed().as_secs_f64());
     react(completion, updates, &applied, now);
+    record_drift(completion, &applied.drifts).await;
     Ok(applied)
+}
+
+/// `rota_schedule_drift_seconds{job}`: how far behind its schedule each recurring job's
+/// last fire ran (SPEC §11); `rota_schedule_skipped_total{job}`: its fires that never ran.
+async fn record_drift(completion: &Completion, drifts: &[(i64, Drift)]) {
+    for (job_id, drift) in drifts {
+        let job = match completion
+            .jobs
+            .get(&completion.cluster.store, *job_id)
+            .await
+        {
+            Ok(Some(entry)) => entry.job.spec.name.clone(),
+            _ => job_id.to_string(),
+        };
+        match drift {
+            Drift::Late(ms) => {
+                metrics::gauge!("rota_schedule_drift_seconds", "job" => job)
+                    .set(*ms as f64 / 1000.0);
+            }
+            Drift::Skipped => {
+                metrics::counter!("rota_schedule_skipped_total", "job" => job).increment(1);
+            }
+        }
+    }
 }
 
 /// Ends the attempts that acks and nacks hold (of `job_id`'s tasks, when given), as
@@ -138,6 +163,7 @@ pub(crate) async fn end_leases(
         )
         .await?;
     react(completion, &ended.updates, &ended.applied, now);
+    record_drift(completion, &ended.applied.drifts).await;
     Ok(ended)
 }
 

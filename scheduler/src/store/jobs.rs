@@ -1,4 +1,5 @@
-//! Jobs: create, change (re-planning the schedule), read, list, delete.
+//! Jobs: create, change (re-planning the schedule), read, list, delete; a fixed-delay
+//! job's next fire once one ended, and how far behind its schedule a job runs.
 
 use super::*;
 
@@ -151,6 +152,32 @@ impl Store {
             qb.build().execute(&mut **tx).await?;
         });
         Ok(())
+    }
+
+    /// How far behind its schedule job `job_id`'s last `n` fires that ended ran (from
+    /// `ix_runs_job`, newest first).
+    pub async fn schedule_drift(&self, job_id: i64, n: i64) -> Result<ScheduleDrift> {
+        let rows: Vec<(i64, Option<i64>)> = on_pool!(self, |pool, Db| {
+            sqlx::query_as(
+                "SELECT r.scheduled_at, r.started_at FROM runs r JOIN tasks t ON t.id = r.task_id \
+                 WHERE r.job_id = ? AND t.kind = 'cron' \
+                 AND r.status NOT IN ('dispatched', 'running') ORDER BY r.id DESC LIMIT ?",
+            )
+            .bind(job_id)
+            .bind(n)
+            .fetch_all(pool)
+            .await?
+        });
+        let late: Vec<Millis> = rows
+            .iter()
+            .filter_map(|(due, started)| Some((started.as_ref()? - due).max(0)))
+            .collect();
+        Ok(ScheduleDrift {
+            fires: rows.len(),
+            most_ms: late.iter().copied().max(),
+            last_ms: late.first().copied(),
+            skipped: rows.len() - late.len(),
+        })
     }
 
     pub async fn get_job(&self, id: i64) -> Result<Job> {

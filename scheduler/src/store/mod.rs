@@ -381,7 +381,7 @@ use retry::is_retryable;
 use rows::*;
 pub use rows::{
     ApiToken, Applied, AuditEntry, Bucket, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef,
-    NodeRow, PluginUser, ReportOwners, RunStat, SecretMeta, TokenUser, User,
+    NodeRow, PluginUser, ReportOwners, RunStat, ScheduleDrift, SecretMeta, TokenUser, User,
 };
 use workflows::StepTaskEnded;
 pub use workflows::{

@@ -340,9 +340,23 @@ pub struct Applied {
     pub handoffs_ms: Vec<Millis>,
     /// The earliest next fire of the fixed-delay jobs whose fires the batch ended.
     pub fires_resumed: Option<Millis>,
+    /// How far behind their schedules the recurring fires the batch ended ran, by job.
+    pub drifts: Vec<(i64, Drift)>,
 }
 
 // ----- read models handed to callers ---------------------------------------------------------
+
+/// How far behind its schedule a recurring job's last fires ran, as its page shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScheduleDrift {
+    /// The fires looked at (the last ones that ended).
+    pub fires: usize,
+    /// The most and the last of their start − fire time, in ms, of those that started.
+    pub most_ms: Option<Millis>,
+    pub last_ms: Option<Millis>,
+    /// Those that never started.
+    pub skipped: usize,
+}
 
 /// One bucket of a bounded job, as its page shows it.
 #[derive(Debug, Clone, PartialEq)]

@@ -174,6 +174,11 @@ impl Store {
             instances_started: moved.started,
             handoffs_ms: moved.handoffs_ms,
             fires_resumed: verdicts.resumed.iter().map(|(_, at)| *at).min(),
+            drifts: verdicts
+                .ended
+                .iter()
+                .filter_map(|e| Some((e.job_id, e.drift?)))
+                .collect(),
         })
     }
 
@@ -409,6 +414,10 @@ impl Store {
                     finished_at: last.finished_at,
                 });
             }
+            let drift = (row.kind == TaskKind::Cron.as_str()).then(|| match last.started_at {
+                Some(started) => Drift::Late((started - last.scheduled_at).max(0)),
+                None => Drift::Skipped,
+            });
             verdicts.ended.push(EndedAttempt {
                 task_id: row.id,
                 job_id: row.job_id,
@@ -417,6 +426,7 @@ impl Store {
                 status: verdict_status,
                 next: verdict.clone(),
                 message: last.message.clone(),
+                drift,
             });
             verdicts.outcomes.push((row.id, verdict));
         }

@@ -920,3 +920,21 @@ pub async fn busiest_buckets(
     }
     Ok(ports.store().busiest_buckets(job.id, 10).await?)
 }
+
+/// How far behind its schedule recurring job `job`'s last twenty fires ran (SPEC §11
+/// drift); `None` for a job without a recurring schedule.
+pub async fn schedule_drift(
+    ports: &Ports,
+    who: &Principal,
+    job: &Job,
+) -> Result<Option<store::ScheduleDrift>> {
+    who.check(
+        &job.spec.app,
+        Need::Read,
+        &format!("job `{}`", job.spec.name),
+    )?;
+    if job.spec.schedule == Schedule::None {
+        return Ok(None);
+    }
+    Ok(Some(ports.store().schedule_drift(job.id, 20).await?))
+}

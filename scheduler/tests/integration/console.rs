@@ -3091,3 +3091,73 @@ async fn a_bounded_jobs_page_shows_who_waits_for_a_slot() {
         .contains(r#"name="rate_key" value="/partner""#);
     t.stop().await;
 }
+
+/// A recurring job's page says how far behind its schedule its last fires started.
+#[tokio::test]
+async fn a_recurring_jobs_page_shows_how_far_behind_its_schedule_it_runs() {
+    use crate::store_contract::{dispatched, report};
+    use rota_scheduler::model::{NewTask, RunStatus, TaskKind, TaskNext};
+    let t = start().await;
+    t.upload_plugin().await;
+    let b = t.sign_in().await;
+    let job = t.create_job(&b, "every-second").await;
+    t.api(
+        Method::PATCH,
+        &format!("/api/v1/jobs/{job}"),
+        "application/json",
+        json!({"schedule": {"kind": "fixed_rate", "every_ms": 1_000}}).to_string(),
+    )
+    .await;
+    let page = t
+        .get(&format!("/console/jobs/{job}"), Some(&b.cookie))
+        .await;
+    page.expect(StatusCode::OK);
+    assert!(
+        !page.text.contains("Behind its schedule"),
+        "no fire ended yet: nothing to say"
+    );
+    // A fire of its own, an hour ahead (the node's scan leaves it), claimed and run here.
+    let store = t.node.ports().store();
+    let lease = t.node.ports().lease();
+    let now = now_ms();
+    let fire = NewTask {
+        job_id: job,
+        kind: TaskKind::Cron,
+        key: None,
+        payload: None,
+        params: None,
+        due_at: now + 3_600_000,
+        max_attempts: None,
+        backoff: None,
+        priority: 0,
+    };
+    store.insert_tasks(&[fire], now).await.unwrap();
+    let claimed = store
+        .claim_due(lease, now, now + 3_700_000, 10, &mut |_| {
+            JobFires::default()
+        })
+        .await
+        .unwrap();
+    let fire = claimed
+        .tasks
+        .iter()
+        .find(|f| f.kind == TaskKind::Cron && f.due_at == now + 3_600_000)
+        .unwrap();
+    store
+        .record_dispatches(lease, &[dispatched(fire, 9_001)], now_ms())
+        .await
+        .unwrap();
+    let mut ended = report(fire, 9_001, RunStatus::Succeeded);
+    ended.started_at = Some(fire.due_at + 900);
+    store
+        .apply_run_updates(&[ended], now_ms(), &mut |_| TaskNext::Succeeded)
+        .await
+        .unwrap();
+    t.get(&format!("/console/jobs/{job}"), Some(&b.cookie))
+        .await
+        .expect(StatusCode::OK)
+        .contains("Behind its schedule")
+        .contains(r#"<span class="last">900 ms</span>"#)
+        .contains(r#"<span class="skipped">0</span>"#);
+    t.stop().await;
+}

@@ -618,8 +618,57 @@ contract!(
     }
 );
 
+contract!(
+    a_recurring_jobs_drift_is_read_from_its_last_fires,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        let mut s = spec("every-second");
+        s.schedule = Schedule::FixedRate { every_ms: 1_000 };
+        let job = store.insert_job(&s, Some(NOW + 1_000), NOW).await.unwrap();
+        let fires = scan_at(&store, lease, NOW).await.tasks;
+        assert_eq!(fires.len(), 5);
+        // Three start late, one never starts (dropped by its block strategy), one still
+        // runs (not counted yet).
+        let ends = [
+            (Some(100), RunStatus::Succeeded),
+            (Some(700), RunStatus::Succeeded),
+            (Some(1_500), RunStatus::Succeeded),
+            (None, RunStatus::Failed),
+            (Some(2_000), RunStatus::Running),
+        ];
+        for (k, (fire, (late, status))) in fires.iter().zip(ends).enumerate() {
+            let run = 80 + k as i64;
+            store
+                .record_dispatches(lease, &[dispatched(fire, run)], NOW)
+                .await
+                .unwrap();
+            let mut u = report(fire, run, status);
+            u.started_at = late.map(|ms| fire.due_at + ms);
+            store
+                .apply_run_updates(&[u], NOW, &mut |_| TaskNext::Dead)
+                .await
+                .unwrap();
+        }
+        let drift = store.schedule_drift(job.id, 20).await.unwrap();
+        assert_eq!(
+            drift,
+            rota_scheduler::store::ScheduleDrift {
+                fires: 4,
+                most_ms: Some(1_500),
+                last_ms: Some(1_500),
+                skipped: 1,
+            }
+        );
+        assert_eq!(store.schedule_drift(job.id, 2).await.unwrap().fires, 2);
+    }
+);
+
 /// A scan by `lease` at `now`, planning recurring fires as the node does.
-async fn scan_at(store: &Store, lease: NodeLease, now: Millis) -> rota_scheduler::store::Claimed {
+pub(crate) async fn scan_at(
+    store: &Store,
+    lease: NodeLease,
+    now: Millis,
+) -> rota_scheduler::store::Claimed {
     store
         .claim_due(lease, now, now + 5_000, 100, &mut planner(now))
         .await
