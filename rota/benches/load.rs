@@ -21,7 +21,11 @@
 //! Settings: `ROTA_BIN` (target/release/rota), `ROTA_BENCH_MYSQL_URL` (a private MariaDB:
 //! `scripts/bench/mariadb-instance.sh`; SQLite in a temporary directory without it),
 //! `ROTA_BENCH_NODES` (1), `ROTA_BENCH_PLUGIN` (plugins/target/hello.wasm; a `.wat` no-op
-//! gives the floor, and the output says so), `ROTA_BENCH_CAPACITY` (executor capacity, 256).
+//! gives the floor, and the output says so), `ROTA_BENCH_CAPACITY` (executor capacity, 256),
+//! `ROTA_BENCH_KEYS` (0: each payload names one of this many customers, `{"customer": n}`),
+//! `ROTA_BENCH_LIMITS` (unset: none; `1`: the job has `concurrency {key: /customer, limit:
+//! 8}` and `rate_limit {key: /customer, limit: 50, per_ms: 1000}` — SPEC §7's flow-control
+//! figure is this against the same load without, both with the keys).
 //! `scripts/bench/load.sh` runs the published set and writes the tables.
 
 #[path = "../tests/integration/support/mod.rs"]
@@ -70,6 +74,10 @@ struct Bed {
     job_id: i64,
     plugin: String,
     floor: bool,
+    /// Customers the payloads name (0: one payload for all), and whether the job limits
+    /// each.
+    keys: u64,
+    limits: bool,
     http: reqwest::Client,
     /// Every process's stderr (`n1.log`…, `executor.log`): read when a run stalls.
     log_dir: PathBuf,
@@ -114,14 +122,14 @@ impl Bed {
         let api = nodes[0].1.clone();
         wait_executors(&api, 1).await;
         api.upload("bench", plugin).await;
-        let job = api
-            .ok(
-                "POST",
-                "/api/v1/jobs",
-                Some(json!({"name": "bench", "app": "default", "plugin": "bench",
-                            "schedule": {"kind": "none"}, "route": "round_robin"})),
-            )
-            .await;
+        let limits = std::env::var("ROTA_BENCH_LIMITS").is_ok_and(|v| v == "1");
+        let mut spec = json!({"name": "bench", "app": "default", "plugin": "bench",
+                              "schedule": {"kind": "none"}, "route": "round_robin"});
+        if limits {
+            spec["concurrency"] = json!({"key": "/customer", "limit": 8});
+            spec["rate_limit"] = json!({"key": "/customer", "limit": 50, "per_ms": 1_000});
+        }
+        let job = api.ok("POST", "/api/v1/jobs", Some(spec)).await;
         let job_id = job["id"].as_i64().unwrap();
         dirs.push(exec_dir);
         let log_path = log_dir.path().to_path_buf();
@@ -139,6 +147,8 @@ impl Bed {
                 .to_string_lossy()
                 .into_owned(),
             floor,
+            keys: env_or("ROTA_BENCH_KEYS", 0),
+            limits,
             http: reqwest::Client::new(),
             log_dir: log_path,
             _dirs: dirs,
@@ -195,12 +205,17 @@ impl Bed {
 
     fn label(&self) -> String {
         format!(
-            "{}, {} node{}, `{}`{}",
+            "{}, {} node{}, `{}`{}{}",
             self.db_name,
             self.nodes.len(),
             if self.nodes.len() == 1 { "" } else { "s" },
             self.plugin,
-            if self.floor { " (no-op: a floor)" } else { "" }
+            if self.floor { " (no-op: a floor)" } else { "" },
+            match (self.keys, self.limits) {
+                (0, _) => String::new(),
+                (k, true) => format!(", {k} customers, each limited (8 at once, 50/s)"),
+                (k, false) => format!(", {k} customers, no limits"),
+            }
         )
     }
 }
@@ -250,7 +265,13 @@ async fn offer(bed: &Bed, rate: u64, seconds: u64, delay: impl Fn() -> u64) -> u
         let n = owed.floor() as usize;
         owed -= n as f64;
         let tasks: Vec<Value> = (0..n)
-            .map(|_| json!({"job": "bench", "payload": "{\"order_id\":42}", "delay_ms": delay()}))
+            .map(|_| {
+                let payload = match bed.keys {
+                    0 => "{\"order_id\":42}".to_owned(),
+                    k => format!("{{\"customer\":{}}}", rand::random::<u64>() % k),
+                };
+                json!({"job": "bench", "payload": payload, "delay_ms": delay()})
+            })
             .collect();
         sent += n;
         let body = serde_json::to_vec(&json!({ "tasks": tasks })).unwrap();
