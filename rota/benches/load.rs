@@ -25,7 +25,8 @@
 //! `ROTA_BENCH_KEYS` (0: each payload names one of this many customers, `{"customer": n}`),
 //! `ROTA_BENCH_LIMITS` (unset: none; `1`: the job has `concurrency {key: /customer, limit:
 //! 8}` and `rate_limit {key: /customer, limit: 50, per_ms: 1000}` — SPEC §7's flow-control
-//! figure is this against the same load without, both with the keys).
+//! figure is this against the same load without, both with the keys; `concurrency` or
+//! `rate`: that one alone).
 //! `scripts/bench/load.sh` runs the published set and writes the tables.
 
 #[path = "../tests/integration/support/mod.rs"]
@@ -122,11 +123,14 @@ impl Bed {
         let api = nodes[0].1.clone();
         wait_executors(&api, 1).await;
         api.upload("bench", plugin).await;
-        let limits = std::env::var("ROTA_BENCH_LIMITS").is_ok_and(|v| v == "1");
+        let which = std::env::var("ROTA_BENCH_LIMITS").unwrap_or_default();
+        let limits = !which.is_empty() && which != "0";
         let mut spec = json!({"name": "bench", "app": "default", "plugin": "bench",
                               "schedule": {"kind": "none"}, "route": "round_robin"});
-        if limits {
+        if which == "1" || which == "concurrency" {
             spec["concurrency"] = json!({"key": "/customer", "limit": 8});
+        }
+        if which == "1" || which == "rate" {
             spec["rate_limit"] = json!({"key": "/customer", "limit": 50, "per_ms": 1_000});
         }
         let job = api.ok("POST", "/api/v1/jobs", Some(spec)).await;
