@@ -113,7 +113,21 @@ pub mod defaults {
     pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 }
 
+/// See [`Config::bounded_window_ms`].
+const BOUNDED_LEAD_MS: i64 = 300;
+
 impl Config {
+    /// How far ahead the scan claims the tasks of a job with a concurrency bound: a claimed
+    /// task holds its bucket's slot from its claim, so claiming it a whole window ahead
+    /// holds slots for seconds before anything runs, and a task created meanwhile due
+    /// sooner finds its bucket full of later ones and waits for them (at 5,000 tasks/s over
+    /// 1,000 customers limited to 8 at once, claims 5 s ahead made 1 % of the runs start
+    /// 250 ms late, claims 300 ms ahead 126 ms). The scan comes back in time for the next
+    /// such task ([`crate::store::Claimed::bounded_next`]). Never more than the window.
+    pub fn bounded_window_ms(&self) -> i64 {
+        BOUNDED_LEAD_MS.min(self.window_ms)
+    }
+
     pub fn new(database_url: impl Into<String>, secret: Secret) -> Self {
         Config {
             database_url: database_url.into(),

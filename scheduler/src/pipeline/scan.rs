@@ -58,28 +58,29 @@ pub(crate) async fn scan_loop(scan: Arc<Scan>) {
             return;
         }
         let started = Instant::now();
-        let full = match scan_once(&scan, &mut compiled).await {
-            Ok(full) => full,
+        let scanned = match scan_once(&scan, &mut compiled).await {
+            Ok(scanned) => scanned,
             Err(crate::store::Error::Fenced) => {
                 if !scan.rejoin().await {
                     return;
                 }
-                false
+                Scanned::default()
             }
             Err(e) => {
                 tracing::warn!(error = %e, "scan failed; retrying");
-                false
+                Scanned::default()
             }
         };
         metrics::histogram!("rota_scan_seconds").record(started.elapsed().as_secs_f64());
-        if full {
+        if scanned.full {
             // The batch limit was hit: more is due. Go again at once (the wheel's capacity
             // bounds how far ahead this runs).
             tokio::task::yield_now().await;
             continue;
         }
+        let next = interval.saturating_sub(started.elapsed());
         tokio::select! {
-            _ = tokio::time::sleep(interval.saturating_sub(started.elapsed())) => {}
+            _ = tokio::time::sleep(scanned.bounded_in.map_or(next, |b| b.min(next))) => {}
             _ = scan.wake.notified() => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
@@ -90,6 +91,8 @@ pub(crate) async fn scan_loop(scan: Arc<Scan>) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Window {
     pub until: Millis,
+    /// The tasks of jobs with a concurrency bound: only those due by then.
+    pub bounded_until: Millis,
     pub limit: u32,
 }
 
@@ -107,20 +110,36 @@ pub(crate) fn window(
     }
     Some(Window {
         until: now + config.window_ms,
+        bounded_until: now + config.bounded_window_ms(),
         limit: (config.scan_batch as usize).min(room) as u32,
     })
 }
 
-/// One scan. Returns true if it claimed a full batch (more may be due).
+/// What one scan tells the next.
+#[derive(Debug, Default)]
+struct Scanned {
+    /// It claimed a full batch: more may be due.
+    full: bool,
+    /// A task of a job with a concurrency bound, left unclaimed, comes within its bounded
+    /// window ([`crate::config::Config::bounded_window_ms`]) in this long.
+    bounded_in: Option<Duration>,
+}
+
+/// One scan.
 #[tracing::instrument(skip_all, fields(claimed))]
 async fn scan_once(
     scan: &Scan,
     compiled: &mut HashMap<i64, (String, Option<CompiledSchedule>)>,
-) -> crate::store::Result<bool> {
+) -> crate::store::Result<Scanned> {
     let cluster = &scan.cluster;
     let now = cluster.clock.now_ms();
-    let Some(Window { until, limit }) = window(now, &cluster.config, scan.ring.len()) else {
-        return Ok(false);
+    let Some(Window {
+        until,
+        bounded_until,
+        limit,
+    }) = window(now, &cluster.config, scan.ring.len())
+    else {
+        return Ok(Scanned::default());
     };
     let threshold = cluster.config.misfire_threshold_ms;
     let mut misfired = 0u64;
@@ -161,7 +180,7 @@ async fn scan_once(
     let lease = cluster.lease.get();
     let claimed = cluster
         .store
-        .claim_due(lease, now, until, limit, &mut plan)
+        .claim_due(lease, now, until, bounded_until, limit, &mut plan)
         .await?;
     if misfired > 0 {
         metrics::counter!("rota_misfires_total").increment(misfired);
@@ -177,7 +196,14 @@ async fn scan_once(
     tracing::Span::current().record("claimed", n);
     metrics::counter!("rota_claimed_total").increment(n as u64);
     scan.ring.insert(DueTask::held_under(claimed.tasks, lease));
-    Ok(n as u32 >= limit)
+    let bounded_in = claimed.bounded_next.map(|due| {
+        let reach = due - cluster.config.bounded_window_ms();
+        Duration::from_millis((reach - cluster.clock.now_ms()).max(0) as u64)
+    });
+    Ok(Scanned {
+        full: n as u32 >= limit,
+        bounded_in,
+    })
 }
 
 /// Recovers the claims of this node's earlier incarnations (it was killed after a scan).
@@ -509,6 +535,7 @@ mod tests {
     async fn each_scan_reaches_one_window_past_its_own_now_within_the_wheels_room() {
         let mut config = Config::for_tests("sqlite::memory:");
         config.window_ms = 5_000;
+        config.scan_interval_ms = 1_000;
         config.scan_batch = 20_000;
         config.wheel_capacity = 50_000;
         let clock = Clock::tokio_from(1_000_000);
@@ -518,6 +545,7 @@ mod tests {
             first,
             Window {
                 until: 1_005_000,
+                bounded_until: 1_000_300,
                 limit: 20_000
             }
         );

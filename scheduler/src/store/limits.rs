@@ -254,6 +254,26 @@ impl Store {
         Ok(out)
     }
 
+    /// The earliest due time after `after` of a task of `job_id` waiting to be claimed
+    /// (pending, or throttled and deferred).
+    pub(super) async fn next_due_after(
+        &self,
+        tx: &mut Tx,
+        job_id: i64,
+        after: Millis,
+    ) -> Result<Option<Millis>> {
+        Ok(on_tx!(tx, |tx, Db| {
+            sqlx::query_scalar(
+                "SELECT MIN(due_at) FROM tasks WHERE job_id = ? \
+                 AND status IN ('pending', 'throttled') AND due_at > ?",
+            )
+            .bind(job_id)
+            .bind(after)
+            .fetch_one(&mut **tx)
+            .await?
+        }))
+    }
+
     /// The slots each bucket of `job_id` holds.
     async fn holding(&self, tx: &mut Tx, job_id: i64) -> Result<HashMap<Option<String>, i64>> {
         let busy: Vec<(Option<String>, i64)> = on_tx!(tx, |tx, Db| {

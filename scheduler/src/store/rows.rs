@@ -313,6 +313,10 @@ pub struct Claimed {
     pub cron_fires: usize,
     /// Due tasks it found over their job's concurrency bound and throttled, by job.
     pub throttled: Vec<(i64, u64)>,
+    /// The earliest due time of a task of a job with a concurrency bound that the scan left
+    /// unclaimed, being due after its bounded window: the next scan should come by then,
+    /// less that window.
+    pub bounded_next: Option<Millis>,
 }
 
 /// The outcome of applying a batch of run updates.

@@ -317,7 +317,9 @@ impl Store {
 
     /// One scan, in one transaction: turns the recurring fire times due by `until` into task
     /// rows (one per job and fire time, whatever races), advances those jobs' next fire times,
-    /// and claims up to `limit` pending tasks due by `until` for this node's wheel.
+    /// and claims up to `limit` pending tasks due by `until` for this node's wheel — those of
+    /// jobs with a concurrency bound only when due by `bounded_until` (the earlier: a claim
+    /// holds a slot, [`crate::config::Config::bounded_window_ms`]).
     ///
     /// The claim is durable: a claimed task stays `claimed` by `lease` until its dispatch is
     /// recorded, so a node that restarts finds it again ([`Store::claims_of`]) instead of losing
@@ -327,6 +329,7 @@ impl Store {
         lease: NodeLease,
         now: Millis,
         until: Millis,
+        bounded_until: Millis,
         limit: u32,
         plan: &mut (dyn FnMut(&DueJob) -> JobFires + Send),
     ) -> Result<Claimed> {
@@ -343,12 +346,24 @@ impl Store {
             let limited = self.limited_jobs(&mut tx).await?;
             let mut rows = self.due_unlimited(&mut tx, until, limit, &limited).await?;
             let mut throttled = Vec::new();
+            let mut bounded_next: Option<Millis> = None;
             for job in &limited {
                 let room = i64::from(limit) - rows.len() as i64;
                 if room <= 0 {
                     break;
                 }
+                let until = match job.max_concurrency {
+                    Some(_) => until.min(bounded_until),
+                    None => until,
+                };
                 let bounded = self.due_bounded(&mut tx, job, room, until, now).await?;
+                if job.max_concurrency.is_some() {
+                    let next = self.next_due_after(&mut tx, job.id, until).await?;
+                    bounded_next = match (bounded_next, next) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
                 if bounded.throttled > 0 {
                     throttled.push((job.id, bounded.throttled));
                 }
@@ -363,6 +378,7 @@ impl Store {
                     .collect::<Result<_>>()?,
                 cron_fires,
                 throttled,
+                bounded_next,
             })
         })
     }

@@ -413,9 +413,14 @@ async fn every_page_renders() {
     let now = now_ms();
     let lease = t.node.ports().lease();
     store
-        .claim_due(lease, now, now + 3_600_001, 10, &mut |_| {
-            JobFires::default()
-        })
+        .claim_due(
+            lease,
+            now,
+            now + 3_600_001,
+            now + 3_600_001,
+            10,
+            &mut |_| JobFires::default(),
+        )
         .await
         .unwrap();
     store
@@ -2554,9 +2559,14 @@ async fn killing_a_run_is_one_use_case_through_both_doors() {
     }
     let (store, lease, now) = (t.node.ports().store(), t.node.ports().lease(), now_ms());
     store
-        .claim_due(lease, now, now + 3_600_001, 10, &mut |_| {
-            JobFires::default()
-        })
+        .claim_due(
+            lease,
+            now,
+            now + 3_600_001,
+            now + 3_600_001,
+            10,
+            &mut |_| JobFires::default(),
+        )
         .await
         .unwrap();
     let runs: Vec<Dispatched> = tasks
@@ -3032,6 +3042,7 @@ async fn a_bounded_jobs_page_shows_who_waits_for_a_slot() {
             t.node.ports().lease(),
             now,
             now + 3_600_001,
+            now + 3_600_001,
             10,
             &mut |_| JobFires::default(),
         )
@@ -3072,9 +3083,14 @@ async fn a_bounded_jobs_page_shows_who_waits_for_a_slot() {
         .node
         .ports()
         .store()
-        .claim_due(t.node.ports().lease(), now, now + 5_000, 10, &mut |_| {
-            JobFires::default()
-        })
+        .claim_due(
+            t.node.ports().lease(),
+            now,
+            now + 5_000,
+            now + 5_000,
+            10,
+            &mut |_| JobFires::default(),
+        )
         .await
         .unwrap();
     assert!(
@@ -3133,9 +3149,14 @@ async fn a_recurring_jobs_page_shows_how_far_behind_its_schedule_it_runs() {
     };
     store.insert_tasks(&[fire], now).await.unwrap();
     let claimed = store
-        .claim_due(lease, now, now + 3_700_000, 10, &mut |_| {
-            JobFires::default()
-        })
+        .claim_due(
+            lease,
+            now,
+            now + 3_700_000,
+            now + 3_700_000,
+            10,
+            &mut |_| JobFires::default(),
+        )
         .await
         .unwrap();
     let fire = claimed

@@ -144,7 +144,7 @@ async fn claimed_tasks(
         .map(|(id, _)| id)
         .collect();
     let claimed = store
-        .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+        .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
         .await
         .unwrap();
     assert_eq!(claimed.tasks.len(), ids.len());
@@ -498,7 +498,7 @@ contract!(the_scan_claims_the_window_once, |store: Store| async move {
         .await
         .unwrap();
     let claimed = store
-        .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+        .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
         .await
         .unwrap();
     let mut got: Vec<i64> = claimed.tasks.iter().map(|t| t.task_id).collect();
@@ -513,7 +513,7 @@ contract!(the_scan_claims_the_window_once, |store: Store| async move {
         TaskStatus::Claimed
     );
     let again = store
-        .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+        .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
         .await
         .unwrap();
     assert!(
@@ -527,7 +527,7 @@ contract!(the_scan_claims_the_window_once, |store: Store| async move {
         .await
         .unwrap();
     let one = store
-        .claim_due(lease, NOW, NOW + 5_000, 1, &mut no_jobs)
+        .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 1, &mut no_jobs)
         .await
         .unwrap();
     assert_eq!(one.tasks.len(), 1);
@@ -542,7 +542,7 @@ contract!(
         let job = store.insert_job(&s, Some(NOW + 1_000), NOW).await.unwrap();
         let mut plan = planner(NOW);
         let claimed = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut plan)
             .await
             .unwrap();
         assert_eq!(claimed.cron_fires, 5);
@@ -560,7 +560,7 @@ contract!(
             .await
             .unwrap();
         let again = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut plan)
             .await
             .unwrap();
         assert!(
@@ -597,7 +597,14 @@ contract!(
         // Claimed by a node (in its wheel, about to fire): no longer debounced in place.
         let lease = lease(&store).await;
         let claimed = store
-            .claim_due(lease, NOW + 4_000, NOW + 9_000, 100, &mut no_jobs)
+            .claim_due(
+                lease,
+                NOW + 4_000,
+                NOW + 9_000,
+                NOW + 9_000,
+                100,
+                &mut no_jobs,
+            )
             .await
             .unwrap();
         assert_eq!(claimed.tasks[0].task_id, id);
@@ -670,7 +677,7 @@ pub(crate) async fn scan_at(
     now: Millis,
 ) -> rota_scheduler::store::Claimed {
     store
-        .claim_due(lease, now, now + 5_000, 100, &mut planner(now))
+        .claim_due(lease, now, now + 5_000, now + 5_000, 100, &mut planner(now))
         .await
         .unwrap()
 }
@@ -791,7 +798,7 @@ contract!(
             .await
             .unwrap();
         let claimed = store
-            .claim_due(first, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(first, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(claimed.tasks.len(), 2);
@@ -853,7 +860,7 @@ contract!(
         );
         // The scan does not claim it again; it finds the pending one when it is due.
         let scanned = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert!(scanned.tasks.is_empty());
@@ -879,7 +886,7 @@ contract!(
             .await
             .unwrap();
         let t = store
-            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 10, &mut no_jobs)
             .await
             .unwrap()
             .tasks
@@ -952,7 +959,7 @@ contract!(
             .await
             .unwrap();
         let t = store
-            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 10, &mut no_jobs)
             .await
             .unwrap()
             .tasks
@@ -996,6 +1003,7 @@ contract!(
                 .claim_due(
                     lease,
                     NOW + 10_000 * attempt as i64,
+                    NOW + 100_000,
                     NOW + 100_000,
                     10,
                     &mut no_jobs,
@@ -1061,7 +1069,7 @@ contract!(
             .await
             .unwrap();
         let t = store
-            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 10, &mut no_jobs)
             .await
             .unwrap()
             .tasks
@@ -1098,7 +1106,7 @@ contract!(
         );
 
         let t2 = store
-            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 10, &mut no_jobs)
             .await
             .unwrap()
             .tasks
@@ -1140,7 +1148,7 @@ contract!(killed_runs_cancel_their_task, |store: Store| async move {
         .await
         .unwrap();
     let t = store
-        .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+        .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 10, &mut no_jobs)
         .await
         .unwrap()
         .tasks
@@ -1174,7 +1182,7 @@ contract!(cancel_only_before_dispatch, |store: Store| async move {
     assert!(!changed, "cancelling a cancelled task is idempotent");
 
     let claimed = store
-        .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+        .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 10, &mut no_jobs)
         .await
         .unwrap();
     assert_eq!(claimed.tasks.len(), 1, "a cancelled task is never claimed");
@@ -1280,7 +1288,7 @@ contract!(
             .unwrap();
         // The first finishes, the second stays pending (old but unfinished), the third is recent.
         let claimed = store
-            .claim_due(lease, NOW, NOW - 45_000, 10, &mut no_jobs)
+            .claim_due(lease, NOW, NOW - 45_000, NOW - 45_000, 10, &mut no_jobs)
             .await
             .unwrap();
         let t = &claimed.tasks[0];
@@ -1421,7 +1429,7 @@ contract!(
             .await
             .unwrap();
         let claimed = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         let runs = store.allocate_ids("run", 2).await.unwrap();
@@ -1600,7 +1608,7 @@ contract!(
 
         // Once the shop's task has a recorded run, reports name its task for it.
         let claimed = store
-            .claim_due(lease, NOW, NOW + 5_000, 10, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 10, &mut no_jobs)
             .await
             .unwrap()
             .tasks;
@@ -1682,7 +1690,7 @@ contract!(
             .await
             .unwrap();
         let claimed = store
-            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(claimed.tasks.len(), 2);
@@ -1743,7 +1751,7 @@ contract!(
             .unwrap();
         assert!(matches!(
             store
-                .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+                .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
                 .await,
             Err(Error::Fenced)
         ));
@@ -1755,7 +1763,7 @@ contract!(
         assert!(store.heartbeat_node(a2, NOW + 6_500).await.unwrap());
         assert_eq!(
             store
-                .claim_due(a2, NOW, NOW + 5_000, 100, &mut no_jobs)
+                .claim_due(a2, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
                 .await
                 .unwrap()
                 .tasks
@@ -1836,7 +1844,7 @@ contract!(
         let tasks: Vec<NewTask> = (0..200).map(|i| task(job.id, NOW + i, None)).collect();
         store.insert_tasks(&tasks, NOW).await.unwrap();
         let claimed = store
-            .claim_due(lease, NOW, NOW + 5_000, 1_000, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 1_000, &mut no_jobs)
             .await
             .unwrap()
             .tasks;
@@ -1914,7 +1922,7 @@ contract!(
             next_fire_at: Some(j.next_fire_at + 5_000),
         };
         let old = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut plan)
             .await
             .unwrap()
             .tasks;
@@ -1943,7 +1951,7 @@ contract!(
             .await
             .unwrap();
         let new = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut plan)
             .await
             .unwrap()
             .tasks;
@@ -1987,7 +1995,7 @@ contract!(
             .await
             .unwrap();
         let claimed = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap()
             .tasks;
@@ -2005,7 +2013,7 @@ contract!(
         );
         // A waiting fire is not claimed by the scan…
         let none = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert!(none.tasks.is_empty());
@@ -2020,14 +2028,14 @@ contract!(
         // …or goes out once the app has an executor.
         store.release_claims(lease, &[ids[1].0]).await.unwrap();
         store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         store.park_waiting(lease, &[(ids[1].0, NOW)]).await.unwrap();
         assert_eq!(store.wake_waiting(&["other".into()]).await.unwrap(), 0);
         assert_eq!(store.wake_waiting(&["default".into()]).await.unwrap(), 1);
         let again = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(again.tasks.len(), 1);
@@ -2651,7 +2659,7 @@ contract!(
         assert_eq!((task.due_at, task.priority), (NOW + 3_600_000, 9));
         assert_eq!(task.payload.as_deref(), Some("new"));
         store
-            .claim_due(lease, NOW + 40, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(lease, NOW + 40, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(
@@ -2861,7 +2869,7 @@ contract!(
             next_fire_at: Some(NOW + 1_000),
         };
         let claimed = store
-            .claim_due(lease, NOW, NOW + 5_000, 100, &mut plan)
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut plan)
             .await
             .unwrap();
         assert_eq!(claimed.tasks.len(), 6, "five backfilled and one new fire");

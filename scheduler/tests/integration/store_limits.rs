@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::store_contract::{NOW, TestDb, dispatched, lease, no_jobs, report, spec};
 use rota_scheduler::limits::RateLimit;
 use rota_scheduler::model::*;
-use rota_scheduler::store::Store;
+use rota_scheduler::store::{Claimed, Store};
 
 /// A task of `job` due `due_at` whose payload is `payload`, at `priority`.
 fn task(job: i64, due_at: Millis, payload: &str, priority: i32) -> NewTask {
@@ -105,7 +105,7 @@ contract!(
             .collect();
 
         let first = store
-            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(
@@ -131,7 +131,7 @@ contract!(
         // Another node finds every bucket full, and reads the throttled ones again only
         // to leave them.
         let other = store
-            .claim_due(b, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(b, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert!(other.tasks.is_empty() && other.throttled.is_empty());
@@ -144,7 +144,7 @@ contract!(
             .collect();
         finish(&store, a, acme[0]).await;
         let next = store
-            .claim_due(b, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(b, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(next.tasks.len(), 1);
@@ -161,7 +161,7 @@ contract!(
             .0;
         assert!(
             store
-                .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+                .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
                 .await
                 .unwrap()
                 .tasks
@@ -173,7 +173,7 @@ contract!(
         );
         finish(&store, a, acme[1]).await;
         let next = store
-            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(
@@ -194,6 +194,73 @@ contract!(
 );
 
 contract!(
+    a_bounded_jobs_tasks_are_claimed_one_scan_ahead_so_later_ones_hold_no_slot,
+    |store: Store| async move {
+        let a = lease(&store).await;
+        let mut bounded = spec("reports");
+        bounded.max_concurrency = Some(2);
+        bounded.concurrency_key = Some("/customer".into());
+        let bounded = store.insert_job(&bounded, None, NOW).await.unwrap().id;
+        let mut rated = spec("calls");
+        rated.rate_limit = Some(RateLimit {
+            key: None,
+            limit: 100,
+            per_ms: 1_000,
+        });
+        let rated = store.insert_job(&rated, None, NOW).await.unwrap().id;
+        let acme = r#"{"customer": "acme"}"#;
+        store
+            .insert_tasks(
+                &[
+                    task(bounded, NOW + 10, acme, 0),
+                    task(bounded, NOW + 3_000, acme, 0),
+                    task(bounded, NOW + 4_000, acme, 0),
+                    task(rated, NOW + 4_000, "{}", 0),
+                ],
+                NOW,
+            )
+            .await
+            .unwrap();
+        let due = |c: &Claimed| -> Vec<(i64, Millis)> {
+            let mut due: Vec<_> = c.tasks.iter().map(|t| (t.job_id, t.due_at)).collect();
+            due.sort_unstable();
+            due
+        };
+
+        // The scan's window reaches 5 s; the bounded job's tasks are claimed 1.5 s ahead
+        // only, and those after are neither claimed nor throttled: they hold no slot yet.
+        let first = store
+            .claim_due(a, NOW, NOW + 5_000, NOW + 1_500, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(due(&first), vec![(bounded, NOW + 10), (rated, NOW + 4_000)]);
+        assert!(first.throttled.is_empty(), "{:?}", first.throttled);
+        assert_eq!(
+            first.bounded_next,
+            Some(NOW + 3_000),
+            "the scan is told when to come back for the next"
+        );
+
+        // Two seconds on, the next one is claimed beside the first, still holding its slot.
+        let second = store
+            .claim_due(a, NOW + 2_000, NOW + 7_000, NOW + 3_500, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(due(&second), vec![(bounded, NOW + 3_000)]);
+        assert_eq!(second.bounded_next, Some(NOW + 4_000));
+
+        // A second later the bucket is full: the third waits, throttled, for a run to end.
+        let third = store
+            .claim_due(a, NOW + 3_000, NOW + 8_000, NOW + 4_500, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert!(third.tasks.is_empty());
+        assert_eq!(third.throttled, vec![(bounded, 1)]);
+        assert_eq!(third.bounded_next, None, "nothing later waits");
+    }
+);
+
+contract!(
     a_bound_without_a_key_is_one_bucket_for_the_whole_job_across_nodes,
     |store: Store| async move {
         let (a, b) = two_nodes(&store).await;
@@ -208,11 +275,11 @@ contract!(
         store.insert_tasks(&tasks, NOW).await.unwrap();
         let of = |claimed: &[DueTask], j: i64| claimed.iter().filter(|t| t.job_id == j).count();
         let on_a = store
-            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         let on_b = store
-            .claim_due(b, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(b, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(
@@ -235,7 +302,7 @@ contract!(
             .unwrap();
         finish(&store, a, first).await;
         let next = store
-            .claim_due(b, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(b, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(of(&next.tasks, job), 1);
@@ -281,7 +348,7 @@ contract!(
         // Two starts per partner in the first window, each at once; the rest deferred to
         // where they fit, throttled, no attempt spent.
         let first = store
-            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         let mut got: Vec<(String, Millis)> =
@@ -320,7 +387,7 @@ contract!(
 
         // Node b, a second later: nothing fits yet, and the deferred are not claimed.
         let early = store
-            .claim_due(b, NOW + 1_000, NOW + 6_000, 100, &mut no_jobs)
+            .claim_due(b, NOW + 1_000, NOW + 6_000, NOW + 6_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert!(early.tasks.is_empty(), "{:?}", early.tasks);
@@ -335,7 +402,7 @@ contract!(
             .await
             .unwrap();
         let urgent = store
-            .claim_due(b, NOW + 1_000, NOW + 6_000, 100, &mut no_jobs)
+            .claim_due(b, NOW + 1_000, NOW + 6_000, NOW + 6_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert!(urgent.tasks.is_empty());
@@ -344,7 +411,14 @@ contract!(
         // When their time comes, node b claims what fits by then: acme's next two (the
         // urgent one first) and globex's third; acme's last waits for the window after.
         let later = store
-            .claim_due(b, NOW + 10_000, NOW + 15_000, 100, &mut no_jobs)
+            .claim_due(
+                b,
+                NOW + 10_000,
+                NOW + 15_000,
+                NOW + 15_000,
+                100,
+                &mut no_jobs,
+            )
             .await
             .unwrap();
         let mut got: Vec<(String, Millis, i32)> = later
@@ -362,7 +436,14 @@ contract!(
             ]
         );
         let last = store
-            .claim_due(a, NOW + 20_000, NOW + 25_000, 100, &mut no_jobs)
+            .claim_due(
+                a,
+                NOW + 20_000,
+                NOW + 25_000,
+                NOW + 25_000,
+                100,
+                &mut no_jobs,
+            )
             .await
             .unwrap();
         let mut acme: Vec<Millis> = first
@@ -397,7 +478,7 @@ contract!(
         let tasks: Vec<NewTask> = (0..3).map(|i| task(job, NOW + i, "{}", 0)).collect();
         store.insert_tasks(&tasks, NOW).await.unwrap();
         let first = store
-            .claim_due(a, NOW, NOW + 5_000, 100, &mut no_jobs)
+            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(first.tasks.len(), 1, "one slot");
@@ -406,7 +487,7 @@ contract!(
         // a second after the first.
         finish(&store, a, &first.tasks[0]).await;
         let next = store
-            .claim_due(a, NOW + 10, NOW + 5_010, 100, &mut no_jobs)
+            .claim_due(a, NOW + 10, NOW + 5_010, NOW + 5_010, 100, &mut no_jobs)
             .await
             .unwrap();
         assert_eq!(next.tasks.len(), 1);

@@ -99,7 +99,7 @@ struct Fired {
 /// Claims every due task (as the scan would) and records its dispatch.
 async fn fire_all(store: &Store, lease: NodeLease) -> Vec<Fired> {
     let claimed = store
-        .claim_due(lease, NOW, NOW + 5_000, 20_000, &mut no_jobs)
+        .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 20_000, &mut no_jobs)
         .await
         .unwrap();
     let first = store
