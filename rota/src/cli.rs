@@ -191,6 +191,39 @@ struct ServerArgs {
     tls: TlsArgs,
     #[command(flatten)]
     egress: EgressArgs,
+    #[command(flatten)]
+    xxl: XxlArgs,
+}
+
+/// Where XXL-JOB executors find this node's admin API (SPEC §13).
+#[derive(Args)]
+#[command(next_help_heading = "XXL-JOB executors")]
+pub struct XxlArgs {
+    /// The path XXL-JOB executors' `xxl.job.admin.addresses` end with after this node's
+    /// URL (xxl-job-admin 2.x's default; `/` for 3.x's root): they call
+    /// `{path}/api/registry`, `/api/registryRemove` and `/api/callback` there.
+    #[arg(long, env = "ROTA_XXL_CONTEXT_PATH", default_value = defaults::XXL_CONTEXT_PATH)]
+    xxl_context_path: String,
+}
+
+impl XxlArgs {
+    /// The context path, checked: `/`, or `/` and segments without a trailing slash.
+    pub fn context_path(&self) -> anyhow::Result<String> {
+        let path = self.xxl_context_path.trim();
+        let segments_ok = path.split('/').skip(1).all(|s| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        });
+        match path {
+            "/" => Ok(String::new()),
+            p if p.starts_with('/') && segments_ok => Ok(p.to_owned()),
+            p => anyhow::bail!(
+                "--xxl-context-path `{p}`: expected `/` or a path such as `/xxl-job-admin` \
+                 (letters, digits, `-`, `_`, `.`; no trailing slash)"
+            ),
+        }
+    }
 }
 
 impl ServerArgs {
@@ -223,6 +256,7 @@ impl ServerArgs {
         c.max_clock_offset_ms = self.max_clock_offset_ms;
         c.node_dead_after_ms = self.node_dead_after_ms;
         c.max_payload_bytes = self.max_payload_bytes;
+        c.xxl_context_path = self.xxl.context_path()?;
         if let Some(key) = self.secrets_key.as_deref().filter(|k| !k.is_empty()) {
             c.secrets_key = Some(
                 rota_scheduler::secrets::SecretBox::parse_key(key)

@@ -40,6 +40,8 @@ pub struct StandaloneArgs {
     logs: LogArgs,
     #[command(flatten)]
     egress: crate::cli::EgressArgs,
+    #[command(flatten)]
+    xxl: crate::cli::XxlArgs,
 }
 
 #[derive(Args)]
@@ -189,6 +191,7 @@ pub async fn standalone(
     config.advertise_url = scheduler_url.clone();
     config.api_token = Some(token.clone());
     config.executors_die_with_node = true;
+    config.xxl_context_path = args.xxl.context_path()?;
     config.admin_password = std::env::var("ROTA_ADMIN_PASSWORD")
         .ok()
         .filter(|p| !p.is_empty());

@@ -38,7 +38,8 @@ pub enum ClientError {
 
 #[derive(Clone)]
 pub struct ExecutorClient {
-    http: reqwest::Client,
+    /// Shared with the calls to XXL-JOB executors (`xxl/client.rs`).
+    pub(crate) http: reqwest::Client,
     /// The master secret: the key of calls to other scheduler nodes, and what each app's
     /// key is derived from.
     master: Secret,
@@ -71,6 +72,29 @@ fn encode<T: Serialize>(address: &str, body: &T, capacity: usize) -> Result<Vec<
         reason: e.to_string(),
     })?;
     Ok(buf)
+}
+
+/// The body of a 2xx answer to a request `sent` to `address`; any other is refused.
+pub(crate) async fn answer(
+    address: &str,
+    sent: Result<reqwest::Response, reqwest::Error>,
+) -> Result<bytes::Bytes, ClientError> {
+    let resp = sent.map_err(|e| sent_error(address, &e))?;
+    let status = resp.status();
+    // The request arrived; a lost answer leaves open whether it was acted on.
+    let bytes = resp.bytes().await.map_err(|e| ClientError::NoAnswer {
+        address: address.into(),
+        reason: error_chain(&e),
+    })?;
+    if !status.is_success() {
+        let body = String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned();
+        return Err(ClientError::Refused {
+            address: address.into(),
+            status: status.as_u16(),
+            body,
+        });
+    }
+    Ok(bytes)
 }
 
 /// A failed send: no connection means the request certainly did not arrive; any later
@@ -148,26 +172,12 @@ impl ExecutorClient {
         for (name, value) in signed.pairs() {
             request = request.header(name, value);
         }
-        let resp = request
+        let sent = request
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
             .send()
-            .await
-            .map_err(|e| sent_error(address, &e))?;
-        let status = resp.status();
-        // The request arrived; a lost answer leaves open whether it was acted on.
-        let bytes = resp.bytes().await.map_err(|e| ClientError::NoAnswer {
-            address: address.into(),
-            reason: error_chain(&e),
-        })?;
-        if !status.is_success() {
-            let body = String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned();
-            return Err(ClientError::Refused {
-                address: address.into(),
-                status: status.as_u16(),
-                body,
-            });
-        }
+            .await;
+        let bytes = answer(address, sent).await?;
         serde_json::from_slice(&bytes).map_err(|e| ClientError::BadAnswer {
             address: address.into(),
             reason: e.to_string(),

@@ -65,6 +65,10 @@ pub struct Config {
 
     pub max_payload_bytes: usize,
     pub max_body_bytes: usize,
+    /// Where the XXL-JOB admin API is served (`{path}/api/registry`, …): what XXL-JOB
+    /// executors have as `xxl.job.admin.addresses` after the node's URL: empty (the root)
+    /// or `/` and segments, without a trailing slash.
+    pub xxl_context_path: String,
     pub max_plugin_bytes: usize,
 
     /// The console's `admin` password, set at first start (`ROTA_ADMIN_PASSWORD`); `None`
@@ -109,6 +113,8 @@ pub mod defaults {
     pub const MAX_CLOCK_OFFSET_MS: i64 = 500;
     /// Executors are dead after this long without a heartbeat (ms).
     pub const EXECUTOR_DEAD_AFTER_MS: i64 = rota_proto::wire::DEFAULT_EXECUTOR_DEAD_AFTER_MS;
+    /// xxl-job-admin's context path in 2.x, which executors' admin addresses end with.
+    pub const XXL_CONTEXT_PATH: &str = "/xxl-job-admin";
     /// Largest task payload accepted (bytes).
     pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 }
@@ -150,6 +156,7 @@ impl Config {
             max_clock_offset_ms: defaults::MAX_CLOCK_OFFSET_MS,
             heartbeat_interval_ms: rota_proto::wire::DEFAULT_HEARTBEAT_INTERVAL_MS,
             executor_dead_after_ms: defaults::EXECUTOR_DEAD_AFTER_MS,
+            xxl_context_path: defaults::XXL_CONTEXT_PATH.into(),
             executors_die_with_node: false,
             retention_ms: 7 * 24 * 3600 * 1000,
             max_payload_bytes: defaults::MAX_PAYLOAD_BYTES,

@@ -65,6 +65,7 @@ pub mod status;
 pub mod store;
 pub mod usecase;
 pub mod workflow;
+pub mod xxl;
 
 use std::future::Future;
 

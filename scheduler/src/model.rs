@@ -176,7 +176,14 @@ pub enum Delivery {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signing_secret: Option<String>,
     },
+    /// Each fire runs `handler` (an `@XxlJob` name) on an XXL-JOB executor of the job's app
+    /// (one built on `xxl-job-core`, registered with this node's XXL admin API; `xxl/`):
+    /// the node calls it as xxl-job-admin does and its callback ends the run. No plugin.
+    Xxl { handler: String },
 }
+
+/// The longest XXL-JOB handler name (xxl-job-admin's `executor_handler` column).
+pub const MAX_XXL_HANDLER: usize = 255;
 
 /// A delivery as sent: every field of every kind, so that one that does not belong to the
 /// kind is named in the error (serde's tagged enums let extra fields of unit variants by).
@@ -187,35 +194,54 @@ struct DeliveryFields {
     url: Option<String>,
     timeout_ms: Option<i64>,
     signing_secret: Option<String>,
+    handler: Option<String>,
 }
 
 impl TryFrom<DeliveryFields> for Delivery {
     type Error = String;
 
     fn try_from(f: DeliveryFields) -> Result<Self, String> {
-        let only_http = |kind: &str| {
-            let extra = [
-                ("url", f.url.is_some()),
-                ("timeout_ms", f.timeout_ms.is_some()),
-                ("signing_secret", f.signing_secret.is_some()),
-            ];
-            match extra.iter().find(|(_, given)| *given) {
-                Some((field, _)) => Err(format!(
-                    "delivery: `{field}` belongs to `http` delivery, not `{kind}`"
-                )),
-                None => Ok(()),
-            }
-        };
+        // Each field and the kind it belongs to: one given to another kind is named.
+        let given = [
+            ("url", "http", f.url.is_some()),
+            ("timeout_ms", "http", f.timeout_ms.is_some()),
+            ("signing_secret", "http", f.signing_secret.is_some()),
+            ("handler", "xxl", f.handler.is_some()),
+        ];
+        if let Some((field, owner, _)) = given
+            .iter()
+            .find(|(_, owner, given)| *given && *owner != f.kind)
+            && ["wasm", "pull", "http", "xxl"].contains(&f.kind.as_str())
+        {
+            return Err(format!(
+                "delivery: `{field}` belongs to `{owner}` delivery, not `{}`",
+                f.kind
+            ));
+        }
         match f.kind.as_str() {
-            "wasm" => only_http("wasm").map(|()| Delivery::Wasm),
-            "pull" => only_http("pull").map(|()| Delivery::Pull),
+            "wasm" => Ok(Delivery::Wasm),
+            "pull" => Ok(Delivery::Pull),
             "http" => Ok(Delivery::Http {
                 url: f.url.ok_or("delivery: `http` delivery needs a `url`")?,
                 timeout_ms: f.timeout_ms,
                 signing_secret: f.signing_secret,
             }),
+            "xxl" => {
+                let handler = f
+                    .handler
+                    .ok_or("delivery: `xxl` delivery needs a `handler` (the @XxlJob name)")?;
+                let trimmed = handler.trim();
+                if trimmed.is_empty() || trimmed.len() > MAX_XXL_HANDLER {
+                    return Err(format!(
+                        "delivery: `handler` must be 1 to {MAX_XXL_HANDLER} characters"
+                    ));
+                }
+                Ok(Delivery::Xxl {
+                    handler: trimmed.to_owned(),
+                })
+            }
             other => Err(format!(
-                "delivery: `{other}` is not a kind of delivery; expected one of: wasm, pull, http"
+                "delivery: `{other}` is not a kind of delivery; expected one of: wasm, pull, http, xxl"
             )),
         }
     }
@@ -227,6 +253,7 @@ impl Delivery {
             Delivery::Wasm => "wasm",
             Delivery::Pull => "pull",
             Delivery::Http { .. } => "http",
+            Delivery::Xxl { .. } => "xxl",
         }
     }
 
@@ -277,11 +304,23 @@ pub struct App {
     pub created_at: Millis,
 }
 
+named_enum! {
+    what = "executor protocol";
+    /// How the scheduler talks to an executor.
+    pub enum ExecutorProtocol {
+        /// Rota's executor (`rota executor`): signed trigger batches, reports, heartbeats.
+        Rota => "rota",
+        /// An XXL-JOB executor (`xxl-job-core`): xxl-job-admin's calls and callbacks (`xxl/`).
+        Xxl => "xxl",
+    }
+}
+
 /// A registered executor node.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Executor {
     pub app: String,
     pub address: String,
+    pub protocol: ExecutorProtocol,
     pub capacity: i32,
     pub running: i32,
     pub registered_at: Millis,

@@ -32,3 +32,4 @@ mod tls;
 mod webhooks;
 mod workflow_chaos;
 mod workflows;
+mod xxl;

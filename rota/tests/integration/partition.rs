@@ -11,20 +11,12 @@ use crate::support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::netns::{TestNet, is_root};
 use support::*;
 
 /// Loops until its 3 s timeout.
 const SPIN: &str = r#"(module (memory (export "memory") 1) (func (export "_start") (loop br 0)))"#;
-
-async fn runs_of(api: &Api, task: i64) -> Vec<Value> {
-    api.ok("GET", &format!("/api/v1/runs?task={task}"), None)
-        .await["items"]
-        .as_array()
-        .unwrap()
-        .clone()
-}
 
 /// Batch files waiting in an executor's report spool.
 fn spooled(data_dir: &Path) -> usize {
@@ -86,7 +78,7 @@ async fn a_partitioned_executors_run_is_lost_and_retried_on_the_other() {
         Duration::from_secs(30),
         "the run to start in the namespace",
         || async move {
-            let run = runs_of(api, task).await.first().cloned()?;
+            let run = task_runs(api, task).await.first().cloned()?;
             (run["status"] == "running").then_some(run)
         },
     )
@@ -122,7 +114,7 @@ async fn a_partitioned_executors_run_is_lost_and_retried_on_the_other() {
     // where it spins into its timeout.
     let deadline = Instant::now() + Duration::from_secs(60);
     let runs = loop {
-        let runs = runs_of(api, task).await;
+        let runs = task_runs(api, task).await;
         if runs
             .iter()
             .any(|r| r["attempt"] == 2 && r["status"] == "timeout")
@@ -173,7 +165,7 @@ async fn a_partitioned_executors_run_is_lost_and_retried_on_the_other() {
         || async { (spooled(&cut_off_data) == 0).then_some(()) },
     )
     .await;
-    let runs = runs_of(api, task).await;
+    let runs = task_runs(api, task).await;
     assert_eq!(runs.len(), 2, "{runs:#?}");
     let lost = runs.iter().find(|r| r["attempt"] == 1).unwrap();
     assert_eq!(

@@ -6,7 +6,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::sink::Sink;
 use support::*;
 
@@ -38,17 +38,6 @@ async fn webhook_job(url: &str, max_attempts: i64) -> (Standalone, tempfile::Tem
     (node, dir)
 }
 
-async fn runs(api: &Api, task: i64) -> Vec<Value> {
-    let mut runs = api
-        .ok("GET", &format!("/api/v1/runs?task={task}"), None)
-        .await["items"]
-        .as_array()
-        .unwrap()
-        .clone();
-    runs.sort_by_key(|r| r["attempt"].as_i64());
-    runs
-}
-
 #[tokio::test]
 async fn a_fire_is_posted_signed_and_a_2xx_succeeds_it() {
     let (receiver, url) = Sink::default().start("/hooks/orders").await;
@@ -77,7 +66,7 @@ async fn a_fire_is_posted_signed_and_a_2xx_succeeds_it() {
     // The receiver's check: HMAC-SHA256 of "timestamp.body" with the shared secret.
     r.assert_signed(b"s3cret");
 
-    let runs = runs(api, ids[0]).await;
+    let runs = task_runs(api, ids[0]).await;
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0]["status"], "succeeded");
     assert_eq!(
@@ -108,7 +97,7 @@ async fn a_refusal_is_a_failed_attempt_with_the_answer_and_retry_after_sets_the_
         waited >= 2_000,
         "the third attempt came {waited} ms after the 503"
     );
-    let runs = runs(api, ids[0]).await;
+    let runs = task_runs(api, ids[0]).await;
     let statuses: Vec<&str> = runs.iter().map(|r| r["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["failed", "failed", "succeeded"]);
     let first = runs[0]["message"].as_str().unwrap();
@@ -130,7 +119,7 @@ async fn a_target_that_is_down_fails_until_dead_and_a_re_drive_delivers_it() {
         .add_tasks(vec![json!({"job": "orders", "payload": "x"})])
         .await;
     task_reaches(api, ids[0], "dead").await;
-    let runs_dead = runs(api, ids[0]).await;
+    let runs_dead = task_runs(api, ids[0]).await;
     assert_eq!(runs_dead.len(), 2);
     for r in &runs_dead {
         let m = r["message"].as_str().unwrap();
@@ -161,7 +150,7 @@ async fn a_missing_signing_secret_sends_nothing_and_says_so() {
     let ids = api.add_tasks(vec![json!({"job": "orders"})]).await;
     task_reaches(api, ids[0], "dead").await;
     assert!(receiver.got().is_empty(), "an unsigned delivery went out");
-    let runs = runs(api, ids[0]).await;
+    let runs = task_runs(api, ids[0]).await;
     let m = runs[0]["message"].as_str().unwrap();
     assert!(m.contains("whsec") && m.contains("does not exist"), "{m}");
 }

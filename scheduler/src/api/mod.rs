@@ -95,6 +95,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), auth::require_token))
         .merge(executor_protocol)
+        .merge(crate::xxl::admin::router(&config.xxl_context_path))
         .merge(crate::console::router(state.ports.clone()))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -282,6 +282,9 @@ impl From<Run> for RunView {
 pub struct ExecutorView {
     pub app: String,
     pub address: String,
+    /// `rota` (`rota executor`) or `xxl` (an executor built on `xxl-job-core`).
+    #[schema(value_type = String, example = "rota")]
+    pub protocol: &'static str,
     #[schema(format = DateTime)]
     pub registered_at: String,
     #[schema(format = DateTime)]
@@ -328,6 +331,7 @@ impl From<Executor> for ExecutorView {
         ExecutorView {
             app: e.app,
             address: e.address,
+            protocol: e.protocol.as_str(),
             registered_at: rfc3339(e.registered_at),
             last_heartbeat_at: rfc3339(e.last_heartbeat_at),
             running: e.running,

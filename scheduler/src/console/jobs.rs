@@ -126,11 +126,13 @@ pub struct JobForm {
     debounce_ms: String,
     /// One origin or URL prefix per line.
     http_allow: String,
-    /// `wasm` (the plugin), `pull` or `http`.
+    /// `wasm` (the plugin), `pull`, `http` or `xxl`.
     delivery: String,
     /// For `http`: where each fire is POSTed, and the app secret that signs it.
     webhook_url: String,
     signing_secret: String,
+    /// For `xxl`: the XXL-JOB executors' handler (`@XxlJob` name).
+    xxl_handler: String,
     enabled: Option<String>,
     /// Set by the "Preview" button: show the next fire times, save nothing.
     preview: Option<String>,
@@ -206,6 +208,10 @@ impl JobForm {
                 Delivery::Http { signing_secret, .. } => signing_secret.clone().unwrap_or_default(),
                 _ => String::new(),
             },
+            xxl_handler: match &spec.delivery {
+                Delivery::Xxl { handler } => handler.clone(),
+                _ => String::new(),
+            },
             enabled: spec.enabled.then(|| "on".to_owned()),
             preview: None,
         }
@@ -237,6 +243,7 @@ impl JobForm {
                 }
                 v
             }
+            "xxl" => json!({"kind": "xxl", "handler": self.xxl_handler.trim()}),
             "" => json!({"kind": "wasm"}),
             kind => json!({"kind": kind}),
         }
@@ -413,6 +420,7 @@ pub(super) const JOB_FIELDS: &[&str] = &[
     "delivery",
     "delivery.url",
     "delivery.signing_secret",
+    "delivery.handler",
 ];
 
 pub(super) fn block_name(b: rota_proto::BlockStrategy) -> &'static str {
@@ -495,7 +503,7 @@ impl JobFormPage {
             routes: options(Route::ALL, &form.route),
             blocks: options(["serial", "discard_later", "cover_early"], &form.block),
             misfires: options(Misfire::ALL.map(Misfire::as_str), &form.misfire),
-            deliveries: options(["wasm", "pull", "http"], &form.delivery),
+            deliveries: options(["wasm", "pull", "http", "xxl"], &form.delivery),
             form,
             errors,
             plugins: names,

@@ -251,6 +251,10 @@ const ZH_CN: &[(&str, &str)] = &[
         "Signing secret (a secret of the app)",
         "签名密钥（应用的密钥名）",
     ),
+    (
+        "XXL-JOB handler (xxl delivery)",
+        "XXL-JOB 处理器（xxl 投递）",
+    ),
     ("task", "任务"),
     ("shard", "分片"),
     ("executor", "执行器"),

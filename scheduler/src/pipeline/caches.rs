@@ -172,6 +172,19 @@ impl ExecutorCache {
     }
 
     /// The apps that have a live executor.
+    /// The protocol the executor at `address` of `app` speaks (Rota's, if it is not
+    /// registered any more).
+    pub(crate) fn protocol(&self, app: &str, address: &str) -> ExecutorProtocol {
+        let map = self
+            .by_app
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        map.get(app)
+            .and_then(|all| all.iter().find(|e| e.address == address))
+            .map_or(ExecutorProtocol::Rota, |e| e.protocol)
+    }
+
     pub(crate) fn apps(&self) -> Vec<String> {
         let map = self
             .by_app

@@ -37,6 +37,7 @@ mod queue;
 mod runs;
 mod tasks;
 mod warm;
+mod xxl;
 
 pub use crate::pipeline::JobEntry;
 pub(crate) use queue::announce_loop;

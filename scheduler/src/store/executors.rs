@@ -40,7 +40,7 @@ impl Store {
         })
     }
 
-    /// Registers an executor or refreshes its heartbeat.
+    /// Registers one of Rota's executors or refreshes its heartbeat.
     pub async fn upsert_executor(
         &self,
         app: &str,
@@ -49,16 +49,39 @@ impl Store {
         running: i32,
         now: Millis,
     ) -> Result<()> {
+        self.upsert_speaking(ExecutorProtocol::Rota, app, address, capacity, running, now)
+            .await
+    }
+
+    /// Registers an XXL-JOB executor or refreshes its heartbeat (its `registry` call).
+    /// It says nothing of its room: `capacity` is xxl-job-core's pool of 200 threads.
+    pub async fn upsert_xxl_executor(&self, app: &str, address: &str, now: Millis) -> Result<()> {
+        self.upsert_speaking(ExecutorProtocol::Xxl, app, address, 200, 0, now)
+            .await
+    }
+
+    /// Registers an executor speaking `protocol` or refreshes its heartbeat.
+    async fn upsert_speaking(
+        &self,
+        protocol: ExecutorProtocol,
+        app: &str,
+        address: &str,
+        capacity: i32,
+        running: i32,
+        now: Millis,
+    ) -> Result<()> {
         let app_id = self.ensure_app(app, now).await?;
         let sql = if self.is_mysql() {
-            "INSERT INTO executors (app_id, address, capacity, running, registered_at, last_heartbeat_at) \
-             VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE capacity = VALUES(capacity), \
-             running = VALUES(running), last_heartbeat_at = VALUES(last_heartbeat_at)"
+            "INSERT INTO executors (app_id, address, capacity, running, registered_at, \
+             last_heartbeat_at, protocol) VALUES (?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
+             capacity = VALUES(capacity), running = VALUES(running), \
+             last_heartbeat_at = VALUES(last_heartbeat_at), protocol = VALUES(protocol)"
         } else {
-            "INSERT INTO executors (app_id, address, capacity, running, registered_at, last_heartbeat_at) \
-             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(app_id, address) DO UPDATE SET \
-             capacity = excluded.capacity, running = excluded.running, \
-             last_heartbeat_at = excluded.last_heartbeat_at"
+            "INSERT INTO executors (app_id, address, capacity, running, registered_at, \
+             last_heartbeat_at, protocol) VALUES (?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT(app_id, address) DO UPDATE SET capacity = excluded.capacity, \
+             running = excluded.running, last_heartbeat_at = excluded.last_heartbeat_at, \
+             protocol = excluded.protocol"
         };
         on_pool!(self, |pool, Db| {
             sqlx::query(sql)
@@ -68,6 +91,7 @@ impl Store {
                 .bind(running)
                 .bind(now)
                 .bind(now)
+                .bind(protocol.as_str())
                 .execute(pool)
                 .await?;
         });
@@ -157,8 +181,8 @@ impl Store {
     ) -> Result<Vec<Executor>> {
         on_pool!(self, |pool, Db| {
             let mut qb = QueryBuilder::<Db>::new(
-                "SELECT a.name AS app, e.address, e.capacity, e.running, e.registered_at, \
-                 e.last_heartbeat_at FROM executors e JOIN apps a ON a.id = e.app_id \
+                "SELECT a.name AS app, e.address, e.protocol, e.capacity, e.running, \
+                 e.registered_at, e.last_heartbeat_at FROM executors e JOIN apps a ON a.id = e.app_id \
                  WHERE e.last_heartbeat_at > ",
             );
             qb.push_bind(alive_after);
@@ -175,8 +199,8 @@ impl Store {
     pub async fn dead_executors(&self, alive_after: Millis) -> Result<Vec<Executor>> {
         on_pool!(self, |pool, Db| {
             let rows: Vec<ExecutorRow> = sqlx::query_as(
-                "SELECT a.name AS app, e.address, e.capacity, e.running, e.registered_at, \
-                 e.last_heartbeat_at FROM executors e JOIN apps a ON a.id = e.app_id \
+                "SELECT a.name AS app, e.address, e.protocol, e.capacity, e.running, \
+                 e.registered_at, e.last_heartbeat_at FROM executors e JOIN apps a ON a.id = e.app_id \
                  WHERE e.last_heartbeat_at <= ? ORDER BY e.address",
             )
             .bind(alive_after)

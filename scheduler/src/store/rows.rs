@@ -232,6 +232,7 @@ impl TryFrom<RunRow> for Run {
 pub(super) struct ExecutorRow {
     pub(super) app: String,
     pub(super) address: String,
+    pub(super) protocol: String,
     pub(super) capacity: i32,
     pub(super) running: i32,
     pub(super) registered_at: i64,
@@ -243,6 +244,8 @@ impl From<ExecutorRow> for Executor {
         Executor {
             app: r.app,
             address: r.address,
+            // Written by this code only; an unknown one is read as Rota's own.
+            protocol: r.protocol.parse().unwrap_or(ExecutorProtocol::Rota),
             capacity: r.capacity,
             running: r.running,
             registered_at: r.registered_at,

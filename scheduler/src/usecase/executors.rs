@@ -25,7 +25,7 @@ const MAX_ADDRESS_LEN: usize = 2048;
 /// first trigger).
 const PLUGINS_TO_WARM: u32 = 64;
 
-fn check_executor(app: &str, address: &str) -> Result<()> {
+pub(super) fn check_executor(app: &str, address: &str) -> Result<()> {
     validate::app("app", app)?;
     if !(address.starts_with("http://") || address.starts_with("https://"))
         || address.len() > MAX_ADDRESS_LEN

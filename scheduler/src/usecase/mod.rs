@@ -20,5 +20,6 @@ pub mod tasks;
 pub mod users;
 pub mod validate;
 pub mod workflows;
+pub mod xxl;
 
 pub use error::{Error, Result};

@@ -948,6 +948,18 @@ impl OrderService {
 }
 
 /// A run's log lines, through the API.
+/// Task `task`'s runs, by attempt then shard.
+pub async fn task_runs(api: &Api, task: i64) -> Vec<Value> {
+    let mut runs = api
+        .ok("GET", &format!("/api/v1/runs?task={task}"), None)
+        .await["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    runs.sort_by_key(|r| (r["attempt"].as_i64(), r["shard_index"].as_i64()));
+    runs
+}
+
 pub async fn run_log(api: &Api, run_id: i64) -> Vec<String> {
     api.ok("GET", &format!("/api/v1/runs/{run_id}/log"), None)
         .await["lines"]

@@ -43,6 +43,7 @@ mod round;
 mod send;
 mod settle;
 mod webhook;
+mod xxl;
 
 pub(crate) use record::record_loop;
 use round::*;

@@ -150,8 +150,9 @@ impl Dispatch {
             return self.unsent.void.push(task);
         }
         let spec = &job.job.spec;
-        match spec.delivery {
-            Delivery::Wasm => {}
+        let speaking = match spec.delivery {
+            Delivery::Wasm => ExecutorProtocol::Rota,
+            Delivery::Xxl { .. } => ExecutorProtocol::Xxl,
             // Handed to a pull waiting on this node, else `ready` for any consumer.
             Delivery::Pull if spec.enabled => return self.unsent.to_pull.push(task),
             // A disabled pull job hands out nothing: its fires wait `ready`.
@@ -162,8 +163,8 @@ impl Dispatch {
             Delivery::Http { .. } => {
                 return self.webhooks.push(webhook::Webhook { task, job });
             }
-        }
-        if job.plugin.is_none() {
+        };
+        if speaking == ExecutorProtocol::Rota && job.plugin.is_none() {
             let reason = format!("plugin `{}` does not exist", spec.plugin);
             return self.failed.push(Failed {
                 task,
@@ -175,7 +176,8 @@ impl Dispatch {
                 reason,
             });
         }
-        let executors = dispatcher.executors.of_app(&spec.app);
+        let mut executors = dispatcher.executors.of_app(&spec.app);
+        executors.retain(|e| e.protocol == speaking);
         if executors.is_empty() {
             return self.unsent.no_executor.push(task);
         }
@@ -554,8 +556,16 @@ pub(super) async fn idle_first(
     let mut busy = Vec::new();
     let mut silent = Vec::new();
     for (i, address) in candidates.iter().enumerate() {
-        match dispatcher.client.idle_beat(app, address, job_id).await {
-            Ok(ack) if ack.idle => {
+        let idle = match dispatcher.executors.protocol(app, address) {
+            ExecutorProtocol::Rota => dispatcher
+                .client
+                .idle_beat(app, address, job_id)
+                .await
+                .map(|ack| ack.idle),
+            ExecutorProtocol::Xxl => super::xxl::idle(dispatcher, app, address, job_id).await,
+        };
+        match idle {
+            Ok(true) => {
                 let mut ordered = vec![address.clone()];
                 ordered.extend(busy);
                 ordered.extend(candidates[i + 1..].iter().cloned());

@@ -55,7 +55,10 @@ pub(super) async fn send_to(
             not_after: Some(not_after),
         };
         let sending = Instant::now();
-        let result = dispatcher.client.trigger(app, address, &batch).await;
+        let result = match dispatcher.executors.protocol(app, address) {
+            ExecutorProtocol::Rota => dispatcher.client.trigger(app, address, &batch).await,
+            ExecutorProtocol::Xxl => xxl::trigger(dispatcher, app, address, &group, &batch).await,
+        };
         let elapsed = sending.elapsed();
         metrics::histogram!("rota_dispatch_seconds").record(elapsed.as_secs_f64());
         dispatcher
@@ -114,6 +117,12 @@ pub(super) async fn resolve_unanswered(
     address: &str,
     group: Vec<Pending>,
 ) -> (Vec<Dispatched>, Vec<Pending>) {
+    let now = dispatcher.cluster.clock.now_ms();
+    if dispatcher.executors.protocol(app, address) == ExecutorProtocol::Xxl {
+        // XXL-JOB executors cannot be asked (nor do they refuse late triggers): delivered.
+        let taken = group.iter().filter_map(|p| dispatched(p, address, now));
+        return (taken.collect(), Vec::new());
+    }
     let req = RunsKnownRequest {
         runs: group
             .iter()
@@ -123,7 +132,6 @@ pub(super) async fn resolve_unanswered(
             })
             .collect(),
     };
-    let now = dispatcher.cluster.clock.now_ms();
     let known = match dispatcher.client.runs_known(app, address, &req).await {
         Ok(ack) => ack.known,
         Err(e) => {

@@ -88,7 +88,7 @@ impl Webhooks {
     }
 
     /// The value of secret `name` of `app`; `None` if it does not exist.
-    async fn secret(
+    pub(super) async fn secret(
         &self,
         store: &Store,
         app: &str,

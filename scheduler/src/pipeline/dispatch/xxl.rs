@@ -1,0 +1,208 @@
+//! `xxl` delivery's sends (SPEC §13): a trigger for an XXL-JOB executor goes out as
+//! xxl-job-admin's `/run` — one call per run, the Rota run id as its `logId` — with the
+//! job's handler, the task's input as `executorParams`, the job's block strategy and
+//! timeout, and the shard as `broadcastIndex`/`broadcastTotal`; the app's access token
+//! (its secret [`TOKEN_SECRET`]) in the header. The answers become the acks of Rota's own
+//! executors, so routes, failover, sharding and the record of what was sent are the same
+//! for both; the run ends when the executor's callback arrives (`ports/xxl.rs`).
+
+use rota_proto::{BlockStrategy, TriggerAck};
+
+use super::*;
+use crate::xxl::TOKEN_SECRET;
+use crate::xxl::wire::{Envelope, SUCCESS, TriggerParam};
+
+/// Sends `batch` (the triggers of `group`, numbered) to the XXL-JOB executor at `address`
+/// and answers as a Rota executor would. Every call unanswered for want of a connection:
+/// the error, so the next candidate may take them. A call that reached the executor and
+/// got no answer counts as accepted (it may run; a `/run` repeated with its `logId` is
+/// refused by the executor, never run twice).
+pub(super) async fn trigger(
+    dispatcher: &Dispatcher,
+    app: &str,
+    address: &str,
+    group: &[Pending],
+    batch: &TriggerBatch,
+) -> Result<TriggerBatchAck, ClientError> {
+    let token = match token(dispatcher, app).await {
+        Ok(token) => token,
+        Err(reason) => {
+            let acks = batch
+                .triggers
+                .iter()
+                .map(|t| TriggerAck {
+                    run_id: t.run_id,
+                    outcome: TriggerOutcome::Rejected {
+                        reason: reason.clone(),
+                    },
+                })
+                .collect();
+            return Ok(TriggerBatchAck { acks, room: None });
+        }
+    };
+    let calls = batch.triggers.iter().map(|t| {
+        let handler = group
+            .iter()
+            .find(|p| p.run_id == Some(t.run_id))
+            .and_then(|p| match &p.job.job.spec.delivery {
+                Delivery::Xxl { handler } => Some(handler.clone()),
+                _ => None,
+            });
+        let token = &token;
+        async move {
+            match handler {
+                Some(handler) => {
+                    let param = param(t, handler);
+                    Some(dispatcher.client.xxl_run(address, token, &param).await)
+                }
+                None => None,
+            }
+        }
+    });
+    let answers = join_all(calls).await;
+    if let Some(Some(Err(first))) = answers.first()
+        && answers
+            .iter()
+            .all(|a| matches!(a, Some(Err(e)) if e.not_delivered()))
+    {
+        return Err(ClientError::Unreachable {
+            address: address.into(),
+            reason: first.to_string(),
+        });
+    }
+    let acks = batch
+        .triggers
+        .iter()
+        .zip(answers)
+        .map(|(t, answer)| TriggerAck {
+            run_id: t.run_id,
+            outcome: match answer {
+                None => TriggerOutcome::Rejected {
+                    reason: "the job is no longer delivered to XXL-JOB executors".into(),
+                },
+                Some(Ok(answer)) => outcome(answer),
+                Some(Err(e)) if e.not_delivered() => TriggerOutcome::Rejected {
+                    reason: e.to_string(),
+                },
+                Some(Err(_)) => TriggerOutcome::Accepted,
+            },
+        })
+        .collect();
+    Ok(TriggerBatchAck { acks, room: None })
+}
+
+/// Whether the XXL-JOB executor at `address` runs nothing of job `job_id` (`/idleBeat`).
+pub(super) async fn idle(
+    dispatcher: &Dispatcher,
+    app: &str,
+    address: &str,
+    job_id: i64,
+) -> Result<bool, ClientError> {
+    let token = token(dispatcher, app)
+        .await
+        .map_err(|reason| ClientError::Refused {
+            address: address.into(),
+            status: 401,
+            body: reason,
+        })?;
+    let answer = dispatcher
+        .client
+        .xxl_idle_beat(address, &token, job_id)
+        .await?;
+    Ok(answer.code == SUCCESS)
+}
+
+/// The app's XXL-JOB access token, or why there is none.
+async fn token(dispatcher: &Dispatcher, app: &str) -> Result<String, String> {
+    let store = &dispatcher.cluster.store;
+    match dispatcher.webhooks.secret(store, app, TOKEN_SECRET).await {
+        Ok(Some(token)) => Ok(String::from_utf8_lossy(&token).into_owned()),
+        Ok(None) => Err(format!(
+            "app `{app}` has no secret `{TOKEN_SECRET}` (its XXL-JOB access token); nothing was sent"
+        )),
+        Err(e) => Err(format!("reading secret `{TOKEN_SECRET}` failed: {e:#}")),
+    }
+}
+
+/// The `/run` of trigger `t`.
+fn param(t: &Trigger, handler: String) -> TriggerParam {
+    // Delayed tasks and workflow steps run beside each other; XXL-JOB queues the runs of
+    // one job on one executor behind each other unless told to drop or cover them.
+    let block = match (t.exclusive, t.block) {
+        (true, BlockStrategy::DiscardLater) => "DISCARD_LATER",
+        (true, BlockStrategy::CoverEarly) => "COVER_EARLY",
+        _ => "SERIAL_EXECUTION",
+    };
+    TriggerParam {
+        job_id: t.job_id,
+        executor_handler: handler,
+        executor_params: t.input.clone(),
+        executor_block_strategy: block.into(),
+        // Whole seconds, rounded up: XXL-JOB counts no finer.
+        executor_timeout: (t.timeout_ms.max(0) + 999) / 1000,
+        log_id: t.run_id,
+        log_date_time: t.scheduled_at,
+        glue_type: "BEAN".into(),
+        glue_source: String::new(),
+        glue_updatetime: 0,
+        broadcast_index: t.shard_index,
+        broadcast_total: t.shard_total,
+    }
+}
+
+/// What an executor's answer to `/run` means for the trigger.
+fn outcome(answer: Envelope<String>) -> TriggerOutcome {
+    if answer.code == SUCCESS {
+        return TriggerOutcome::Accepted;
+    }
+    let msg = answer.msg.unwrap_or_default();
+    // xxl-job-core's words (sic): the `logId` is queued already; the job runs and the
+    // block strategy is `DISCARD_LATER`.
+    if msg.contains("repeate trigger job") {
+        TriggerOutcome::Duplicate
+    } else if msg.contains("Discard Later") {
+        TriggerOutcome::Busy
+    } else {
+        TriggerOutcome::Rejected {
+            reason: format!(
+                "the XXL-JOB executor refused the run (code {}): {msg}",
+                answer.code
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(msg: &str) -> Envelope<String> {
+        Envelope {
+            code: 500,
+            msg: Some(msg.into()),
+            content: None,
+            data: None,
+        }
+    }
+
+    #[test]
+    fn an_executors_answers_read_as_acks() {
+        assert_eq!(outcome(Envelope::success()), TriggerOutcome::Accepted);
+        assert_eq!(
+            outcome(refused("repeate trigger job, logId:7")),
+            TriggerOutcome::Duplicate
+        );
+        assert_eq!(
+            outcome(refused("block strategy effect：Discard Later")),
+            TriggerOutcome::Busy
+        );
+        assert_eq!(
+            outcome(refused("job handler [nope] not found.")),
+            TriggerOutcome::Rejected {
+                reason:
+                    "the XXL-JOB executor refused the run (code 500): job handler [nope] not found."
+                        .into()
+            }
+        );
+    }
+}
