@@ -1,0 +1,3 @@
+module github.com/rota-scheduler/rota/clients/go
+
+go 1.21
