@@ -37,6 +37,8 @@ enum Command {
     Queue(QueueArgs),
     /// Define workflows from a file, start instances (and wait for them), show them.
     Workflow(WorkflowArgs),
+    /// Bring another scheduler's jobs over: `xxl-job` reads an XXL-JOB admin's database.
+    Import(crate::cmd::ImportArgs),
     /// Run everything in one process: a scheduler node, the REST API and an embedded
     /// executor, on SQLite under --data-dir.
     Standalone(crate::nodes::StandaloneArgs),
@@ -282,6 +284,7 @@ impl Cli {
             Command::Job(args) => args.run().await,
             Command::Queue(args) => args.run().await,
             Command::Workflow(args) => args.run().await,
+            Command::Import(args) => args.run().await,
             Command::Standalone(args) => crate::nodes::standalone(args, shutdown_signal()).await,
             Command::Executor(args) => crate::nodes::executor(args, shutdown_signal()).await,
             Command::AppKey(args) => {

@@ -10,14 +10,17 @@
 //! - [`job`]: `rota job backfill`.
 //! - [`queue`]: `rota queue pull | ack | nack | extend`, a consumer of a `pull` job.
 //! - [`workflow`]: `rota workflow apply | start | show`.
+//! - [`import`]: `rota import xxl-job`, an XXL-JOB admin's apps and jobs.
 
 mod client;
 mod duration;
+mod import;
 mod job;
 mod queue;
 mod task;
 mod workflow;
 
+pub use import::ImportArgs;
 pub use job::JobArgs;
 pub use queue::QueueArgs;
 pub use task::TaskArgs;

@@ -33,3 +33,4 @@ mod webhooks;
 mod workflow_chaos;
 mod workflows;
 mod xxl;
+mod xxl_import;
