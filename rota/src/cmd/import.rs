@@ -65,6 +65,16 @@ impl ImportArgs {
         } = self.command;
         let xxl = read(&database_url).await?;
         let plan = plan(&xxl, access_token.as_deref());
+        if !plan.errors.is_empty() {
+            for (id, desc, why) in &plan.errors {
+                eprintln!("XXL job {id} ({desc}): {why}");
+            }
+            anyhow::bail!(
+                "{} job(s) above cannot be imported as they are; nothing was changed (fix \
+                 or delete them in XXL-JOB and import again)",
+                plan.errors.len()
+            );
+        }
         let mut report = Report::default();
         apply(&api, &plan, dry_run, &mut report).await?;
         report.print(dry_run);
@@ -217,8 +227,12 @@ pub(crate) struct Plan {
     jobs: BTreeMap<String, (String, Value, Vec<String>)>,
     /// Job name → the e-mail addresses alarmed when one of its runs fails.
     alarms: BTreeMap<String, (String, Vec<String>)>,
-    /// XXL job id and description → why it is not imported.
+    /// XXL jobs left out by design (GLUE): id, description, why.
     skipped: Vec<(i64, String, String)>,
+    /// XXL jobs Rota cannot take as they are (an unknown route, a cron expression that
+    /// does not parse): id, description, what is wrong. Any of them stops the import
+    /// before it changes anything.
+    errors: Vec<(i64, String, String)>,
 }
 
 /// The Rota name of XXL job `id`.
@@ -281,7 +295,7 @@ pub(crate) fn plan(xxl: &Xxl, token: Option<&str>) -> Plan {
                         .insert(job_name(j.id), (group.app_name.clone(), to));
                 }
             }
-            Err(why) => plan.skipped.push(skip(why)),
+            Err(why) => plan.errors.push(skip(why)),
         }
     }
     plan
@@ -290,7 +304,15 @@ pub(crate) fn plan(xxl: &Xxl, token: Option<&str>) -> Plan {
 /// The Rota job body of BEAN job `j` of app `app`, or why it has none.
 fn spec(j: &XxlJob, app: &str) -> Result<Value, String> {
     let schedule = match j.schedule_type.as_str() {
-        "CRON" => json!({"kind": "cron", "expr": j.schedule_conf.trim()}),
+        "CRON" => {
+            let schedule = json!({"kind": "cron", "expr": j.schedule_conf.trim()});
+            let parsed: rota_scheduler::schedule::Schedule =
+                serde_json::from_value(schedule.clone()).map_err(|e| e.to_string())?;
+            if let Err(e) = parsed.compile() {
+                return Err(format!("cron `{}`: {e}", j.schedule_conf.trim()));
+            }
+            schedule
+        }
         "FIX_RATE" => match j.schedule_conf.trim().parse::<i64>() {
             Ok(s) if s > 0 => json!({"kind": "fixed_rate", "every_ms": s * 1000}),
             _ => {

@@ -87,10 +87,34 @@ fn rows(v34: bool) -> Vec<String> {
              0, 0, 'BEAN', '', 1",
         ),
     ]
+    .into_iter()
+    .chain(ROUTES.iter().enumerate().map(|(i, (route, _))| {
+        // The other routes, and the last block strategy, one job each.
+        job(
+            10 + i as i64,
+            &format!(
+                "'路由 {route}', '', 'NONE', '', 'DO_NOTHING', '{route}', 'hello', '', \
+                 'COVER_EARLY', 0, 0, 'BEAN', '', 1"
+            ),
+        )
+    }))
+    .collect()
 }
 
-/// `rota import xxl-job` against `node`, with `args`; its stdout (it must succeed).
-fn import(node: &Standalone, db: &str, args: &[&str]) -> String {
+/// XXL-JOB's routes not in [`rows`]' first jobs, and Rota's names for them.
+const ROUTES: [(&str, &str); 7] = [
+    ("LAST", "last"),
+    ("RANDOM", "random"),
+    ("CONSISTENT_HASH", "consistent_hash"),
+    ("LEAST_FREQUENTLY_USED", "least_frequently_used"),
+    ("LEAST_RECENTLY_USED", "least_recently_used"),
+    ("FAILOVER", "failover"),
+    ("BUSYOVER", "busyover"),
+];
+
+/// `rota import xxl-job` against `node`, with `args`: whether it succeeded, its stdout
+/// and its stderr.
+fn run_import(node: &Standalone, db: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_rota"))
         .args([
             "import",
@@ -104,13 +128,29 @@ fn import(node: &Standalone, db: &str, args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("running rota import xxl-job");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "rota import failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// [`run_import`], which must succeed: its stdout.
+fn import(node: &Standalone, db: &str, args: &[&str]) -> String {
+    let (ok, stdout, stderr) = run_import(node, db, args);
+    assert!(ok, "rota import failed: {stdout}{stderr}");
     stdout
+}
+
+/// A scratch MariaDB database holding XXL-JOB's tables, [`rows`] and `extra`.
+async fn xxl_database(v34: bool, extra: &[String]) -> Option<rota_testkit::MysqlDb> {
+    let db = rota_testkit::MysqlDb::create("rota_xxl").await?;
+    let pool = sqlx::MySqlPool::connect(&db.url).await.unwrap();
+    for sql in schema(v34).iter().chain(&rows(v34)).chain(extra) {
+        sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    pool.close().await;
+    Some(db)
 }
 
 async fn job(api: &Api, name: &str) -> Value {
@@ -118,17 +158,9 @@ async fn job(api: &Api, name: &str) -> Value {
 }
 
 async fn imports_an_xxl_job_database(v34: bool) {
-    let Some(db) = rota_testkit::MysqlDb::create("rota_xxl").await else {
+    let Some(db) = xxl_database(v34, &[]).await else {
         return;
     };
-    let pool = sqlx::MySqlPool::connect(&db.url).await.unwrap();
-    for sql in schema(v34).iter().chain(&rows(v34)) {
-        sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-            .execute(&pool)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
-    pool.close().await;
     let dir = tempfile::tempdir().unwrap();
     let node = Standalone::start(dir.path());
     let api = &node.api;
@@ -170,6 +202,12 @@ async fn imports_an_xxl_job_database(v34: bool) {
     assert_eq!(rec["max_attempts"], 3, "two retries are three attempts");
     assert_eq!(rec["timeout_ms"], 10_000);
     assert_eq!(rec["enabled"], false);
+    for (i, (_, route)) in ROUTES.iter().enumerate() {
+        let j = job(api, &format!("xxl-{}", 10 + i)).await;
+        assert_eq!(j["route"], *route, "{j}");
+        assert_eq!(j["block"], "cover_early", "{j}");
+        assert_eq!(j["schedule"]["kind"], "none", "{j}");
+    }
     let (status, _) = api.call("GET", "/api/v1/jobs/xxl-3", None).await;
     assert_eq!(status, 404, "the GLUE job is not imported");
     let secrets = api.ok("GET", "/api/v1/apps/orders/secrets", None).await;
@@ -205,4 +243,53 @@ async fn an_xxl_job_2x_database_is_imported_once() {
 #[tokio::test]
 async fn an_xxl_job_3_4_database_is_imported_with_its_group_tokens() {
     imports_an_xxl_job_database(true).await;
+}
+
+/// Rows Rota cannot take (an unknown route, a cron expression that does not parse) are
+/// each named, and the import changes nothing at all.
+#[tokio::test]
+async fn bad_rows_are_named_and_nothing_is_half_imported() {
+    let bad = |id: i64, route: &str, cron: &str| {
+        format!(
+            "INSERT INTO xxl_job_info (`id`, `job_group`, `job_desc`, `schedule_type`, \
+             `schedule_conf`, `executor_route_strategy`, `executor_handler`, \
+             `executor_block_strategy`, `glue_type`) \
+             VALUES ({id}, 1, 'bad {id}', 'CRON', '{cron}', '{route}', 'hello', \
+             'SERIAL_EXECUTION', 'BEAN')"
+        )
+    };
+    let extra = [
+        bad(50, "NOPE", "0 * * * * ?"),
+        bad(51, "FIRST", "every tuesday"),
+    ];
+    let Some(db) = xxl_database(false, &extra).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let node = Standalone::start(dir.path());
+    let (ok, stdout, stderr) = run_import(&node, &db.url, &["--access-token", "t"]);
+    assert!(!ok, "an import with bad rows fails: {stdout}");
+    assert!(
+        stderr.contains("XXL job 50 (bad 50): route `NOPE` is not one Rota knows"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("XXL job 51 (bad 51): cron `every tuesday`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    let jobs = node.api.ok("GET", "/api/v1/jobs", None).await;
+    assert!(
+        !jobs.to_string().contains("xxl-"),
+        "no job was made: {jobs}"
+    );
+    let (status, secrets) = node
+        .api
+        .call("GET", "/api/v1/apps/orders/secrets", None)
+        .await;
+    assert!(
+        status == 404 || !secrets.to_string().contains("xxl-access-token"),
+        "no token was set: {status} {secrets}"
+    );
+    db.drop_db().await;
 }
