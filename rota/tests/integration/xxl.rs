@@ -297,3 +297,235 @@ async fn an_xxl_job_core_2_5_executor_runs_rotas_jobs_unchanged() {
 async fn an_xxl_job_core_3_3_executor_runs_rotas_jobs_unchanged() {
     executors_run_rotas_jobs_unchanged("3.3.2").await;
 }
+
+/// A console session on the node at `base` as `admin` with `password`: its cookie.
+async fn console_cookie(base: &str, password: &str) -> String {
+    let resp = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(format!("{base}/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("user=admin&password={password}"))
+        .send()
+        .await
+        .unwrap();
+    let cookie = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("rota_session="))
+        .unwrap_or_else(|| panic!("no session cookie: {}", resp.status()));
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+/// Two `rota server` nodes on MariaDB and two XXL-JOB executors that know both (the first
+/// before the second, as `xxl.job.admin.addresses` lists them): cron, a manual trigger,
+/// delayed tasks, a retried failure, sharding over both executors, a timeout, a kill, the
+/// run log in the console — then the first node, where every registration and callback
+/// goes, is SIGKILLed while runs are in flight: each of them still ends, once.
+async fn on_two_nodes_every_run_ends_once_through_a_node_kill(version: &'static str) {
+    let Some(run) = executor_build(version) else {
+        return;
+    };
+    let Some(db) = rota_testkit::MysqlDb::create("rota_xxlc").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let password = "console-pass-7";
+    let env = [("ROTA_ADMIN_PASSWORD", password)];
+    let (p1, p2) = (free_port(), free_port());
+    let mut n1 = spawn_server_env(&db.url, p1, &dir.path().join("n1.log"), "n1", &env);
+    let a1 = Api::new(format!("http://127.0.0.1:{p1}"));
+    wait_healthy(&a1).await;
+    let _n2 = spawn_server_env(&db.url, p2, &dir.path().join("n2.log"), "n2", &env);
+    let a2 = Api::new(format!("http://127.0.0.1:{p2}"));
+    wait_healthy(&a2).await;
+    a1.ok(
+        "PUT",
+        "/api/v1/apps/orders/secrets/xxl-access-token",
+        Some(json!({"value": TOKEN})),
+    )
+    .await;
+    let admins = format!("{}/xxl-job-admin,{}/xxl-job-admin", a1.base, a2.base);
+    let logs = tempfile::tempdir().unwrap();
+    let _e1 = XxlExecutor::start(&run, &admins, "orders", TOKEN, &logs.path().join("a"));
+    let _e2 = XxlExecutor::start(&run, &admins, "orders", TOKEN, &logs.path().join("b"));
+    wait_xxl_executors(&a2, "orders", 2).await;
+
+    // Cron every second, a manual trigger, delayed tasks.
+    xxl_job(
+        &a1,
+        "tick",
+        "orders",
+        "hello",
+        json!({"schedule": {"kind": "cron", "expr": "* * * * * ?"}, "params": "tick"}),
+    )
+    .await;
+    xxl_job(&a1, "hello", "orders", "hello", json!({})).await;
+    a1.ok(
+        "POST",
+        "/api/v1/jobs/hello/trigger",
+        Some(json!({"params": "by hand"})),
+    )
+    .await;
+    let delayed: Vec<Value> = (0..10)
+        .map(|i| json!({"job": "hello", "payload": format!("d{i}"), "delay_ms": i * 200}))
+        .collect();
+    for id in a2.add_tasks(delayed).await {
+        let t = task_reaches(&a2, id, "succeeded").await;
+        assert_eq!(t["attempts"], 1, "{t}");
+    }
+    let manual = eventually(Duration::from_secs(30), "the manual fire", || async {
+        let runs = a1.ok("GET", "/api/v1/runs?limit=200", None).await;
+        runs["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["message"] == "hello by hand" && r["status"] == "succeeded")
+            .cloned()
+    })
+    .await;
+    assert!(manual["executor"].is_string());
+    eventually(Duration::from_secs(30), "cron fires", || async {
+        let runs = a2.ok("GET", "/api/v1/runs?limit=200", None).await;
+        let ticks = runs["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["message"] == "hello tick" && r["status"] == "succeeded")
+            .count();
+        (ticks >= 3).then_some(())
+    })
+    .await;
+
+    // A retried failure, sharding across both executors, a timeout, a kill.
+    xxl_job(
+        &a1,
+        "fails",
+        "orders",
+        "fail",
+        json!({"max_attempts": 2, "backoff": {"kind": "fixed", "delay_ms": 200}}),
+    )
+    .await;
+    let fails = one_task(&a1, "fails", "x").await;
+    task_reaches(&a1, fails, "dead").await;
+    assert_eq!(task_runs(&a1, fails).await.len(), 2);
+    xxl_job(
+        &a1,
+        "shards",
+        "orders",
+        "shard",
+        json!({"route": "sharding_broadcast"}),
+    )
+    .await;
+    let shards = one_task(&a1, "shards", "all").await;
+    task_reaches(&a1, shards, "succeeded").await;
+    let messages: Vec<String> = task_runs(&a1, shards)
+        .await
+        .iter()
+        .map(|r| r["message"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(messages, ["shard 0/2 all", "shard 1/2 all"]);
+    xxl_job(&a1, "late", "orders", "slow", json!({"timeout_ms": 1_000})).await;
+    let late = one_task(&a1, "late", "t").await;
+    task_reaches(&a1, late, "dead").await;
+    assert_eq!(task_runs(&a1, late).await[0]["status"], "timeout");
+    xxl_job(
+        &a1,
+        "stuck",
+        "orders",
+        "slow",
+        json!({"timeout_ms": 600_000}),
+    )
+    .await;
+    let stuck = one_task(&a1, "stuck", "forever").await;
+    let stuck_run = eventually(Duration::from_secs(30), "the stuck run's log", || async {
+        let id = task_runs(&a1, stuck).await.first()?["id"].as_i64()?;
+        let (status, log) = a1
+            .call("GET", &format!("/api/v1/runs/{id}/log"), None)
+            .await;
+        (status == 200 && log.to_string().contains("slow started forever")).then_some(id)
+    })
+    .await;
+    a2.ok("POST", &format!("/api/v1/runs/{stuck_run}/kill"), None)
+        .await;
+    task_reaches(&a1, stuck, "cancelled").await;
+    assert_eq!(task_runs(&a1, stuck).await[0]["status"], "killed");
+
+    // The run log in the console, read from the executor.
+    xxl_job(&a1, "greet", "orders", "echo_log", json!({})).await;
+    let greet = one_task(&a1, "greet", "").await;
+    task_reaches(&a1, greet, "succeeded").await;
+    let greet_run = task_runs(&a1, greet).await[0]["id"].as_i64().unwrap();
+    let cookie = console_cookie(&a2.base, password).await;
+    let console = |path: String| {
+        let cookie = cookie.clone();
+        let base = a2.base.clone();
+        async move {
+            reqwest::Client::new()
+                .get(format!("{base}/console{path}"))
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    let page = console(format!("/runs/{greet_run}")).await;
+    assert!(
+        page.contains(&format!("/console/runs/{greet_run}/log")),
+        "{page}"
+    );
+    let log = console(format!("/runs/{greet_run}/log")).await;
+    assert!(
+        log.contains("line 2"),
+        "the console's run log, from the executor: {log}"
+    );
+
+    // Runs in flight (each sleeps into its 2 s timeout, one after another on an executor),
+    // then the node every callback goes to is killed.
+    xxl_job(&a1, "work", "orders", "slow", json!({"timeout_ms": 2_000})).await;
+    let work: Vec<Value> = (0..8)
+        .map(|i| json!({"job": "work", "payload": format!("w{i}")}))
+        .collect();
+    let work = a1.add_tasks(work).await;
+    eventually(Duration::from_secs(30), "runs in flight", || async {
+        let runs = a2.ok("GET", "/api/v1/runs?job=work&limit=50", None).await;
+        (runs["items"].as_array().unwrap().len() >= 2).then_some(())
+    })
+    .await;
+    support::chaos::signal(&n1, "-KILL");
+    let _ = n1.0.wait();
+    for id in &work {
+        task_reaches_within(&a2, *id, "dead", Duration::from_secs(120)).await;
+        let runs = task_runs(&a2, *id).await;
+        assert_eq!(runs.len(), 1, "one run per task: {runs:?}");
+        assert_eq!(runs[0]["status"], "timeout", "{runs:?}");
+    }
+    // Every (task, attempt, shard) ran once, the cron fires across the kill included.
+    let pool = sqlx::MySqlPool::connect(&db.url).await.unwrap();
+    let twice: Vec<(i64, i32, i32)> = sqlx::query_as(
+        "SELECT task_id, attempt, shard_index FROM runs \
+         GROUP BY task_id, attempt, shard_index HAVING COUNT(*) > 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(twice.is_empty(), "ran twice: {twice:?}");
+    pool.close().await;
+    db.drop_db().await;
+}
+
+#[tokio::test]
+async fn xxl_job_core_2_5_executors_on_two_nodes_end_every_run_once_through_a_node_kill() {
+    on_two_nodes_every_run_ends_once_through_a_node_kill("2.5.0").await;
+}
+
+#[tokio::test]
+async fn xxl_job_core_3_3_executors_on_two_nodes_end_every_run_once_through_a_node_kill() {
+    on_two_nodes_every_run_ends_once_through_a_node_kill("3.3.2").await;
+}

@@ -201,6 +201,7 @@ impl Node {
             ring: self.ports.ring.clone(),
             jobs: self.ports.jobs.clone(),
             executors: self.ports.executors.clone(),
+            secrets: self.ports.secrets.clone(),
             client: self.ports.client.clone(),
             recorder,
             wake: self.ports.scan_wake.clone(),

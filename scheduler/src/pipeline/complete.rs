@@ -366,7 +366,49 @@ pub(crate) async fn liveness_loop(completion: Arc<Completion>) {
         if let Err(e) = expire_leases(&completion, now).await {
             tracing::warn!(error = %format!("{e:#}"), "ending expired pull leases failed");
         }
+        if now % XXL_OVERDUE_EVERY_MS < 1_000
+            && let Err(e) = lose_overdue_xxl_runs(&completion, now).await
+        {
+            tracing::warn!(error = %format!("{e:#}"), "ending overdue XXL-JOB runs failed");
+        }
     }
+}
+
+/// How often the runs of XXL-JOB executors are checked for a callback that never came.
+const XXL_OVERDUE_EVERY_MS: Millis = 10_000;
+/// How long past its job's timeout an XXL-JOB run may still call back: its executor
+/// calls back a timed-out run at once, and retries a refused callback every 30 s.
+const XXL_CALLBACK_GRACE_MS: Millis = 120_000;
+
+/// Runs on XXL-JOB executors that never called back (their executor restarted and forgot
+/// them, or the node that recorded them died before sending): `lost`, and retried per
+/// policy, as runs of a dead executor are.
+async fn lose_overdue_xxl_runs(completion: &Completion, now: Millis) -> anyhow::Result<()> {
+    let overdue = completion
+        .cluster
+        .store
+        .overdue_xxl_runs(now, XXL_CALLBACK_GRACE_MS)
+        .await?;
+    if overdue.is_empty() {
+        return Ok(());
+    }
+    let lost: Vec<RunUpdate> = overdue
+        .iter()
+        .map(|r| {
+            let who = r.executor.as_deref().unwrap_or("?");
+            lost_update(
+                r,
+                now,
+                format!("the XXL-JOB executor {who} never called back, past the job's timeout"),
+            )
+        })
+        .collect();
+    tracing::warn!(
+        runs = lost.len(),
+        "XXL-JOB runs that never called back are lost"
+    );
+    apply(completion, &lost).await?;
+    Ok(())
 }
 
 /// Pull leases that expired unacked (SPEC §8): each attempt is lost, and the task is

@@ -43,6 +43,7 @@ pub mod ring;
 pub mod scan;
 pub mod wheel;
 pub mod workflow_fires;
+mod xxl_recovery;
 
 pub use caches::JobEntry;
 pub(crate) use caches::{ExecutorCache, JobCache, RunIds};

@@ -38,6 +38,8 @@ pub(crate) struct Scan {
     pub ring: Ring,
     pub jobs: Arc<JobCache>,
     pub executors: Arc<ExecutorCache>,
+    /// Opens apps' XXL-JOB tokens, for recovered runs on their executors.
+    pub secrets: Arc<crate::secrets::SecretBox>,
     /// For recovery's `/runs/known`.
     pub client: ExecutorClient,
     /// Recovered attempts an executor already has, recorded as dispatched.
@@ -424,6 +426,9 @@ async fn recover_claims(scan: &Scan, claims: Vec<DueTask>) -> anyhow::Result<()>
         }
     }
     let mut known: Vec<Dispatched> = Vec::new();
+    // Tasks whose runs may or may not have reached an XXL-JOB executor, by app.
+    let mut watching: Vec<(String, Vec<(DueTask, Run)>)> = Vec::new();
+    let mut held: std::collections::HashSet<i64> = std::collections::HashSet::new();
     let now = cluster.clock.now_ms();
     for (app, tasks) in by_app {
         let req = RunsKnownRequest {
@@ -435,7 +440,28 @@ async fn recover_claims(scan: &Scan, claims: Vec<DueTask>) -> anyhow::Result<()>
                 })
                 .collect(),
         };
-        for executor in scan.executors.of_app(&app) {
+        let (xxl, rota): (Vec<_>, Vec<_>) = scan
+            .executors
+            .of_app(&app)
+            .into_iter()
+            .partition(|e| e.protocol == ExecutorProtocol::Xxl);
+        // XXL-JOB executors cannot be asked: their runs were written before being sent, and
+        // whether they went out is settled in the background (`xxl_recovery.rs`).
+        let addresses: Vec<String> = xxl.into_iter().map(|e| e.address).collect();
+        let mut unsure = Vec::new();
+        for run in cluster.store.unfinished_runs_at(&addresses).await? {
+            if let Some(t) = tasks
+                .iter()
+                .find(|t| t.task_id == run.task_id && t.attempt == run.attempt)
+            {
+                held.insert(t.task_id);
+                unsure.push(((*t).clone(), run));
+            }
+        }
+        if !unsure.is_empty() {
+            watching.push((app.clone(), unsure));
+        }
+        for executor in rota {
             match scan.client.runs_known(&app, &executor.address, &req).await {
                 Ok(ack) => {
                     for k in ack.known {
@@ -470,8 +496,17 @@ async fn recover_claims(scan: &Scan, claims: Vec<DueTask>) -> anyhow::Result<()>
     let known_ids: std::collections::HashSet<i64> = known.iter().map(|d| d.task_id).collect();
     let refire: Vec<DueTask> = claims
         .into_iter()
-        .filter(|t| !known_ids.contains(&t.task_id))
+        .filter(|t| !known_ids.contains(&t.task_id) && !held.contains(&t.task_id))
         .collect();
+    for (app, runs) in watching {
+        let probe = super::xxl_recovery::Probe {
+            cluster: scan.cluster.clone(),
+            client: scan.client.clone(),
+            ring: scan.ring.clone(),
+            secrets: scan.secrets.clone(),
+        };
+        super::xxl_recovery::watch(probe, app, runs, lease);
+    }
     tracing::info!(
         already_dispatched = known_ids.len(),
         refired = refire.len(),

@@ -368,6 +368,7 @@ mod runs;
 mod secrets;
 mod tasks;
 mod workflows;
+mod xxl;
 
 pub use alarms::{
     AlarmChannelRow, AlarmDelivery, AlarmEvent, AlarmRow, AlarmRuleRow, Folded, Pending, Problems,

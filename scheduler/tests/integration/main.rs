@@ -12,4 +12,5 @@ mod security;
 mod store_contract;
 mod store_limits;
 mod store_workflows;
+mod store_xxl;
 mod workflows;

@@ -6,11 +6,16 @@
 //! executors, so routes, failover, sharding and the record of what was sent are the same
 //! for both; the run ends when the executor's callback arrives (`ports/xxl.rs`).
 
+use std::collections::BTreeMap;
+
 use rota_proto::{BlockStrategy, TriggerAck};
 
 use super::*;
 use crate::xxl::TOKEN_SECRET;
 use crate::xxl::wire::{Envelope, SUCCESS, TriggerParam};
+
+/// An executor's answer to one `/run`.
+type Answer = Result<Envelope<String>, ClientError>;
 
 /// Sends `batch` (the triggers of `group`, numbered) to the XXL-JOB executor at `address`
 /// and answers as a Rota executor would. Every call unanswered for want of a connection:
@@ -40,26 +45,62 @@ pub(super) async fn trigger(
             return Ok(TriggerBatchAck { acks, room: None });
         }
     };
-    let calls = batch.triggers.iter().map(|t| {
-        let handler = group
+    // Recorded before they go out: an XXL-JOB executor cannot be asked later which it took
+    // (`store/xxl.rs`). Unrecorded, nothing is sent: they wait in the wheel as if it were full.
+    let now = dispatcher.cluster.clock.now_ms();
+    let records: Vec<Dispatched> = group
+        .iter()
+        .filter_map(|p| dispatched(p, address, now))
+        .collect();
+    if let Err(e) = dispatcher.cluster.store.prerecord_runs(&records).await {
+        tracing::warn!(error = %e, "recording XXL-JOB runs before sending them failed; holding them");
+        let acks = batch
+            .triggers
             .iter()
-            .find(|p| p.run_id == Some(t.run_id))
-            .and_then(|p| match &p.job.job.spec.delivery {
-                Delivery::Xxl { handler } => Some(handler.clone()),
-                _ => None,
-            });
-        let token = &token;
-        async move {
-            match handler {
+            .map(|t| TriggerAck {
+                run_id: t.run_id,
+                outcome: TriggerOutcome::Full,
+            })
+            .collect();
+        return Ok(TriggerBatchAck {
+            acks,
+            room: Some(0),
+        });
+    }
+    // One job's runs one after another, different jobs' at once: xxl-job-core makes a
+    // job's thread at its first `/run`, and two first `/run`s racing each make one — the
+    // loser's queued run is then never run nor called back.
+    let mut by_job: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+    for (i, t) in batch.triggers.iter().enumerate() {
+        by_job.entry(t.job_id).or_default().push(i);
+    }
+    let token = &token;
+    let jobs = by_job.into_values().map(|indices| async move {
+        let mut answered = Vec::with_capacity(indices.len());
+        for i in indices {
+            let t = &batch.triggers[i];
+            let handler = group
+                .iter()
+                .find(|p| p.run_id == Some(t.run_id))
+                .and_then(|p| match &p.job.job.spec.delivery {
+                    Delivery::Xxl { handler } => Some(handler.clone()),
+                    _ => None,
+                });
+            let answer = match handler {
                 Some(handler) => {
                     let param = param(t, handler);
                     Some(dispatcher.client.xxl_run(address, token, &param).await)
                 }
                 None => None,
-            }
+            };
+            answered.push((i, answer));
         }
+        answered
     });
-    let answers = join_all(calls).await;
+    let mut answers: Vec<(usize, Option<Answer>)> =
+        join_all(jobs).await.into_iter().flatten().collect();
+    answers.sort_by_key(|(i, _)| *i);
+    let answers: Vec<_> = answers.into_iter().map(|(_, a)| a).collect();
     if let Some(Some(Err(first))) = answers.first()
         && answers
             .iter()
