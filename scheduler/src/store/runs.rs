@@ -81,34 +81,6 @@ pub(super) struct Verdicts {
     resumed: Vec<(i64, Millis)>,
 }
 
-/// `INSERT INTO runs … VALUES …` of `rows` as `dispatched`, for the caller's `ON …` tail.
-pub(super) fn insert_dispatched<'r, DB: sqlx::Database>(
-    rows: impl IntoIterator<Item = &'r Dispatched>,
-) -> QueryBuilder<DB>
-where
-    i64: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
-    i32: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
-    for<'s> &'s str: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
-{
-    let mut qb = QueryBuilder::<DB>::new(
-        "INSERT INTO runs (id, job_id, task_id, attempt, shard_index, shard_total, executor, \
-         status, scheduled_at, dispatched_at) ",
-    );
-    qb.push_values(rows, |mut b, r| {
-        b.push_bind(r.run_id)
-            .push_bind(r.job_id)
-            .push_bind(r.task_id)
-            .push_bind(r.attempt)
-            .push_bind(r.shard_index)
-            .push_bind(r.shard_total)
-            .push_bind(r.executor.as_str())
-            .push_bind(RunStatus::Dispatched.as_str())
-            .push_bind(r.scheduled_at)
-            .push_bind(r.dispatched_at);
-    });
-    qb
-}
-
 impl Store {
     /// Applies run updates (executor reports, undeliverable dispatches, lost runs) in one
     /// transaction, idempotently: a repeated or stale update changes nothing. For every

@@ -22,7 +22,7 @@ impl Store {
         retrying!("prerecord_runs", {
             on_pool!(self, |pool, Db| {
                 for chunk in runs.chunks(CHUNK) {
-                    let mut qb = super::runs::insert_dispatched::<Db>(chunk);
+                    let mut qb = insert_dispatched::<Db>(chunk);
                     qb.push(tail);
                     qb.build().execute(pool).await?;
                 }
