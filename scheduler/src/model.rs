@@ -179,7 +179,10 @@ pub enum Delivery {
     /// Each fire runs `handler` (an `@XxlJob` name) on an XXL-JOB executor of the job's app
     /// (one built on `xxl-job-core`, registered with this node's XXL admin API; `xxl/`):
     /// the node calls it as xxl-job-admin does and its callback ends the run. No plugin.
-    Xxl { handler: String },
+    Xxl {
+        #[schema(min_length = 1, max_length = 255, pattern = r"\S")]
+        handler: String,
+    },
 }
 
 /// The longest XXL-JOB handler name (xxl-job-admin's `executor_handler` column).
@@ -231,7 +234,7 @@ impl TryFrom<DeliveryFields> for Delivery {
                     .handler
                     .ok_or("delivery: `xxl` delivery needs a `handler` (the @XxlJob name)")?;
                 let trimmed = handler.trim();
-                if trimmed.is_empty() || trimmed.len() > MAX_XXL_HANDLER {
+                if trimmed.is_empty() || trimmed.chars().count() > MAX_XXL_HANDLER {
                     return Err(format!(
                         "delivery: `handler` must be 1 to {MAX_XXL_HANDLER} characters"
                     ));
