@@ -185,6 +185,13 @@ pub enum Delivery {
     },
 }
 
+impl Delivery {
+    /// Every kind's name, as `kind` spells it.
+    pub const KINDS: [&'static str; 4] = ["wasm", "pull", "http", "xxl"];
+    /// The kinds that run no plugin: a job of one of them names none.
+    pub const PLUGINLESS: [&'static str; 3] = ["pull", "http", "xxl"];
+}
+
 /// The longest XXL-JOB handler name (xxl-job-admin's `executor_handler` column).
 pub const MAX_XXL_HANDLER: usize = 255;
 
@@ -214,7 +221,7 @@ impl TryFrom<DeliveryFields> for Delivery {
         if let Some((field, owner, _)) = given
             .iter()
             .find(|(_, owner, given)| *given && *owner != f.kind)
-            && ["wasm", "pull", "http", "xxl"].contains(&f.kind.as_str())
+            && Delivery::KINDS.contains(&f.kind.as_str())
         {
             return Err(format!(
                 "delivery: `{field}` belongs to `{owner}` delivery, not `{}`",
@@ -244,7 +251,8 @@ impl TryFrom<DeliveryFields> for Delivery {
                 })
             }
             other => Err(format!(
-                "delivery: `{other}` is not a kind of delivery; expected one of: wasm, pull, http, xxl"
+                "delivery: `{other}` is not a kind of delivery; expected one of: {}",
+                Delivery::KINDS.join(", ")
             )),
         }
     }
@@ -699,4 +707,34 @@ pub struct RunFilter {
     pub status: Option<RunStatus>,
     pub before_id: Option<i64>,
     pub limit: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Delivery;
+
+    #[test]
+    fn every_kind_but_wasm_is_pluginless() {
+        let pluginless: Vec<_> = Delivery::KINDS
+            .into_iter()
+            .filter(|k| *k != "wasm")
+            .collect();
+        assert_eq!(pluginless, Delivery::PLUGINLESS);
+        for kind in Delivery::KINDS {
+            let fields = match kind {
+                "http" => serde_json::json!({"kind": kind, "url": "http://127.0.0.1/"}),
+                "xxl" => serde_json::json!({"kind": kind, "handler": "demoJobHandler"}),
+                _ => serde_json::json!({"kind": kind}),
+            };
+            let parsed: Delivery = serde_json::from_value(fields).expect(kind);
+            assert_eq!(serde_json::to_value(&parsed).unwrap()["kind"], kind);
+        }
+        let unknown = serde_json::from_value::<Delivery>(serde_json::json!({"kind": "grpc"}));
+        assert!(
+            unknown
+                .unwrap_err()
+                .to_string()
+                .contains("wasm, pull, http, xxl")
+        );
+    }
 }

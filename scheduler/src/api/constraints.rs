@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::alarm::On;
 use crate::alarm::channel::Kind;
+use crate::model::Delivery;
 use crate::schedule::FIRE_HORIZON_MS;
 use crate::usecase::validate::{MAX_APP_CHARS, MAX_NAME_CHARS};
 use crate::usecase::{alarms, jobs, queue, tasks};
@@ -233,7 +234,7 @@ pub fn apply(doc: &mut Value) {
                     "delivery": {
                         "type": "object",
                         "required": ["kind"],
-                        "properties": {"kind": {"enum": ["pull", "http"]}},
+                        "properties": {"kind": {"enum": Delivery::PLUGINLESS}},
                     },
                 },
             },

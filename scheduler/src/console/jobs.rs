@@ -503,7 +503,7 @@ impl JobFormPage {
             routes: options(Route::ALL, &form.route),
             blocks: options(["serial", "discard_later", "cover_early"], &form.block),
             misfires: options(Misfire::ALL.map(Misfire::as_str), &form.misfire),
-            deliveries: options(["wasm", "pull", "http", "xxl"], &form.delivery),
+            deliveries: options(Delivery::KINDS, &form.delivery),
             form,
             errors,
             plugins: names,
