@@ -4,15 +4,16 @@
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use rota_proto::Secret;
 use rota_scheduler::Config;
 use rota_scheduler::config::defaults;
 use tokio::net::TcpListener;
 
-use crate::cmd::{JobArgs, QueueArgs, TaskArgs, WorkflowArgs};
+use crate::cmd::{ConfigArgs, JobArgs, QueueArgs, TaskArgs, WorkflowArgs};
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +49,8 @@ enum Command {
     /// (ROTA_EXECUTOR_SECRET of the scheduler nodes): give it to that app's executors as
     /// their ROTA_EXECUTOR_SECRET. It lets them act for that app only.
     AppKey(AppKeyArgs),
+    /// Config files: check one, show a command's effective settings, print an example.
+    Config(ConfigArgs),
     /// Plugin tools.
     Plugin {
         #[command(subcommand)]
@@ -84,6 +87,50 @@ impl TlsArgs {
             self.tls_key.as_deref(),
             self.tls_ca.as_deref(),
         )
+    }
+}
+
+/// What every long-running process (`server`, `executor`, `standalone`) takes besides its
+/// own settings.
+#[derive(Args)]
+#[command(next_help_heading = "Process")]
+pub struct ProcessArgs {
+    /// A TOML file of this command's settings: each key is a flag's long name (`listen`,
+    /// `database-url`), at the top level or in a `[server]`, `[executor]` or `[standalone]`
+    /// table. A flag given beats its environment variable, which beats the file, which
+    /// beats the default. `rota config example` prints every key.
+    #[arg(long, env = "ROTA_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// How log lines are written to stderr: `text` for people, `json` (one object per line)
+    /// for a log pipeline.
+    #[arg(long, env = "ROTA_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The format of the process's log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Where email alarms go out from (a scheduler node's own setting, not a channel's).
+#[derive(Args)]
+#[command(next_help_heading = "Alarms")]
+pub struct AlarmArgs {
+    /// The SMTP server of email alarm channels: `smtp://user:pass@host:587?tls=required`
+    /// for STARTTLS, `smtps://…` for TLS. Without it email channels fail saying so.
+    #[arg(long, env = "ROTA_SMTP_URL", hide_env_values = true)]
+    smtp_url: Option<String>,
+    /// The sender of email alarms.
+    #[arg(long, env = "ROTA_ALARM_FROM", default_value = defaults::ALARM_FROM)]
+    alarm_from: String,
+}
+
+impl AlarmArgs {
+    pub fn apply(&self, config: &mut Config) {
+        config.smtp_url = self.smtp_url.clone().filter(|u| !u.is_empty());
+        config.alarm_from = self.alarm_from.clone();
     }
 }
 
@@ -195,6 +242,10 @@ struct ServerArgs {
     egress: EgressArgs,
     #[command(flatten)]
     xxl: XxlArgs,
+    #[command(flatten)]
+    alarms: AlarmArgs,
+    #[command(flatten)]
+    process: ProcessArgs,
 }
 
 /// Where XXL-JOB executors find this node's admin API (SPEC §13).
@@ -236,8 +287,8 @@ impl ServerArgs {
         let mut c = Config::new(
             self.database_url.clone(),
             Secret::new(self.executor_secret.as_bytes()),
-        )
-        .with_alarm_env();
+        );
+        self.alarms.apply(&mut c);
         c.node_name = self
             .node_name
             .clone()
@@ -270,6 +321,16 @@ impl ServerArgs {
 }
 
 impl Cli {
+    /// How the process logs: its `--log-format`, or text for the commands without one.
+    pub fn log_format(&self) -> LogFormat {
+        match &self.command {
+            Command::Server(a) => a.process.log_format,
+            Command::Standalone(a) => a.process.log_format,
+            Command::Executor(a) => a.process.log_format,
+            _ => LogFormat::Text,
+        }
+    }
+
     pub async fn run(self) -> anyhow::Result<()> {
         match self.command {
             Command::Server(args) => {
@@ -285,6 +346,7 @@ impl Cli {
             Command::Queue(args) => args.run().await,
             Command::Workflow(args) => args.run().await,
             Command::Import(args) => args.run().await,
+            Command::Config(args) => args.run(),
             Command::Standalone(args) => crate::nodes::standalone(args, shutdown_signal()).await,
             Command::Executor(args) => crate::nodes::executor(args, shutdown_signal()).await,
             Command::AppKey(args) => {

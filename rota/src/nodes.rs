@@ -42,6 +42,21 @@ pub struct StandaloneArgs {
     egress: crate::cli::EgressArgs,
     #[command(flatten)]
     xxl: crate::cli::XxlArgs,
+    /// The master secret (16 characters or more); without it one is generated and kept in
+    /// the data directory.
+    #[arg(long, env = "ROTA_EXECUTOR_SECRET", hide_env_values = true)]
+    executor_secret: Option<String>,
+    /// Admin API bearer token; without it one is generated and kept in the data directory.
+    #[arg(long, env = "ROTA_API_TOKEN", hide_env_values = true)]
+    api_token: Option<String>,
+    /// Password of the console's `admin` user, set at its creation (first start); without it
+    /// a random one is generated and logged once.
+    #[arg(long, env = "ROTA_ADMIN_PASSWORD", hide_env_values = true)]
+    admin_password: Option<String>,
+    #[command(flatten)]
+    alarms: crate::cli::AlarmArgs,
+    #[command(flatten)]
+    pub process: crate::cli::ProcessArgs,
 }
 
 #[derive(Args)]
@@ -78,6 +93,8 @@ pub struct ExecutorArgs {
     tls: crate::cli::TlsArgs,
     #[command(flatten)]
     egress: crate::cli::EgressArgs,
+    #[command(flatten)]
+    pub process: crate::cli::ProcessArgs,
 }
 
 /// Where run logs stop growing: old segments are deleted whole, by age and by total size.
@@ -153,21 +170,19 @@ pub async fn standalone(
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the data directory {}", dir.display()))?;
     let secret_file = dir.join("executor-secret");
-    let (secret, new_secret) = match std::env::var("ROTA_EXECUTOR_SECRET")
-        .ok()
-        .filter(|s| !s.is_empty())
-    {
+    let given_secret = args.executor_secret.clone().filter(|s| !s.is_empty());
+    let (secret, new_secret) = match given_secret.clone() {
         Some(s) if s.len() < 16 => {
-            anyhow::bail!("ROTA_EXECUTOR_SECRET must be at least 16 characters")
+            anyhow::bail!(
+                "the executor secret (ROTA_EXECUTOR_SECRET) must be at least 16 characters"
+            )
         }
         Some(s) => (s, false),
         None => read_or_create_secret(&secret_file)?,
     };
     let token_file = dir.join("api-token");
-    let (token, new_token) = match std::env::var("ROTA_API_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty())
-    {
+    let given_token = args.api_token.clone().filter(|t| !t.is_empty());
+    let (token, new_token) = match given_token.clone() {
         Some(t) => (t, false),
         None => read_or_create_secret(&token_file)?,
     };
@@ -185,16 +200,14 @@ pub async fn standalone(
     let mut config = Config::new(
         format!("sqlite:{}", db.display()),
         Secret::new(secret.as_bytes()),
-    )
-    .with_alarm_env();
+    );
+    args.alarms.apply(&mut config);
     config.node_name = "standalone".into();
     config.advertise_url = scheduler_url.clone();
     config.api_token = Some(token.clone());
     config.executors_die_with_node = true;
     config.xxl_context_path = args.xxl.context_path()?;
-    config.admin_password = std::env::var("ROTA_ADMIN_PASSWORD")
-        .ok()
-        .filter(|p| !p.is_empty());
+    config.admin_password = args.admin_password.clone().filter(|p| !p.is_empty());
     // One policy for both halves; each also denies the other's port (and its own, added
     // where it starts), so no job reaches either through the other.
     let egress = args.egress.policy()?;
@@ -225,7 +238,7 @@ pub async fn standalone(
             "  API token (shown once; kept in {}): {token}",
             token_file.display()
         ));
-    } else if std::env::var("ROTA_API_TOKEN").is_err() {
+    } else if given_token.is_none() {
         say(format!("  API token: in {}", token_file.display()));
     }
     if new_secret {
@@ -233,8 +246,8 @@ pub async fn standalone(
             "  executor secret generated and kept in {}",
             secret_file.display()
         ));
-    } else if std::env::var("ROTA_EXECUTOR_SECRET").is_ok() {
-        say("  executor secret: from ROTA_EXECUTOR_SECRET".to_owned());
+    } else if given_secret.is_some() {
+        say("  executor secret: given (--executor-secret or ROTA_EXECUTOR_SECRET)".to_owned());
     } else {
         say(format!("  executor secret: in {}", secret_file.display()));
     }

@@ -1,5 +1,6 @@
-//! A scheduler node's settings. The `rota` binary fills this from its flags and their
-//! environment variables (`rota/src/cli.rs`); tests build it with [`Config::for_tests`].
+//! A scheduler node's settings. The `rota` binary fills this from its flags, their
+//! environment variables and its config file (`rota/src/cli.rs`, `rota/src/config_file.rs`);
+//! tests build it with [`Config::for_tests`].
 
 use rota_proto::Secret;
 
@@ -80,10 +81,10 @@ pub struct Config {
     /// HTTPS for the API and console (`--tls-cert`/`--tls-key`), and whom this node's
     /// clients trust when they call executors and other nodes (`--tls-ca`).
     pub tls: rota_net::Tls,
-    /// Where email alarms go out (`ROTA_SMTP_URL`: `smtp://user:pass@host:587?tls=required`
+    /// Where email alarms go out (`--smtp-url`: `smtp://user:pass@host:587?tls=required`
     /// for STARTTLS, `smtps://…` for TLS); `None`: email channels fail with that reason.
     pub smtp_url: Option<String>,
-    /// The sender of email alarms (`ROTA_ALARM_FROM`).
+    /// The sender of email alarms (`--alarm-from`).
     pub alarm_from: String,
     /// Where webhook deliveries and alarm channels may connect (`--egress-allow`,
     /// `--egress-deny`), and what every job's `http_allow` is bounded by. [`crate::run`]
@@ -117,6 +118,8 @@ pub mod defaults {
     pub const XXL_CONTEXT_PATH: &str = "/xxl-job-admin";
     /// Largest task payload accepted (bytes).
     pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+    /// The sender of email alarms.
+    pub const ALARM_FROM: &str = "Rota <rota@localhost>";
 }
 
 /// See [`Config::bounded_window_ms`].
@@ -166,24 +169,10 @@ impl Config {
             secrets_key: None,
             tls: rota_net::Tls::default(),
             smtp_url: None,
-            alarm_from: "Rota <rota@localhost>".into(),
+            alarm_from: defaults::ALARM_FROM.into(),
             egress: rota_net::egress::Policy::default(),
             engine: None,
         }
-    }
-
-    /// The alarm settings from the environment (`ROTA_SMTP_URL`, `ROTA_ALARM_FROM`).
-    pub fn with_alarm_env(mut self) -> Self {
-        self.smtp_url = std::env::var("ROTA_SMTP_URL")
-            .ok()
-            .filter(|u| !u.is_empty());
-        if let Some(from) = std::env::var("ROTA_ALARM_FROM")
-            .ok()
-            .filter(|f| !f.is_empty())
-        {
-            self.alarm_from = from;
-        }
-        self
     }
 
     /// The interval executors are told to heartbeat at: [`Config::heartbeat_interval_ms`],

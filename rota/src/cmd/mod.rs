@@ -11,8 +11,11 @@
 //! - [`queue`]: `rota queue pull | ack | nack | extend`, a consumer of a `pull` job.
 //! - [`workflow`]: `rota workflow apply | start | show`.
 //! - [`import`]: `rota import xxl-job`, an XXL-JOB admin's apps and jobs.
+//!
+//! And one that talks to no node: [`config`], `rota config check | show | example`.
 
 mod client;
+mod config;
 mod duration;
 mod import;
 mod job;
@@ -20,6 +23,7 @@ mod queue;
 mod task;
 mod workflow;
 
+pub use config::ConfigArgs;
 pub use import::ImportArgs;
 pub use job::JobArgs;
 pub use queue::QueueArgs;

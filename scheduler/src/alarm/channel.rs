@@ -280,7 +280,7 @@ impl Sender {
             .smtp
             .get_or_init(|| async {
                 let url = self.smtp_url.as_deref().ok_or_else(|| {
-                    "no SMTP server: start the node with ROTA_SMTP_URL (e.g. smtp://user:pass@host:587?tls=required)"
+                    "no SMTP server: start the node with --smtp-url or ROTA_SMTP_URL (e.g. smtp://user:pass@host:587?tls=required)"
                         .to_owned()
                 })?;
                 lettre::AsyncSmtpTransport::<lettre::Tokio1Executor>::from_url(url)
