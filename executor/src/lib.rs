@@ -24,7 +24,7 @@
 //! - `node`: the life of a run (wait for its time, its turn, a slot; run; report) and the
 //!   drain.
 //! - `server`: the signed HTTP endpoints the scheduler calls (`/trigger`, `/kill`,
-//!   `/log`, `/beat`, `/idle-beat`, `/runs/known`).
+//!   `/log`, `/beat`, `/idle-beat`, `/runs/known`), and the open `GET /healthz` for probes.
 //! - `registry`: the runs this node has: dedupe, queue bound, block strategies per job
 //!   lane, recently finished runs.
 //! - `report`: run reports batched to the scheduler's callback, spooled to

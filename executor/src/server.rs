@@ -1,11 +1,14 @@
 //! The executor's HTTP endpoints (scheduler → executor): `/trigger`, `/kill`, `/log`,
-//! `/beat`, `/idle-beat`, `/runs/known`.
+//! `/beat`, `/idle-beat`, `/runs/known`, and `GET /healthz` for probes.
 //!
-//! Every request, on every path, passes [`authenticate`] first: the body is read (up to
-//! [`MAX_BODY_BYTES`]) and the HMAC signature over method, target, timestamp and body is
-//! checked with the shared secret (`rota_proto::verify`); anything else is a 401. There
-//! is no unauthenticated endpoint, so nothing but a scheduler holding the secret can
-//! start, kill or read a run. Errors answer the protocol's `{"error": …}` shape.
+//! Every request but `GET /healthz`, on every path, passes [`authenticate`] first: the body
+//! is read (up to [`MAX_BODY_BYTES`]) and the HMAC signature over method, target,
+//! timestamp and body is checked with the shared secret (`rota_proto::verify`); anything
+//! else is a 401. Nothing but a scheduler holding the secret can start, kill or read a
+//! run. `GET /healthz` is open, for a liveness probe or a load balancer that holds no
+//! secret (packaging/kubernetes/): it reads nothing from the request, changes nothing and
+//! tells nothing but that the server answers. Errors answer the protocol's `{"error": …}`
+//! shape.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +19,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use rota_proto::wire::{
     PATH_BEAT, PATH_IDLE_BEAT, PATH_KILL, PATH_LOG, PATH_RUNS_KNOWN, PATH_TRIGGER, PATH_WARM,
 };
@@ -83,6 +86,9 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<axum::Json<T>, ApiError>;
 
+/// The open health route: the one path [`authenticate`] does not guard.
+const PATH_HEALTHZ: &str = "/healthz";
+
 /// The executor's router.
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
@@ -97,7 +103,14 @@ pub fn router(node: Arc<Node>) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(node.clone(), authenticate))
+        // After the layer, so outside it: a route added later is not wrapped.
+        .route(PATH_HEALTHZ, get(healthz))
         .with_state(node)
+}
+
+/// `GET /healthz`: open; 200 while the HTTP server answers (a liveness probe's question).
+async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"status": "ok"}))
 }
 
 /// Reads the body and checks the request's signature; refuses with 401.

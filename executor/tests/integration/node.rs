@@ -528,6 +528,33 @@ async fn unsigned_requests_are_refused() {
     executor.shutdown().await;
 }
 
+/// `GET /healthz` is the one route open without a signature (for Kubernetes' liveness
+/// probe, packaging/kubernetes/executor.yaml): it answers 200 and nothing else, and the
+/// opening is that method on that path alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_answers_without_a_signature_and_opens_nothing_else() {
+    let (double, scheduler) = start_double().await;
+    let dir = tempfile::tempdir().unwrap();
+    let executor = start_executor(&scheduler, dir.path(), |_| {}).await;
+    let get = |path: &str| executor.http.get(format!("{}{path}", executor.url)).send();
+
+    let response = get("/healthz").await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body, serde_json::json!({"status": "ok"}));
+
+    // Other paths still want a signature, whatever the method.
+    for path in ["/healthz/x", "/beat", PATH_LOG, "/metrics", "/readyz"] {
+        let response = get(path).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "GET {path}");
+    }
+    // /healthz takes no body and does nothing: a POST there is refused.
+    let response = executor.call_raw("/healthz", b"{}".to_vec(), None).await;
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(double.plugin_downloads.load(Ordering::SeqCst), 0);
+    executor.shutdown().await;
+}
+
 /// A list of plugins to compile that arrives while the executor compiles another is not
 /// dropped: it is taken when the compile under way ends, with no further request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
