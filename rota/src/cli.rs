@@ -49,6 +49,12 @@ enum Command {
     /// (ROTA_EXECUTOR_SECRET of the scheduler nodes): give it to that app's executors as
     /// their ROTA_EXECUTOR_SECRET. It lets them act for that app only.
     AppKey(AppKeyArgs),
+    /// Write the jobs, workflows, alarm rules, plugin bindings and secret names of the
+    /// token's apps as a YAML document (jobs as code).
+    Export(crate::cmd::ExportArgs),
+    /// Make a node hold what a document says: checked whole first, plugins uploaded from
+    /// their paths, all or nothing; --dry-run prints the plan, --prune deletes the rest.
+    Apply(crate::cmd::ApplyArgs),
     /// Config files: check one, show a command's effective settings, print an example.
     Config(ConfigArgs),
     /// Plugin tools.
@@ -347,6 +353,8 @@ impl Cli {
             Command::Workflow(args) => args.run().await,
             Command::Import(args) => args.run().await,
             Command::Config(args) => args.run(),
+            Command::Export(args) => args.run().await,
+            Command::Apply(args) => args.run().await,
             Command::Standalone(args) => crate::nodes::standalone(args, shutdown_signal()).await,
             Command::Executor(args) => crate::nodes::executor(args, shutdown_signal()).await,
             Command::AppKey(args) => {

@@ -96,12 +96,34 @@ impl ApiClient {
         url: Url,
         body: Option<&Value>,
     ) -> anyhow::Result<Answer> {
+        let body = body.map(|b| ("application/json", b.to_string().into_bytes()));
+        let (status, body) = self.send_raw(method, url, body).await?;
+        let value = serde_json::from_str(&body).with_context(|| {
+            format!("the scheduler answered {status} with something that is not JSON")
+        })?;
+        Ok(Answer {
+            status,
+            body,
+            value,
+        })
+    }
+
+    /// [`ApiClient::send`] of a body of any type (a module, a YAML document), answering
+    /// the body as text, whatever its type.
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> anyhow::Result<(StatusCode, String)> {
         let mut req = self.http.request(method, url);
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
         }
-        if let Some(body) = body {
-            req = req.json(body);
+        if let Some((content_type, bytes)) = body {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(bytes);
         }
         let resp = req
             .send()
@@ -120,14 +142,7 @@ impl ApiClient {
             };
             return Err(Refused { status, message }.into());
         }
-        let value = serde_json::from_str(&body).with_context(|| {
-            format!("the scheduler answered {status} with something that is not JSON")
-        })?;
-        Ok(Answer {
-            status,
-            body,
-            value,
-        })
+        Ok((status, body))
     }
 }
 

@@ -11,9 +11,11 @@
 //! - [`queue`]: `rota queue pull | ack | nack | extend`, a consumer of a `pull` job.
 //! - [`workflow`]: `rota workflow apply | start | show`.
 //! - [`import`]: `rota import xxl-job`, an XXL-JOB admin's apps and jobs.
+//! - [`apply`]: `rota export` and `rota apply`, jobs as code.
 //!
 //! And one that talks to no node: [`config`], `rota config check | show | example`.
 
+mod apply;
 mod client;
 mod config;
 mod duration;
@@ -23,6 +25,7 @@ mod queue;
 mod task;
 mod workflow;
 
+pub use apply::{ApplyArgs, ExportArgs};
 pub use config::ConfigArgs;
 pub use import::ImportArgs;
 pub use job::JobArgs;

@@ -7,6 +7,7 @@ mod fixtures;
 mod support;
 
 mod alarms;
+mod as_code;
 mod cli;
 mod clock;
 mod cluster;

@@ -52,6 +52,61 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
+/// A body in JSON (`application/json`) or YAML (`application/yaml`, `text/yaml`): a
+/// document under review is usually YAML. YAML is read into JSON's data model first, so
+/// both are checked by the same serde definitions and name a bad field the same way.
+#[derive(Debug, Clone, Default)]
+pub struct JsonOrYaml<T>(pub T);
+
+impl<T, S> FromRequest<S> for JsonOrYaml<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        if is_json(req.headers()) {
+            let bytes = Bytes::from_request(req, state).await?;
+            return Ok(JsonOrYaml(parse_json(&bytes)?));
+        }
+        if !is_yaml(req.headers()) {
+            return Err(ApiError::BadRequest(
+                "send the body as JSON (`content-type: application/json`) or YAML \
+                 (`content-type: application/yaml`)"
+                    .into(),
+            ));
+        }
+        let bytes = Bytes::from_request(req, state).await?;
+        let value: serde_json::Value = yaml_serde::from_slice(&bytes)
+            .map_err(|e| ApiError::BadRequest(format!("invalid YAML body: {e}")))?;
+        if !value.is_object() {
+            return Err(ApiError::BadRequest(
+                "invalid YAML body: it must be a mapping (`key: value` lines)".into(),
+            ));
+        }
+        serde_path_to_error::deserialize(value)
+            .map(JsonOrYaml)
+            .map_err(|e| {
+                ApiError::BadRequest(format!("invalid YAML body: {}: {}", e.path(), e.inner()))
+            })
+    }
+}
+
+/// `application/yaml`, `application/x-yaml` or `text/yaml`, parameters allowed.
+fn is_yaml(headers: &HeaderMap) -> bool {
+    let essence = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    matches!(
+        essence.as_str(),
+        "application/yaml" | "application/x-yaml" | "text/yaml"
+    )
+}
+
 /// A JSON body that may be left out: an empty body (or JSON `null`) is `None`; anything
 /// else is read like [`Json`].
 #[derive(Debug, Clone, Copy, Default)]

@@ -25,7 +25,8 @@
 //! - [`validate`]: value checks shared by the handlers.
 //! - [`views`]: the JSON answers (RFC 3339 times, the API's task statuses).
 //! - [`plugins`], [`jobs`], [`tasks`], [`queue`] (pull, ack, nack, extend, re-drive),
-//!   [`runs`], [`executors`] (and nodes), [`secrets`], [`workflows`]: the handlers, each with its
+//!   [`runs`], [`executors`] (and nodes), [`secrets`], [`workflows`], [`export`] (export
+//!   and apply: jobs as code): the handlers, each with its
 //!   `#[utoipa::path]`.
 //! - The signed routes' handlers (the executor protocol, calls between nodes) are in
 //!   [`crate::protocol`]; this module only guards and mounts them.
@@ -41,6 +42,7 @@ pub mod auth;
 mod constraints;
 pub mod error;
 pub mod executors;
+pub mod export;
 pub mod extract;
 pub mod jobs;
 pub mod openapi;
@@ -218,6 +220,8 @@ fn api(max_plugin_bytes: usize) -> ApiRoutes {
             workflows::cancel,
         )
         .route(M::POST, "/workflow-instances/{id}/retry", workflows::retry)
+        .route(M::GET, "/export", export::export)
+        .route(M::POST, "/apply", export::apply)
 }
 
 /// The method and full path (`/api/v1/jobs/{id}`) of every REST API route, as the router

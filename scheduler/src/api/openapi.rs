@@ -21,7 +21,9 @@ use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::extract::{Json, NameOrId};
 use super::views::{PageView, TASK_STATUSES};
-use super::{alarms, audit, executors, jobs, plugins, queue, runs, secrets, tasks, workflows};
+use super::{
+    alarms, audit, executors, export, jobs, plugins, queue, runs, secrets, tasks, workflows,
+};
 use crate::backoff::Backoff;
 use crate::model::{BlockName, RunStatus, TaskKind};
 use crate::route::Route;
@@ -96,6 +98,8 @@ const API_TOKEN: &str = "api_token";
         workflows::get_instance,
         workflows::cancel,
         workflows::retry,
+        export::export,
+        export::apply,
         document,
     ),
     modifiers(&CommonAnswers),

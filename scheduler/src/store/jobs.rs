@@ -254,6 +254,21 @@ impl Store {
         })
     }
 
+    /// How many of job `id`'s tasks are pending or running: what a delete without `force`
+    /// refuses (read ahead by `usecase::apply`, which deletes nothing unless it can delete
+    /// all it plans to).
+    pub async fn unfinished_tasks(&self, id: i64) -> Result<i64> {
+        Ok(on_pool!(self, |pool, Db| {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM tasks WHERE job_id = ? AND status IN \
+                 ('pending', 'throttled', 'claimed', 'waiting', 'ready', 'running')",
+            )
+            .bind(id)
+            .fetch_one(pool)
+            .await?
+        }))
+    }
+
     /// Deletes a job. With pending or running tasks it is a conflict unless `force`, which
     /// cancels the pending ones first (running ones finish on their own).
     pub async fn delete_job(&self, id: i64, force: bool, now: Millis) -> Result<Vec<i64>> {

@@ -302,7 +302,11 @@ pub async fn test_channel(ports: &Ports, who: &Principal, name: &str) -> Result<
 }
 
 /// A rule's settings, checked: its job (by id), threshold, channels and throttle.
-async fn checked_rule(ports: &Ports, who: &Principal, f: &RuleFields) -> Result<AlarmRuleRow> {
+pub(super) async fn checked_rule(
+    ports: &Ports,
+    who: &Principal,
+    f: &RuleFields,
+) -> Result<AlarmRuleRow> {
     check_name("name", &f.name)?;
     validate::app("app", &f.app)?;
     who.check(&f.app, Need::Change, &format!("alarm rule `{}`", f.name))?;

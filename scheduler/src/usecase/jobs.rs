@@ -22,11 +22,11 @@ use crate::route::Route;
 use crate::schedule::{CompiledSchedule, Misfire, Schedule};
 use crate::store::{self, Store};
 
-const DEFAULT_TIMEOUT_MS: i64 = 300_000;
+pub const DEFAULT_TIMEOUT_MS: i64 = 300_000;
 pub const MAX_TIMEOUT_MS: i64 = 86_400_000;
 const DEFAULT_MAX_ATTEMPTS: i64 = 1;
 pub const MAX_ATTEMPTS: i64 = 100;
-const DEFAULT_MEMORY_MB: i64 = 64;
+pub const DEFAULT_MEMORY_MB: i64 = 64;
 pub const MAX_MEMORY_MB: i64 = 4096;
 pub const MAX_CONCURRENCY: i64 = 1_000_000;
 /// The longest debounce: a week.
@@ -248,8 +248,10 @@ impl Collect {
         sent: Option<NameOrId>,
         old: Option<&JobSpec>,
         delivery: &Delivery,
+        planned: &HashSet<String>,
     ) -> Option<String> {
         match (sent, delivery.runs_plugin()) {
+            (Some(NameOrId::Name(name)), true) if planned.contains(&name) => Some(name),
             (Some(r), true) => self.take(plugin_ref(store, &r).await),
             // A change to a delivery that runs a plugin, of a job that had none: a 422
             // (the request is well formed; what it asks for needs more).
@@ -533,6 +535,18 @@ pub async fn build_spec(
     f: JobFields,
     base: Option<&Job>,
 ) -> Result<(JobSpec, CompiledSchedule), SpecErrors> {
+    build_spec_with(ports, who, f, base, &HashSet::new()).await
+}
+
+/// [`build_spec`] where the plugins named in `planned` count as uploaded: a document
+/// applied as a dry run (`usecase::apply`) binds plugins it has not uploaded yet.
+pub async fn build_spec_with(
+    ports: &Ports,
+    who: &Principal,
+    f: JobFields,
+    base: Option<&Job>,
+    planned: &HashSet<String>,
+) -> Result<(JobSpec, CompiledSchedule), SpecErrors> {
     let store = ports.store();
     let old = base.map(|j| &j.spec);
     let mut bad = Collect(Vec::new());
@@ -540,7 +554,7 @@ pub async fn build_spec(
     let name = bad.named("name", f.name, old.map(|s| s.name.clone()), validate::name);
     let app = bad.named("app", f.app, old.map(|s| s.app.clone()), validate::app);
     let delivery = bad.delivery(f.delivery, old.map(|s| s.delivery.clone()));
-    let plugin = bad.plugin(store, f.plugin, old, &delivery).await;
+    let plugin = bad.plugin(store, f.plugin, old, &delivery, planned).await;
     let schedule = bad.required("schedule", f.schedule, old.map(|s| s.schedule.clone()));
     let compiled = match &schedule {
         Some(s) => bad.take(s.compile().map_err(|e| invalid("schedule", e))),
@@ -581,7 +595,6 @@ pub async fn build_spec(
         old.and_then(|s| s.no_executor_timeout_ms),
         1_000..=MAX_NO_EXECUTOR_TIMEOUT_MS,
     );
-
     let backoff = bad.backoff(f.backoff, old.map(|s| s.backoff.clone()));
     let http_allow = bad
         .http_allow(

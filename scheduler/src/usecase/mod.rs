@@ -5,11 +5,13 @@
 //! the API (`api::error`), a message beside the form field in the console.
 
 pub mod alarms;
+pub mod apply;
 pub mod audit;
 pub mod backfill;
 pub mod cluster;
 pub mod error;
 pub mod executors;
+pub mod export;
 pub mod fields;
 pub mod jobs;
 pub mod plugins;

@@ -106,9 +106,37 @@ fn scheduled(base: &Timing, fields: &TimingFields, now: Millis) -> Result<Schedu
     })
 }
 
+/// Checks a workflow's timing as [`create`] would.
+pub fn check_timing(ports: &Ports, fields: &TimingFields) -> Result<()> {
+    scheduled(&Timing::default(), fields, ports.clock().now_ms()).map(|_| ())
+}
+
 /// Each step's job resolved (it must exist and be in `app`), and the graph checked: the
 /// steps as stored, or the first problem, named.
 async fn resolve(store: &Store, app: &str, steps: &[StepFields]) -> Result<Vec<StepSpec>> {
+    resolve_with(store, app, steps, &HashMap::new()).await
+}
+
+/// Checks a workflow's steps as [`create`] would, where the jobs named in `planned` (name →
+/// app) count as made: a document applied as a dry run makes its jobs later
+/// (`usecase::apply`).
+pub async fn check_steps(
+    ports: &Ports,
+    app: &str,
+    steps: &[StepFields],
+    planned: &HashMap<String, String>,
+) -> Result<()> {
+    resolve_with(ports.store(), app, steps, planned)
+        .await
+        .map(|_| ())
+}
+
+async fn resolve_with(
+    store: &Store,
+    app: &str,
+    steps: &[StepFields],
+    planned: &HashMap<String, String>,
+) -> Result<Vec<StepSpec>> {
     let mut specs = Vec::with_capacity(steps.len());
     for (i, s) in steps.iter().enumerate() {
         validate::name(&format!("steps[{i}].name"), &s.name)?;
@@ -116,19 +144,26 @@ async fn resolve(store: &Store, app: &str, steps: &[StepFields]) -> Result<Vec<S
             validate::max_bytes(&format!("steps[{i}].params"), params, MAX_PARAMS_BYTES)?;
         }
         let field = format!("steps[{i}].job");
-        let job = job_ref(store, &field, &s.job).await?;
-        if job.spec.app != app {
+        let (job_id, job_name, job_app) = match &s.job {
+            NameOrId::Name(name) if planned.contains_key(name) => {
+                (0, name.clone(), planned[name].clone())
+            }
+            r => {
+                let job = job_ref(store, &field, r).await?;
+                (job.id, job.spec.name, job.spec.app)
+            }
+        };
+        if job_app != app {
             return Err(invalid(
                 &field,
                 format!(
-                    "job `{}` is in app `{}`, not in the workflow's app `{app}`",
-                    job.spec.name, job.spec.app
+                    "job `{job_name}` is in app `{job_app}`, not in the workflow's app `{app}`"
                 ),
             ));
         }
         specs.push(StepSpec {
             name: s.name.clone(),
-            job_id: job.id,
+            job_id,
             after: s.after.clone(),
             when: s.when.clone(),
             map: s.map,

@@ -1784,6 +1784,11 @@ async fn every_reference_to_a_job_or_plugin_takes_its_name_or_its_id() {
             if schema.ends_with("View") || schema.starts_with("PageView") {
                 continue;
             }
+            // A jobs-as-code document names jobs and plugins by name alone: ids differ
+            // between the nodes a document moves between (`usecase::export`).
+            if schema.ends_with("Entry") {
+                continue;
+            }
             let typed = names_or_ids(spec);
             assert!(
                 typed,

@@ -1998,6 +1998,46 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
             404,
             "987654",
         ),
+        // --- jobs as code ---
+        bad(M::GET, "/api/v1/export?format=xml", "", 400, "xml"),
+        bad(M::GET, "/api/v1/export?app=no%20spaces", "", 422, "app"),
+        bad(M::POST, "/api/v1/apply", "{", 400, "JSON"),
+        bad(M::POST, "/api/v1/apply?prune=maybe", "{}", 400, "prune"),
+        bad(
+            M::POST,
+            "/api/v1/apply",
+            r#"{"version": 2}"#,
+            422,
+            "version",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/apply",
+            r#"{"version": 1, "jobz": []}"#,
+            400,
+            "jobz",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/apply",
+            r#"{"version": 1, "jobs": [{"name": "j", "app": "a", "schedule": {"kind": "cron", "expr": "61 * * * * *"}, "delivery": {"kind": "pull"}}]}"#,
+            422,
+            "jobs[0] `j`: schedule",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/apply",
+            r#"{"version": 1, "plugins": [{"name": "p", "sha256": "00"}]}"#,
+            422,
+            "plugins[0] `p`",
+        ),
+        bad(
+            M::POST,
+            "/api/v1/apply",
+            r#"{"version": 1, "secrets": [{"app": "a", "name": "nope"}]}"#,
+            422,
+            "secrets[0]",
+        ),
         // --- anything else ---
         bad(M::GET, "/api/v1/../../etc/passwd", "", 404, "no route"),
         bad(

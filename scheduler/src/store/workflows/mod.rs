@@ -461,17 +461,22 @@ impl Store {
         Ok(Started::New(id, tasks, claimed))
     }
 
-    /// Deletes workflow `id`. Its instances keep running on their versions (kept); a
-    /// workflow with running instances is a conflict unless `force`.
-    pub async fn delete_workflow(&self, id: i64, force: bool) -> Result<()> {
-        let running: i64 = on_pool!(self, |pool, Db| {
+    /// How many instances of workflow `id` run: what a delete without `force` refuses.
+    pub async fn running_instances_of(&self, id: i64) -> Result<i64> {
+        Ok(on_pool!(self, |pool, Db| {
             sqlx::query_scalar(
                 "SELECT COUNT(*) FROM workflow_instances WHERE workflow_id = ? AND status = 'running'",
             )
             .bind(id)
             .fetch_one(pool)
             .await?
-        });
+        }))
+    }
+
+    /// Deletes workflow `id`. Its instances keep running on their versions (kept); a
+    /// workflow with running instances is a conflict unless `force`.
+    pub async fn delete_workflow(&self, id: i64, force: bool) -> Result<()> {
+        let running = self.running_instances_of(id).await?;
         if running > 0 && !force {
             return Err(Error::Conflict(format!(
                 "workflow {id} has {running} running instances: cancel them, or delete with force"
