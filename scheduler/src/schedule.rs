@@ -153,11 +153,34 @@ pub enum ScheduleError {
     NeverFires(String),
     #[error("every_ms must be at least 1 (got {0})")]
     EveryMsTooSmall(i64),
+    #[error(
+        "every_ms must be at least {MIN_EVERY_MS} (got {0}): a job firing more than ten times \
+         a second is a loop, not a schedule; use a long-running plugin or a pull consumer"
+    )]
+    EveryMsBelowMinimum(i64),
     #[error("every_ms must be at most {FIRE_HORIZON_MS} (10 years) (got {0})")]
     EveryMsTooLarge(i64),
 }
 
+/// The shortest `every_ms` a new or changed schedule may have. Schedules stored before
+/// this bound keep firing as they were (the scan compiles them without it); only what a
+/// user sends now is held to it.
+pub const MIN_EVERY_MS: i64 = 100;
+
 impl Schedule {
+    /// The checks on a schedule a user sends (beyond [`Schedule::compile`], which every
+    /// stored schedule passes): fixed rates and delays of at least [`MIN_EVERY_MS`].
+    pub fn check_new(&self) -> Result<(), ScheduleError> {
+        match self {
+            Self::FixedRate { every_ms } | Self::FixedDelay { every_ms }
+                if *every_ms < MIN_EVERY_MS =>
+            {
+                Err(ScheduleError::EveryMsBelowMinimum(*every_ms))
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub fn kind(&self) -> ScheduleKind {
         match self {
             Self::Cron { .. } => ScheduleKind::Cron,

@@ -159,6 +159,7 @@ fn parameter_rules() -> Vec<(&'static str, &'static str, Rule)> {
         ("/api/v1/apps/{app}/secrets", "app", app()),
         ("/api/v1/apps/{app}/secrets/{name}", "app", app()),
         ("/api/v1/apps/{app}/secrets/{name}", "name", secret()),
+        ("/api/v1/export", "app", app()),
     ]
 }
 

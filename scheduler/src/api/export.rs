@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::ApiResult;
-use super::extract::{Json, JsonOrYaml, Query};
+use super::extract::{Json, JsonOrYaml, Query, query_flag};
 use super::openapi::ErrorBody;
 use crate::access::Principal;
 use crate::usecase::apply::Outcome;
@@ -20,13 +20,30 @@ use crate::usecase::{self};
 
 /// What to export, and how.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ExportQuery {
     /// Only this app's jobs, workflows, rules and secrets (every app the caller sees by
     /// default).
     app: Option<String>,
     /// `yaml` (the default) or `json`.
+    #[param(inline)]
+    #[serde(default, deserialize_with = "format_or_empty")]
     format: Option<ExportFormat>,
+}
+
+/// `?format=` as left out, like every other empty query parameter.
+fn format_or_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ExportFormat>, D::Error> {
+    match Option::<String>::deserialize(d)?.as_deref() {
+        None | Some("") => Ok(None),
+        Some("yaml") => Ok(Some(ExportFormat::Yaml)),
+        Some("json") => Ok(Some(ExportFormat::Json)),
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "`{other}` is not a format; expected `yaml` or `json`"
+        ))),
+    }
 }
 
 /// The format of an exported document.
@@ -48,7 +65,7 @@ pub enum ExportFormat {
     responses(
         (status = 200, description = "The document", content(
             (Document = "application/json"),
-            (String = "application/yaml"),
+            (Document = "application/yaml"),
         )),
         (status = 400, description = "An unknown format", body = ErrorBody),
         (status = 422, description = "A malformed app name", body = ErrorBody),
@@ -71,13 +88,16 @@ pub async fn export(
 
 /// How to apply.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ApplyQuery {
     /// Check the document and answer what it would change, changing nothing.
-    dry_run: Option<bool>,
+    #[param(value_type = Option<bool>)]
+    dry_run: Option<String>,
     /// Also delete the jobs, workflows and alarm rules of the document's apps that it
     /// does not list.
-    prune: Option<bool>,
+    #[param(value_type = Option<bool>)]
+    prune: Option<String>,
 }
 
 /// `POST /api/v1/apply`: makes the node hold what the document says of its apps (JSON, or
@@ -93,7 +113,7 @@ pub struct ApplyQuery {
     request_body(content = Document, description = "A document as `GET /api/v1/export` writes it"),
     responses(
         (status = 200, description = "What changed (or, in a dry run, would)", body = Outcome),
-        (status = 400, description = "Not JSON or YAML, or not a document (a field named)", body = ErrorBody),
+        (status = 400, description = "Not JSON or YAML, not a document (a field named), or a flag not `true` or `false`", body = ErrorBody),
         (status = 403, description = "The document names an app the caller may not change", body = ErrorBody),
         (status = 409, description = "A prune would delete a job with tasks on their way or a workflow with running instances", body = ErrorBody),
         (status = 422, description = "Every entry the node would refuse, each named with its place in the document", body = ErrorBody),
@@ -105,13 +125,8 @@ pub async fn apply(
     Query(q): Query<ApplyQuery>,
     JsonOrYaml(doc): JsonOrYaml<Document>,
 ) -> ApiResult<Json<Outcome>> {
-    let outcome = usecase::apply::apply(
-        &state.ports,
-        &who,
-        doc,
-        q.dry_run.unwrap_or(false),
-        q.prune.unwrap_or(false),
-    )
-    .await?;
+    let dry_run = query_flag("dry_run", q.dry_run.as_deref())?;
+    let prune = query_flag("prune", q.prune.as_deref())?;
+    let outcome = usecase::apply::apply(&state.ports, &who, doc, dry_run, prune).await?;
     Ok(Json(outcome))
 }

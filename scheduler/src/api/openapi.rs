@@ -438,7 +438,7 @@ schema!(
                 .property(
                     "every_ms",
                     integer("Milliseconds between fires", KnownFormat::Int64)
-                        .minimum(Some(1))
+                        .minimum(Some(crate::schedule::MIN_EVERY_MS))
                         .maximum(Some(crate::schedule::FIRE_HORIZON_MS))
                 )
                 .required("every_ms")
@@ -454,7 +454,7 @@ schema!(
                     "Milliseconds from a fire's end to the next fire",
                     KnownFormat::Int64
                 )
-                .minimum(Some(1))
+                .minimum(Some(crate::schedule::MIN_EVERY_MS))
                 .maximum(Some(crate::schedule::FIRE_HORIZON_MS))
             )
             .required("every_ms")

@@ -278,6 +278,17 @@ impl Collect {
         }
     }
 
+    /// The schedule as sent, else the changed job's. One sent anew is held to today's
+    /// bounds ([`Schedule::check_new`]); one kept, or sent back unchanged (as `rota apply`
+    /// does), is not.
+    fn schedule(&mut self, sent: Option<Schedule>, old: Option<&JobSpec>) -> Option<Schedule> {
+        let kept = old.map(|o| &o.schedule);
+        if let Some(new) = sent.as_ref().filter(|s| Some(*s) != kept) {
+            self.take(new.check_new().map_err(|e| invalid("schedule", e)));
+        }
+        self.required("schedule", sent, kept.cloned())
+    }
+
     /// Who receives the job's fires: as sent, else the changed job's, else `wasm`.
     fn delivery(&mut self, sent: Option<Delivery>, old: Option<Delivery>) -> Delivery {
         sent.or(old).unwrap_or_default()
@@ -555,7 +566,7 @@ pub async fn build_spec_with(
     let app = bad.named("app", f.app, old.map(|s| s.app.clone()), validate::app);
     let delivery = bad.delivery(f.delivery, old.map(|s| s.delivery.clone()));
     let plugin = bad.plugin(store, f.plugin, old, &delivery, planned).await;
-    let schedule = bad.required("schedule", f.schedule, old.map(|s| s.schedule.clone()));
+    let schedule = bad.schedule(f.schedule, old);
     let compiled = match &schedule {
         Some(s) => bad.take(s.compile().map_err(|e| invalid("schedule", e))),
         None => None,

@@ -78,6 +78,10 @@ fn scheduled(base: &Timing, fields: &TimingFields, now: Millis) -> Result<Schedu
                  apart (fixed_delay is for jobs)",
             ));
         }
+        Some(s) if Some(s) != base.schedule.as_ref() => {
+            s.check_new().map_err(|e| invalid("schedule", e))?;
+            Some(s.clone())
+        }
         Some(s) => Some(s.clone()),
         None => base.schedule.clone(),
     };

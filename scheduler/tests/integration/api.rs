@@ -477,6 +477,13 @@ async fn bad_job_input_is_a_4xx_naming_the_problem() {
             INVALID,
             "every_ms",
         ),
+        // Ten fires a second at most: a faster one is a loop (a fuzzer's 1 ms jobs once
+        // kept a node spinning long after the run that made them).
+        (
+            with("schedule", json!({"kind": "fixed_delay", "every_ms": 99})),
+            INVALID,
+            "at least 100",
+        ),
         (
             with("schedule", json!({"kind": "fixed_delay"})),
             MALFORMED,

@@ -2002,7 +2002,13 @@ async fn malformed_requests_are_4xx_and_leave_the_node_healthy() {
         bad(M::GET, "/api/v1/export?format=xml", "", 400, "xml"),
         bad(M::GET, "/api/v1/export?app=no%20spaces", "", 422, "app"),
         bad(M::POST, "/api/v1/apply", "{", 400, "JSON"),
-        bad(M::POST, "/api/v1/apply?prune=maybe", "{}", 400, "prune"),
+        bad(
+            M::POST,
+            "/api/v1/apply?prune=maybe",
+            r#"{"version": 1}"#,
+            400,
+            "prune",
+        ),
         bad(
             M::POST,
             "/api/v1/apply",
