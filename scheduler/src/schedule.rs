@@ -594,3 +594,25 @@ fn skip_misfires(schedule: &CompiledSchedule, first: i64, cutoff: i64) -> (u32, 
 
 #[cfg(test)]
 mod tests;
+
+/// The bound on new schedules ([`Schedule::check_new`]); the rest is in `schedule/tests.rs`.
+#[cfg(test)]
+mod bound_tests {
+    use super::Schedule;
+
+    #[test]
+    fn new_schedules_fire_at_most_ten_times_a_second() {
+        for s in [1, 99].map(|every_ms| Schedule::FixedDelay { every_ms }) {
+            assert!(
+                s.check_new()
+                    .unwrap_err()
+                    .to_string()
+                    .contains("at least 100")
+            );
+            // A stored one still compiles: the scan keeps firing what was allowed before.
+            assert!(s.compile_at(0).is_ok());
+        }
+        assert!(Schedule::FixedRate { every_ms: 99 }.check_new().is_err());
+        assert!(Schedule::FixedRate { every_ms: 100 }.check_new().is_ok());
+    }
+}

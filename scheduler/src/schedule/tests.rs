@@ -985,19 +985,3 @@ fn a_missed_fixed_delay_fires_now_or_waits_a_delay_from_now() {
         ScheduleError::EveryMsTooSmall(0)
     );
 }
-
-#[test]
-fn new_schedules_fire_at_most_ten_times_a_second() {
-    for s in [1, 99].map(|every_ms| Schedule::FixedDelay { every_ms }) {
-        assert!(
-            s.check_new()
-                .unwrap_err()
-                .to_string()
-                .contains("at least 100")
-        );
-        // A stored one still compiles: the scan keeps firing what was allowed before.
-        assert!(s.compile_at(t0()).is_ok());
-    }
-    assert!(Schedule::FixedRate { every_ms: 99 }.check_new().is_err());
-    assert!(Schedule::FixedRate { every_ms: 100 }.check_new().is_ok());
-}
