@@ -295,6 +295,7 @@ impl ServerArgs {
             Secret::new(self.executor_secret.as_bytes()),
         );
         self.alarms.apply(&mut c);
+        c.traces = crate::telemetry::enabled();
         c.node_name = self
             .node_name
             .clone()
@@ -327,6 +328,17 @@ impl ServerArgs {
 }
 
 impl Cli {
+    /// The name the process's traces carry: the long-running commands trace, the others
+    /// (clients of a node) do not.
+    pub fn service_name(&self) -> Option<&'static str> {
+        match &self.command {
+            Command::Server(_) => Some("rota-server"),
+            Command::Standalone(_) => Some("rota-standalone"),
+            Command::Executor(_) => Some("rota-executor"),
+            _ => None,
+        }
+    }
+
     /// How the process logs: its `--log-format`, or text for the commands without one.
     pub fn log_format(&self) -> LogFormat {
         match &self.command {

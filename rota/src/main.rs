@@ -5,8 +5,12 @@ mod cli;
 mod cmd;
 mod config_file;
 mod nodes;
+mod telemetry;
 
 use clap::Parser;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// mimalloc rather than glibc's allocator: on the fire path (JSON, HTTP, SQL rows, WASI
 /// contexts) glibc's malloc and free took about 15 % of both the scheduler's and the
@@ -24,22 +28,41 @@ fn main() -> anyhow::Result<()> {
         }
     };
     let cli = cli::Cli::parse_from(argv);
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ROTA_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(
-            "info,sqlx=warn,wasmtime=warn,cranelift=warn,tower_http=info",
-        )
-    });
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format() {
-        cli::LogFormat::Json => logs.json().flatten_event(true).init(),
-        cli::LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(cli.run())
+    // Traces leave from the runtime (a batch exporter task), so they are set up in it.
+    let traces = match cli.service_name() {
+        Some(service) if telemetry::wanted() => {
+            let _in_runtime = runtime.enter();
+            Some(telemetry::provider(service)?)
+        }
+        _ => None,
+    };
+    telemetry::set_enabled(traces.is_some());
+    // ROTA_LOG filters what is logged, not what is traced: a node logging only warnings
+    // still sends its request and task spans (`telemetry::FILTER`).
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ROTA_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "info,sqlx=warn,wasmtime=warn,cranelift=warn,tower_http=info,opentelemetry=warn",
+        )
+    });
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match cli.log_format() {
+        cli::LogFormat::Json => logs.json().flatten_event(true).with_filter(filter).boxed(),
+        cli::LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_filter(filter)
+            .boxed(),
+    };
+    let otel = traces
+        .as_ref()
+        .map(|p| telemetry::layer(p).with_filter(telemetry::filter()));
+    tracing_subscriber::registry().with(logs).with(otel).init();
+    let result = runtime.block_on(cli.run());
+    // The last batch of spans goes out before the process does.
+    if let Some(provider) = traces {
+        let _ = provider.shutdown();
+    }
+    result
 }

@@ -202,6 +202,7 @@ pub async fn standalone(
         Secret::new(secret.as_bytes()),
     );
     args.alarms.apply(&mut config);
+    config.traces = crate::telemetry::enabled();
     config.node_name = "standalone".into();
     config.advertise_url = scheduler_url.clone();
     config.api_token = Some(token.clone());

@@ -93,6 +93,10 @@ pub struct Config {
     /// The wasmtime engine uploads are validated with: `rota standalone` passes its
     /// embedded executor's, so the process has one engine; `None` makes one.
     pub engine: Option<wasmtime::Engine>,
+    /// The process exports OpenTelemetry traces (the binary's `OTEL_*` settings): each API
+    /// request opens a span continuing the caller's `traceparent`, and each task created
+    /// one inside it. Off, neither is opened.
+    pub traces: bool,
 }
 
 /// The server's defaults, in one place: [`Config::new`] and the CLI's flags both read
@@ -172,6 +176,7 @@ impl Config {
             alarm_from: defaults::ALARM_FROM.into(),
             egress: rota_net::egress::Policy::default(),
             engine: None,
+            traces: false,
         }
     }
 
@@ -227,6 +232,7 @@ impl std::fmt::Debug for Config {
             .field("tls", &self.tls)
             .field("egress", &self.egress.admin_rules())
             .field("engine", &self.engine.as_ref().map(|_| "shared"))
+            .field("traces", &self.traces)
             .finish()
     }
 }

@@ -32,6 +32,7 @@ mod schedules;
 mod soak;
 mod standalone;
 mod tls;
+mod traces;
 mod webhooks;
 mod workflow_chaos;
 mod workflows;

@@ -104,8 +104,38 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(RequestSpan {
+            traces: config.traces,
+        }))
         .with_state(state)
+}
+
+/// The span of a request when the process exports traces (`Config::traces`): it continues
+/// the caller's W3C `traceparent`, so a task's trace starts in the service that asked for
+/// it. Without traces, no span (what `TraceLayer` logs needs none).
+#[derive(Clone, Copy)]
+struct RequestSpan {
+    traces: bool,
+}
+
+impl<B> tower_http::trace::MakeSpan<B> for RequestSpan {
+    fn make_span(&mut self, req: &axum::http::Request<B>) -> tracing::Span {
+        if !self.traces {
+            return tracing::Span::none();
+        }
+        let span = tracing::info_span!(
+            "request",
+            otel.name = %format!("{} {}", req.method(), req.uri().path()),
+            otel.kind = "server",
+            http.request.method = %req.method(),
+            url.path = %req.uri().path(),
+        );
+        let caller = opentelemetry::global::get_text_map_propagator(|p| {
+            p.extract(&opentelemetry_http::HeaderExtractor(req.headers()))
+        });
+        let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, caller);
+        span
+    }
 }
 
 /// Where the REST API lives.

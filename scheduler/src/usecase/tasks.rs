@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use serde::Deserialize;
+use tracing::Instrument;
 use utoipa::ToSchema;
 
 use super::fields::{NameOrId, nullable};
@@ -68,6 +69,35 @@ impl TaskFields {
 /// a task of the job already had this `key`, and it is that one — on a job with
 /// `debounce_ms`, with this task's payload and due time when it was still pending).
 pub async fn create(ports: &Ports, who: &Principal, fields: TaskFields) -> Result<(Task, bool)> {
+    if !ports.config().traces {
+        return create_untraced(ports, who, fields).await;
+    }
+    // A span of its own inside the request's (`crate::api`), so that a trace shows the
+    // task it made: the task's id and its job.
+    let job = match &fields.job {
+        NameOrId::Name(name) => name.clone(),
+        NameOrId::Id(id) => id.to_string(),
+    };
+    let span = tracing::info_span!(
+        "create task",
+        otel.kind = "internal",
+        rota.job = %job,
+        rota.task.id = tracing::field::Empty,
+    );
+    let created = create_untraced(ports, who, fields)
+        .instrument(span.clone())
+        .await;
+    if let Ok((task, _)) = &created {
+        span.record("rota.task.id", task.id);
+    }
+    created
+}
+
+async fn create_untraced(
+    ports: &Ports,
+    who: &Principal,
+    fields: TaskFields,
+) -> Result<(Task, bool)> {
     // Delays count from the moment the request is accepted.
     let now = ports.clock().now_ms();
     let (job_id, debounce_ms) = job_to_change(ports, who, &fields.job).await?;
