@@ -75,6 +75,7 @@ fn env() -> PluginEnv {
         scheduled_at: 0,
         shard_index: 0,
         shard_total: 1,
+        traceparent: None,
     }
 }
 

@@ -74,6 +74,7 @@ pub fn run_local(runtime: &Runtime, run: &LocalRun<'_>) -> Result<LocalOutcome, 
         scheduled_at,
         shard_index: 0,
         shard_total: 1,
+        traceparent: None,
     };
     let invocation = Invocation {
         plugin_name: run.name,

@@ -527,8 +527,17 @@ impl Run {
             return;
         }
         node.registry().start(run_id);
+        let span = run_span(&trigger);
+        let _in_span = span.enter();
+        // What the module and the scheduler's report handling continue: this run's span,
+        // or the dispatch's when this process exports no traces.
+        let traceparent =
+            rota_net::trace::traceparent(&span).or_else(|| trigger.traceparent.clone());
         let started_at = now_ms();
-        node.report_blocking(running_report(&node, &trigger, started_at));
+        node.report_blocking(RunReport {
+            traceparent: traceparent.clone(),
+            ..running_report(&node, &trigger, started_at)
+        });
         let log = node.logs.create(run_id);
         let env = PluginEnv {
             job_id: trigger.job_id,
@@ -539,6 +548,7 @@ impl Run {
             scheduled_at: trigger.scheduled_at,
             shard_index: trigger.shard_index,
             shard_total: trigger.shard_total,
+            traceparent: traceparent.clone(),
         };
         let allow = AllowList::parse(&trigger.http_allow).unwrap_or_else(|e| {
             // The scheduler validates the list; one that does not parse allows nothing.
@@ -566,9 +576,35 @@ impl Run {
         };
         let outcome = node.runtime.run(&plugin, &invocation, &log, &kill);
         tracing::debug!(run.id = run_id, status = %outcome.status, "run ended");
-        node.report_blocking(final_report(&node, &trigger, Some(started_at), &outcome));
+        span.record("rota.status", outcome.status.to_string());
+        node.report_blocking(RunReport {
+            traceparent,
+            ..final_report(&node, &trigger, Some(started_at), &outcome)
+        });
         node.finish(run_id, Some(outcome.status));
     }
+}
+
+/// The span of a run, when the scheduler sent the trigger in a trace: a child of its
+/// dispatch, from start to final report. A trigger outside any trace gets none.
+fn run_span(trigger: &Trigger) -> tracing::Span {
+    if trigger.traceparent.is_none() {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        parent: None,
+        "run",
+        otel.name = %format!("run {}", trigger.job_name),
+        otel.kind = "consumer",
+        rota.job = %trigger.job_name,
+        rota.plugin = %trigger.plugin.name,
+        rota.task.id = trigger.task_id,
+        rota.run.id = trigger.run_id,
+        rota.attempt = trigger.attempt,
+        rota.status = tracing::field::Empty,
+    );
+    rota_net::trace::continue_from(&span, trigger.traceparent.as_deref());
+    span
 }
 
 /// Waits until the run may start: its time, and its turn in an exclusive lane.
@@ -614,6 +650,7 @@ fn running_report(node: &Node, trigger: &Trigger, started_at: i64) -> RunReport 
         exit_code: None,
         message: None,
         output: None,
+        traceparent: None,
     }
 }
 

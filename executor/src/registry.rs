@@ -312,6 +312,7 @@ mod tests {
             block: BlockStrategy::Serial,
             exclusive: false,
             http_allow: Vec::new(),
+            traceparent: None,
         }
     }
 

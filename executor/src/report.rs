@@ -598,6 +598,7 @@ mod tests {
             exit_code: None,
             message: None,
             output: None,
+            traceparent: None,
         }
     }
 

@@ -210,6 +210,9 @@ pub struct PluginEnv {
     pub scheduled_at: i64,
     pub shard_index: i32,
     pub shard_total: i32,
+    /// The W3C `traceparent` of the run's span (or of the scheduler's dispatch when this
+    /// process exports no traces): `TRACEPARENT`, for a module that traces its own calls.
+    pub traceparent: Option<String>,
 }
 
 impl PluginEnv {
@@ -230,6 +233,9 @@ impl PluginEnv {
             ("ROTA_SHARD_TOTAL", self.shard_total.to_string()),
             ("ROTA_PARAMS", params.unwrap_or_default().to_owned()),
         ]);
+        if let Some(traceparent) = &self.traceparent {
+            vars.push(("TRACEPARENT", traceparent.clone()));
+        }
         vars
     }
 }
@@ -694,6 +700,7 @@ mod tests {
             scheduled_at: 1_767_225_600_123,
             shard_index: 0,
             shard_total: 1,
+            traceparent: None,
         };
         let names: Vec<_> = env.vars(None).into_iter().map(|(k, _)| k).collect();
         assert_eq!(
@@ -718,6 +725,18 @@ mod tests {
             ..env
         };
         assert!(no_task.vars(None).iter().all(|(k, _)| *k != "ROTA_TASK_ID"));
+        let traced = PluginEnv {
+            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+            ..no_task
+        };
+        assert_eq!(
+            traced.vars(None).last(),
+            Some(&(
+                "TRACEPARENT",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned()
+            )),
+            "a traced run's module is told its trace"
+        );
     }
 
     #[test]

@@ -16,9 +16,11 @@
 //! Layout:
 //! - this file: [`Tls`], the HTTPS [`Listener`] and the clients' roots;
 //! - [`egress`]: the admin's egress policy, and the clients that obey it, for every
-//!   request a node makes on a job's behalf (webhooks, alarm channels, plugins' HTTP).
+//!   request a node makes on a job's behalf (webhooks, alarm channels, plugins' HTTP);
+//! - [`trace`]: a task's W3C trace context as it crosses from node to executor to service.
 
 pub mod egress;
+pub mod trace;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -191,6 +191,10 @@ pub struct RunReport {
     /// step's, passed to the steps after it. Absent from executors that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// The W3C `traceparent` of the executor's run span, when it exports traces: the
+    /// scheduler's handling of the report continues it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A run's status as an executor reports it. The scheduler-only statuses
@@ -294,6 +298,10 @@ pub struct Trigger {
     /// (`https://api.example.com/v1/orders`). Empty: no network at all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http_allow: Vec<String>,
+    /// The W3C `traceparent` of the scheduler's dispatch span, when it exports traces: the
+    /// run's span continues it, and the module sees it as `TRACEPARENT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// Which module to run, by content hash; the name is for argv and logs.
@@ -618,6 +626,7 @@ mod tests {
             block: BlockStrategy::DiscardLater,
             exclusive: false,
             http_allow: Vec::new(),
+            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
         }
     }
 
@@ -638,6 +647,7 @@ mod tests {
             exit_code: Some(3),
             message: Some("exited with status 3".into()),
             output: None,
+            traceparent: None,
         }
     }
 
@@ -787,7 +797,8 @@ mod tests {
             "timeout_ms": 300_000,
             "memory_mb": 64,
             "block": "discard_later",
-            "exclusive": false
+            "exclusive": false,
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         });
         assert_eq!(serde_json::to_value(trigger()).unwrap(), golden);
         assert_eq!(

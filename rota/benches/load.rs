@@ -26,7 +26,10 @@
 //! `ROTA_BENCH_LIMITS` (unset: none; `1`: the job has `concurrency {key: /customer, limit:
 //! 8}` and `rate_limit {key: /customer, limit: 50, per_ms: 1000}` — SPEC §7's flow-control
 //! figure is this against the same load without, both with the keys; `concurrency` or
-//! `rate`: that one alone).
+//! `rate`: that one alone), `ROTA_BENCH_TRACES` (unset: none; `1`: every process exports
+//! OpenTelemetry traces, sampling all, to a collector double in this process that counts
+//! the spans it decodes — SPEC §12's overhead figure is this against the same load
+//! without).
 //! `scripts/bench/load.sh` runs the published set and writes the tables.
 
 #[path = "../tests/integration/support/mod.rs"]
@@ -80,6 +83,8 @@ struct Bed {
     keys: u64,
     limits: bool,
     http: reqwest::Client,
+    /// The collector the processes export their spans to (`ROTA_BENCH_TRACES`).
+    traces: Option<Collector>,
     /// Every process's stderr (`n1.log`…, `executor.log`): read when a run stalls.
     log_dir: PathBuf,
     _dirs: Vec<tempfile::TempDir>,
@@ -102,7 +107,16 @@ impl Bed {
         let mut dirs = Vec::new();
         let (url, db_name) = bench_database(&mut dirs);
         let log_dir = tempfile::tempdir().unwrap();
-        let nodes = start_nodes(&bin, &url, log_dir.path(), &[]).await;
+        let traced = std::env::var("ROTA_BENCH_TRACES").is_ok_and(|v| v == "1");
+        let traces = match traced {
+            true => Some(Collector::start().await),
+            false => None,
+        };
+        let otel: Vec<(&str, &str)> = traces
+            .as_ref()
+            .map(|c| vec![("OTEL_EXPORTER_OTLP_ENDPOINT", c.endpoint.as_str())])
+            .unwrap_or_default();
+        let nodes = start_nodes(&bin, &url, log_dir.path(), &otel).await;
         let schedulers: Vec<String> = nodes.iter().map(|(_, a)| a.base.clone()).collect();
         let exec_dir = tempfile::tempdir().unwrap();
         let exec_port = free_port();
@@ -118,6 +132,7 @@ impl Bed {
             "--capacity",
             &env_or("ROTA_BENCH_CAPACITY", 256).to_string(),
         ])
+        .envs(otel.iter().copied())
         .stderr(std::fs::File::create(log_dir.path().join("executor.log")).unwrap());
         let executor = executor.spawn().expect("starting rota executor");
         let api = nodes[0].1.clone();
@@ -154,6 +169,7 @@ impl Bed {
             keys: env_or("ROTA_BENCH_KEYS", 0),
             limits,
             http: reqwest::Client::new(),
+            traces,
             log_dir: log_path,
             _dirs: dirs,
         };
@@ -209,7 +225,7 @@ impl Bed {
 
     fn label(&self) -> String {
         format!(
-            "{}, {} node{}, `{}`{}{}",
+            "{}, {} node{}, `{}`{}{}{}",
             self.db_name,
             self.nodes.len(),
             if self.nodes.len() == 1 { "" } else { "s" },
@@ -219,6 +235,10 @@ impl Bed {
                 (0, _) => String::new(),
                 (k, true) => format!(", {k} customers, each limited (8 at once, 50/s)"),
                 (k, false) => format!(", {k} customers, no limits"),
+            },
+            match self.traces {
+                Some(_) => ", traces exported (all sampled)",
+                None => "",
             }
         )
     }
@@ -309,6 +329,7 @@ async fn sweep(bed: &Bed) {
         "| offered/s | achieved/s | p50 | p99 | p99.9 | max | early | executor µs/task | scheduler µs/task | database µs/task | statements /1,000 (all) | of which creating | database retries /1,000 | runs left running |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut spans = Vec::new();
     for rate in rates {
         // What creating costs the database alone: the same rate, due in an hour.
         let s0 = bed.db.status().await;
@@ -317,6 +338,7 @@ async fn sweep(bed: &Bed) {
         bed.db.cancel_pending(bed.job_id).await;
 
         let since = now_ms();
+        let spans0 = bed.traces.as_ref().map(Collector::received);
         common::BATCH_RETRIES.store(0, std::sync::atomic::Ordering::Relaxed);
         let (cpu0, s0, r0) = (
             bed.cpu(),
@@ -356,6 +378,55 @@ async fn sweep(bed: &Bed) {
         );
         watch.explain(bed, late.last().copied().unwrap_or(0)).await;
         assert_eq!(stuck, 0, "runs left dispatched or running after the drain");
+        if let (Some(c), Some(before)) = (&bed.traces, spans0) {
+            // The last batches leave within the exporters' schedule delay (5 s).
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            spans.push((rate, c.received() - before, created));
+        }
+    }
+    for (rate, got, tasks) in spans {
+        println!(
+            "\n> {rate}/s: the collector received {got} spans, {:.2} per task",
+            got as f64 / tasks.max(1) as f64
+        );
+    }
+}
+
+/// An OTLP/HTTP receiver (a double of the collector): decodes each export and counts its
+/// spans, so a run shows what reached it.
+struct Collector {
+    endpoint: String,
+    spans: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message;
+        let spans = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let count = spans.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| async move {
+                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP body");
+                let n: usize = request
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .map(|s| s.spans.len())
+                    .sum();
+                count.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                Vec::<u8>::new()
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Collector { endpoint, spans }
+    }
+
+    fn received(&self) -> u64 {
+        self.spans.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

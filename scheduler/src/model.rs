@@ -437,6 +437,9 @@ pub struct NewTask {
     pub max_attempts: Option<i32>,
     pub backoff: Option<Backoff>,
     pub priority: i32,
+    /// The W3C `traceparent` of the span that created it, when the node exports traces:
+    /// its fires and runs continue that trace (`rota_net::trace`).
+    pub traceparent: Option<String>,
 }
 
 /// A stored task.
@@ -500,6 +503,9 @@ pub struct DueTask {
     /// unreachable); it fails as an attempt once that lasts the job's
     /// `no_executor_timeout_ms`.
     pub waiting_since: Option<Millis>,
+    /// The trace its creation began ([`NewTask::traceparent`]); `None` for a schedule's
+    /// fires, whose dispatch starts a trace of its own.
+    pub traceparent: Option<String>,
 }
 
 impl DueTask {

@@ -110,6 +110,11 @@ impl Runtime {
                 let mut wasi = WasiCtxBuilder::new();
                 wasi.stdout(LogOutput::new(log, Stream::Stdout))
                     .stderr(LogOutput::new(log, Stream::Stderr));
+                // The run's trace reaches a handler through wasi:cli/environment (its
+                // context record is the world's, fixed per version).
+                if let Some(traceparent) = &invocation.env.traceparent {
+                    wasi.env("TRACEPARENT", traceparent);
+                }
                 let ctx = ComponentCtx::new(wasi.build(), limits, host);
                 let env = invocation.env;
                 let context = HandlerContext {

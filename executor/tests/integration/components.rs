@@ -53,6 +53,7 @@ fn run(
         scheduled_at: 1_767_225_600_123,
         shard_index: 0,
         shard_total: 1,
+        traceparent: None,
     };
     let invocation = Invocation {
         plugin_name: "handler",

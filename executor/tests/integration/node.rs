@@ -337,6 +337,7 @@ fn trigger(run_id: i64, plugin: &PluginRef) -> Trigger {
         block: BlockStrategy::Serial,
         exclusive: false,
         http_allow: Vec::new(),
+        traceparent: None,
     }
 }
 

@@ -32,6 +32,7 @@ fn env() -> PluginEnv {
         scheduled_at: 1_767_225_600_123,
         shard_index: 1,
         shard_total: 3,
+        traceparent: None,
     }
 }
 

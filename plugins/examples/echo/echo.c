@@ -2,8 +2,9 @@
  * echo: shows a plugin everything Rota hands it.
  *
  * Prints its argv (the plugin name, then the job's params split like a shell would),
- * the ROTA_* environment variables it sees (and how many others there are: none under
- * Rota, whose sandbox passes no other environment), the parsed context from rota.h, and
+ * the ROTA_* environment variables it sees (and TRACEPARENT, the run's span, when the node
+ * exports traces; and how many others there are: none under Rota, whose sandbox passes no
+ * other environment), the parsed context from rota.h, and
  * then echoes its stdin (the task's payload or the job's params) to stdout line by line.
  * Exits 0. Build: `clang --target=wasm32-wasi -O2 -I ../../sdk/c -o echo.wasm echo.c`.
  */
@@ -25,7 +26,8 @@ int main(int argc, char **argv) {
     for (i = 0; i < (size_t)argc; i++) rota_log("argv[%zu] = %s", i, argv[i]);
 
     for (e = environ; e != NULL && *e != NULL; e++) {
-        if (strncmp(*e, "ROTA_", 5) == 0) rota_log("env %s", *e);
+        if (strncmp(*e, "ROTA_", 5) == 0 || strncmp(*e, "TRACEPARENT=", 12) == 0)
+            rota_log("env %s", *e);
         else others++;
     }
     rota_log("env: %d other variable%s", others, others == 1 ? "" : "s");

@@ -30,6 +30,10 @@ pub struct PulledTask {
     pub priority: i32,
     pub due_at: String,
     pub lease_expires_at: String,
+    /// The W3C `traceparent` of the trace the task was created in, when the node exports
+    /// traces: the consumer's work on it continues that trace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl From<Leased> for PulledTask {
@@ -43,6 +47,7 @@ impl From<Leased> for PulledTask {
             priority: l.priority,
             due_at: rfc3339(l.due_at),
             lease_expires_at: rfc3339(l.lease_expires_at),
+            traceparent: l.traceparent,
         }
     }
 }

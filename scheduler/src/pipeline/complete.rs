@@ -629,6 +629,7 @@ mod tests {
             epoch: 1,
             generation: 0,
             waiting_since: None,
+            traceparent: None,
         };
         // A scan a second: the first whose window reaches the due time claims it.
         let claimed_at = loop {

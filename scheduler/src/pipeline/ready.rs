@@ -375,6 +375,7 @@ mod tests {
             priority: 0,
             due_at: 0,
             lease_expires_at: 30_000,
+            traceparent: None,
         };
         taker.hand(vec![lease.clone()]).expect("the pull is there");
         assert_eq!(

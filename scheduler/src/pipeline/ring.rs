@@ -358,6 +358,7 @@ mod tests {
             epoch: 1,
             generation: 0,
             waiting_since: None,
+            traceparent: None,
         }
     }
 

@@ -162,6 +162,11 @@ impl Ports {
     /// the batch is acknowledged only when every part is, and a resent batch changes only
     /// what a failed part did not write.
     pub async fn apply_reports(&self, reports: &[RunReport]) -> anyhow::Result<usize> {
+        // Each run's end as a span of its trace, open while it is applied.
+        let _spans: Vec<tracing::Span> = match self.config().traces {
+            true => reports.iter().filter_map(report_span).collect(),
+            false => Vec::new(),
+        };
         let mut updates: Vec<RunUpdate> = reports.iter().map(RunUpdate::from_report).collect();
         // SQLite has one writer: parts would only queue behind one another.
         let concurrent = self.cluster.store.backend() == crate::store::Backend::MySql;
@@ -179,4 +184,25 @@ impl Ports {
         }
         Ok(written)
     }
+}
+
+/// The span of a final report sent in a trace (the executor's run its parent); `None` for
+/// a `running` report or one outside any trace.
+fn report_span(report: &RunReport) -> Option<tracing::Span> {
+    if report.status == rota_proto::ReportStatus::Running {
+        return None;
+    }
+    let traceparent = report.traceparent.as_deref()?;
+    let span = tracing::info_span!(
+        parent: None,
+        "report",
+        otel.name = "report",
+        otel.kind = "consumer",
+        rota.task.id = report.task_id,
+        rota.run.id = report.run_id,
+        rota.attempt = report.attempt,
+        rota.status = ?report.status,
+    );
+    rota_net::trace::continue_from(&span, Some(traceparent));
+    Some(span)
 }

@@ -65,6 +65,7 @@ impl Ports {
                     epoch: lease.epoch,
                     generation: 0,
                     waiting_since: None,
+                    traceparent: t.traceparent.clone(),
                 });
             } else if t.due_at <= until {
                 soon = true;

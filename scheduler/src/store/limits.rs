@@ -442,13 +442,14 @@ impl Store {
         let mut out = Vec::new();
         for chunk in keys.chunks(CHUNK).map(Some).chain(no_key.then_some(None)) {
             out.extend(on_tx!(tx, |tx, Db| {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT id, job_id, kind, idem_key, due_at, attempt, priority, payload, params, \
-                     limit_key, status FROM tasks WHERE id IN (\
+                let mut qb = QueryBuilder::<Db>::new(concat!(
+                    "SELECT ",
+                    due_columns!(),
+                    ", limit_key, status FROM tasks WHERE id IN (\
                        SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY limit_key \
                          ORDER BY priority DESC, due_at, id) AS n \
                        FROM tasks WHERE job_id = ",
-                );
+                ));
                 qb.push_bind(job_id).push(" AND status = 'throttled'");
                 push_due_by(&mut qb, due_by);
                 qb.push(" AND ");
@@ -489,9 +490,13 @@ impl Store {
         let skip_locked = self.skip_locked();
         Ok(on_tx!(tx, |tx, Db| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT id, job_id, kind, idem_key, due_at, attempt, priority, payload, params, \
-                 limit_key, status FROM tasks WHERE job_id = ? AND status = ? AND due_at <= ? \
-                 ORDER BY priority DESC, due_at, id LIMIT ?{skip_locked}"
+                concat!(
+                    "SELECT ",
+                    due_columns!(),
+                    ", limit_key, status FROM tasks WHERE job_id = ? AND status = ? \
+                     AND due_at <= ? ORDER BY priority DESC, due_at, id LIMIT ?{skip_locked}"
+                ),
+                skip_locked = skip_locked
             )))
             .bind(job_id)
             .bind(status.as_str())

@@ -241,10 +241,17 @@ macro_rules! unstarted {
     };
 }
 
-/// The start of a query for [`DueRow`]s: what the wheel needs of a task.
+/// The columns of a [`DueRow`]: what the wheel needs of a task.
+macro_rules! due_columns {
+    () => {
+        "id, job_id, kind, idem_key, due_at, attempt, priority, payload, params, traceparent"
+    };
+}
+
+/// The start of a query for [`DueRow`]s.
 macro_rules! due_select {
     () => {
-        "SELECT id, job_id, kind, idem_key, due_at, attempt, priority, payload, params FROM tasks"
+        concat!("SELECT ", due_columns!(), " FROM tasks")
     };
 }
 

@@ -26,6 +26,8 @@ pub struct Leased {
     pub priority: i32,
     pub due_at: Millis,
     pub lease_expires_at: Millis,
+    /// The trace its task was created in: the consumer continues it.
+    pub traceparent: Option<String>,
 }
 
 /// A fresh lease's token: `<run id>.<random>`.
@@ -130,6 +132,7 @@ struct ReadyRow {
     payload: Option<String>,
     priority: i32,
     due_at: i64,
+    traceparent: Option<String>,
 }
 
 impl Store {
@@ -181,6 +184,7 @@ impl Store {
                     priority: r.priority,
                     due_at: r.due_at,
                     lease_expires_at: expires,
+                    traceparent: r.traceparent,
                 })
                 .collect();
             let updated = on_tx!(&mut tx, |t, Db| {
@@ -356,7 +360,8 @@ impl Store {
     /// was taken does the locking scan run, so a pull never comes back empty while an
     /// untaken task is ready.
     async fn lock_ready(&self, tx: &mut Tx, job_id: i64, want: usize) -> Result<Vec<ReadyRow>> {
-        const COLUMNS: &str = "SELECT id, attempt, idem_key, payload, priority, due_at FROM tasks";
+        const COLUMNS: &str =
+            "SELECT id, attempt, idem_key, payload, priority, due_at, traceparent FROM tasks";
         let skip_locked = self.skip_locked();
         on_tx!(tx, |tx, Db| {
             // The job's ready tasks in pull order: `columns` of the first `limit`, plus `lock`.

@@ -159,6 +159,7 @@ pub(super) struct DueRow {
     pub(super) priority: i32,
     pub(super) payload: Option<String>,
     pub(super) params: Option<String>,
+    pub(super) traceparent: Option<String>,
 }
 
 impl TryFrom<DueRow> for DueTask {
@@ -181,6 +182,7 @@ impl TryFrom<DueRow> for DueTask {
             epoch: 0,
             generation,
             waiting_since: None,
+            traceparent: r.traceparent,
         })
     }
 }

@@ -392,6 +392,7 @@ impl Store {
                         max_attempts: None,
                         backoff: None,
                         priority: 0,
+                        traceparent: None,
                     }));
             }
             let for_good = matches!(
@@ -603,7 +604,7 @@ impl Store {
                 let mut qb = QueryBuilder::<Db>::new(
                     "INSERT INTO tasks (id, job_id, kind, payload, params, status, due_at, attempt, \
                      lost_count, max_attempts, backoff, priority, owner_node, owner_epoch, created_at, \
-                     updated_at) ",
+                     updated_at, traceparent) ",
                 );
                 qb.push_values(chunk.iter().enumerate(), |mut b, (i, t)| {
                     let owner = owner(base + i);
@@ -627,7 +628,8 @@ impl Store {
                         .push_bind(owner.map(|l| l.node_id))
                         .push_bind(owner.map(|l| l.epoch))
                         .push_bind(now)
-                        .push_bind(now);
+                        .push_bind(now)
+                        .push_bind(t.traceparent.as_deref());
                 });
                 qb.build().execute(&mut **tx).await?;
             }

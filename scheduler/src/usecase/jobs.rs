@@ -902,6 +902,7 @@ pub async fn trigger(
         max_attempts: None,
         backoff: None,
         priority: 0,
+        traceparent: None,
     };
     let (task_id, _) = *ports
         .store_tasks(std::slice::from_ref(&task), now)

@@ -70,7 +70,7 @@ impl TaskFields {
 /// `debounce_ms`, with this task's payload and due time when it was still pending).
 pub async fn create(ports: &Ports, who: &Principal, fields: TaskFields) -> Result<(Task, bool)> {
     if !ports.config().traces {
-        return create_untraced(ports, who, fields).await;
+        return create_in_trace(ports, who, fields, None).await;
     }
     // A span of its own inside the request's (`crate::api`), so that a trace shows the
     // task it made: the task's id and its job.
@@ -84,7 +84,9 @@ pub async fn create(ports: &Ports, who: &Principal, fields: TaskFields) -> Resul
         rota.job = %job,
         rota.task.id = tracing::field::Empty,
     );
-    let created = create_untraced(ports, who, fields)
+    // The task's fires and runs continue the trace from this span (`rota_net::trace`).
+    let traceparent = rota_net::trace::traceparent(&span);
+    let created = create_in_trace(ports, who, fields, traceparent)
         .instrument(span.clone())
         .await;
     if let Ok((task, _)) = &created {
@@ -93,15 +95,19 @@ pub async fn create(ports: &Ports, who: &Principal, fields: TaskFields) -> Resul
     created
 }
 
-async fn create_untraced(
+async fn create_in_trace(
     ports: &Ports,
     who: &Principal,
     fields: TaskFields,
+    traceparent: Option<String>,
 ) -> Result<(Task, bool)> {
     // Delays count from the moment the request is accepted.
     let now = ports.clock().now_ms();
     let (job_id, debounce_ms) = job_to_change(ports, who, &fields.job).await?;
-    let task = new_task(fields, job_id, now, ports.config())?;
+    let task = NewTask {
+        traceparent,
+        ..new_task(fields, job_id, now, ports.config())?
+    };
     let (id, created) = *ports
         .store_tasks(std::slice::from_ref(&task), now)
         .await?
@@ -131,6 +137,12 @@ pub async fn create_batch(
     let mut jobs: HashMap<NameOrId, (i64, Option<Millis>)> = HashMap::new();
     let mut keys: HashMap<(i64, String), usize> = HashMap::new();
     let mut tasks = Vec::with_capacity(items.len());
+    // The batch's tasks continue the request's trace, side by side.
+    let traceparent = ports
+        .config()
+        .traces
+        .then(|| rota_net::trace::traceparent(&tracing::Span::current()))
+        .flatten();
     for (i, fields) in items.into_iter().enumerate() {
         let prefix = format!("tasks[{i}].");
         let (job_id, _) = match jobs.entry(fields.job.clone()) {
@@ -141,8 +153,10 @@ pub async fn create_batch(
                     .map_err(|e| e.prefixed(&prefix))?,
             ),
         };
-        let task =
-            new_task(fields, job_id, now, ports.config()).map_err(|e| e.prefixed(&prefix))?;
+        let task = NewTask {
+            traceparent: traceparent.clone(),
+            ..new_task(fields, job_id, now, ports.config()).map_err(|e| e.prefixed(&prefix))?
+        };
         if let Some(key) = &task.key
             && let Some(first) = keys.insert((job_id, key.clone()), i)
         {
@@ -217,6 +231,7 @@ pub fn new_task(f: TaskFields, job_id: i64, now: Millis, config: &Config) -> Res
         max_attempts,
         backoff: f.backoff,
         priority,
+        traceparent: None,
     })
 }
 

@@ -160,5 +160,7 @@ fn report(run: &Run, c: &CallbackParam, now: Millis) -> RunReport {
             .clone()
             .filter(|_| status == ReportStatus::Succeeded),
         message,
+        // XXL-JOB's callbacks carry no trace context.
+        traceparent: None,
     }
 }

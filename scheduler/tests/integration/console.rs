@@ -3146,6 +3146,7 @@ async fn a_recurring_jobs_page_shows_how_far_behind_its_schedule_it_runs() {
         max_attempts: None,
         backoff: None,
         priority: 0,
+        traceparent: None,
     };
     store.insert_tasks(&[fire], now).await.unwrap();
     let claimed = store

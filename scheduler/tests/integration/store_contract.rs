@@ -119,6 +119,7 @@ async fn ready_tasks(store: &Store, lease: NodeLease, job: i64, priorities: &[i3
         .enumerate()
         .map(|(i, &priority)| NewTask {
             priority,
+            traceparent: None,
             ..task(job, NOW - 10_000 + i as i64, None)
         })
         .collect();
@@ -162,6 +163,7 @@ fn task(job_id: i64, due_at: Millis, key: Option<&str>) -> NewTask {
         max_attempts: None,
         backoff: None,
         priority: 0,
+        traceparent: None,
     }
 }
 
@@ -2154,6 +2156,7 @@ contract!(
                 priority: t.priority,
                 due_at: t.due_at,
                 lease_expires_at: NOW + 30_000,
+                traceparent: None,
             })
             .collect();
         let handovers = vec![

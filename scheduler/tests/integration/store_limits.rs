@@ -24,6 +24,7 @@ fn task(job: i64, due_at: Millis, payload: &str, priority: i32) -> NewTask {
         max_attempts: None,
         backoff: None,
         priority,
+        traceparent: None,
     }
 }
 

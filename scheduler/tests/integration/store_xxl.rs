@@ -34,6 +34,7 @@ contract!(
                     max_attempts: None,
                     backoff: None,
                     priority: 0,
+                    traceparent: None,
                 }],
                 NOW,
             )

@@ -502,6 +502,7 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                     message: (behaviour == Behaviour::Fail).then(|| "exit status 1".to_owned()),
                     output: (behaviour == Behaviour::Relay)
                         .then(|| t.params.clone().unwrap_or_else(|| t.input.clone())),
+                    traceparent: None,
                 })
                 .collect();
             // Retry like a real executor (which spools) until the scheduler acknowledges:

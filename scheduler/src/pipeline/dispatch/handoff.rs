@@ -144,5 +144,6 @@ fn lease_of(fire: &DueTask, run_id: i64, expires: Millis) -> Leased {
         priority: fire.priority,
         due_at: fire.due_at,
         lease_expires_at: expires,
+        traceparent: fire.traceparent.clone(),
     }
 }

@@ -30,6 +30,8 @@ pub(super) struct Pending {
     /// …out of this many live executors of the app: when it is all of them, the app has
     /// no executor to run it for now, and it waits (SPEC §4, "No executor yet").
     pub(super) live: usize,
+    /// Its dispatch's span ([`dispatch_span`]), open until the trigger is settled.
+    pub(super) span: tracing::Span,
 }
 
 /// A trigger that ends at the scheduler: its run is recorded `failed` with the reason.
@@ -207,6 +209,7 @@ impl Dispatch {
             }]
         };
         let failover = spec.route.allows_failover();
+        let traces = dispatcher.cluster.config.traces;
         for shard in shards {
             self.pending.push(Pending {
                 task: task.clone(),
@@ -221,6 +224,7 @@ impl Dispatch {
                 all_full: true,
                 unreachable: 0,
                 live,
+                span: dispatch_span(traces, &task, &spec.name, shard.index),
             });
         }
     }
@@ -597,6 +601,28 @@ pub(super) fn requeue(
     }
 }
 
+/// The span of one fire's dispatch when the node exports traces (`Config::traces`): a
+/// child of the span that created its task, so a retry is another dispatch in the same
+/// trace; a schedule's fire (nothing created it) starts a trace here. The executor's run
+/// and a webhook's service continue from it.
+pub(super) fn dispatch_span(traces: bool, task: &DueTask, job: &str, shard: i32) -> tracing::Span {
+    if !traces {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        parent: None,
+        "dispatch",
+        otel.name = %format!("dispatch {job}"),
+        otel.kind = "producer",
+        rota.job = %job,
+        rota.task.id = task.task_id,
+        rota.attempt = task.attempt,
+        rota.shard = shard,
+    );
+    rota_net::trace::continue_from(&span, task.traceparent.as_deref());
+    span
+}
+
 /// The trigger of a numbered pending run (`None` before it has a run id).
 pub(super) fn to_trigger(p: &Pending, sent_at: Millis) -> Option<Trigger> {
     let run_id = p.run_id?;
@@ -628,6 +654,7 @@ pub(super) fn to_trigger(p: &Pending, sent_at: Millis) -> Option<Trigger> {
         block: spec.block,
         exclusive,
         http_allow: spec.http_allow.clone(),
+        traceparent: rota_net::trace::traceparent(&p.span),
     })
 }
 

@@ -234,6 +234,9 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
     else {
         return failed("the job is no longer delivered by http".into());
     };
+    // The delivery's span, open until the answer: the service continues it from the
+    // `traceparent` header.
+    let span = round::dispatch_span(dispatcher.cluster.config.traces, &d.task, &spec.name, 0);
     let body = d.task.input(spec.params.as_deref());
     // The receiver checks the signature's timestamp against its own wall clock.
     let signed_at = crate::model::wall_ms();
@@ -250,7 +253,10 @@ async fn post(dispatcher: &Dispatcher, d: &Webhook, run_id: i64) -> Outcome {
         ("x-rota-run", run_id.to_string()),
         ("x-rota-scheduled-at", d.task.due_at.to_string()),
         ("x-rota-timestamp", signed_at.to_string()),
-    ] {
+    ]
+    .into_iter()
+    .chain(rota_net::trace::traceparent(&span).map(|tp| (rota_net::trace::TRACEPARENT, tp)))
+    {
         if let Ok(v) = HeaderValue::from_str(&value) {
             headers.insert(name, v);
         }

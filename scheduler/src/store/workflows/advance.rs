@@ -33,6 +33,7 @@ pub(super) fn step_task(step: &Step, payload: Value, now: Millis) -> NewTask {
         max_attempts: None,
         backoff: None,
         priority: 0,
+        traceparent: None,
     }
 }
 

@@ -370,6 +370,7 @@ impl Store {
                 epoch: lease.epoch,
                 generation: 0,
                 waiting_since: None,
+                traceparent: t.traceparent,
             })
             .collect())
     }
