@@ -72,7 +72,7 @@ pub enum PluginError {
     )]
     NotWasm { reason: String },
     #[error(
-        "plugin is a component that imports `{name}`, which Rota does not provide; components may import WASI 0.2's `wasi:cli`, `wasi:clocks`, `wasi:filesystem`, `wasi:io`, `wasi:random` and `wasi:sockets` interfaces, `wasi:http/outgoing-handler` and `wasi:http/types` (0.2), and `rota:plugin` (0.1: `plugins/wit`)"
+        "plugin is a component that imports `{name}`, which Rota does not provide; components may import WASI 0.2's `wasi:cli`, `wasi:clocks`, `wasi:filesystem`, `wasi:io`, `wasi:random` and `wasi:sockets` interfaces, `wasi:http/outgoing-handler` and `wasi:http/types` (0.2), and `rota:plugin` (0.1, 0.2, 0.3: `plugins/wit`)"
     )]
     ComponentImport { name: String },
     #[error(

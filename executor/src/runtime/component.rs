@@ -10,8 +10,8 @@
 //!   context)` returns `ok` or `err(message)`; outgoing HTTP is `wasi:http/outgoing-handler`
 //!   behind the job's allow-list ([`HttpGate`]), and `kv`, `secrets` and `log` are
 //!   the same services the `rota` import module gives a preview 1 plugin; since 0.2 `run`
-//!   returns the run's output (a 0.1 handler, which returns none, runs unchanged:
-//!   [`HandlerPre`] picks the version).
+//!   returns the run's output, since 0.3 its context carries the run's `traceparent` (a
+//!   handler of an older version runs unchanged: [`HandlerPre`] picks the version).
 //!
 //! Both get the whole of WASI 0.2's CLI world (so that toolchains which import every
 //! interface, as componentize-py and componentize-js do, link), with nothing behind what
@@ -47,9 +47,14 @@ macro_rules! handler_world {
     };
 }
 
-/// `rota:plugin` 0.2 (`plugins/wit`): `run` returns the run's output.
-pub(super) mod v0_2 {
+/// `rota:plugin` 0.3 (`plugins/wit`): the context carries the run's trace.
+pub(super) mod v0_3 {
     handler_world!("../plugins/wit");
+}
+
+/// `rota:plugin` 0.2 (`plugins/wit-0.2`), kept: `run` returns the run's output.
+pub(super) mod v0_2 {
+    handler_world!("../plugins/wit-0.2");
 }
 
 /// `rota:plugin` 0.1 (`plugins/wit-0.1`), kept: a handler built for it runs unchanged.
@@ -57,11 +62,12 @@ pub(super) mod v0_1 {
     handler_world!("../plugins/wit-0.1");
 }
 
-pub(super) use v0_2::rota::plugin::invocation::Context as HandlerContext;
+pub(super) use v0_3::rota::plugin::invocation::Context as HandlerContext;
 
 /// A handler component's imports resolved, for the version of the world it was built for.
 #[derive(Clone)]
 pub(super) enum HandlerPre {
+    V0_3(v0_3::HandlerPre<ComponentCtx>),
     V0_2(v0_2::HandlerPre<ComponentCtx>),
     V0_1(v0_1::HandlerPre<ComponentCtx>),
 }
@@ -69,30 +75,30 @@ pub(super) enum HandlerPre {
 impl HandlerPre {
     /// The newest version whose `run` the component's matches (the error is the newest's).
     pub(super) fn new(pre: InstancePre<ComponentCtx>) -> wasmtime::Result<HandlerPre> {
-        match v0_2::HandlerPre::new(pre.clone()) {
-            Ok(pre) => Ok(HandlerPre::V0_2(pre)),
-            Err(newest) => v0_1::HandlerPre::new(pre)
-                .map(HandlerPre::V0_1)
-                .map_err(|_| newest),
+        let newest = match v0_3::HandlerPre::new(pre.clone()) {
+            Ok(pre) => return Ok(HandlerPre::V0_3(pre)),
+            Err(newest) => newest,
+        };
+        if let Ok(pre) = v0_2::HandlerPre::new(pre.clone()) {
+            return Ok(HandlerPre::V0_2(pre));
         }
+        v0_1::HandlerPre::new(pre)
+            .map(HandlerPre::V0_1)
+            .map_err(|_| newest)
     }
 
-    /// Instantiates the handler and calls `run`: its output (a 0.1 handler has none), or
-    /// its `err` message.
+    /// Instantiates the handler and calls `run` with the context its version has: its
+    /// output (a 0.1 handler has none), or its `err` message.
     pub(super) async fn run(
         &self,
         store: &mut Store<ComponentCtx>,
         input: &[u8],
         context: &HandlerContext,
     ) -> wasmtime::Result<Result<Option<String>, String>> {
-        match self {
-            HandlerPre::V0_2(pre) => {
-                let handler = pre.instantiate_async(&mut *store).await?;
-                handler.call_run(&mut *store, input, context).await
-            }
-            HandlerPre::V0_1(pre) => {
-                let handler = pre.instantiate_async(&mut *store).await?;
-                let context = v0_1::rota::plugin::invocation::Context {
+        // The fields every version's context has (0.3 added `traceparent`).
+        macro_rules! context_of {
+            ($version:ident) => {
+                $version::rota::plugin::invocation::Context {
                     job_id: context.job_id,
                     job_name: context.job_name.clone(),
                     run_id: context.run_id,
@@ -102,8 +108,25 @@ impl HandlerPre {
                     shard_index: context.shard_index,
                     shard_total: context.shard_total,
                     params: context.params.clone(),
-                };
-                let ran = handler.call_run(&mut *store, input, &context).await?;
+                }
+            };
+        }
+        match self {
+            HandlerPre::V0_3(pre) => {
+                let handler = pre.instantiate_async(&mut *store).await?;
+                handler.call_run(&mut *store, input, context).await
+            }
+            HandlerPre::V0_2(pre) => {
+                let handler = pre.instantiate_async(&mut *store).await?;
+                handler
+                    .call_run(&mut *store, input, &context_of!(v0_2))
+                    .await
+            }
+            HandlerPre::V0_1(pre) => {
+                let handler = pre.instantiate_async(&mut *store).await?;
+                let ran = handler
+                    .call_run(&mut *store, input, &context_of!(v0_1))
+                    .await?;
                 Ok(ran.map(|()| None))
             }
         }
@@ -169,6 +192,10 @@ pub const PROVIDED: &[(&str, &str)] = &[
     ("rota:plugin/kv", "0.2"),
     ("rota:plugin/secrets", "0.2"),
     ("rota:plugin/log", "0.2"),
+    ("rota:plugin/invocation", "0.3"),
+    ("rota:plugin/kv", "0.3"),
+    ("rota:plugin/secrets", "0.3"),
+    ("rota:plugin/log", "0.3"),
 ];
 
 /// Is `import` (`ns:pkg/iface@x.y.z`) one of [`PROVIDED`], in a version family Rota has?
@@ -267,6 +294,10 @@ pub(super) fn linker(engine: &Engine) -> wasmtime::Result<Linker<ComponentCtx>> 
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    v0_3::rota::plugin::invocation::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_3::rota::plugin::kv::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_3::rota::plugin::secrets::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
+    v0_3::rota::plugin::log::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
     v0_2::rota::plugin::invocation::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
     v0_2::rota::plugin::kv::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
     v0_2::rota::plugin::secrets::add_to_linker::<_, HasSelf<_>>(&mut linker, |cx| cx)?;
@@ -326,6 +357,7 @@ macro_rules! rota_imports {
     };
 }
 
+rota_imports!(v0_3);
 rota_imports!(v0_2);
 rota_imports!(v0_1);
 
@@ -340,6 +372,7 @@ mod tests {
         assert!(is_provided("wasi:http/outgoing-handler@0.2.12"));
         assert!(is_provided("rota:plugin/kv@0.1.0"));
         assert!(is_provided("rota:plugin/kv@0.2.0"));
+        assert!(is_provided("rota:plugin/log@0.3.0"));
         assert!(!is_provided("rota:plugin/output@0.1.1"));
         assert!(!is_provided("wasi:http/incoming-handler@0.2.0"));
         assert!(!is_provided("wasi:cli/environment@0.3.0"));

@@ -110,11 +110,6 @@ impl Runtime {
                 let mut wasi = WasiCtxBuilder::new();
                 wasi.stdout(LogOutput::new(log, Stream::Stdout))
                     .stderr(LogOutput::new(log, Stream::Stderr));
-                // The run's trace reaches a handler through wasi:cli/environment (its
-                // context record is the world's, fixed per version).
-                if let Some(traceparent) = &invocation.env.traceparent {
-                    wasi.env("TRACEPARENT", traceparent);
-                }
                 let ctx = ComponentCtx::new(wasi.build(), limits, host);
                 let env = invocation.env;
                 let context = HandlerContext {
@@ -127,6 +122,7 @@ impl Runtime {
                     shard_index: u32::try_from(env.shard_index).unwrap_or_default(),
                     shard_total: u32::try_from(env.shard_total).unwrap_or_default(),
                     params: invocation.params.map(str::to_owned),
+                    traceparent: env.traceparent.clone(),
                 };
                 let input = invocation.input;
                 let store = self.store(&self.inner.component_engine, ctx, &sandbox);

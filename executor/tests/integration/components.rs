@@ -3,7 +3,8 @@
 //! the guest, `err` fails the run with its message, a loop is killed, a memory bomb fails
 //! cleanly and the next run succeeds, and the compiled component survives a restart in
 //! the disk cache. A handler of rota:plugin 0.2 (`fixtures/handler-output.wat`) returns
-//! its run's output; the 0.1 fixture keeps running beside it.
+//! its run's output; the 0.1 fixture keeps running beside it. A handler of 0.3
+//! (`fixtures/handler-trace.wat`) is told its run's trace; the older ones run untold.
 
 use crate::common;
 
@@ -19,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 const HANDLER: &str = include_str!("../fixtures/handler.wat");
 /// A handler of rota:plugin 0.2 whose `run` returns its input as its output.
 const HANDLER_OUTPUT: &str = include_str!("../fixtures/handler-output.wat");
+/// A handler of rota:plugin 0.3 whose `run` returns its context's `traceparent`.
+const HANDLER_TRACE: &str = include_str!("../fixtures/handler-trace.wat");
 
 fn config() -> RuntimeConfig {
     RuntimeConfig {
@@ -44,6 +47,18 @@ fn run(
     memory_mb: u32,
     kill: &CancellationToken,
 ) -> (RunOutcome, Vec<String>) {
+    run_traced(rt, plugin, input, memory_mb, kill, None)
+}
+
+/// [`run`] in the trace `traceparent` names.
+fn run_traced(
+    rt: &Runtime,
+    plugin: &Plugin,
+    input: &str,
+    memory_mb: u32,
+    kill: &CancellationToken,
+    traceparent: Option<&str>,
+) -> (RunOutcome, Vec<String>) {
     let env = PluginEnv {
         job_id: 7,
         job_name: "close order".into(),
@@ -53,7 +68,7 @@ fn run(
         scheduled_at: 1_767_225_600_123,
         shard_index: 0,
         shard_total: 1,
-        traceparent: None,
+        traceparent: traceparent.map(str::to_owned),
     };
     let invocation = Invocation {
         plugin_name: "handler",
@@ -167,6 +182,35 @@ fn a_handler_of_0_2_returns_its_output_and_one_over_64_kib_fails_the_run_saying_
     // A handler built for 0.1 links and runs against the same linker.
     let old = compile(&rt);
     let (outcome, lines) = run(&rt, &old, "hello", 0, &kill);
+    assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
+    assert_eq!(lines, ["hello from a wat handler"]);
+}
+
+#[test]
+fn a_handler_of_0_3_is_told_its_runs_trace_and_older_ones_run_as_before() {
+    let rt = Runtime::new(config()).unwrap();
+    let plugin = compile_text(&rt, HANDLER_TRACE);
+    assert_eq!(plugin.world(), Some(World::Handler));
+    let kill = CancellationToken::new();
+    let traced = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    let (outcome, _) = run_traced(&rt, &plugin, "", 0, &kill, Some(traced));
+    assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
+    assert_eq!(
+        outcome.output.as_deref(),
+        Some(traced),
+        "the context's traceparent"
+    );
+    let (outcome, _) = run_traced(&rt, &plugin, "", 0, &kill, None);
+    assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
+    assert_eq!(outcome.output, None, "an untraced run has none");
+
+    // The 0.2 and 0.1 handlers run in a trace as they always ran.
+    let output = compile_text(&rt, HANDLER_OUTPUT);
+    let (outcome, _) = run_traced(&rt, &output, "in", 0, &kill, Some(traced));
+    assert_eq!(outcome.output.as_deref(), Some("in"), "{outcome:?}");
+    let old = compile(&rt);
+    let (outcome, lines) = run_traced(&rt, &old, "hello", 0, &kill, Some(traced));
     assert_eq!(outcome.status, RunStatus::Succeeded, "{outcome:?}");
     assert_eq!(lines, ["hello from a wat handler"]);
 }

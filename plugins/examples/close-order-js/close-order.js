@@ -14,9 +14,9 @@
 // URLs on the job's allow-list. Throwing a string (or an Error) fails the run with it.
 //
 // Build: plugins/build.sh (componentize-js against plugins/wit, world `handler`).
-import { get as kvGet, set as kvSet } from 'rota:plugin/kv@0.2.0';
-import { get as secretGet } from 'rota:plugin/secrets@0.2.0';
-import { write } from 'rota:plugin/log@0.2.0';
+import { get as kvGet, set as kvSet } from 'rota:plugin/kv@0.3.0';
+import { get as secretGet } from 'rota:plugin/secrets@0.3.0';
+import { write } from 'rota:plugin/log@0.3.0';
 
 const info = (text) => write('info', text);
 

@@ -18,7 +18,7 @@
 // element, which fails `charge` and sends the workflow down the refund branch.
 //
 // Build: plugins/build.sh (componentize-js against plugins/wit, world `handler`).
-import { write } from 'rota:plugin/log@0.2.0';
+import { write } from 'rota:plugin/log@0.3.0';
 
 const info = (text) => write('info', text);
 
