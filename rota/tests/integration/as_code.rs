@@ -1,9 +1,10 @@
 //! Jobs as code (SPEC §12) through the binary: `rota export` of a node with jobs of every
-//! kind, child jobs, a workflow, an alarm rule, a plugin and a secret; `rota apply` of that
-//! document to an empty node (SQLite, and MariaDB) uploads the plugin from its path and
-//! makes everything, after which export gives the same bytes; a second apply changes
-//! nothing; `--dry-run` changes nothing; a document with a mistake changes nothing and
-//! names it; `--prune` deletes what the document lacks, and refuses to delete a busy job.
+//! kind, child jobs, a workflow, alarm channels and rules, a plugin and a secret; `rota
+//! apply` of that document to an empty node (SQLite, and MariaDB) uploads the plugin from
+//! its path and makes everything, after which export gives the same bytes; a second apply
+//! changes nothing; `--dry-run` changes nothing; a document with a mistake changes nothing
+//! and names it (a webhook channel's URL, which no export carries, included); `--prune`
+//! deletes what the document lacks, and refuses to delete a busy job or a channel in use.
 
 use crate::support;
 
@@ -36,7 +37,7 @@ async fn rota(server: &str, args: &[&str]) -> Out {
     out
 }
 
-/// The secret and the channel a document names but does not carry.
+/// The secret a document names but does not carry.
 async fn prepare(api: &Api) {
     api.ok(
         "PUT",
@@ -44,17 +45,22 @@ async fn prepare(api: &Api) {
         Some(json!({"value": "s3cret"})),
     )
     .await;
-    api.ok(
-        "POST",
-        "/api/v1/alarm-channels",
-        Some(json!({"name": "ops", "kind": "email", "to": ["ops@example.com"], "app": "billing"})),
-    )
-    .await;
 }
+
+/// Where the webhook channel `pager` POSTs: a credential, which no export carries.
+const PAGER_URL: &str = "http://127.0.0.1:9/pager?token=hook-s3cret";
 
 /// A node holding one of everything a document carries.
 async fn furnish(api: &Api, module: &[u8]) {
     prepare(api).await;
+    for channel in [
+        json!({"name": "ops", "kind": "email", "to": ["ops@example.com"], "app": "billing"}),
+        json!({"name": "pager", "kind": "webhook", "url": PAGER_URL, "app": "billing",
+               "secret": "partner-token"}),
+    ] {
+        api.ok("POST", "/api/v1/alarm-channels", Some(channel))
+            .await;
+    }
     api.upload("reporter", module.to_vec()).await;
     let job = |body: Value| async move { api.ok("POST", "/api/v1/jobs", Some(body)).await };
     job(
@@ -98,7 +104,7 @@ async fn furnish(api: &Api, module: &[u8]) {
         "/api/v1/alarm-rules",
         Some(
             json!({"name": "report-failed", "app": "billing", "job": "report",
-            "on": "run_failed", "channels": ["ops"], "throttle_ms": 1000}),
+            "on": "run_failed", "channels": ["ops", "pager"], "throttle_ms": 1000}),
         ),
     )
     .await;
@@ -143,10 +149,17 @@ async fn round_trip(target_db: &str) {
         "when: all_done",
         "name: report-failed",
         "throttle_ms: 1000",
+        "alarm_channels:",
+        "kind: webhook",
+        "- ops@example.com",
+        "secret: partner-token",
     ] {
         assert!(text.contains(expected), "no `{expected}` in:\n{text}");
     }
-    assert!(!text.contains("s3cret"), "a secret's value left the node");
+    assert!(
+        !text.contains("s3cret"),
+        "a secret's value or a URL left the node"
+    );
     // The module travels beside the document.
     let sha = text
         .split("sha256: ")
@@ -159,20 +172,35 @@ async fn round_trip(target_db: &str) {
         &format!("sha256: {sha}\n"),
         &format!("sha256: {sha}\n  path: reporter.wasm\n"),
     );
+    let target = TestServer::start(target_db, |_| {}).await;
+    prepare(&target.api).await;
+    // The webhook channel is new there: without its URL the document is refused, naming it.
+    let no_url = dir.path().join("no-url.yaml");
+    std::fs::write(&no_url, &doc).unwrap();
+    let refused = rota(&target.url, &["apply", "-f", no_url.to_str().unwrap()]).await;
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused.stderr.contains("alarm_channels[1] `pager`: url:"),
+        "{}",
+        refused.stderr
+    );
+    let doc = doc.replace(
+        "  kind: webhook\n",
+        &format!("  kind: webhook\n  url: {PAGER_URL}\n"),
+    );
     let file = dir.path().join("billing.yaml");
     std::fs::write(&file, &doc).unwrap();
     let file = file.to_str().unwrap();
-
-    let target = TestServer::start(target_db, |_| {}).await;
-    prepare(&target.api).await;
     let plan = rota(&target.url, &["apply", "-f", file, "--dry-run"]).await;
     assert_eq!(plan.code, 0, "{}", plan.stderr);
     for line in [
         "^ upload plugin reporter",
         "+ create job report",
         "+ create workflow month-end",
+        "+ create alarm_channel ops",
+        "+ create alarm_channel pager",
         "+ create alarm_rule report-failed",
-        "would change 7",
+        "would change 9",
     ] {
         assert!(
             plan.stdout.contains(line),
@@ -193,7 +221,7 @@ async fn round_trip(target_db: &str) {
 
     let applied = rota(&target.url, &["apply", "-f", file]).await;
     assert_eq!(applied.code, 0, "{}", applied.stderr);
-    assert!(applied.stdout.contains("changed 6"), "{}", applied.stdout);
+    assert!(applied.stdout.contains("changed 8"), "{}", applied.stdout);
     let again = rota(&target.url, &["export"]).await;
     assert_eq!(
         again.stdout, text,
@@ -202,7 +230,7 @@ async fn round_trip(target_db: &str) {
     let second = rota(&target.url, &["apply", "-f", file]).await;
     assert_eq!(second.code, 0, "{}", second.stderr);
     assert!(
-        second.stdout.contains("changed 0, 7 unchanged"),
+        second.stdout.contains("changed 0, 9 unchanged"),
         "{}",
         second.stdout
     );
@@ -279,6 +307,39 @@ async fn round_trip(target_db: &str) {
         job_names(&target.api).await,
         ["nightly", "notify", "report"]
     );
+
+    // A threshold the document no longer gives is cleared (PATCH would keep it).
+    target
+        .api
+        .ok(
+            "POST",
+            "/api/v1/alarm-rules",
+            Some(
+                json!({"name": "slow-start", "app": "billing", "on": "no_executor",
+                        "threshold": 30000, "channels": ["ops"]}),
+            ),
+        )
+        .await;
+    let cleared = dir.path().join("cleared.yaml");
+    std::fs::write(
+        &cleared,
+        "version: 1\nalarm_rules:\n- name: slow-start\n  app: billing\n  on: no_executor\n  channels:\n  - ops\n",
+    )
+    .unwrap();
+    let applied = rota(&target.url, &["apply", "-f", cleared.to_str().unwrap()]).await;
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    assert!(
+        applied
+            .stdout
+            .contains("~ update alarm_rule slow-start (threshold)"),
+        "{}",
+        applied.stdout
+    );
+    let rule = target
+        .api
+        .ok("GET", "/api/v1/alarm-rules/slow-start", None)
+        .await;
+    assert_eq!(rule["threshold"], Value::Null, "{rule}");
     source.stop().await;
     target.stop().await;
 }

@@ -72,18 +72,23 @@ impl Alarms {
             .seal(box_app(app), &url_name(channel), url.as_bytes())
     }
 
-    /// A stored channel, ready to send: its URL opened, its signing secret read.
-    pub async fn target(&self, c: &AlarmChannelRow) -> Result<Target, String> {
-        let kind: Kind = c.kind.parse()?;
-        let url = match &c.url_sealed {
-            Some(sealed) => Some(
+    /// A stored channel's URL, opened (`None` for an email channel).
+    pub fn open_url(&self, c: &AlarmChannelRow) -> Result<Option<String>, String> {
+        c.url_sealed
+            .as_ref()
+            .map(|sealed| {
                 self.secrets
                     .open(box_app(c.app.as_deref()), &url_name(&c.name), sealed)
                     .map_err(|e| e.to_string())
-                    .and_then(|v| String::from_utf8(v).map_err(|e| e.to_string()))?,
-            ),
-            None => None,
-        };
+                    .and_then(|v| String::from_utf8(v).map_err(|e| e.to_string()))
+            })
+            .transpose()
+    }
+
+    /// A stored channel, ready to send: its URL opened, its signing secret read.
+    pub async fn target(&self, c: &AlarmChannelRow) -> Result<Target, String> {
+        let kind: Kind = c.kind.parse()?;
+        let url = self.open_url(c)?;
         let secret = match (&c.secret, &c.app) {
             (Some(name), Some(app)) => {
                 let sealed = self

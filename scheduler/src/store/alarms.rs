@@ -202,6 +202,26 @@ impl Store {
             .pop())
     }
 
+    /// Changes where a channel sends and how it signs (its name, app and kind stay); false
+    /// if there is no such channel.
+    pub async fn update_alarm_channel(&self, c: &AlarmChannelRow) -> Result<bool> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query(
+                "UPDATE alarm_channels SET url_sealed = ?, url_hint = ?, recipients = ?, \
+                 secret = ? WHERE name = ?",
+            )
+            .bind(&c.url_sealed)
+            .bind(&c.url_hint)
+            .bind(&c.recipients)
+            .bind(&c.secret)
+            .bind(&c.name)
+            .execute(pool)
+            .await?
+            .affected()
+                > 0)
+        })
+    }
+
     /// Deletes a channel; false if there was none. Its pending sends fail when they come up.
     pub async fn delete_alarm_channel(&self, name: &str) -> Result<bool> {
         on_pool!(self, |pool, Db| {

@@ -2,6 +2,8 @@
 //! the history of alarms sent. A channel serves one app (operators of the app manage it)
 //! or every app (admins only); its URL is sealed on the way in and shown only as a hint.
 
+use std::collections::HashMap;
+
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -104,6 +106,49 @@ pub async fn create_channel(
     who: &Principal,
     f: ChannelFields,
 ) -> Result<AlarmChannelRow> {
+    let row = checked_channel(ports, who, &f).await?;
+    ports.store().create_alarm_channel(&row).await?;
+    ports
+        .audit(&who.name, "create alarm channel", &f.name)
+        .await;
+    Ok(row)
+}
+
+/// Changes where channel `f.name` sends and how it signs (`rota apply`); its app and kind
+/// stay. The fields are checked as a create checks them.
+pub async fn update_channel(
+    ports: &Ports,
+    who: &Principal,
+    f: ChannelFields,
+) -> Result<AlarmChannelRow> {
+    let old = channel(ports, who, &f.name).await?;
+    if old.app != f.app || old.kind != f.kind {
+        return Err(Error::Conflict(format!(
+            "alarm channel `{}`: its app and kind do not change; delete it and create it anew",
+            f.name
+        )));
+    }
+    let mut row = checked_channel(ports, who, &f).await?;
+    row.created_at = old.created_at;
+    if !ports.store().update_alarm_channel(&row).await? {
+        return Err(Error::NotFound(format!(
+            "alarm channel `{}` not found",
+            f.name
+        )));
+    }
+    ports
+        .audit(&who.name, "change alarm channel", &f.name)
+        .await;
+    Ok(row)
+}
+
+/// A channel's settings, checked (its URL under the egress policy, its recipients, its
+/// signing secret) and its URL sealed: the row to store.
+pub(super) async fn checked_channel(
+    ports: &Ports,
+    who: &Principal,
+    f: &ChannelFields,
+) -> Result<AlarmChannelRow> {
     check_name("name", &f.name)?;
     let kind: Kind = f.kind.parse().map_err(|e| invalid("kind", e))?;
     if let Some(app) = &f.app {
@@ -196,7 +241,7 @@ pub async fn create_channel(
             ));
         }
     }
-    let row = AlarmChannelRow {
+    Ok(AlarmChannelRow {
         name: f.name.clone(),
         app: f.app.clone(),
         kind: kind.as_str().into(),
@@ -207,12 +252,7 @@ pub async fn create_channel(
         recipients,
         secret: f.secret.clone(),
         created_at: ports.clock().now_ms(),
-    };
-    ports.store().create_alarm_channel(&row).await?;
-    ports
-        .audit(&who.name, "create alarm channel", &f.name)
-        .await;
-    Ok(row)
+    })
 }
 
 /// The channels `who` sees.
@@ -301,11 +341,14 @@ pub async fn test_channel(ports: &Ports, who: &Principal, name: &str) -> Result<
         })
 }
 
-/// A rule's settings, checked: its job (by id), threshold, channels and throttle.
+/// A rule's settings, checked: its job (by id), threshold, channels and throttle. A
+/// channel of `planned` (name → its app; one a document makes before the rule) counts as
+/// there.
 pub(super) async fn checked_rule(
     ports: &Ports,
     who: &Principal,
     f: &RuleFields,
+    planned: &HashMap<String, Option<String>>,
 ) -> Result<AlarmRuleRow> {
     check_name("name", &f.name)?;
     validate::app("app", &f.app)?;
@@ -374,26 +417,7 @@ pub(super) async fn checked_rule(
         }
         (None, _) => {}
     }
-    if f.channels.is_empty() || f.channels.len() > MAX_CHANNELS {
-        return Err(invalid(
-            "channels",
-            format!("name 1 to {MAX_CHANNELS} channels"),
-        ));
-    }
-    for (i, name) in f.channels.iter().enumerate() {
-        let c = ports.store().alarm_channel(name).await?.ok_or_else(|| {
-            missing(
-                &format!("channels[{i}]"),
-                format!("alarm channel `{name}` not found"),
-            )
-        })?;
-        if let Some(app) = c.app.as_deref().filter(|a| *a != f.app) {
-            return Err(invalid(
-                &format!("channels[{i}]"),
-                format!("alarm channel `{name}` serves app `{app}`, not `{}`", f.app),
-            ));
-        }
-    }
+    check_channels(ports, f, planned).await?;
     let throttle_ms = validate::within(
         "throttle_ms",
         f.throttle_ms.unwrap_or(DEFAULT_THROTTLE_MS),
@@ -417,8 +441,44 @@ pub(super) async fn checked_rule(
     })
 }
 
+/// A rule's channels: 1 to [`MAX_CHANNELS`], each there (or in `planned`) and serving the
+/// rule's app or every app.
+async fn check_channels(
+    ports: &Ports,
+    f: &RuleFields,
+    planned: &HashMap<String, Option<String>>,
+) -> Result<()> {
+    if f.channels.is_empty() || f.channels.len() > MAX_CHANNELS {
+        return Err(invalid(
+            "channels",
+            format!("name 1 to {MAX_CHANNELS} channels"),
+        ));
+    }
+    for (i, name) in f.channels.iter().enumerate() {
+        let app = match planned.get(name) {
+            Some(app) => app.clone(),
+            None => {
+                let c = ports.store().alarm_channel(name).await?.ok_or_else(|| {
+                    missing(
+                        &format!("channels[{i}]"),
+                        format!("alarm channel `{name}` not found"),
+                    )
+                })?;
+                c.app
+            }
+        };
+        if let Some(app) = app.as_deref().filter(|a| *a != f.app) {
+            return Err(invalid(
+                &format!("channels[{i}]"),
+                format!("alarm channel `{name}` serves app `{app}`, not `{}`", f.app),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub async fn create_rule(ports: &Ports, who: &Principal, f: RuleFields) -> Result<AlarmRuleRow> {
-    let mut row = checked_rule(ports, who, &f).await?;
+    let mut row = checked_rule(ports, who, &f, &HashMap::new()).await?;
     row.id = ports.store().create_alarm_rule(&row).await?;
     ports.alarms().rules.refresh(ports.store()).await?;
     ports.audit(&who.name, "create alarm rule", &f.name).await;
@@ -466,7 +526,7 @@ pub async fn update_rule(
         throttle_ms: Some(p.throttle_ms.unwrap_or(old.throttle_ms)),
         enabled: Some(p.enabled.unwrap_or(old.enabled)),
     };
-    let mut row = checked_rule(ports, who, &fields).await?;
+    let mut row = checked_rule(ports, who, &fields, &HashMap::new()).await?;
     row.id = old.id;
     row.created_at = old.created_at;
     row.open_since = old.open_since;

@@ -8,8 +8,10 @@
 //! their way, a workflow with running instances or a job a kept workflow still runs is
 //! refused) — and every problem is named at once; only a document without one changes
 //! anything. A dry run stops there and answers the plan. What the document does not
-//! mention is left alone, unless `prune`: then the jobs, workflows and rules of the
-//! document's apps that it lacks are deleted.
+//! mention is left alone, unless `prune`: then the jobs, workflows, alarm rules and
+//! channels of the document's apps that it lacks are deleted. A channel's URL is not in an
+//! export (it is a credential): an entry without one keeps the URL the node holds, and
+//! one the node lacks needs it.
 //!
 //! The checks and the changes are not one database transaction: a database that fails
 //! half-way leaves the changes made so far, and applying the document again finishes it
@@ -20,7 +22,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::export::{self, Document, JobEntry, RuleEntry, WorkflowEntry};
+use super::export::{self, ChannelEntry, Document, JobEntry, RuleEntry, WorkflowEntry};
 use super::fields::NameOrId;
 use super::jobs::{self, JobFields};
 use super::workflows::{StepFields, TimingFields, WorkflowChange, WorkflowFields};
@@ -29,7 +31,7 @@ use crate::access::{Need, Principal};
 use crate::model::{Job, JobSpec};
 use crate::ports::Ports;
 use crate::schedule::CompiledSchedule;
-use crate::store::{self, AlarmRuleRow, Workflow};
+use crate::store::{self, AlarmChannelRow, AlarmRuleRow, Workflow};
 
 /// One change the document makes.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -38,7 +40,7 @@ pub struct Change {
     /// `create`, `update`, `delete`, or `upload` (a plugin the dry run found missing or
     /// different, which `rota apply` uploads from its `path`).
     pub action: &'static str,
-    /// `plugin`, `job`, `workflow` or `alarm_rule`.
+    /// `plugin`, `job`, `workflow`, `alarm_channel` or `alarm_rule`.
     pub kind: &'static str,
     pub name: String,
     /// The fields an update changes.
@@ -72,10 +74,14 @@ struct Plan {
     /// Jobs whose child jobs change, with the names the document gives them.
     children: Vec<(String, Vec<String>)>,
     workflows: Vec<(WorkflowEntry, Option<Workflow>)>,
+    /// Channels to create or change: their fields, whole (the URL the node holds when the
+    /// entry gives none), and whether they exist.
+    channels: Vec<(alarms::ChannelFields, bool)>,
     rules: Vec<(RuleEntry, Option<AlarmRuleRow>)>,
     delete_jobs: Vec<Job>,
     delete_workflows: Vec<Workflow>,
     delete_rules: Vec<AlarmRuleRow>,
+    delete_channels: Vec<AlarmChannelRow>,
     errors: Vec<String>,
     /// Conflicts (a prune that would delete a busy job): 409 rather than 422.
     conflicts: Vec<String>,
@@ -103,6 +109,7 @@ struct Current {
     jobs: HashMap<String, Job>,
     names: HashMap<i64, String>,
     workflows: HashMap<String, Workflow>,
+    channels: HashMap<String, AlarmChannelRow>,
     rules: HashMap<String, AlarmRuleRow>,
 }
 
@@ -137,6 +144,7 @@ pub async fn apply(
     plan_jobs(ports, who, &doc, &current, &planned_plugins, &mut plan).await;
     plan_children(who, &doc, &current, &mut plan);
     plan_workflows(ports, &doc, &current, &mut plan).await;
+    plan_channels(ports, who, &doc, &current, &mut plan).await;
     plan_rules(ports, who, &doc, &current, &mut plan).await;
     if prune {
         plan_prune(ports, &doc, &apps, &current, &mut plan).await?;
@@ -169,6 +177,7 @@ fn apps_of(doc: &Document) -> BTreeSet<String> {
     let mut apps: BTreeSet<String> = doc.jobs.iter().map(|j| j.app.clone()).collect();
     apps.extend(doc.workflows.iter().map(|w| w.app.clone()));
     apps.extend(doc.alarm_rules.iter().map(|r| r.app.clone()));
+    apps.extend(doc.alarm_channels.iter().filter_map(|c| c.app.clone()));
     apps.extend(doc.secrets.iter().map(|s| s.app.clone()));
     apps
 }
@@ -185,6 +194,12 @@ async fn current(ports: &Ports, who: &Principal) -> Result<Current> {
             .await?
             .into_iter()
             .map(|w| (w.name.clone(), w))
+            .collect(),
+        channels: store
+            .alarm_channels()
+            .await?
+            .into_iter()
+            .map(|c| (c.name.clone(), c))
             .collect(),
         rules: store
             .alarm_rules()
@@ -285,6 +300,29 @@ fn differing<T: Serialize>(now: &T, then: &T) -> Vec<String> {
         .collect()
 }
 
+/// The entries of a section with where each stands (`jobs[2] `report``), each name once: a
+/// second entry of a name is an error of the plan.
+fn distinct<'a, T>(
+    plan: &mut Plan,
+    section: &str,
+    what: &str,
+    entries: &'a [T],
+    name: impl Fn(&T) -> &String,
+) -> Vec<(String, &'a T)> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        let at = format!("{section}[{i}] `{}`", name(entry));
+        if seen.insert(name(entry).clone()) {
+            out.push((at, entry));
+        } else {
+            plan.errors
+                .push(format!("{at}: a second {what} of that name"));
+        }
+    }
+    out
+}
+
 /// Every job entry built as the API would build it; the ones that differ from the node's.
 async fn plan_jobs(
     ports: &Ports,
@@ -294,13 +332,7 @@ async fn plan_jobs(
     planned_plugins: &HashSet<String>,
     plan: &mut Plan,
 ) {
-    let mut seen = HashSet::new();
-    for (i, entry) in doc.jobs.iter().enumerate() {
-        let at = format!("jobs[{i}] `{}`", entry.name);
-        if !seen.insert(entry.name.as_str()) {
-            plan.errors.push(format!("{at}: a second job of that name"));
-            continue;
-        }
+    for (at, entry) in distinct(plan, "jobs", "job", &doc.jobs, |e| &e.name) {
         let fields = match job_fields(entry) {
             Ok(f) => f,
             Err(e) => {
@@ -458,14 +490,7 @@ async fn plan_workflows(ports: &Ports, doc: &Document, current: &Current, plan: 
         .iter()
         .map(|j| (j.name.clone(), j.app.clone()))
         .collect();
-    let mut seen = HashSet::new();
-    for (i, entry) in doc.workflows.iter().enumerate() {
-        let at = format!("workflows[{i}] `{}`", entry.name);
-        if !seen.insert(entry.name.as_str()) {
-            plan.errors
-                .push(format!("{at}: a second workflow of that name"));
-            continue;
-        }
+    for (at, entry) in distinct(plan, "workflows", "workflow", &doc.workflows, |e| &e.name) {
         let timing = TimingFields {
             schedule: entry.schedule.clone(),
             misfire: entry.misfire.clone(),
@@ -529,14 +554,7 @@ async fn plan_rules(
     current: &Current,
     plan: &mut Plan,
 ) {
-    let mut seen = HashSet::new();
-    for (i, entry) in doc.alarm_rules.iter().enumerate() {
-        let at = format!("alarm_rules[{i}] `{}`", entry.name);
-        if !seen.insert(entry.name.as_str()) {
-            plan.errors
-                .push(format!("{at}: a second rule of that name"));
-            continue;
-        }
+    for (at, entry) in distinct(plan, "alarm_rules", "rule", &doc.alarm_rules, |e| &e.name) {
         // A job the document makes is not there yet while it is checked: its rule is
         // checked without it, its app against the document's.
         let planned_job = entry.job.as_ref().and_then(|name| {
@@ -551,7 +569,12 @@ async fn plan_rules(
             continue;
         }
         let fields = rule_fields(entry, planned_job.is_none());
-        if let Err(e) = alarms::checked_rule(ports, who, &fields).await {
+        let planned: HashMap<String, Option<String>> = doc
+            .alarm_channels
+            .iter()
+            .map(|c| (c.name.clone(), c.app.clone()))
+            .collect();
+        if let Err(e) = alarms::checked_rule(ports, who, &fields, &planned).await {
             plan.errors.push(format!("{at}: {e}"));
             continue;
         }
@@ -576,6 +599,132 @@ async fn plan_rules(
     }
 }
 
+/// Each channel entry against the node's: created (with its `url`, unless email), changed
+/// where its recipients, signing secret or a given `url` differ, checked as the API checks
+/// them; a channel's app and kind do not change.
+async fn plan_channels(
+    ports: &Ports,
+    who: &Principal,
+    doc: &Document,
+    current: &Current,
+    plan: &mut Plan,
+) {
+    for (at, entry) in distinct(
+        plan,
+        "alarm_channels",
+        "channel",
+        &doc.alarm_channels,
+        |e| &e.name,
+    ) {
+        let existing = current.channels.get(&entry.name);
+        let held_url = match existing.map(|c| ports.alarms().open_url(c)) {
+            Some(Err(e)) => {
+                plan.errors
+                    .push(format!("{at}: the node cannot open its URL: {e}"));
+                continue;
+            }
+            Some(Ok(url)) => url,
+            None => None,
+        };
+        let fields = channel_fields(entry, held_url.clone());
+        let action = match existing {
+            None if entry.url.is_none() && entry.kind != "email" => {
+                plan.errors.push(format!(
+                    "{at}: url: a new {} channel needs the URL to POST to; an export leaves \
+                     it out (a credential), so write it into the entry",
+                    entry.kind
+                ));
+                continue;
+            }
+            None => ("create", Vec::new()),
+            Some(c) if c.app != entry.app || c.kind != entry.kind => {
+                plan.errors.push(format!(
+                    "{at}: the channel is a {} channel of {}; its kind and app do not \
+                     change (delete it and apply again)",
+                    c.kind,
+                    c.app
+                        .as_deref()
+                        .map_or("every app".to_owned(), |a| format!("app `{a}`"))
+                ));
+                continue;
+            }
+            Some(c) => {
+                let stated = ChannelEntry {
+                    url: None,
+                    ..entry.clone()
+                };
+                let mut changed = differing(&stated, &export::channel_entry(c));
+                if entry.url.is_some() && entry.url != held_url {
+                    changed.push("url".into());
+                }
+                if changed.is_empty() {
+                    plan.unchanged += 1;
+                    continue;
+                }
+                ("update", changed)
+            }
+        };
+        if let Err(e) = alarms::checked_channel(ports, who, &fields).await {
+            plan.errors.push(format!("{at}: {e}"));
+            continue;
+        }
+        plan.change(action.0, "alarm_channel", &entry.name, action.1);
+        plan.channels.push((fields, existing.is_some()));
+    }
+}
+
+/// A channel entry as the use case's fields; `held_url` when the entry gives none.
+fn channel_fields(entry: &ChannelEntry, held_url: Option<String>) -> alarms::ChannelFields {
+    alarms::ChannelFields {
+        name: entry.name.clone(),
+        kind: entry.kind.clone(),
+        url: entry.url.clone().or(held_url),
+        to: entry.to.clone(),
+        secret: entry.secret.clone(),
+        app: entry.app.clone(),
+    }
+}
+
+/// The channels of the document's apps it lacks, to delete; one a rule that stays sends
+/// to cannot go.
+fn prune_channels(doc: &Document, apps: &BTreeSet<String>, current: &Current, plan: &mut Plan) {
+    let listed: HashSet<&String> = doc.alarm_channels.iter().map(|c| &c.name).collect();
+    let mut sorted: Vec<&AlarmChannelRow> = current.channels.values().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    for c in sorted {
+        let Some(app) = c.app.as_ref().filter(|a| apps.contains(*a)) else {
+            continue;
+        };
+        if listed.contains(&c.name) {
+            continue;
+        }
+        let users: Vec<&str> = current
+            .rules
+            .values()
+            .filter(|r| !plan.delete_rules.iter().any(|d| d.id == r.id))
+            .filter(|r| !doc.alarm_rules.iter().any(|e| e.name == r.name))
+            .filter(|r| {
+                serde_json::from_str::<Vec<String>>(&r.channels).is_ok_and(|v| v.contains(&c.name))
+            })
+            .map(|r| r.name.as_str())
+            .chain(
+                doc.alarm_rules
+                    .iter()
+                    .filter(|r| r.channels.contains(&c.name))
+                    .map(|r| r.name.as_str()),
+            )
+            .collect();
+        if let Some(user) = users.first() {
+            plan.errors.push(format!(
+                "prune: alarm channel `{}` of app `{app}` is used by rule `{user}`, which stays",
+                c.name
+            ));
+        }
+        plan.change("delete", "alarm_channel", &c.name, Vec::new());
+        plan.delete_channels.push(c.clone());
+    }
+}
+
 /// What the document's apps hold that it lacks, to delete — each delete checked as the
 /// use case would refuse it, so that none is refused half-way.
 async fn plan_prune(
@@ -596,6 +745,7 @@ async fn plan_prune(
             plan.delete_rules.push(r.clone());
         }
     }
+    prune_channels(doc, apps, current, plan);
     let mut sorted_wfs: Vec<&Workflow> = current.workflows.values().collect();
     sorted_wfs.sort_by(|a, b| a.name.cmp(&b.name));
     for w in sorted_wfs {
@@ -652,7 +802,8 @@ async fn plan_prune(
 }
 
 /// The changes, in an order in which each finds what it needs: jobs, then their child
-/// jobs, workflows, rules; deletes last, rules before the workflows and jobs they name.
+/// jobs, workflows, channels, rules; deletes last, rules before the channels, workflows
+/// and jobs they name.
 async fn make(ports: &Ports, who: &Principal, plan: Plan) -> Result<()> {
     for p in &plan.jobs {
         match &p.existing {
@@ -706,12 +857,20 @@ async fn make(ports: &Ports, who: &Principal, plan: Plan) -> Result<()> {
             }
         }
     }
+    for (fields, exists) in &plan.channels {
+        match exists {
+            true => alarms::update_channel(ports, who, fields.clone()).await?,
+            false => alarms::create_channel(ports, who, fields.clone()).await?,
+        };
+    }
     for (entry, existing) in &plan.rules {
         // A rule keeps its state (an open alarm) through a change of what PATCH changes;
-        // one watching another job or event is another rule.
+        // one watching another job or event, or no longer given a threshold (PATCH keeps
+        // a threshold it is not given), is another rule.
         let same = match existing {
             Some(old) => {
                 old.on_event == entry.on
+                    && (old.threshold.is_none() || entry.threshold.is_some())
                     && same_job(ports, old.job_id, entry.job.as_deref()).await?
             }
             None => false,
@@ -741,6 +900,9 @@ async fn make(ports: &Ports, who: &Principal, plan: Plan) -> Result<()> {
     }
     for r in &plan.delete_rules {
         alarms::delete_rule(ports, who, &r.name).await?;
+    }
+    for c in &plan.delete_channels {
+        alarms::delete_channel(ports, who, &c.name).await?;
     }
     for w in &plan.delete_workflows {
         workflows::delete(ports, who, &w.id.to_string(), false).await?;

@@ -1,6 +1,7 @@
 //! Jobs as code (SPEC §12): the document `rota export` writes and `rota apply` reads —
 //! the jobs and workflows of some apps, the plugins they run by name and sha256, the
-//! names of the secrets they use, and the apps' alarm rules.
+//! names of the secrets they use, and the apps' alarm channels (without their URLs) and
+//! rules.
 //!
 //! A document is written in one canonical form: entries sorted by app and name, a field
 //! left out when it holds its default, references by name (never by id, which differs
@@ -42,6 +43,8 @@ pub struct Document {
     pub jobs: Vec<JobEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workflows: Vec<WorkflowEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarm_channels: Vec<ChannelEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alarm_rules: Vec<RuleEntry>,
 }
@@ -156,6 +159,29 @@ pub struct StepEntry {
     pub params: Option<String>,
 }
 
+/// An alarm channel. Its URL is a credential (a bot's token sits in it), kept sealed by the
+/// node like a secret: export leaves it out and apply keeps the one the node holds; an
+/// entry gives `url` to create the channel where it is applied, or to change it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelEntry {
+    pub name: String,
+    /// `webhook`, `email`, `slack`, `dingtalk`, `feishu` or `wecom`.
+    pub kind: String,
+    /// The app it serves; left out: every app (an admin's channel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
+    /// Where it POSTs (not `email`); never written by export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `email`: the recipients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<Vec<String>>,
+    /// The name of the app's secret that signs its messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
 /// An alarm rule, its job by name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -239,6 +265,21 @@ pub fn workflow_entry(wf: &Workflow, names: &HashMap<i64, String>) -> WorkflowEn
     }
 }
 
+/// A stored channel as an entry (no URL).
+pub fn channel_entry(c: &crate::store::AlarmChannelRow) -> ChannelEntry {
+    ChannelEntry {
+        name: c.name.clone(),
+        kind: c.kind.clone(),
+        app: c.app.clone(),
+        url: None,
+        to: c
+            .recipients
+            .as_deref()
+            .and_then(|r| serde_json::from_str(r).ok()),
+        secret: c.secret.clone(),
+    }
+}
+
 /// A stored rule as an entry.
 pub fn rule_entry(r: &crate::store::AlarmRuleRow, names: &HashMap<i64, String>) -> RuleEntry {
     RuleEntry {
@@ -312,6 +353,16 @@ pub async fn export(ports: &Ports, who: &Principal, app: Option<&str>) -> Result
         .map(|r| rule_entry(r, &names))
         .collect();
     alarm_rules.sort_by(|a, b| (&a.app, &a.name).cmp(&(&b.app, &b.name)));
+    // The apps' channels, and the shared ones their rules send to.
+    let named: std::collections::HashSet<&String> =
+        alarm_rules.iter().flat_map(|r| &r.channels).collect();
+    let mut alarm_channels: Vec<ChannelEntry> = super::alarms::channels(ports, who)
+        .await?
+        .iter()
+        .filter(|c| c.app.as_deref().map_or(named.contains(&c.name), in_scope))
+        .map(channel_entry)
+        .collect();
+    alarm_channels.sort_by(|a, b| a.name.cmp(&b.name));
 
     let mut plugins = Vec::new();
     let mut bound: Vec<&str> = jobs.iter().filter_map(|j| j.plugin.as_deref()).collect();
@@ -348,6 +399,7 @@ pub async fn export(ports: &Ports, who: &Principal, app: Option<&str>) -> Result
         secrets,
         jobs,
         workflows,
+        alarm_channels,
         alarm_rules,
     })
 }
