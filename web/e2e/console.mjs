@@ -259,7 +259,8 @@ async function main() {
       check(kind.startsWith("component") && kind.includes("rota:plugin/handler"),
         `component ${COMPONENT_NAME} shows its kind as "${kind}"`);
       await row.locator("td.kind summary").click();
-      check(await row.locator('td.kind li code:text-is("rota:plugin/log@0.2.0")').isVisible(),
+      // Whichever version of the world it was built for (the WAT fixture is 0.1).
+      check(await row.locator('td.kind li code:text-matches("^rota:plugin/log@0\\.[0-9]+\\.[0-9]+$")').first().isVisible(),
         "its imports are not shown");
     });
 

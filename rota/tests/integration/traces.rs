@@ -285,6 +285,17 @@ async fn a_tasks_trace_goes_through_dispatch_the_executors_run_its_report_and_th
         create.attribute("rota.task.id"),
         Some(id.to_string().as_str())
     );
+    let protocol: Vec<String> = spans
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.name.contains("/api/executor/"))
+        .map(|s| s.name.clone())
+        .collect();
+    assert!(
+        protocol.is_empty(),
+        "the executor's calls are no spans of their own: {protocol:?}"
+    );
     let mut runs = HashMap::new();
     for attempt in ["1", "2"] {
         let of = |prefix| {
@@ -423,6 +434,18 @@ async fn webhooks_and_pulled_items_carry_the_trace_on() {
     );
 }
 
+/// Waits until task `id` has succeeded.
+async fn succeeded(api: &Api, id: i64) {
+    eventually(Duration::from_secs(30), "the task to run", || {
+        let api = api.clone();
+        async move {
+            let t = api.ok("GET", &format!("/api/v1/tasks/{id}"), None).await;
+            (t["status"] == "succeeded").then_some(())
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampled_off_sends_nothing() {
     // Sampled off: the exporter is set up, and sends no span.
@@ -433,17 +456,39 @@ async fn sampled_off_sends_nothing() {
     )
     .await;
     // The run of that task ending shows the node did its work.
-    eventually(Duration::from_secs(30), "the task to run", || {
-        let api = api.clone();
-        async move {
-            let t = api.ok("GET", &format!("/api/v1/tasks/{id}"), None).await;
-            (t["status"] == "succeeded").then_some(())
-        }
-    })
-    .await;
+    succeeded(&api, id).await;
     drop(node);
     assert!(
         spans.lock().unwrap().is_empty(),
         "sampled off, yet spans went out"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_unsampled_trace_is_followed_and_nothing_of_its_task_goes_out() {
+    // The default sampler follows the caller: flags 00, and the task's create, dispatch,
+    // run and report are all left out — none starts a trace of its own.
+    let (_node, api, spans, _dir) = traced_node(&[]).await;
+    let unsampled = "8df92f3577b34da6a3ce929d0e0e4736";
+    let quiet = create_task(&api, Some(&format!("00-{unsampled}-00f067aa0ba902b7-00"))).await;
+    succeeded(&api, quiet).await;
+    // A sampled task after it: once its report is out, so would the first one's be.
+    let sampled = "9ef92f3577b34da6a3ce929d0e0e4736";
+    create_task(&api, Some(&format!("00-{sampled}-00f067aa0ba902b7-01"))).await;
+    spans_of(&spans, sampled, "the sampled task's report", |got| {
+        !named(got, "report").is_empty()
+    })
+    .await;
+    let got = spans.lock().unwrap().clone();
+    let leaked: Vec<&Received> = got
+        .iter()
+        .filter(|s| {
+            s.trace_id == unsampled
+                || s.attribute("rota.task.id") == Some(quiet.to_string().as_str())
+        })
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "an unsampled task's spans went out: {leaked:#?}"
     );
 }

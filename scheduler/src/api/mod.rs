@@ -118,9 +118,15 @@ struct RequestSpan {
     traces: bool,
 }
 
+/// Paths whose requests are no spans of their own: the executor protocol and the nodes'
+/// calls to each other, many a second, each a trace of one span otherwise. What they carry
+/// that belongs to a task (a run's report) is a span of the task's trace.
+const UNTRACED: [&str; 2] = ["/api/executor/", "/api/node/"];
+
 impl<B> tower_http::trace::MakeSpan<B> for RequestSpan {
     fn make_span(&mut self, req: &axum::http::Request<B>) -> tracing::Span {
-        if !self.traces {
+        let path = req.uri().path();
+        if !self.traces || UNTRACED.iter().any(|p| path.starts_with(p)) {
             return tracing::Span::none();
         }
         let span = tracing::info_span!(
