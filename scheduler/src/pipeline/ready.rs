@@ -19,6 +19,11 @@
 //! dispatch (one transaction, no `ready` step, no look of its own), the takers served in
 //! the order they came. Only the fires no taker here wants become `ready` and are
 //! announced as above.
+//!
+//! A pull that arrives looks at the queue first, unless a look found it empty and nothing
+//! was announced for the job since (here or by another node), within the last 500 ms
+//! ([`ReadyBoard::known_empty`]): a consumer that acks and pulls again after being handed
+//! a fire then waits without a transaction that would find nothing (issue 41).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,7 +44,22 @@ pub(crate) struct ReadyBoard {
     /// order they came.
     takers: Mutex<HashMap<i64, VecDeque<Taker>>>,
     next_taker: AtomicU64,
+    /// Per job: how many times tasks were announced ready here, and since when (at which
+    /// count) a look at the queue found none. A pull that arrives while the queue is known
+    /// empty waits without looking.
+    looks: Mutex<HashMap<i64, Looks>>,
 }
+
+/// A job's announcements and its last empty look.
+#[derive(Default, Clone, Copy)]
+struct Looks {
+    announced: u64,
+    empty: Option<(u64, std::time::Instant)>,
+}
+
+/// How long a look that found nothing is believed: a notice from another node that is
+/// lost (they time out at 500 ms) cannot keep a new pull from looking for longer.
+const EMPTY_FOR: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What a waiting pull takes, should its job's fires fall due on this node.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +151,14 @@ impl ReadyBoard {
     /// `(job, tasks)`: this many tasks of these jobs became ready (on another node, or this
     /// one): wake that many of the pulls that wait for them here, one per task.
     pub(crate) fn wake(&self, ready: &[(i64, u64)]) {
+        {
+            let mut looks = self.looks.lock().unwrap_or_else(|e| e.into_inner());
+            for &(job, _) in ready {
+                let l = looks.entry(job).or_default();
+                l.announced += 1;
+                l.empty = None;
+            }
+        }
         let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         for &(job, tasks) in ready {
             let Some(signal) = waiting.get(&job).and_then(Weak::upgrade) else {
@@ -153,6 +181,31 @@ impl ReadyBoard {
     pub(crate) fn wake_all(&self, jobs: impl IntoIterator<Item = i64>) {
         let every: Vec<(i64, u64)> = jobs.into_iter().map(|job| (job, u64::MAX)).collect();
         self.wake(&every);
+    }
+
+    /// A mark to give [`ReadyBoard::found_empty`] after a look at `job_id`'s queue.
+    pub(crate) fn before_look(&self, job_id: i64) -> u64 {
+        let looks = self.looks.lock().unwrap_or_else(|e| e.into_inner());
+        looks.get(&job_id).map_or(0, |l| l.announced)
+    }
+
+    /// A look begun at `mark` found `job_id`'s queue empty: believed until something is
+    /// announced (here or by another node) or for [`EMPTY_FOR`].
+    pub(crate) fn found_empty(&self, job_id: i64, mark: u64) {
+        let mut looks = self.looks.lock().unwrap_or_else(|e| e.into_inner());
+        let l = looks.entry(job_id).or_default();
+        if l.announced == mark {
+            l.empty = Some((mark, std::time::Instant::now()));
+        }
+    }
+
+    /// Whether `job_id`'s queue is known to hold no ready task (no look is needed).
+    pub(crate) fn known_empty(&self, job_id: i64) -> bool {
+        let looks = self.looks.lock().unwrap_or_else(|e| e.into_inner());
+        looks.get(&job_id).is_some_and(|l| {
+            l.empty
+                .is_some_and(|(mark, at)| mark == l.announced && at.elapsed() < EMPTY_FOR)
+        })
     }
 
     /// Puts a pull of `job_id` on the board as a taker of the job's fires that fall due
@@ -242,6 +295,26 @@ mod tests {
                 .await
                 .is_ok()
         }
+    }
+
+    #[test]
+    fn an_empty_look_is_believed_until_the_job_is_announced_and_a_look_overtaken_is_not() {
+        let board = ReadyBoard::default();
+        assert!(!board.known_empty(7), "nothing was looked at yet");
+        let mark = board.before_look(7);
+        board.found_empty(7, mark);
+        assert!(board.known_empty(7));
+        assert!(
+            !board.known_empty(8),
+            "another job's look says nothing of this one"
+        );
+        board.announce(&[(7, 1)]);
+        assert!(!board.known_empty(7), "tasks were announced since the look");
+        // A look that began before an announcement and ended after it proves nothing.
+        let mark = board.before_look(7);
+        board.wake(&[(7, 1)]);
+        board.found_empty(7, mark);
+        assert!(!board.known_empty(7));
     }
 
     #[tokio::test]

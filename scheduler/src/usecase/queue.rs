@@ -95,11 +95,15 @@ pub async fn pull(ports: &Ports, who: &Principal, job: &str, f: PullFields) -> R
             .cached_job(job_id)
             .await?
             .is_some_and(|j| j.job.spec.enabled);
-        if enabled {
+        // A queue another look found empty (and nothing announced since) is not looked
+        // at again: the pull waits to be handed a fire or woken.
+        if enabled && !board.known_empty(job_id) {
+            let mark = board.before_look(job_id);
             let leased = lease(ports, job_id, &consumer, max as usize, lease_ms).await?;
             if !leased.is_empty() {
                 return Ok(leased);
             }
+            board.found_empty(job_id, mark);
         }
         if tokio::time::Instant::now() >= deadline {
             return Ok(Vec::new());
