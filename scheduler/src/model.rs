@@ -594,6 +594,30 @@ pub struct RunUpdate {
     pub output: Option<String>,
 }
 
+#[cfg(test)]
+impl RunUpdate {
+    /// Run `run_id` of task `task_id` (job 1, attempt 1, one shard) in `status`: a test's.
+    pub(crate) fn sample(run_id: i64, task_id: i64, status: RunStatus) -> Self {
+        Self {
+            run_id,
+            job_id: 1,
+            task_id,
+            attempt: 1,
+            shard_index: 0,
+            shard_total: 1,
+            executor: None,
+            scheduled_at: 0,
+            dispatched_at: None,
+            started_at: None,
+            finished_at: None,
+            status,
+            exit_code: None,
+            message: None,
+            output: None,
+        }
+    }
+}
+
 impl RunUpdate {
     pub fn from_report(r: &rota_proto::RunReport) -> Self {
         Self {

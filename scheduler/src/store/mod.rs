@@ -421,33 +421,45 @@ impl InsertId for sqlx::sqlite::SqliteQueryResult {
     }
 }
 
-/// Pushes `(?, ?, …)` binding each id, for `IN` lists.
+/// Pushes `(?, ?, …)` binding each id, for `IN` lists, padded to a power of two with the
+/// last id again (the same list to `IN`). Each distinct length is another statement to
+/// prepare and cache per connection: with lists of every length from 1 to a chunk, the
+/// caches churned and a report batch's apply paid several extra round trips preparing.
 fn push_ids<DB: sqlx::Database>(qb: &mut QueryBuilder<DB>, ids: impl IntoIterator<Item = i64>)
 where
     i64: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
 {
+    let ids: Vec<i64> = ids.into_iter().collect();
     qb.push("(");
     let mut sep = qb.separated(", ");
-    for id in ids {
+    for &id in ids.iter().chain(padding(&ids)) {
         sep.push_bind(id);
     }
     qb.push(")");
 }
 
-/// Pushes `CASE column WHEN ? THEN ? … END`.
+/// Pushes `CASE column WHEN ? THEN ? … END`, padded as [`push_ids`] pads (a repeated
+/// `WHEN` never matches: the first one did).
 fn push_case<DB: sqlx::Database, V>(
     qb: &mut QueryBuilder<DB>,
     column: &'static str,
     pairs: impl IntoIterator<Item = (i64, V)>,
 ) where
     i64: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
-    V: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    V: for<'t> sqlx::Encode<'t, DB> + sqlx::Type<DB> + Clone,
 {
+    let pairs: Vec<(i64, V)> = pairs.into_iter().collect();
     qb.push("CASE ").push(column);
-    for (id, v) in pairs {
+    for (id, v) in pairs.iter().cloned().chain(padding(&pairs).cloned()) {
         qb.push(" WHEN ").push_bind(id).push(" THEN ").push_bind(v);
     }
     qb.push(" END");
+}
+
+/// The last of `items` repeated up to the next power of two of their number.
+fn padding<T>(items: &[T]) -> impl Iterator<Item = &T> {
+    let extra = items.len().next_power_of_two() - items.len();
+    items.last().into_iter().cycle().take(extra)
 }
 
 fn parse<T: FromStr>(s: &str) -> Result<T>
@@ -465,6 +477,9 @@ fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
+/// Workflow versions' steps by (workflow, version) ([`Store`]'s `versions`).
+type Versions = HashMap<(i64, i32), Arc<Vec<crate::workflow::StepSpec>>>;
+
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
@@ -478,6 +493,11 @@ pub struct Store {
     galera: bool,
     /// The task ids this node reserved and has not handed out: `[next, end)`.
     task_block: Arc<std::sync::Mutex<(i64, i64)>>,
+    /// Workflow versions' steps by (workflow, version), read once: a version never changes
+    /// and its ids are never reused (AUTOINCREMENT on SQLite; InnoDB keeps its counter), so
+    /// neither a report batch that moves instances nor a read of them reads the steps'
+    /// definitions again (`store/workflows/moving.rs`).
+    versions: Arc<std::sync::Mutex<Versions>>,
 }
 
 /// The node heartbeat's own way to the database, made on the thread that beats
@@ -742,6 +762,7 @@ impl Store {
             members,
             galera,
             task_block: Arc::new(std::sync::Mutex::new((0, 0))),
+            versions: Arc::default(),
         })
     }
 
@@ -874,6 +895,22 @@ where
 mod tests {
     use super::server_support;
     use crate::model::TaskStatus;
+
+    #[test]
+    fn in_lists_come_in_powers_of_two_of_the_same_ids() {
+        let sql = |ids: Vec<i64>| {
+            let mut qb = sqlx::QueryBuilder::<sqlx::Sqlite>::new("");
+            super::push_ids(&mut qb, ids);
+            qb.into_sql()
+        };
+        assert_eq!(sql(vec![7]), "(?)");
+        assert_eq!(sql(vec![1, 2, 3]), "(?, ?, ?, ?)");
+        assert_eq!(sql((1..=5).collect()), sql((1..=8).collect()));
+        let padded: Vec<i64> = super::padding(&[1, 2, 3, 4, 5]).copied().collect();
+        assert_eq!(padded, [5, 5, 5]);
+        assert_eq!(super::padding::<i64>(&[]).count(), 0);
+        assert_eq!(super::padding(&[1, 2, 3, 4]).count(), 0);
+    }
 
     #[test]
     fn unstarted_in_sql_is_the_model_s_unstarted() {

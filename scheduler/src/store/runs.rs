@@ -932,23 +932,7 @@ mod tests {
     use super::*;
 
     fn update(run_id: i64, status: RunStatus) -> RunUpdate {
-        RunUpdate {
-            run_id,
-            job_id: 1,
-            task_id: run_id,
-            attempt: 1,
-            shard_index: 0,
-            shard_total: 1,
-            executor: None,
-            scheduled_at: 0,
-            dispatched_at: None,
-            started_at: None,
-            finished_at: None,
-            status,
-            exit_code: None,
-            message: None,
-            output: None,
-        }
+        RunUpdate::sample(run_id, run_id, status)
     }
 
     #[test]

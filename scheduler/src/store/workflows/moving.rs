@@ -10,6 +10,9 @@ use serde_json::Value;
 use super::super::*;
 use crate::workflow::{Graph, InstanceStatus, StepSpec, StepStatus};
 
+/// How many workflow versions' steps a node keeps before it starts over.
+const VERSIONS_KEPT: usize = 1024;
+
 /// An instance being moved on: its graph, each step's status and output, and what
 /// changed (written by [`Store::write_moves`]).
 pub(super) struct Moving {
@@ -214,24 +217,52 @@ impl Store {
         Ok(out)
     }
 
-    /// The graph of `workflow_id`'s `version` (versions never change).
+    /// The graph of `workflow_id`'s `version` (versions never change: read once per
+    /// node, see `Store::versions`).
     pub(super) async fn graph_of(
         &self,
         tx: &mut Tx,
         workflow_id: i64,
         version: i32,
     ) -> Result<Graph> {
-        let steps_text: String = on_tx!(tx, |tx, Db| {
-            sqlx::query_scalar(
-                "SELECT steps FROM workflow_versions WHERE workflow_id = ? AND version = ?",
-            )
-            .bind(workflow_id)
-            .bind(version)
-            .fetch_one(&mut **tx)
-            .await?
-        });
-        let specs: Vec<StepSpec> = parse_json(&steps_text)?;
+        let key = (workflow_id, version);
+        let specs = match self.known_version(key) {
+            Some(specs) => specs,
+            None => {
+                let steps_text: String = on_tx!(tx, |tx, Db| {
+                    sqlx::query_scalar(
+                        "SELECT steps FROM workflow_versions WHERE workflow_id = ? AND version = ?",
+                    )
+                    .bind(workflow_id)
+                    .bind(version)
+                    .fetch_one(&mut **tx)
+                    .await?
+                });
+                self.remember_version(key, parse_json(&steps_text)?)
+            }
+        };
         Graph::new(&specs).map_err(Error::Corrupt)
+    }
+
+    /// The steps of a version read before on this node.
+    pub(super) fn known_version(&self, key: (i64, i32)) -> Option<Arc<Vec<StepSpec>>> {
+        let versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+        versions.get(&key).cloned()
+    }
+
+    /// Keeps the steps of a version just read (forgetting all once [`VERSIONS_KEPT`]).
+    pub(super) fn remember_version(
+        &self,
+        key: (i64, i32),
+        specs: Vec<StepSpec>,
+    ) -> Arc<Vec<StepSpec>> {
+        let specs = Arc::new(specs);
+        let mut versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+        if versions.len() >= VERSIONS_KEPT {
+            versions.clear();
+        }
+        versions.insert(key, specs.clone());
+        specs
     }
 
     /// Writes what moving `moves` changed: their tasks created and linked to their steps

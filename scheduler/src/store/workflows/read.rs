@@ -56,6 +56,23 @@ impl Store {
             .ok_or_else(|| Error::NotFound(format!("workflow instance {id}")))
     }
 
+    /// The instance each of `task_ids` that is a workflow step belongs to (a step's place
+    /// never changes once written, so no lock or transaction is needed to read it).
+    pub async fn step_instances(&self, task_ids: &[i64]) -> Result<HashMap<i64, i64>> {
+        let mut out = HashMap::with_capacity(task_ids.len());
+        for chunk in task_ids.chunks(CHUNK) {
+            let rows: Vec<(i64, i64)> = on_pool!(self, |pool, Db| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT task_id, instance_id FROM workflow_tasks WHERE task_id IN ",
+                );
+                push_ids(&mut qb, chunk.iter().copied());
+                qb.build_query_as().fetch_all(pool).await?
+            });
+            out.extend(rows);
+        }
+        Ok(out)
+    }
+
     /// The instances among `ids` that exist, in the order of `ids`.
     pub async fn get_instances(&self, ids: &[i64]) -> Result<Vec<Instance>> {
         let mut out = Vec::with_capacity(ids.len());
@@ -75,24 +92,31 @@ impl Store {
             push_ids(&mut qb, ids.iter().copied());
             qb.build_query_as().fetch_all(pool).await?
         });
-        let mut versions: HashMap<(i64, i32), Vec<StepSpec>> = HashMap::new();
+        let mut versions: HashMap<(i64, i32), Arc<Vec<StepSpec>>> = HashMap::new();
         for r in &rows {
-            if let std::collections::hash_map::Entry::Vacant(slot) =
-                versions.entry((r.workflow_id, r.version))
-            {
-                let text: String = on_pool!(self, |pool, Db| {
-                    sqlx::query_scalar(
-                        "SELECT steps FROM workflow_versions WHERE workflow_id = ? AND version = ?",
-                    )
-                    .bind(r.workflow_id)
-                    .bind(r.version)
-                    .fetch_one(pool)
-                    .await?
-                });
-                slot.insert(parse_json(&text)?);
+            let key = (r.workflow_id, r.version);
+            if versions.contains_key(&key) {
+                continue;
             }
+            let specs = match self.known_version(key) {
+                Some(specs) => specs,
+                None => {
+                    let text: String = on_pool!(self, |pool, Db| {
+                        sqlx::query_scalar(
+                            "SELECT steps FROM workflow_versions WHERE workflow_id = ? AND version = ?",
+                        )
+                        .bind(r.workflow_id)
+                        .bind(r.version)
+                        .fetch_one(pool)
+                        .await?
+                    });
+                    self.remember_version(key, parse_json(&text)?)
+                }
+            };
+            versions.insert(key, specs);
         }
-        let mut steps = self.steps_of(ids).await?;
+        let maps = versions.values().any(|specs| specs.iter().any(|s| s.map));
+        let mut steps = self.steps_of(ids, maps).await?;
         let mut by_id: HashMap<i64, Instance> = HashMap::with_capacity(rows.len());
         for row in rows {
             let of = steps.remove(&row.id).unwrap_or_default();
@@ -102,8 +126,9 @@ impl Store {
         Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
     }
 
-    /// The step rows, runs and element counts of instances `ids`, by instance.
-    async fn steps_of(&self, ids: &[i64]) -> Result<HashMap<i64, StepsOf>> {
+    /// The step rows, runs and element counts of instances `ids`, by instance (the
+    /// counts only when one of their versions `maps`: only a map step has elements).
+    async fn steps_of(&self, ids: &[i64], maps: bool) -> Result<HashMap<i64, StepsOf>> {
         let rows: Vec<StepRow> = on_pool!(self, |pool, Db| {
             let mut qb = QueryBuilder::<Db>::new(
                 "SELECT instance_id, step, status, task_id, output, items, message, started_at, \
@@ -122,16 +147,20 @@ impl Store {
             qb.push(" ORDER BY r.id");
             qb.build_query_as().fetch_all(pool).await?
         });
-        let items: Vec<(i64, i32, Option<String>, i64)> = on_pool!(self, |pool, Db| {
-            let mut qb = QueryBuilder::<Db>::new(
-                "SELECT instance_id, step, status, COUNT(*) FROM workflow_tasks \
+        let items: Vec<(i64, i32, Option<String>, i64)> = if !maps {
+            Vec::new()
+        } else {
+            on_pool!(self, |pool, Db| {
+                let mut qb = QueryBuilder::<Db>::new(
+                    "SELECT instance_id, step, status, COUNT(*) FROM workflow_tasks \
                  WHERE item IS NOT NULL AND (status IS NULL OR status <> ",
-            );
-            qb.push_bind(retry::RETRIED).push(") AND instance_id IN ");
-            push_ids(&mut qb, ids.iter().copied());
-            qb.push(" GROUP BY instance_id, step, status");
-            qb.build_query_as().fetch_all(pool).await?
-        });
+                );
+                qb.push_bind(retry::RETRIED).push(") AND instance_id IN ");
+                push_ids(&mut qb, ids.iter().copied());
+                qb.push(" GROUP BY instance_id, step, status");
+                qb.build_query_as().fetch_all(pool).await?
+            })
+        };
         let mut out: HashMap<i64, StepsOf> = HashMap::new();
         for row in rows {
             out.entry(row.instance_id).or_default().rows.push(row);
