@@ -661,6 +661,133 @@ async fn a_long_poll_on_one_node_wakes_when_a_task_falls_due_on_another() {
     db.drop_db().await;
 }
 
+#[tokio::test]
+async fn a_task_falling_due_answers_one_waiting_poll_and_the_others_wait_without_looking() {
+    let (node, _dir) = pull_job(3).await;
+    let api = &node.api;
+    let polls = long_polls(api, 4);
+    // Each poll looked at the empty queue (or skipped the look: it was known empty) and
+    // waits on the board.
+    let before = eventually(Duration::from_secs(20), "four polls waiting", || async {
+        let l = Looks::read(api).await;
+        (l.all() >= 4).then_some(l)
+    })
+    .await;
+    let first = api
+        .add_tasks(vec![json!({"job": "orders", "delay_ms": 1_500})])
+        .await;
+    let answered = eventually(Duration::from_secs(20), "a poll answered", || async {
+        let done: Vec<usize> = (0..polls.len())
+            .filter(|&i| polls[i].is_finished())
+            .collect();
+        (!done.is_empty()).then_some(done)
+    })
+    .await;
+    assert_eq!(answered.len(), 1, "one task answered polls {answered:?}");
+    assert_eq!(
+        Looks::read(api).await,
+        before,
+        "a task handed to one poll made the others look at the database"
+    );
+    // The other three still wait, and are answered one task each, without a look.
+    let mut polls = polls;
+    let (items, _) = polls.remove(answered[0]).await.unwrap();
+    assert_eq!(task_ids(&items), first);
+    let rest = api
+        .add_tasks(vec![json!({"job": "orders", "delay_ms": 1_500}); 3])
+        .await;
+    assert_eq!(each_got_one(polls).await, sorted(rest));
+    assert_eq!(
+        Looks::read(api).await,
+        before,
+        "the polls looked at the database"
+    );
+    assert!(api.metrics().await.contains("rota_fires_handed_total 4"));
+}
+
+#[tokio::test]
+async fn a_burst_of_tasks_falling_due_together_reaches_every_waiting_poll_in_batches() {
+    let (node, _dir) = pull_job(3).await;
+    let api = &node.api;
+    let polls: Vec<_> = (0..4)
+        .map(|i| {
+            let api = api.clone();
+            tokio::spawn(async move {
+                let body = json!({"max": 25, "wait_ms": 30_000, "consumer": format!("c{i}")});
+                pull(&api, body).await
+            })
+        })
+        .collect();
+    let before = eventually(Duration::from_secs(20), "four polls waiting", || async {
+        let l = Looks::read(api).await;
+        (l.all() >= 4).then_some(l)
+    })
+    .await;
+    let ids = api
+        .add_tasks(vec![json!({"job": "orders", "delay_ms": 1_500}); 100])
+        .await;
+    let mut got = Vec::new();
+    for (i, poll) in polls.into_iter().enumerate() {
+        let items = poll.await.unwrap();
+        assert!(
+            (2..=25).contains(&items.len()),
+            "poll {i} was answered with {} tasks, not a batch of at most 25",
+            items.len()
+        );
+        got.extend(task_ids(&items));
+    }
+    let after = Looks::read(api).await;
+    assert_eq!(
+        (after.leased, after.empty),
+        (before.leased, before.empty),
+        "the waiting polls looked at the database ({before:?} → {after:?})"
+    );
+    // Whatever the four answers did not carry is ready for the next pull.
+    while got.len() < ids.len() {
+        let items = pull(api, json!({"max": 100, "wait_ms": 5_000})).await;
+        assert!(!items.is_empty(), "{} of 100 tasks never came", got.len());
+        got.extend(task_ids(&items));
+    }
+    assert_eq!(sorted(got), sorted(ids), "each task came once");
+}
+
+/// `rota_pull_looks_total`: a node's pulls' looks at their queues in the database, and
+/// the looks skipped because the queue was known empty.
+#[derive(Debug, Default, PartialEq)]
+struct Looks {
+    leased: u64,
+    empty: u64,
+    skipped: u64,
+}
+
+impl Looks {
+    async fn read(api: &Api) -> Looks {
+        let text = api.metrics().await;
+        let count = |result: &str| {
+            let name = format!("rota_pull_looks_total{{result=\"{result}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&name))
+                .map_or(0, |n| n.trim().parse().expect("a count"))
+        };
+        Looks {
+            leased: count("leased"),
+            empty: count("empty"),
+            skipped: count("skipped"),
+        }
+    }
+
+    fn all(&self) -> u64 {
+        self.leased + self.empty + self.skipped
+    }
+}
+
+fn task_ids(items: &[Value]) -> Vec<i64> {
+    items
+        .iter()
+        .map(|i| i["task"].as_i64().expect("a task id"))
+        .collect()
+}
+
 /// `n` long polls of `orders` on `api`, each for one task, waiting up to 30 s.
 fn long_polls(api: &Api, n: usize) -> Vec<tokio::task::JoinHandle<(Vec<Value>, Duration)>> {
     (0..n)

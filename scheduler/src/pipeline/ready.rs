@@ -127,8 +127,13 @@ impl ReadyBoard {
         if let Some(signal) = waiting.get(&job_id).and_then(Weak::upgrade) {
             return signal;
         }
-        // Boards forget the jobs nobody waits on any more.
+        // Boards forget the jobs nobody waits on any more, and what their looks found (a
+        // pull subscribes before it looks, so no look of theirs is under way).
         waiting.retain(|_, w| w.strong_count() > 0);
+        self.looks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|job, _| *job == job_id || waiting.contains_key(job));
         let signal = Arc::new(Notify::new());
         waiting.insert(job_id, Arc::downgrade(&signal));
         signal
@@ -465,12 +470,31 @@ mod tests {
     #[test]
     fn a_board_forgets_jobs_nobody_waits_on() {
         let board = ReadyBoard::default();
-        drop(board.subscribe(1));
+        let first = board.subscribe(1);
+        board.found_empty(1, board.before_look(1));
+        board.announce(&[(3, 1)]);
+        let looks = |board: &ReadyBoard| {
+            let mut jobs: Vec<i64> = board
+                .looks
+                .lock()
+                .expect("poisoned")
+                .keys()
+                .copied()
+                .collect();
+            jobs.sort_unstable();
+            jobs
+        };
+        assert_eq!(looks(&board), [1, 3]);
+        drop(first);
         let _held = board.subscribe(2);
         assert_eq!(
             board.waiting.lock().expect("poisoned").len(),
             1,
             "job 1's signal outlived its last pull"
+        );
+        assert!(
+            looks(&board).is_empty(),
+            "the looks of jobs nobody waits on were kept"
         );
     }
 }

@@ -97,12 +97,16 @@ pub async fn pull(ports: &Ports, who: &Principal, job: &str, f: PullFields) -> R
             .is_some_and(|j| j.job.spec.enabled);
         // A queue another look found empty (and nothing announced since) is not looked
         // at again: the pull waits to be handed a fire or woken.
-        if enabled && !board.known_empty(job_id) {
+        if enabled && board.known_empty(job_id) {
+            looked("skipped");
+        } else if enabled {
             let mark = board.before_look(job_id);
             let leased = lease(ports, job_id, &consumer, max as usize, lease_ms).await?;
             if !leased.is_empty() {
+                looked("leased");
                 return Ok(leased);
             }
+            looked("empty");
             board.found_empty(job_id, mark);
         }
         if tokio::time::Instant::now() >= deadline {
@@ -419,4 +423,10 @@ pub async fn facts(ports: &Ports, who: &Principal, job: &Job) -> Result<QueueFac
         .store()
         .queue_facts(job.id, ports.clock().now_ms() - 60_000)
         .await?)
+}
+
+/// `rota_pull_looks_total{result}`: a pull's looks at its queue in the database that
+/// leased tasks or found none, and those it skipped because the queue was known empty.
+fn looked(result: &'static str) {
+    metrics::counter!("rota_pull_looks_total", "result" => result).increment(1);
 }
