@@ -81,13 +81,17 @@ async fn mapped(store: &Store, name: &str) -> (HashMap<String, i64>, Workflow) {
     (j, wf)
 }
 
-/// A new instance of `wf` with `input`, no key.
+/// A new instance of `wf` with `input`, no key; the start's answer (built from what it
+/// wrote) is checked against the instance read back.
 async fn start(store: &Store, wf: &Workflow, input: Value) -> Instance {
-    store
+    let started = store
         .start_instance(wf, &input, None, NOW, None)
         .await
         .unwrap()
-        .instance
+        .instance;
+    let read = store.get_instance(started.id).await.unwrap();
+    assert_eq!(started, read, "a start answered other than what it wrote");
+    started
 }
 
 /// What one due step task was given.
@@ -410,7 +414,10 @@ contract!(
             .unwrap();
         assert!(!again.created && again.claimed.is_empty() && again.unclaimed == 0);
         let again = again.instance;
-        assert_eq!(again.id, first.id);
+        assert_eq!(
+            again, first,
+            "the first start's answer is not what a read finds"
+        );
         assert_eq!(again.input, json!(1));
         let lease = lease(&store).await;
         assert_eq!(fire_all(&store, lease).await.len(), 1, "one task, not two");

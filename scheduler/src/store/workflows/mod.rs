@@ -118,8 +118,9 @@ pub(super) struct Version<'a> {
 
 /// What a start came to: a new instance, or the one its key already named.
 pub(super) enum Started {
-    /// A new instance: how many tasks its first steps got, and those created claimed.
-    New(i64, usize, Vec<DueTask>),
+    /// A new instance as written: how many tasks its first steps got, and those created
+    /// claimed.
+    New(Box<Instance>, usize, Vec<DueTask>),
     Known(i64),
 }
 
@@ -385,10 +386,10 @@ impl Store {
             .start_instance_in(&mut tx, &of, input, key, now, claim)
             .await?
         {
-            Started::New(id, tasks, claimed) => {
+            Started::New(instance, tasks, claimed) => {
                 tx.commit().await?;
                 Ok(InstanceStart {
-                    instance: self.get_instance(id).await?,
+                    instance: *instance,
                     created: true,
                     unclaimed: tasks - claimed.len(),
                     claimed,
@@ -417,21 +418,9 @@ impl Store {
         claim: Option<NodeLease>,
     ) -> Result<Started> {
         let graph = Graph::new(of.steps).map_err(Error::Corrupt)?;
-        if let Some(key) = key {
-            let existing: Option<i64> = on_tx!(tx, |tx, Db| {
-                sqlx::query_scalar(
-                    "SELECT id FROM workflow_instances WHERE workflow_id = ? AND idem_key = ?",
-                )
-                .bind(of.workflow_id)
-                .bind(key)
-                .fetch_optional(&mut **tx)
-                .await?
-            });
-            if let Some(id) = existing {
-                return Ok(Started::Known(id));
-            }
-        }
-        let id = on_tx!(tx, |tx, Db| {
+        // Inserted first: a key already started is found by its unique index (and a start
+        // of the same key under way is waited for), not by a read before every start.
+        let inserted: Result<i64> = on_tx!(tx, |tx, Db| {
             sqlx::query(
                 "INSERT INTO workflow_instances (workflow_id, version, status, input, idem_key, created_at) \
                  VALUES (?, ?, ?, ?, ?, ?)",
@@ -444,21 +433,38 @@ impl Store {
             .bind(now)
             .execute(&mut **tx)
             .await
-            .map_err(|e| match Error::from(e) {
-                Error::Conflict(_) => Error::Conflict(
-                    "an instance with this key was started concurrently; retry".into(),
-                ),
-                other => other,
-            })?
-            .insert_id()
+            .map(|done| done.insert_id())
+            .map_err(Error::from)
         });
+        let id = match (inserted, key) {
+            (Ok(id), _) => id,
+            (Err(Error::Conflict(_)), Some(key)) => {
+                let existing: Option<i64> = on_tx!(tx, |tx, Db| {
+                    sqlx::query_scalar(
+                        "SELECT id FROM workflow_instances WHERE workflow_id = ? AND idem_key = ?",
+                    )
+                    .bind(of.workflow_id)
+                    .bind(key)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                });
+                return match existing {
+                    Some(id) => Ok(Started::Known(id)),
+                    None => Err(Error::Conflict(
+                        "an instance with this key was started concurrently; retry".into(),
+                    )),
+                };
+            }
+            (Err(e), _) => return Err(e),
+        };
         // Every step's row is written with the first steps' starts, in one statement.
         let mut moving = Moving::fresh(id, of.workflow_id, graph, input.clone());
         moving.changed = (0..moving.statuses.len())
             .map(StepChange::pending)
             .collect();
         let (tasks, claimed) = self.move_on_claiming(tx, &mut moving, now, claim).await?;
-        Ok(Started::New(id, tasks, claimed))
+        let instance = read::written(&moving, of, key, now)?;
+        Ok(Started::New(Box::new(instance), tasks, claimed))
     }
 
     /// How many instances of workflow `id` run: what a delete without `force` refuses.

@@ -282,8 +282,8 @@ impl Store {
         let ends: Vec<(i64, &'static str, String)> = moves
             .iter_mut()
             .filter_map(|m| {
-                let output = m.ending.take()?;
-                Some((m.id, m.status.as_str(), to_json(&output)))
+                let output = m.ending.as_ref()?;
+                Some((m.id, m.status.as_str(), to_json(output)))
             })
             .collect();
         on_tx!(tx, |tx, Db| {
@@ -408,6 +408,7 @@ impl Store {
 
     /// Writes `moves`' changed steps: each step's changes folded into one row, upserted
     /// onto the row written when the instance started (or written first, at its start).
+    /// Each move's `changed` is left holding its rows as written.
     async fn write_steps(&self, tx: &mut Tx, moves: &mut [Moving], now: Millis) -> Result<()> {
         let mut rows: BTreeMap<(i64, usize), StepChange> = BTreeMap::new();
         for m in moves.iter_mut() {
@@ -457,6 +458,14 @@ impl Store {
                 qb.build().execute(&mut **tx).await?;
             }
         });
+        // What was written stays with each instance, one change per step: a start answers
+        // with it (`Store::start_instance`).
+        let at: HashMap<i64, usize> = moves.iter().enumerate().map(|(k, m)| (m.id, k)).collect();
+        for ((instance, _), change) in rows {
+            if let Some(&k) = at.get(&instance) {
+                moves[k].changed.push(change);
+            }
+        }
         Ok(())
     }
 }

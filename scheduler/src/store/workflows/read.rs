@@ -5,9 +5,10 @@
 use serde_json::Value;
 
 use super::super::*;
+use super::moving::Moving;
 use super::retry;
-use super::{Instance, InstanceStep, ItemCounts};
-use crate::workflow::StepSpec;
+use super::{Instance, InstanceStep, ItemCounts, Version};
+use crate::workflow::{InstanceStatus, StepSpec};
 
 #[derive(FromRow)]
 struct InstanceRow {
@@ -173,6 +174,48 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// The view of an instance that `moving` has just started and written (at `now`, under
+/// `key`): what a read would find, with no runs yet. Read back instead, each start paid
+/// three statements more.
+pub(super) fn written(
+    moving: &Moving,
+    of: &Version<'_>,
+    key: Option<&str>,
+    now: Millis,
+) -> Result<Instance> {
+    let row = InstanceRow {
+        id: moving.id,
+        workflow_id: moving.workflow_id,
+        version: of.version,
+        status: moving.status.as_str().to_owned(),
+        input: Some(to_json(&moving.input)),
+        output: moving.ending.as_ref().map(to_json),
+        idem_key: key.map(str::to_owned),
+        created_at: now,
+        finished_at: (moving.status != InstanceStatus::Running).then_some(now),
+    };
+    let rows = moving
+        .changed
+        .iter()
+        .map(|c| StepRow {
+            instance_id: moving.id,
+            step: c.step as i32,
+            status: c.status.as_str().to_owned(),
+            task_id: c.task_id,
+            output: c.output.clone(),
+            items: c.items,
+            message: c.message.clone(),
+            started_at: c.started.then_some(now),
+            finished_at: c.finished.then_some(now),
+        })
+        .collect();
+    let of_steps = StepsOf {
+        rows,
+        ..StepsOf::default()
+    };
+    instance(row, of.steps, of_steps)
 }
 
 /// An instance from its row, its version's steps and what was read of its steps.
