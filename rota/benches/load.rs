@@ -158,7 +158,7 @@ impl Bed {
             db_name,
             mariadb_pids: common::mariadb_pids(),
             nodes,
-            executor: KillOnDrop(executor),
+            executor: KillOnDrop::new(executor),
             job_id,
             plugin: plugin_path
                 .file_name()

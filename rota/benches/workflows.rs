@@ -90,7 +90,7 @@ impl Bed {
             &env_or("ROTA_BENCH_CAPACITY", 256).to_string(),
         ])
         .stderr(std::fs::File::create(log_dir.path().join("executor.log")).unwrap());
-        let executor = KillOnDrop(executor.spawn().expect("starting rota executor"));
+        let executor = KillOnDrop::new(executor.spawn().expect("starting rota executor"));
         let api = nodes[0].1.clone();
         wait_executors(&api, 1).await;
         api.upload("relay", RELAY).await;

@@ -388,7 +388,7 @@ pub async fn start_nodes(
             .expect("starting rota server");
         let api = Api::new(format!("http://127.0.0.1:{port}"));
         wait_healthy(&api).await;
-        nodes.push((KillOnDrop(child), api));
+        nodes.push((KillOnDrop::new(child), api));
     }
     nodes
 }

@@ -252,7 +252,7 @@ fn json_logs_are_one_object_per_line() {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let _node = KillOnDrop(child);
+    let _node = KillOnDrop::new(child);
     let lines = std::io::BufReader::new(stderr)
         .lines()
         .map_while(Result::ok);

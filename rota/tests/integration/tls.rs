@@ -53,7 +53,7 @@ async fn scheduler_executor_and_plugin_traffic_over_tls() {
     let (db, _db_dir) = sqlite_url();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let _server = KillOnDrop(
+    let _server = KillOnDrop::logged(
         Command::new(env!("CARGO_BIN_EXE_rota"))
             .args(["server", "--database-url", &db, "--node-name", "tls"])
             .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -65,6 +65,7 @@ async fn scheduler_executor_and_plugin_traffic_over_tls() {
             .stderr(std::fs::File::create(dir.path().join("server.log")).unwrap())
             .spawn()
             .unwrap(),
+        &dir.path().join("server.log"),
     );
     let url = format!("https://127.0.0.1:{port}");
     let trusting = rota_net::Tls::load(None, None, Some(&fixture("ca.pem"))).unwrap();
@@ -93,7 +94,7 @@ async fn scheduler_executor_and_plugin_traffic_over_tls() {
     )
     .args(tls_args())
     .stderr(std::fs::File::create(dir.path().join("executor.log")).unwrap());
-    let _executor = KillOnDrop(executor.spawn().unwrap());
+    let _executor = KillOnDrop::new(executor.spawn().unwrap());
     let executors = eventually(
         Duration::from_secs(30),
         "the executor to register",

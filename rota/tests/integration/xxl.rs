@@ -19,6 +19,11 @@ use support::*;
 /// The app's XXL-JOB access token, as the executors have it in `xxl.job.accessToken`.
 const TOKEN: &str = "xxl-token-7d1e";
 
+/// How long a wait on a run's end (its callback) may take: xxl-job-core sends a callback
+/// the node refused or never answered again only every 30 s (its retry thread), and a
+/// node under load may refuse one whose dispatch it has not recorded yet. Two retries.
+const CALLBACK_WAIT: Duration = Duration::from_secs(75);
+
 /// The test executor built against xxl-job-core `version` (`testkit/xxl-executor/build.sh`,
 /// once per version in this process); `None` when Java or Maven is missing (recorded).
 fn executor_build(version: &'static str) -> Option<PathBuf> {
@@ -87,7 +92,7 @@ impl XxlExecutor {
         }
         std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         XxlExecutor {
-            _child: KillOnDrop(child),
+            _child: KillOnDrop::new(child),
             address: address.expect("the XXL-JOB test executor never said READY"),
         }
     }
@@ -252,7 +257,7 @@ async fn executors_run_rotas_jobs_unchanged(version: &'static str) {
     .await;
     api.ok("POST", &format!("/api/v1/runs/{run_id}/kill"), None)
         .await;
-    let killed = eventually(Duration::from_secs(30), "the killed run", || async {
+    let killed = eventually(CALLBACK_WAIT, "the killed run", || async {
         let r = api.ok("GET", &format!("/api/v1/runs/{run_id}"), None).await;
         (r["status"] != "dispatched" && r["status"] != "running").then_some(r)
     })
@@ -377,7 +382,7 @@ async fn on_two_nodes_every_run_ends_once_through_a_node_kill(version: &'static 
         let t = task_reaches(&a2, id, "succeeded").await;
         assert_eq!(t["attempts"], 1, "{t}");
     }
-    let manual = eventually(Duration::from_secs(30), "the manual fire", || async {
+    let manual = eventually(CALLBACK_WAIT, "the manual fire", || async {
         let runs = a1.ok("GET", "/api/v1/runs?limit=200", None).await;
         runs["items"]
             .as_array()
@@ -388,7 +393,7 @@ async fn on_two_nodes_every_run_ends_once_through_a_node_kill(version: &'static 
     })
     .await;
     assert!(manual["executor"].is_string());
-    eventually(Duration::from_secs(30), "cron fires", || async {
+    eventually(CALLBACK_WAIT, "cron fires", || async {
         let runs = a2.ok("GET", "/api/v1/runs?limit=200", None).await;
         let ticks = runs["items"]
             .as_array()

@@ -682,13 +682,40 @@ pub fn sqlite_url() -> (String, tempfile::TempDir) {
 }
 
 /// A child process killed when dropped, so a failing test leaves nothing running (an
-/// orphan holding the test's stderr would keep CI waiting).
-pub struct KillOnDrop(pub std::process::Child);
+/// orphan holding the test's stderr would keep CI waiting). One that writes a log shows
+/// the log's tail when it is dropped by a failing test: the log itself lives in the
+/// test's temporary directory, which goes with it.
+pub struct KillOnDrop(pub std::process::Child, Option<std::path::PathBuf>);
+
+/// How much of a process's log a failing test shows.
+const LOG_TAIL_LINES: usize = 80;
+
+impl KillOnDrop {
+    pub fn new(child: std::process::Child) -> Self {
+        KillOnDrop(child, None)
+    }
+
+    /// A process writing its log to `log`.
+    pub fn logged(child: std::process::Child, log: &std::path::Path) -> Self {
+        KillOnDrop(child, Some(log.to_owned()))
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        if let Some(log) = self.1.as_ref().filter(|_| std::thread::panicking()) {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+            eprintln!(
+                "--- the last {} lines of {} ---\n{}",
+                tail.len(),
+                log.display(),
+                tail.join("\n")
+            );
+        }
     }
 }
 
@@ -746,7 +773,7 @@ impl Standalone {
             .trim_end_matches(',')
             .to_owned();
         Standalone {
-            child: KillOnDrop(child),
+            child: KillOnDrop::new(child),
             api: Api::new(url),
         }
     }
@@ -800,6 +827,7 @@ pub fn spawn_server_at(
     node_name: &str,
     env: &[(&str, &str)],
 ) -> KillOnDrop {
+    let log_path = log;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -824,7 +852,7 @@ pub fn spawn_server_at(
         .stderr(log)
         .spawn()
         .expect("starting rota server");
-    KillOnDrop(child)
+    KillOnDrop::logged(child, log_path)
 }
 
 /// Waits until a server answers `/healthz`.
@@ -1062,7 +1090,11 @@ pub fn spawn_executor_env(
         Some((path, _)) => cmd.stderr(std::fs::File::create(path).unwrap()),
         None => cmd.stderr(Stdio::null()),
     };
-    KillOnDrop(cmd.spawn().expect("starting rota executor"))
+    let child = cmd.spawn().expect("starting rota executor");
+    match log {
+        Some((path, _)) => KillOnDrop::logged(child, path),
+        None => KillOnDrop::new(child),
+    }
 }
 
 /// A database several nodes share: a fresh MariaDB/MySQL database of its own when
