@@ -124,12 +124,10 @@ impl Ports {
     /// Notes in the audit log that `user` did `action` to `target`. A failure to note it is
     /// logged, not returned: the change itself is done.
     pub async fn audit(&self, user: &str, action: &str, target: &str) {
-        // The column holds 400 characters.
-        let target: String = target.chars().take(400).collect();
         if let Err(e) = self
             .cluster
             .store
-            .record_audit(user, action, &target, self.cluster.clock.now_ms())
+            .record_audit(None, user, action, target, self.cluster.clock.now_ms())
             .await
         {
             tracing::error!(error = %e, action, "writing the audit log failed");

@@ -88,11 +88,13 @@ impl Ports {
         input: &serde_json::Value,
         key: Option<&str>,
         now: Millis,
+        audited_as: Option<&str>,
     ) -> Result<store::InstanceStart, store::Error> {
+        let lease = Some(self.cluster.lease.get());
         let started = self
             .cluster
             .store
-            .start_instance(workflow, input, key, now, Some(self.cluster.lease.get()))
+            .start_instance(workflow, input, key, now, lease, audited_as)
             .await?;
         self.ring.insert(started.claimed.iter().cloned());
         if started.unclaimed > 0 {

@@ -2,6 +2,30 @@
 
 use super::*;
 
+/// An audit note's target as its column holds it: at most 400 characters.
+fn audit_target(target: &str) -> String {
+    target.chars().take(400).collect()
+}
+
+/// The insert of one audit note, on either backend.
+fn audit_insert<'q, D>(
+    user_name: &'q str,
+    action: &'q str,
+    target: &'q str,
+    at: Millis,
+) -> sqlx::query::Query<'q, D, D::Arguments>
+where
+    D: sqlx::Database,
+    &'q str: sqlx::Encode<'q, D> + sqlx::Type<D>,
+    Millis: sqlx::Encode<'q, D> + sqlx::Type<D>,
+{
+    sqlx::query("INSERT INTO audit_log (user_name, action, target, at) VALUES (?, ?, ?, ?)")
+        .bind(user_name)
+        .bind(action)
+        .bind(target)
+        .bind(at)
+}
+
 impl Store {
     pub async fn count_users(&self) -> Result<i64> {
         on_pool!(self, |pool, Db| {
@@ -98,25 +122,31 @@ impl Store {
         })
     }
 
-    pub async fn record_audit(
+    /// Notes in the audit log that `user_name` did `action` to `target` (cut to the
+    /// column's 400 characters): inside `tx` when given, so that the note commits with the
+    /// change it tells of or neither does; else in a statement of its own.
+    pub(crate) async fn record_audit(
         &self,
+        tx: Option<&mut Tx>,
         user_name: &str,
         action: &str,
         target: &str,
         now: Millis,
     ) -> Result<()> {
-        on_pool!(self, |pool, Db| {
-            sqlx::query(
-                "INSERT INTO audit_log (user_name, action, target, at) VALUES (?, ?, ?, ?)",
-            )
-            .bind(user_name)
-            .bind(action)
-            .bind(target)
-            .bind(now)
-            .execute(pool)
-            .await?;
-            Ok(())
-        })
+        let target = audit_target(target);
+        match tx {
+            Some(tx) => on_tx!(tx, |tx, Db| {
+                audit_insert::<Db>(user_name, action, &target, now)
+                    .execute(&mut **tx)
+                    .await?;
+            }),
+            None => on_pool!(self, |pool, Db| {
+                audit_insert::<Db>(user_name, action, &target, now)
+                    .execute(pool)
+                    .await?;
+            }),
+        }
+        Ok(())
     }
 
     /// Changes a user's password and ends their other sessions (all but `keep_session`).

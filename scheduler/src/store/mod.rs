@@ -498,6 +498,9 @@ pub struct Store {
     /// neither a report batch that moves instances nor a read of them reads the steps'
     /// definitions again (`store/workflows/moving.rs`).
     versions: Arc<std::sync::Mutex<Versions>>,
+    /// Where the workflow step tasks this node created or read are: a report batch ending
+    /// them reads no `workflow_tasks` (`store/workflows/moving.rs`).
+    placements: Arc<std::sync::Mutex<workflows::Placements>>,
 }
 
 /// The node heartbeat's own way to the database, made on the thread that beats
@@ -763,7 +766,20 @@ impl Store {
             galera,
             task_block: Arc::new(std::sync::Mutex::new((0, 0))),
             versions: Arc::default(),
+            placements: Arc::default(),
         })
+    }
+
+    /// This store's database as another node has it: the same pools, nothing of this
+    /// node's remembered (no task ids reserved, no workflow version, no step task's
+    /// place). For tests of what one node does with rows another wrote.
+    pub fn as_another_node(&self) -> Store {
+        Store {
+            task_block: Arc::new(std::sync::Mutex::new((0, 0))),
+            versions: Arc::default(),
+            placements: Arc::default(),
+            ..self.clone()
+        }
     }
 
     /// The database server's clock; `None` on SQLite ([`Store::database_time`]).

@@ -163,6 +163,7 @@ impl Store {
         // so it is held from here to the commit only.
         self.count_finished(&mut tx, &verdicts.counted).await?;
         tx.commit().await?;
+        self.remember_placements(moved.placed);
         Ok(Applied {
             written: changes.len(),
             tasks: verdicts.outcomes,

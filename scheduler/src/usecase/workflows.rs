@@ -294,20 +294,20 @@ pub async fn start(
         &input.to_string(),
         ports.config().max_payload_bytes,
     )?;
+    // Audited in the start's own transaction: no instance without its note.
     let store::InstanceStart {
         instance, created, ..
     } = ports
-        .start_instance(&wf, &input, key.as_deref(), ports.clock().now_ms())
+        .start_instance(
+            &wf,
+            &input,
+            key.as_deref(),
+            ports.clock().now_ms(),
+            Some(&who.name),
+        )
         .await?;
     if created {
         crate::metrics::workflow_instances(InstanceStatus::Running, 1);
-        ports
-            .audit(
-                &who.name,
-                "start workflow",
-                &format!("{} (instance {})", wf.name, instance.id),
-            )
-            .await;
     }
     Ok((instance, created))
 }

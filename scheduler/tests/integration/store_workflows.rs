@@ -85,7 +85,7 @@ async fn mapped(store: &Store, name: &str) -> (HashMap<String, i64>, Workflow) {
 /// wrote) is checked against the instance read back.
 async fn start(store: &Store, wf: &Workflow, input: Value) -> Instance {
     let started = store
-        .start_instance(wf, &input, None, NOW, None)
+        .start_instance(wf, &input, None, NOW, None, None)
         .await
         .unwrap()
         .instance;
@@ -192,7 +192,7 @@ contract!(
         let (j, wf) = diamond(&store, "diamond").await;
         let lease = lease(&store).await;
         let started = store
-            .start_instance(&wf, &json!({"day": "2026-12-04"}), None, NOW, None)
+            .start_instance(&wf, &json!({"day": "2026-12-04"}), None, NOW, None, None)
             .await
             .unwrap();
         assert!(started.created);
@@ -258,6 +258,56 @@ contract!(
             statuses(&done)
         );
         assert_eq!(step_of(&done, "left").output, Some(json!("text from left")));
+    }
+);
+
+contract!(
+    steps_end_on_a_node_that_did_not_create_them_as_on_the_one_that_did,
+    |store: Store| async move {
+        let (_, wf) = diamond(&store, "across").await;
+        let lease = lease(&store).await;
+        // The node that starts the instances knows where their tasks are; the other one
+        // has met no step, and reads what it needs in each report's transaction.
+        let other = store.as_another_node();
+        let first = start(&store, &wf, json!(1)).await;
+        let second = start(&store, &wf, json!(2)).await;
+        let roots = fire_all(&store, lease).await;
+        let ids = |fired: &[Fired]| fired.iter().map(|f| f.task.task_id).collect::<Vec<_>>();
+        let mut places: Vec<i64> = store
+            .step_instances(&ids(&roots))
+            .await
+            .unwrap()
+            .into_values()
+            .collect();
+        places.sort_unstable();
+        assert_eq!(places, [first.id, second.id]);
+        assert!(
+            other.step_instances(&ids(&roots)).await.unwrap().is_empty(),
+            "a node that met no step has no instance to split a batch by"
+        );
+        let succeed = |_: &Fired| (RunStatus::Succeeded, Some(json!("ok")));
+        end_all(&other, &roots[..1], succeed).await;
+        end_all(&store, &roots[1..], succeed).await;
+
+        let branches = fire_all(&store, lease).await;
+        assert_eq!(branches.len(), 4, "both instances' branches start");
+        // Having ended a step, the other node tells where the rest are too.
+        let seen = other.step_instances(&ids(&branches)).await.unwrap();
+        assert_eq!(seen, store.step_instances(&ids(&branches)).await.unwrap());
+        assert_eq!(seen.len(), 4);
+        end_all(&other, &branches, succeed).await;
+        let joins = fire_all(&store, lease).await;
+        assert_eq!(joins.len(), 2, "each join starts once");
+        end_all(&store, &joins, succeed).await;
+        for id in [first.id, second.id] {
+            let done = store.get_instance(id).await.unwrap();
+            assert_eq!(
+                done.status,
+                InstanceStatus::Succeeded,
+                "{:?}",
+                statuses(&done)
+            );
+        }
     }
 );
 
@@ -403,16 +453,26 @@ contract!(
         let j = jobs(&store, &["only"]).await;
         let wf = workflow(&store, "keyed", &[step("only", j["only"], &[])]).await;
         let first = store
-            .start_instance(&wf, &json!(1), Some("order-42"), NOW, None)
+            .start_instance(&wf, &json!(1), Some("order-42"), NOW, None, Some("alice"))
             .await
             .unwrap();
         assert!(first.created);
         let first = first.instance;
         let again = store
-            .start_instance(&wf, &json!(2), Some("order-42"), NOW, None)
+            .start_instance(&wf, &json!(2), Some("order-42"), NOW, None, Some("alice"))
             .await
             .unwrap();
         assert!(!again.created && again.claimed.is_empty() && again.unclaimed == 0);
+        // The start that created the instance is noted, with it; the one that found it is not.
+        let notes: Vec<(String, String, String)> = store
+            .list_audit(None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| (a.user_name, a.action, a.target))
+            .collect();
+        let target = format!("keyed (instance {})", first.id);
+        assert_eq!(notes, [("alice".into(), "start workflow".into(), target)]);
         let again = again.instance;
         assert_eq!(
             again, first,
@@ -475,7 +535,7 @@ contract!(
         for _ in 0..20 {
             ids.push(
                 store
-                    .start_instance(&wf, &json!(null), None, NOW, None)
+                    .start_instance(&wf, &json!(null), None, NOW, None, None)
                     .await
                     .unwrap()
                     .instance
@@ -869,7 +929,7 @@ contract!(
         .await;
         let lease = lease(&store).await;
         let started = store
-            .start_instance(&wf, &json!({}), None, NOW, Some(lease))
+            .start_instance(&wf, &json!({}), None, NOW, Some(lease), None)
             .await
             .unwrap();
         assert!(started.created);
@@ -903,7 +963,7 @@ contract!(
         // A node taken over meanwhile claims nothing: both wait for a scan.
         let restarted = lease_of(&store).await;
         let started = store
-            .start_instance(&wf, &json!({}), None, NOW, Some(lease))
+            .start_instance(&wf, &json!({}), None, NOW, Some(lease), None)
             .await
             .unwrap();
         assert!(started.claimed.is_empty(), "{:?}", started.claimed);

@@ -103,6 +103,10 @@ impl Store {
             moved.created += created;
         }
         moved.claimed = self.write_moves(tx, &mut moves, now, claim).await?;
+        moved.placed = moves
+            .iter_mut()
+            .flat_map(|m| std::mem::take(&mut m.placed))
+            .collect();
         let over: Vec<&Moving> = moves
             .iter()
             .filter(|m| m.status != InstanceStatus::Running)
@@ -117,24 +121,22 @@ impl Store {
         tx: &mut Tx,
         ended: &'a [StepTaskEnded],
     ) -> Result<BTreeMap<i64, Vec<Ending<'a>>>> {
-        let by_task: HashMap<i64, &StepTaskEnded> = ended.iter().map(|e| (e.task_id, e)).collect();
+        let ids: Vec<i64> = ended.iter().map(|e| e.task_id).collect();
+        // Known to this node (it created them, or read them splitting the batch) or read.
+        let (mut places, unknown) = self
+            .known_placements(&ids)
+            .unwrap_or_else(|| (HashMap::new(), ids.clone()));
+        if !unknown.is_empty() {
+            places.extend(self.read_placements(Some(tx), &unknown).await?);
+        }
         let mut by_instance: BTreeMap<i64, Vec<Ending<'_>>> = BTreeMap::new();
-        for chunk in ended.chunks(CHUNK) {
-            let rows: Vec<(i64, i64, i32, Option<i32>)> = on_tx!(tx, |tx, Db| {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT task_id, instance_id, step, item FROM workflow_tasks WHERE task_id IN ",
-                );
-                push_ids(&mut qb, chunk.iter().map(|e| e.task_id));
-                qb.build_query_as().fetch_all(&mut **tx).await?
-            });
-            for (task_id, instance_id, step, item) in rows {
-                if let Some(&e) = by_task.get(&task_id) {
-                    by_instance.entry(instance_id).or_default().push(Ending {
-                        ended: e,
-                        step: step as usize,
-                        item,
-                    });
-                }
+        for e in ended {
+            if let Some(place) = places.get(&e.task_id) {
+                by_instance.entry(place.instance).or_default().push(Ending {
+                    ended: e,
+                    step: place.step,
+                    item: place.item,
+                });
             }
         }
         Ok(by_instance)

@@ -215,7 +215,7 @@ impl Store {
         let started = self
             .start_instance_in(tx, of, &input, Some(&key), now, None)
             .await?;
-        Ok(matches!(started, Started::New(..)))
+        Ok(matches!(started, Started::New { .. }))
     }
 
     async fn running_instances(&self, tx: &mut Tx, workflow_id: i64) -> Result<i64> {

@@ -16,6 +16,7 @@ mod retry;
 
 pub use fires::FiresDone;
 use moving::{Moving, StepChange};
+pub(super) use moving::{Placement, Placements};
 
 /// A workflow at its current version.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,9 +119,14 @@ pub(super) struct Version<'a> {
 
 /// What a start came to: a new instance, or the one its key already named.
 pub(super) enum Started {
-    /// A new instance as written: how many tasks its first steps got, and those created
-    /// claimed.
-    New(Box<Instance>, usize, Vec<DueTask>),
+    /// A new instance as written: how many tasks its first steps got, those created
+    /// claimed, and where each is (remembered once they commit).
+    New {
+        instance: Box<Instance>,
+        tasks: usize,
+        claimed: Vec<DueTask>,
+        placed: Vec<(i64, Placement)>,
+    },
     Known(i64),
 }
 
@@ -151,6 +157,8 @@ pub(super) struct StepTaskEnded {
 #[derive(Debug, Default)]
 pub(super) struct Moved {
     pub created: usize,
+    /// The created tasks, placed: remembered once they commit.
+    pub placed: Vec<(i64, Placement)>,
     /// Those of the created tasks that were created claimed, for the node's wheel.
     pub claimed: Vec<DueTask>,
     /// Queued instances started (`overlap: queue`) because one ended.
@@ -367,7 +375,10 @@ impl Store {
     /// tasks of those with no predecessor created, all in one transaction. With a `key`
     /// already used for this workflow, that instance comes back uncreated and nothing is
     /// created. With `claim` (while still that node's lease), the first steps' tasks are
-    /// created claimed by it, for its wheel, where their jobs are not bounded.
+    /// created claimed by it, for its wheel, where their jobs are not bounded. With
+    /// `audited_as`, a start that creates an instance is noted in the audit log as that
+    /// user's ("start workflow", `<workflow> (instance <id>)`) in the same transaction: the
+    /// instance and its note commit together.
     pub async fn start_instance(
         &self,
         workflow: &Workflow,
@@ -375,6 +386,7 @@ impl Store {
         key: Option<&str>,
         now: Millis,
         claim: Option<NodeLease>,
+        audited_as: Option<&str>,
     ) -> Result<InstanceStart> {
         let mut tx = self.begin().await?;
         let of = Version {
@@ -386,8 +398,19 @@ impl Store {
             .start_instance_in(&mut tx, &of, input, key, now, claim)
             .await?
         {
-            Started::New(instance, tasks, claimed) => {
+            Started::New {
+                instance,
+                tasks,
+                claimed,
+                placed,
+            } => {
+                if let Some(user) = audited_as {
+                    let target = format!("{} (instance {})", workflow.name, instance.id);
+                    self.record_audit(Some(&mut tx), user, "start workflow", &target, now)
+                        .await?;
+                }
                 tx.commit().await?;
+                self.remember_placements(placed);
                 Ok(InstanceStart {
                     instance: *instance,
                     created: true,
@@ -464,7 +487,12 @@ impl Store {
             .collect();
         let (tasks, claimed) = self.move_on_claiming(tx, &mut moving, now, claim).await?;
         let instance = read::written(&moving, of, key, now)?;
-        Ok(Started::New(Box::new(instance), tasks, claimed))
+        Ok(Started::New {
+            instance: Box::new(instance),
+            tasks,
+            claimed,
+            placed: std::mem::take(&mut moving.placed),
+        })
     }
 
     /// How many instances of workflow `id` run: what a delete without `force` refuses.

@@ -13,6 +13,49 @@ use crate::workflow::{Graph, InstanceStatus, StepSpec, StepStatus};
 /// How many workflow versions' steps a node keeps before it starts over.
 const VERSIONS_KEPT: usize = 1024;
 
+/// How many step tasks' places a generation of [`Placements`] holds.
+const PLACEMENTS_KEPT: usize = 65_536;
+
+/// Where a workflow step's task is: its instance, its step, and its element if the step
+/// is a map. Written once with the task and never changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::store) struct Placement {
+    pub(in crate::store) instance: i64,
+    pub(in crate::store) step: usize,
+    pub(in crate::store) item: Option<i32>,
+}
+
+/// The places of step tasks this node created (after their commit) or read: a report
+/// batch ending them needs no read of `workflow_tasks`, neither to split the batch between
+/// instances nor in its transaction. Two generations: when the newer one is full it
+/// becomes the older, and the older is forgotten, so what was placed last is kept. Safe to
+/// keep because a task id is never reused and its place never changes.
+#[derive(Default)]
+pub(in crate::store) struct Placements {
+    newer: HashMap<i64, Placement>,
+    older: HashMap<i64, Placement>,
+    /// Whether this node has met a workflow step at all: until it has, a batch of reports
+    /// has no instance to split by, and looks for none.
+    met_steps: bool,
+}
+
+impl Placements {
+    fn get(&self, task_id: i64) -> Option<Placement> {
+        self.newer
+            .get(&task_id)
+            .or_else(|| self.older.get(&task_id))
+            .copied()
+    }
+
+    fn insert(&mut self, task_id: i64, place: Placement) {
+        self.met_steps = true;
+        if self.newer.len() >= PLACEMENTS_KEPT {
+            self.older = std::mem::take(&mut self.newer);
+        }
+        self.newer.insert(task_id, place);
+    }
+}
+
 /// An instance being moved on: its graph, each step's status and output, and what
 /// changed (written by [`Store::write_moves`]).
 pub(super) struct Moving {
@@ -25,6 +68,9 @@ pub(super) struct Moving {
     pub(super) changed: Vec<StepChange>,
     /// Tasks to create for the steps it started.
     pub(super) tasks: Vec<StepTask>,
+    /// The tasks created for it, placed: for [`Store::remember_placements`] once they
+    /// commit.
+    pub(super) placed: Vec<(i64, Placement)>,
     pub(super) status: InstanceStatus,
     /// The instance's output, once it has ended in this move (its end is to be written).
     pub(super) ending: Option<Value>,
@@ -43,6 +89,7 @@ impl Moving {
             outputs: vec![None; n],
             changed: Vec::new(),
             tasks: Vec::new(),
+            placed: Vec::new(),
             status: InstanceStatus::Running,
             ending: None,
         }
@@ -265,6 +312,82 @@ impl Store {
         specs
     }
 
+    /// The places this node knows of `task_ids`' tasks, and the ids it does not know;
+    /// `None` if it has met no workflow step yet (so none of them is likely to be one).
+    pub(in crate::store) fn known_placements(
+        &self,
+        task_ids: &[i64],
+    ) -> Option<(HashMap<i64, Placement>, Vec<i64>)> {
+        let placements = self.placements.lock().unwrap_or_else(|e| e.into_inner());
+        if !placements.met_steps {
+            return None;
+        }
+        let mut known = HashMap::with_capacity(task_ids.len());
+        let mut unknown = Vec::new();
+        for &id in task_ids {
+            match placements.get(id) {
+                Some(place) => {
+                    known.insert(id, place);
+                }
+                None => unknown.push(id),
+            }
+        }
+        Some((known, unknown))
+    }
+
+    /// Keeps the places of step tasks that exist: read from the database, or created by a
+    /// transaction that has committed (one rolled back may leave its ids to be used again,
+    /// on SQLite).
+    pub(in crate::store) fn remember_placements(
+        &self,
+        placed: impl IntoIterator<Item = (i64, Placement)>,
+    ) {
+        let mut placements = self.placements.lock().unwrap_or_else(|e| e.into_inner());
+        for (task_id, place) in placed {
+            placements.insert(task_id, place);
+        }
+    }
+
+    /// Reads the places of `task_ids`' tasks that are workflow steps (in `tx` when given),
+    /// and keeps them.
+    pub(in crate::store) async fn read_placements(
+        &self,
+        mut tx: Option<&mut Tx>,
+        task_ids: &[i64],
+    ) -> Result<HashMap<i64, Placement>> {
+        type Row = (i64, i64, i32, Option<i32>);
+        let mut out = HashMap::with_capacity(task_ids.len());
+        const SELECT: &str =
+            "SELECT task_id, instance_id, step, item FROM workflow_tasks WHERE task_id IN ";
+        for chunk in task_ids.chunks(CHUNK) {
+            let rows: Vec<Row> = match tx.as_deref_mut() {
+                Some(tx) => on_tx!(tx, |tx, Db| {
+                    let mut qb = QueryBuilder::<Db>::new(SELECT);
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.build_query_as().fetch_all(&mut **tx).await?
+                }),
+                None => on_pool!(self, |pool, Db| {
+                    let mut qb = QueryBuilder::<Db>::new(SELECT);
+                    push_ids(&mut qb, chunk.iter().copied());
+                    qb.build_query_as().fetch_all(pool).await?
+                }),
+            };
+            out.extend(rows.into_iter().map(|(task, instance, step, item)| {
+                let step = step as usize;
+                (
+                    task,
+                    Placement {
+                        instance,
+                        step,
+                        item,
+                    },
+                )
+            }));
+        }
+        self.remember_placements(out.iter().map(|(&t, &p)| (t, p)));
+        Ok(out)
+    }
+
     /// Writes what moving `moves` changed: their tasks created and linked to their steps
     /// (one insert each per chunk, for all of them), their changed steps (one upsert per
     /// chunk; the last change of a step wins, a started-and-ended step keeps both times)
@@ -372,15 +495,22 @@ impl Store {
             }
         });
         let mut first_of: HashMap<(i64, usize), i64> = HashMap::new();
-        for (k, (instance, step, _)) in links.iter().enumerate() {
-            first_of
-                .entry((*instance, *step))
-                .or_insert(first + k as i64);
+        let mut placed: HashMap<i64, Vec<(i64, Placement)>> = HashMap::new();
+        for (k, &(instance, step, item)) in links.iter().enumerate() {
+            let task_id = first + k as i64;
+            first_of.entry((instance, step)).or_insert(task_id);
+            let place = Placement {
+                instance,
+                step,
+                item,
+            };
+            placed.entry(instance).or_default().push((task_id, place));
         }
         for m in moves.iter_mut() {
             for change in m.changed.iter_mut().filter(|c| c.started) {
                 change.task_id = first_of.get(&(m.id, change.step)).copied();
             }
+            m.placed.extend(placed.remove(&m.id).unwrap_or_default());
         }
         let Some(lease) = owner else {
             return Ok(Vec::new());

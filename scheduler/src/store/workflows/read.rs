@@ -57,21 +57,18 @@ impl Store {
             .ok_or_else(|| Error::NotFound(format!("workflow instance {id}")))
     }
 
-    /// The instance each of `task_ids` that is a workflow step belongs to (a step's place
-    /// never changes once written, so no lock or transaction is needed to read it).
+    /// The instance each of `task_ids` that is a workflow step belongs to, as far as this
+    /// node can tell cheaply — for grouping a report batch, not for deciding anything: the
+    /// places it knows (a step's place never changes once written), the others read (no
+    /// lock or transaction needed), and none at all while it has met no workflow step.
     pub async fn step_instances(&self, task_ids: &[i64]) -> Result<HashMap<i64, i64>> {
-        let mut out = HashMap::with_capacity(task_ids.len());
-        for chunk in task_ids.chunks(CHUNK) {
-            let rows: Vec<(i64, i64)> = on_pool!(self, |pool, Db| {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT task_id, instance_id FROM workflow_tasks WHERE task_id IN ",
-                );
-                push_ids(&mut qb, chunk.iter().copied());
-                qb.build_query_as().fetch_all(pool).await?
-            });
-            out.extend(rows);
+        let Some((mut places, unknown)) = self.known_placements(task_ids) else {
+            return Ok(HashMap::new());
+        };
+        if !unknown.is_empty() {
+            places.extend(self.read_placements(None, &unknown).await?);
         }
-        Ok(out)
+        Ok(places.into_iter().map(|(t, p)| (t, p.instance)).collect())
     }
 
     /// The instances among `ids` that exist, in the order of `ids`.
