@@ -186,6 +186,7 @@ impl Node {
                 lateness: Arc::new(RecentLateness::default()),
                 ready: Arc::new(ReadyBoard::default()),
                 alarms,
+                started_workflows: Arc::default(),
             },
             tasks: Arc::new(tokio::sync::Mutex::new(None)),
             ring_thread: Arc::new(Mutex::new(None)),

@@ -95,7 +95,17 @@ pub struct Ports {
     pub(crate) ready: Arc<ReadyBoard>,
     /// Alarm rules, channels and the outbox.
     pub(crate) alarms: Arc<Alarms>,
+    /// Workflows as this node's API starts last read them, by the id or name asked for:
+    /// a start checks in its own insert that its workflow is still so
+    /// ([`Ports::start_instance`]), and reads it only when it is not.
+    pub(crate) started_workflows: Arc<std::sync::Mutex<StartedWorkflows>>,
 }
+
+/// [`Ports`]' `started_workflows`.
+pub(crate) type StartedWorkflows = std::collections::HashMap<String, Arc<store::Workflow>>;
+
+/// How many workflows [`Ports`] keeps as last started before it starts over.
+const STARTED_WORKFLOWS_KEPT: usize = 1024;
 
 impl Ports {
     /// The key sealing plugin secrets.
@@ -131,6 +141,38 @@ impl Ports {
             .await
         {
             tracing::error!(error = %e, action, "writing the audit log failed");
+        }
+    }
+
+    /// Workflow `id_or_name` as an API start on this node last read it.
+    pub(crate) fn started_workflow(&self, id_or_name: &str) -> Option<Arc<store::Workflow>> {
+        let known = self
+            .started_workflows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        known.get(id_or_name).cloned()
+    }
+
+    /// Keeps `workflow` as an API start read it by `id_or_name` (`None`: forgets it).
+    pub(crate) fn remember_started_workflow(
+        &self,
+        id_or_name: &str,
+        workflow: Option<Arc<store::Workflow>>,
+    ) {
+        let mut known = self
+            .started_workflows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match workflow {
+            Some(wf) => {
+                if known.len() >= STARTED_WORKFLOWS_KEPT {
+                    known.clear();
+                }
+                known.insert(id_or_name.to_owned(), wf);
+            }
+            None => {
+                known.remove(id_or_name);
+            }
         }
     }
 

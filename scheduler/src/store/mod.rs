@@ -51,6 +51,10 @@ pub enum Error {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored value is invalid: {0}")]
     Corrupt(String),
+    /// What a change was decided on changed meanwhile (another node's update): read it
+    /// again and decide again.
+    #[error("{0} changed meanwhile")]
+    Changed(String),
     /// This node's lease is gone: another node took over its claims (it had stopped
     /// heartbeating), or a newer process runs under its name. It must fire nothing more.
     #[error("this scheduler node was fenced: its claims were taken over")]

@@ -95,6 +95,9 @@ impl From<store::Error> for Error {
         match e {
             store::Error::NotFound(what) => Self::NotFound(format!("{what} not found")),
             store::Error::Conflict(m) => Self::Conflict(m),
+            store::Error::Changed(what) => Self::Conflict(format!(
+                "{what} changed while this request was served; send it again"
+            )),
             store::Error::Fenced => Self::Unavailable(
                 "this scheduler node was taken over by another; use another node".into(),
             ),

@@ -4,6 +4,7 @@
 //! audited here for every door.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -279,37 +280,59 @@ pub async fn start(
     input: Value,
     key: Option<String>,
 ) -> Result<(Instance, bool)> {
-    let wf = get_as(ports, who, id, Need::Change).await?;
-    if !wf.enabled {
-        return Err(Error::Conflict(format!(
-            "workflow `{}` is disabled; enable it to start instances",
-            wf.name
-        )));
+    // The workflow as this node last started it, if it did: the start's insert checks
+    // that it is still so (this version, enabled, unchanged), so a start reads nothing
+    // first. When it is not, it is read again and the start decided again, once.
+    let mut remembered = ports.started_workflow(id);
+    let mut again = true;
+    loop {
+        let wf = match remembered.take() {
+            Some(wf) => {
+                who.check(&wf.app, Need::Change, &format!("workflow `{id}`"))?;
+                wf
+            }
+            None => Arc::new(get_as(ports, who, id, Need::Change).await?),
+        };
+        if !wf.enabled {
+            return Err(Error::Conflict(format!(
+                "workflow `{}` is disabled; enable it to start instances",
+                wf.name
+            )));
+        }
+        if let Some(key) = &key {
+            validate::name("key", key)?;
+        }
+        validate::max_bytes(
+            "input",
+            &input.to_string(),
+            ports.config().max_payload_bytes,
+        )?;
+        // Audited in the start's own transaction: no instance without its note.
+        let started = ports
+            .start_instance(
+                &wf,
+                &input,
+                key.as_deref(),
+                ports.clock().now_ms(),
+                Some(&who.name),
+            )
+            .await;
+        let store::InstanceStart {
+            instance, created, ..
+        } = match started {
+            Err(store::Error::Changed(_)) if again => {
+                ports.remember_started_workflow(id, None);
+                again = false;
+                continue;
+            }
+            other => other?,
+        };
+        ports.remember_started_workflow(id, Some(wf));
+        if created {
+            crate::metrics::workflow_instances(InstanceStatus::Running, 1);
+        }
+        return Ok((instance, created));
     }
-    if let Some(key) = &key {
-        validate::name("key", key)?;
-    }
-    validate::max_bytes(
-        "input",
-        &input.to_string(),
-        ports.config().max_payload_bytes,
-    )?;
-    // Audited in the start's own transaction: no instance without its note.
-    let store::InstanceStart {
-        instance, created, ..
-    } = ports
-        .start_instance(
-            &wf,
-            &input,
-            key.as_deref(),
-            ports.clock().now_ms(),
-            Some(&who.name),
-        )
-        .await?;
-    if created {
-        crate::metrics::workflow_instances(InstanceStatus::Running, 1);
-    }
-    Ok((instance, created))
 }
 
 /// The app of instance `instance`'s workflow; `None` once the workflow is deleted.

@@ -522,6 +522,32 @@ contract!(
         let new = start(&store, &v2, json!(null)).await;
         assert_eq!(new.version, 2);
         assert_eq!(new.steps[1].name, "three");
+
+        // A start with the workflow as read before a change starts nothing: read it again.
+        let stale = store
+            .start_instance(&wf, &json!(null), None, NOW, None, None)
+            .await;
+        assert!(
+            matches!(stale, Err(rota_scheduler::store::Error::Changed(_))),
+            "version 1 after version 2: {stale:?}"
+        );
+        let off = store
+            .update_workflow(wf.id, None, Some(false), None, NOW + 1)
+            .await
+            .unwrap();
+        assert!(!off.enabled);
+        let disabled = store
+            .start_instance(&v2, &json!(null), None, NOW, None, None)
+            .await;
+        assert!(
+            matches!(disabled, Err(rota_scheduler::store::Error::Changed(_))),
+            "a start of a disabled workflow: {disabled:?}"
+        );
+        let instances = store
+            .list_instances(Some(wf.id), None, None, 10)
+            .await
+            .unwrap();
+        assert_eq!(instances.len(), 2, "the refused starts left no instance");
     }
 );
 

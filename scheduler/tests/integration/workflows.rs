@@ -268,10 +268,42 @@ async fn an_instance_starts_its_first_step_with_the_input_and_is_read_listed_and
         1,
         "the instance keeps its version"
     );
-    t.delete("/api/v1/workflows/orders")
+    // This node last started version 1: its next start finds the change and runs version 2.
+    let start = |input: i64| {
+        t.post(
+            "/api/v1/workflows/orders/instances",
+            json!({"input": input}),
+        )
+    };
+    let v2_start = start(1).await;
+    v2_start.expect(StatusCode::CREATED);
+    let v2_inst = v2_start.json();
+    assert_eq!(v2_inst["version"], 2, "{v2_inst}");
+    assert_eq!(v2_inst["steps"].as_array().unwrap().len(), 1);
+    t.post(
+        &format!("/api/v1/workflow-instances/{}/cancel", v2_inst["id"]),
+        json!({}),
+    )
+    .await
+    .expect(StatusCode::OK);
+    // Disabled, then deleted, after this node last started it: refused, each saying why.
+    t.patch("/api/v1/workflows/orders", json!({"enabled": false}))
+        .await
+        .expect(StatusCode::OK);
+    start(2)
+        .await
+        .expect_error(StatusCode::CONFLICT, "workflow `orders` is disabled");
+    t.patch("/api/v1/workflows/orders", json!({"enabled": true}))
+        .await
+        .expect(StatusCode::OK);
+    start(3).await.expect(StatusCode::CREATED);
+    t.delete("/api/v1/workflows/orders?force=true")
         .await
         .expect(StatusCode::NO_CONTENT);
     t.get("/api/v1/workflows/orders")
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "workflow `orders` not found");
+    start(4)
         .await
         .expect_error(StatusCode::NOT_FOUND, "workflow `orders` not found");
     t.delete("/api/v1/jobs/a?force=true")

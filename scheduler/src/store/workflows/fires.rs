@@ -102,6 +102,7 @@ impl Store {
                 workflow_id: row.id,
                 version: row.version,
                 steps: &steps,
+                read_at_change: None,
             };
             for at in plan.fires {
                 let start_now = match overlap {
@@ -303,6 +304,7 @@ impl Store {
             workflow_id,
             version,
             steps: &steps,
+            read_at_change: None,
         };
         let started = self.start_fire(tx, &of, at, now).await?;
         let rest = (!queued.is_empty()).then(|| to_json(&queued));

@@ -115,6 +115,11 @@ pub(super) struct Version<'a> {
     pub workflow_id: i64,
     pub version: i32,
     pub steps: &'a [StepSpec],
+    /// When the workflow's row last changed as the starter read it, if it read it before
+    /// its transaction (an API start): the instance is created only while the row is still
+    /// so — this version, enabled, unchanged — else the start comes to
+    /// [`Started::Changed`].
+    pub read_at_change: Option<Millis>,
 }
 
 /// What a start came to: a new instance, or the one its key already named.
@@ -128,9 +133,12 @@ pub(super) enum Started {
         placed: Vec<(i64, Placement)>,
     },
     Known(i64),
+    /// The workflow is no longer as [`Version::read_at_change`] says: nothing was started.
+    Changed,
 }
 
 /// What [`Store::start_instance`] did.
+#[derive(Debug)]
 pub struct InstanceStart {
     pub instance: Instance,
     /// Whether it was created (not an instance started before with the same key).
@@ -393,6 +401,7 @@ impl Store {
             workflow_id: workflow.id,
             version: workflow.version,
             steps: &workflow.steps,
+            read_at_change: Some(workflow.updated_at),
         };
         match self
             .start_instance_in(&mut tx, &of, input, key, now, claim)
@@ -417,6 +426,10 @@ impl Store {
                     unclaimed: tasks - claimed.len(),
                     claimed,
                 })
+            }
+            Started::Changed => {
+                tx.rollback().await?;
+                Err(Error::Changed(format!("workflow `{}`", workflow.name)))
             }
             Started::Known(id) => {
                 tx.rollback().await?;
@@ -443,24 +456,44 @@ impl Store {
         let graph = Graph::new(of.steps).map_err(Error::Corrupt)?;
         // Inserted first: a key already started is found by its unique index (and a start
         // of the same key under way is waited for), not by a read before every start.
-        let inserted: Result<i64> = on_tx!(tx, |tx, Db| {
-            sqlx::query(
+        // With the workflow as the starter read it, the row is checked by the insert itself
+        // (and held from changing until the commit), not read again.
+        let (sql, guard) = match of.read_at_change {
+            None => (
                 "INSERT INTO workflow_instances (workflow_id, version, status, input, idem_key, created_at) \
                  VALUES (?, ?, ?, ?, ?, ?)",
-            )
-            .bind(of.workflow_id)
-            .bind(of.version)
-            .bind(InstanceStatus::Running.as_str())
-            .bind(to_json(input))
-            .bind(key)
-            .bind(now)
-            .execute(&mut **tx)
-            .await
-            .map(|done| done.insert_id())
-            .map_err(Error::from)
+                None,
+            ),
+            Some(at) => (
+                "INSERT INTO workflow_instances (workflow_id, version, status, input, idem_key, created_at) \
+                 SELECT id, version, ?, ?, ?, ? FROM workflows \
+                 WHERE id = ? AND version = ? AND enabled = 1 AND updated_at = ?",
+                Some(at),
+            ),
+        };
+        let inserted: Result<(u64, i64)> = on_tx!(tx, |tx, Db| {
+            let query = match guard {
+                None => sqlx::query(sql).bind(of.workflow_id).bind(of.version),
+                Some(_) => sqlx::query(sql),
+            };
+            let query = query
+                .bind(InstanceStatus::Running.as_str())
+                .bind(to_json(input))
+                .bind(key)
+                .bind(now);
+            let query = match guard {
+                None => query,
+                Some(at) => query.bind(of.workflow_id).bind(of.version).bind(at),
+            };
+            query
+                .execute(&mut **tx)
+                .await
+                .map(|done| (done.affected(), done.insert_id()))
+                .map_err(Error::from)
         });
         let id = match (inserted, key) {
-            (Ok(id), _) => id,
+            (Ok((0, _)), _) => return Ok(Started::Changed),
+            (Ok((_, id)), _) => id,
             (Err(Error::Conflict(_)), Some(key)) => {
                 let existing: Option<i64> = on_tx!(tx, |tx, Db| {
                     sqlx::query_scalar(
