@@ -94,7 +94,7 @@ async fn scheduler_executor_and_plugin_traffic_over_tls() {
     )
     .args(tls_args())
     .stderr(std::fs::File::create(dir.path().join("executor.log")).unwrap());
-    let _executor = KillOnDrop::new(executor.spawn().unwrap());
+    let _executor = KillOnDrop::logged(executor.spawn().unwrap(), &dir.path().join("executor.log"));
     let executors = eventually(
         Duration::from_secs(30),
         "the executor to register",

@@ -96,8 +96,9 @@ pub struct Ports {
     /// Alarm rules, channels and the outbox.
     pub(crate) alarms: Arc<Alarms>,
     /// Workflows as this node's API starts last read them, by the id or name asked for:
-    /// a start checks in its own insert that its workflow is still so
-    /// ([`Ports::start_instance`]), and reads it only when it is not.
+    /// a start checks in its transaction that its workflow's row is still so (one read of
+    /// that row, not of its steps: [`Ports::start_instance`]), and reads it whole again
+    /// only when it is not.
     pub(crate) started_workflows: Arc<std::sync::Mutex<StartedWorkflows>>,
 }
 

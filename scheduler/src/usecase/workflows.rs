@@ -280,9 +280,10 @@ pub async fn start(
     input: Value,
     key: Option<String>,
 ) -> Result<(Instance, bool)> {
-    // The workflow as this node last started it, if it did: the start's insert checks
-    // that it is still so (this version, enabled, unchanged), so a start reads nothing
-    // first. When it is not, it is read again and the start decided again, once.
+    // The workflow as this node last started it, if it did: the start's transaction
+    // checks that its row is still so (this version, enabled, unchanged), so a start
+    // reads neither it nor its steps first. When it is not, it is read again and the
+    // start decided again, once.
     let mut remembered = ports.started_workflow(id);
     let mut again = true;
     loop {
@@ -327,7 +328,11 @@ pub async fn start(
             }
             other => other?,
         };
-        ports.remember_started_workflow(id, Some(wf));
+        // Kept only under what names it alone: a number that named no id was looked up as
+        // a name, and may name an id later.
+        if id == wf.id.to_string() || (id.parse::<i64>().is_err() && id == wf.name) {
+            ports.remember_started_workflow(id, Some(wf));
+        }
         if created {
             crate::metrics::workflow_instances(InstanceStatus::Running, 1);
         }

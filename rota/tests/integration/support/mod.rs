@@ -683,12 +683,16 @@ pub fn sqlite_url() -> (String, tempfile::TempDir) {
 
 /// A child process killed when dropped, so a failing test leaves nothing running (an
 /// orphan holding the test's stderr would keep CI waiting). One that writes a log shows
-/// the log's tail when it is dropped by a failing test: the log itself lives in the
-/// test's temporary directory, which goes with it.
-pub struct KillOnDrop(pub std::process::Child, Option<std::path::PathBuf>);
+/// the log's tail when a failing test drops it. The log is read through a handle opened
+/// at the start: the test's temporary directory, which holds it, may be gone by then.
+pub struct KillOnDrop(
+    pub std::process::Child,
+    Option<(std::path::PathBuf, std::fs::File)>,
+);
 
-/// How much of a process's log a failing test shows.
+/// How much of a process's log a failing test shows: its last lines, of its last bytes.
 const LOG_TAIL_LINES: usize = 80;
+const LOG_TAIL_BYTES: u64 = 64 * 1024;
 
 impl KillOnDrop {
     pub fn new(child: std::process::Child) -> Self {
@@ -697,7 +701,8 @@ impl KillOnDrop {
 
     /// A process writing its log to `log`.
     pub fn logged(child: std::process::Child, log: &std::path::Path) -> Self {
-        KillOnDrop(child, Some(log.to_owned()))
+        let reader = std::fs::File::open(log).ok();
+        KillOnDrop(child, reader.map(|f| (log.to_owned(), f)))
     }
 }
 
@@ -705,14 +710,27 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-        if let Some(log) = self.1.as_ref().filter(|_| std::thread::panicking()) {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
+        if !std::thread::panicking() {
+            return;
+        }
+        if let Some((path, file)) = self.1.as_mut() {
+            use std::io::{Read, Seek, SeekFrom};
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let mut bytes = Vec::new();
+            let read = file
+                .seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)))
+                .and_then(|_| file.read_to_end(&mut bytes));
+            if let Err(e) = read {
+                eprintln!("--- {} could not be read: {e}", path.display());
+                return;
+            }
+            let text = String::from_utf8_lossy(&bytes);
             let lines: Vec<&str> = text.lines().collect();
             let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
             eprintln!(
                 "--- the last {} lines of {} ---\n{}",
                 tail.len(),
-                log.display(),
+                path.display(),
                 tail.join("\n")
             );
         }

@@ -116,9 +116,11 @@ pub(super) struct Version<'a> {
     pub version: i32,
     pub steps: &'a [StepSpec],
     /// When the workflow's row last changed as the starter read it, if it read it before
-    /// its transaction (an API start): the instance is created only while the row is still
-    /// so — this version, enabled, unchanged — else the start comes to
-    /// [`Started::Changed`].
+    /// its transaction (an API start, perhaps with the workflow as it read it for an
+    /// earlier start): the instance is created only if the row, read again in the start's
+    /// transaction, is still so — this version, enabled, unchanged — else the start comes
+    /// to [`Started::Changed`]. (A change committed after that read and before the start's
+    /// commit is ordered after the start, as with any read before a write.)
     pub read_at_change: Option<Millis>,
 }
 
@@ -380,9 +382,11 @@ impl Store {
     }
 
     /// Starts an instance of `workflow` at its current version: its steps recorded, the
-    /// tasks of those with no predecessor created, all in one transaction. With a `key`
-    /// already used for this workflow, that instance comes back uncreated and nothing is
-    /// created. With `claim` (while still that node's lease), the first steps' tasks are
+    /// tasks of those with no predecessor created, all in one transaction. `workflow` is
+    /// as the caller read it: if it changed since (a new version, disabled, deleted),
+    /// nothing is started and the answer is [`Error::Changed`] — read it again. With a
+    /// `key` already used for this workflow, that instance comes back uncreated and
+    /// nothing is created. With `claim` (while still that node's lease), the first steps' tasks are
     /// created claimed by it, for its wheel, where their jobs are not bounded. With
     /// `audited_as`, a start that creates an instance is noted in the audit log as that
     /// user's ("start workflow", `<workflow> (instance <id>)`) in the same transaction: the
@@ -454,46 +458,47 @@ impl Store {
         claim: Option<NodeLease>,
     ) -> Result<Started> {
         let graph = Graph::new(of.steps).map_err(Error::Corrupt)?;
+        // With the workflow as the starter read it before its transaction: its row alone
+        // (not its steps) is read to check it is still so. Not one `INSERT … SELECT`: on
+        // InnoDB's default `innodb_autoinc_lock_mode` (1) that holds the table's AUTO-INC
+        // lock for the statement, and a start waiting on a same-key start's row would
+        // hold every other start of any workflow.
+        if let Some(at) = of.read_at_change {
+            let same: Option<i64> = on_tx!(tx, |tx, Db| {
+                sqlx::query_scalar(
+                    "SELECT id FROM workflows \
+                     WHERE id = ? AND version = ? AND enabled = 1 AND updated_at = ?",
+                )
+                .bind(of.workflow_id)
+                .bind(of.version)
+                .bind(at)
+                .fetch_optional(&mut **tx)
+                .await?
+            });
+            if same.is_none() {
+                return Ok(Started::Changed);
+            }
+        }
         // Inserted first: a key already started is found by its unique index (and a start
         // of the same key under way is waited for), not by a read before every start.
-        // With the workflow as the starter read it, the row is checked by the insert itself
-        // (and held from changing until the commit), not read again.
-        let (sql, guard) = match of.read_at_change {
-            None => (
+        let inserted: Result<i64> = on_tx!(tx, |tx, Db| {
+            sqlx::query(
                 "INSERT INTO workflow_instances (workflow_id, version, status, input, idem_key, created_at) \
                  VALUES (?, ?, ?, ?, ?, ?)",
-                None,
-            ),
-            Some(at) => (
-                "INSERT INTO workflow_instances (workflow_id, version, status, input, idem_key, created_at) \
-                 SELECT id, version, ?, ?, ?, ? FROM workflows \
-                 WHERE id = ? AND version = ? AND enabled = 1 AND updated_at = ?",
-                Some(at),
-            ),
-        };
-        let inserted: Result<(u64, i64)> = on_tx!(tx, |tx, Db| {
-            let query = match guard {
-                None => sqlx::query(sql).bind(of.workflow_id).bind(of.version),
-                Some(_) => sqlx::query(sql),
-            };
-            let query = query
-                .bind(InstanceStatus::Running.as_str())
-                .bind(to_json(input))
-                .bind(key)
-                .bind(now);
-            let query = match guard {
-                None => query,
-                Some(at) => query.bind(of.workflow_id).bind(of.version).bind(at),
-            };
-            query
-                .execute(&mut **tx)
-                .await
-                .map(|done| (done.affected(), done.insert_id()))
-                .map_err(Error::from)
+            )
+            .bind(of.workflow_id)
+            .bind(of.version)
+            .bind(InstanceStatus::Running.as_str())
+            .bind(to_json(input))
+            .bind(key)
+            .bind(now)
+            .execute(&mut **tx)
+            .await
+            .map(|done| done.insert_id())
+            .map_err(Error::from)
         });
         let id = match (inserted, key) {
-            (Ok((0, _)), _) => return Ok(Started::Changed),
-            (Ok((_, id)), _) => id,
+            (Ok(id), _) => id,
             (Err(Error::Conflict(_)), Some(key)) => {
                 let existing: Option<i64> = on_tx!(tx, |tx, Db| {
                     sqlx::query_scalar(
