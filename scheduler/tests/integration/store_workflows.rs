@@ -552,6 +552,34 @@ contract!(
 );
 
 contract!(
+    two_changes_of_a_workflow_at_once_both_hold,
+    |store: Store| async move {
+        let j = jobs(&store, &["one", "two"]).await;
+        for round in 0..20 {
+            let name = format!("changed-{round}");
+            let wf = workflow(&store, &name, &[step("one", j["one"], &[])]).await;
+            let steps = [step("one", j["one"], &[]), step("two", j["two"], &["one"])];
+            let off = Scheduled {
+                next_fire_at: Some(NOW + 60_000),
+                ..Scheduled::default()
+            };
+            // New steps and a new schedule at once, on two connections.
+            let (a, b) = tokio::join!(
+                store.update_workflow(wf.id, Some(&steps), None, None, NOW + 1),
+                store.update_workflow(wf.id, None, Some(false), Some(&off), NOW + 2),
+            );
+            a.unwrap();
+            b.unwrap();
+            let now = store.get_workflow(wf.id).await.unwrap();
+            assert_eq!(now.version, 2, "the new steps were lost: {now:?}");
+            assert_eq!(now.steps.len(), 2);
+            assert!(!now.enabled, "the disable was lost");
+            assert_eq!(now.next_fire_at, Some(NOW + 60_000));
+        }
+    }
+);
+
+contract!(
     a_join_whose_predecessors_end_at_once_on_two_connections_starts_once,
     |store: Store| async move {
         let (j, wf) = diamond(&store, "race").await;

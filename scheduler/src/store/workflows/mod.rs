@@ -278,8 +278,23 @@ impl Store {
         scheduled: Option<&Scheduled>,
         now: Millis,
     ) -> Result<Workflow> {
-        let current = self.get_workflow(id).await?;
         let mut tx = self.begin().await?;
+        // Read under the row's lock (SQLite: the write lock `begin` took): two changes at
+        // once apply one after the other, the second to what the first wrote. Read before
+        // the transaction, a change of schedule wrote back the version it had read, over
+        // a change of steps made meanwhile.
+        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
+        let row: Option<WorkflowRow> = on_tx!(&mut tx, |tx, Db| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{WORKFLOW_SELECT} WHERE w.id = ?{lock}"
+            )))
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await?
+        });
+        let current = row
+            .ok_or_else(|| Error::NotFound(format!("workflow {id}")))?
+            .into_workflow()?;
         if let Some(sch) = scheduled {
             let t = &sch.timing;
             on_tx!(&mut tx, |tx, Db| {
