@@ -376,9 +376,10 @@ async fn on_two_nodes_every_run_ends_once_through_a_node_kill(version: &'static 
         let t = task_reaches(&a2, id, "succeeded").await;
         assert_eq!(t["attempts"], 1, "{t}");
     }
-    // Triggered once runs have gone out: a fire on the node the executors did not register
-    // with, before its registry refresh, waits for an executor, and two CI runs saw such
-    // a parked fire not go out within 75 s (under investigation; see the stop note).
+    // Triggered once runs have gone out. Triggered right after the executors registered
+    // (with n1 only), two CI runs saw its run not succeed within 75 s, while n2, whose
+    // registry had not caught up, parked a fire: which one, and where it stopped, is under
+    // investigation (the stop note of 2026-12-06, evening).
     a1.ok(
         "POST",
         "/api/v1/jobs/hello/trigger",
