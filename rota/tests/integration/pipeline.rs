@@ -219,6 +219,76 @@ async fn a_dead_executors_runs_are_lost_and_retried_elsewhere() {
     server.stop().await;
 }
 
+/// A trigger request that timed out unanswered counts as delivered (it may have arrived:
+/// sending it elsewhere could run the attempt twice). If the executor never read it, its
+/// next heartbeat, which does not list the run, finds it lost, and the task is retried —
+/// it is not left `dispatched` for as long as the executor lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_that_timed_out_unread_is_found_lost_by_a_heartbeat_and_retried() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |c| c.dispatch_timeout_ms = 500).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let executor = ExecutorDouble::start(&server.url, "default", Behaviour::UnansweredOnce).await;
+    executor.heartbeat_every(Duration::from_millis(300));
+    job(
+        api,
+        "over-a-slow-wire",
+        json!({"max_attempts": 2, "backoff": {"kind": "fixed", "delay_ms": 100}}),
+    )
+    .await;
+    let id = api
+        .ok(
+            "POST",
+            "/api/v1/tasks",
+            Some(json!({"job": "over-a-slow-wire"})),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let runs = eventually(
+        Duration::from_secs(20),
+        "the task to succeed on its second attempt",
+        || async {
+            if task_status(api, id).await != "succeeded" {
+                return None;
+            }
+            Some(
+                api.ok("GET", &format!("/api/v1/runs?task={id}"), None)
+                    .await,
+            )
+        },
+    )
+    .await;
+    let mut runs: Vec<(i64, String, String)> = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["attempt"].as_i64().unwrap(),
+                r["status"].as_str().unwrap().to_owned(),
+                r["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    runs.sort();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!((runs[0].0, runs[0].1.as_str()), (1, "lost"), "{runs:?}");
+    assert!(runs[0].2.contains("no longer has this run"), "{runs:?}");
+    assert_eq!(
+        (runs[1].0, runs[1].1.as_str()),
+        (2, "succeeded"),
+        "{runs:?}"
+    );
+    // The first request was left unread; only the retry was taken.
+    assert_eq!(executor.state.requests.lock().unwrap().len(), 2);
+    let received = executor.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].trigger.attempt, 2);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_cancelled_in_the_wheel_never_runs() {
     let (db, _dir) = sqlite_url();

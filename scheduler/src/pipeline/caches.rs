@@ -171,7 +171,6 @@ impl ExecutorCache {
             .insert(address.to_owned(), at);
     }
 
-    /// The apps that have a live executor.
     /// The protocol the executor at `address` of `app` speaks (Rota's, if it is not
     /// registered any more).
     pub(crate) fn protocol(&self, app: &str, address: &str) -> ExecutorProtocol {
@@ -185,6 +184,7 @@ impl ExecutorCache {
             .map_or(ExecutorProtocol::Rota, |e| e.protocol)
     }
 
+    /// The apps that have a live executor.
     pub(crate) fn apps(&self) -> Vec<String> {
         let map = self
             .by_app

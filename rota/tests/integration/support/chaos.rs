@@ -55,7 +55,8 @@ impl Chaos<'_> {
                 port,
                 &dir.path().join(format!("{name}.log")),
                 name,
-                // The executor doubles register once and never heartbeat.
+                // The executor doubles heartbeat to n1 only, which may stall as long as
+                // the database does: they must not be declared dead meanwhile.
                 &[
                     ("ROTA_NODE_DEAD_AFTER_MS", &DEAD_AFTER_MS.to_string()),
                     ("ROTA_EXECUTOR_DEAD_AFTER_MS", "3600000"),
@@ -70,6 +71,12 @@ impl Chaos<'_> {
             ExecutorDouble::start(&survivor.base, "default", Behaviour::Succeed).await,
             ExecutorDouble::start(&survivor.base, "default", Behaviour::Succeed).await,
         ];
+        // Heartbeats list the runs each has: a trigger whose request timed out before the
+        // double read it (a node stalled on its database, or the double's runtime busy) is
+        // "treated as delivered" by its node, and only a heartbeat finds it lost.
+        for e in &executors {
+            e.heartbeat_every(Duration::from_secs(1));
+        }
         survivor.upload_plugin("noop").await;
         survivor
             .ok(

@@ -7,7 +7,7 @@ pub mod mariadb;
 pub mod netns;
 pub mod sink;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -21,7 +21,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use rota_proto::wire::{PATH_CALLBACK, PATH_REGISTER};
+use rota_proto::wire::{PATH_CALLBACK, PATH_HEARTBEAT, PATH_REGISTER};
 use rota_proto::*;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -199,6 +199,9 @@ pub enum Behaviour {
     /// Like `Succeed`, with the run's params (if it has any, else its input) as its output:
     /// the `relay` plugin of the workflow tests, as a double.
     Relay,
+    /// Leaves the first trigger request unanswered, as if never read (the executor's
+    /// runtime was busy until the node hung up), and takes nothing from it; then `Succeed`.
+    UnansweredOnce,
 }
 
 #[derive(Debug, Clone)]
@@ -221,6 +224,9 @@ pub struct DoubleState {
     pub received: Mutex<Vec<Received>>,
     /// (task, attempt, shard) → run id: what this executor "has".
     pub known: Mutex<HashMap<(i64, i32, i32), i64>>,
+    /// Runs accepted whose report the scheduler has not acknowledged: what a heartbeat
+    /// lists as still here.
+    pub active: Mutex<HashSet<i64>>,
     pub bad_signatures: Mutex<u32>,
     /// Runs holding a slot (`Behaviour::Slots`).
     pub busy: Mutex<usize>,
@@ -234,6 +240,8 @@ pub struct DoubleState {
 pub struct ExecutorDouble {
     pub state: Arc<DoubleState>,
     server: tokio::task::JoinHandle<()>,
+    /// The heartbeat loop, once [`ExecutorDouble::heartbeat_every`] started it.
+    heartbeat: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl ExecutorDouble {
@@ -247,6 +255,7 @@ impl ExecutorDouble {
             behaviour: Mutex::new(behaviour),
             received: Mutex::new(Vec::new()),
             known: Mutex::new(HashMap::new()),
+            active: Mutex::new(HashSet::new()),
             bad_signatures: Mutex::new(0),
             busy: Mutex::new(0),
             requests: Mutex::new(Vec::new()),
@@ -265,7 +274,11 @@ impl ExecutorDouble {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app_router).await;
         });
-        let double = ExecutorDouble { state, server };
+        let double = ExecutorDouble {
+            state,
+            server,
+            heartbeat: Mutex::new(None),
+        };
         double.register().await;
         double
     }
@@ -291,28 +304,54 @@ impl ExecutorDouble {
         self.state.received.lock().unwrap().len()
     }
 
-    /// Registers (or heartbeats: the same body) with the scheduler.
+    /// Registers with the scheduler.
     pub async fn register(&self) {
-        let reg = Registration {
-            app: self.state.app.clone(),
-            address: self.address(),
-            capacity: 100,
-            running: 0,
-            active_runs: self.state.known.lock().unwrap().values().copied().collect(),
-        };
-        let (status, body) = signed_post(&self.state, PATH_REGISTER, &reg).await;
+        let (status, body) =
+            signed_post(&self.state, PATH_REGISTER, &registration(&self.state)).await;
         assert_eq!(status, 200, "register: {body}");
     }
 
-    /// Stops answering (the process "dies"): the server task is aborted.
+    /// Heartbeats every `every` from now on, as a real executor does, listing the runs it
+    /// still has: a trigger the scheduler sent but the double never took (the request
+    /// timed out before it was read) is then found lost and retried. Without it, such a
+    /// run stays `dispatched` for as long as the executor lives.
+    pub fn heartbeat_every(&self, every: Duration) {
+        let state = self.state.clone();
+        let beat = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                // A refused or unanswered beat is sent again with the next one.
+                signed_post(&state, PATH_HEARTBEAT, &registration(&state)).await;
+            }
+        });
+        if let Some(old) = self.heartbeat.lock().unwrap().replace(beat) {
+            old.abort();
+        }
+    }
+
+    /// Stops answering (the process "dies"): the server task is aborted, and the heartbeat.
     pub fn kill(&self) {
         self.server.abort();
+        if let Some(beat) = self.heartbeat.lock().unwrap().take() {
+            beat.abort();
+        }
     }
 }
 
 impl Drop for ExecutorDouble {
     fn drop(&mut self) {
-        self.server.abort();
+        self.kill();
+    }
+}
+
+/// What a registration or heartbeat of the double says.
+fn registration(state: &DoubleState) -> Registration {
+    Registration {
+        app: state.app.clone(),
+        address: state.address.lock().unwrap().clone(),
+        capacity: 100,
+        running: 0,
+        active_runs: state.active.lock().unwrap().iter().copied().collect(),
     }
 }
 
@@ -397,6 +436,13 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
         )
             .into_response();
     }
+    if behaviour == Behaviour::UnansweredOnce {
+        *state.behaviour.lock().unwrap() = Behaviour::Succeed;
+        state.requests.lock().unwrap().push((0, None));
+        // The node times out first, and this future is dropped with its connection.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
     let batch: TriggerBatch = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
@@ -453,6 +499,7 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                 *busy += 1;
             }
             known.insert(key, t.run_id);
+            state.active.lock().unwrap().insert(t.run_id);
             acks.push(TriggerAck {
                 run_id: t.run_id,
                 outcome: TriggerOutcome::Accepted,
@@ -506,8 +553,8 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                 })
                 .collect();
             // Retry like a real executor (which spools) until the scheduler acknowledges:
-            // up to a minute, for schedulers slowed down by the chaos tests.
-            for _ in 0..1_200 {
+            // up to five minutes, for schedulers slowed down by the chaos tests.
+            for _ in 0..6_000 {
                 let (status, _) = signed_post(
                     &state,
                     PATH_CALLBACK,
@@ -517,6 +564,11 @@ async fn trigger(State(state): State<Arc<DoubleState>>, body: Bytes) -> Response
                 )
                 .await;
                 if status == 200 {
+                    let mut active = state.active.lock().unwrap();
+                    for r in &reports {
+                        active.remove(&r.run_id);
+                    }
+                    drop(active);
                     if let Behaviour::Slots(_) = behaviour {
                         *state.busy.lock().unwrap() -= reports.len();
                     }

@@ -90,8 +90,11 @@ pub(super) async fn settle_unsent(dispatcher: &Dispatcher, u: Unsendable) {
             .await
         {
             Ok(()) => {
+                // Which ones (the first few): a fire that waits long is then traceable.
+                let first: Vec<i64> = parked.iter().take(10).map(|&(id, _)| id).collect();
                 tracing::info!(
                     tasks = parked.len(),
+                    task.ids = ?first,
                     "fires found no live executor of their app; they wait for one"
                 );
                 dispatcher
