@@ -132,6 +132,24 @@ impl Tls {
         reqwest::Client::builder().tls_certs_merge(roots)
     }
 
+    /// A rustls client configuration that trusts the system's roots and the extra ones,
+    /// for clients that are not reqwest (the LDAP directory).
+    pub fn client_config(&self) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let verifier = rustls_platform_verifier::Verifier::new_with_extra_roots(
+            self.roots.iter().cloned(),
+            provider.clone(),
+        )
+        .context("loading the system's trusted roots")?;
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("choosing TLS versions")?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth();
+        Ok(Arc::new(config))
+    }
+
     /// Serves on `tcp`: plain, or TLS with the certificate.
     pub fn listener(&self, tcp: TcpListener) -> Listener {
         match &self.server {

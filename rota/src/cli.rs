@@ -140,6 +140,130 @@ impl AlarmArgs {
     }
 }
 
+/// Console sign-in through the company's directory (SPEC §14).
+#[derive(Args)]
+#[command(next_help_heading = "Sign-in")]
+pub struct SsoArgs {
+    /// The LDAP directory users sign in with: `ldaps://ldap.corp:636`, or `ldap://…` with
+    /// --ldap-start-tls (plain `ldap://` only to a loopback address). Certificates are
+    /// checked against the system's roots and --tls-ca.
+    #[arg(long, env = "ROTA_LDAP_URL")]
+    ldap_url: Option<String>,
+    /// Upgrade the `ldap://` connection with StartTLS before anything is sent.
+    #[arg(long, env = "ROTA_LDAP_START_TLS")]
+    ldap_start_tls: bool,
+    /// The node's own DN, to search for users and groups.
+    #[arg(long, env = "ROTA_LDAP_BIND_DN", default_value = "")]
+    ldap_bind_dn: String,
+    /// The password of --ldap-bind-dn (never logged).
+    #[arg(
+        long,
+        env = "ROTA_LDAP_BIND_PASSWORD",
+        hide_env_values = true,
+        default_value = ""
+    )]
+    ldap_bind_password: String,
+    /// Where users are searched: `ou=people,dc=corp,dc=example`.
+    #[arg(long, env = "ROTA_LDAP_USER_BASE")]
+    ldap_user_base: Option<String>,
+    /// The filter finding the user who signs in; `{user}` is the name typed (escaped).
+    #[arg(long, env = "ROTA_LDAP_USER_FILTER", default_value = "(uid={user})")]
+    ldap_user_filter: String,
+    /// Where groups are searched; without it a user's groups are its `memberOf` values.
+    #[arg(long, env = "ROTA_LDAP_GROUP_BASE")]
+    ldap_group_base: Option<String>,
+    /// The filter finding a user's groups under --ldap-group-base; `{dn}` is the user's
+    /// DN, `{user}` the name typed.
+    #[arg(long, env = "ROTA_LDAP_GROUP_FILTER", default_value = "(member={dn})")]
+    ldap_group_filter: String,
+    /// What a directory group gives its members: `GROUP=ROLE` (every app) or
+    /// `GROUP=ROLE:APP,APP` — `ops=operator:orders,billing`, `platform=admin`. GROUP is a
+    /// group's name (cn) or DN. The highest role of a user's groups wins, with the apps of
+    /// the rules that give it; a user in no mapped group cannot sign in. Repeat the flag.
+    #[arg(long = "sso-map", env = "ROTA_SSO_MAP", value_delimiter = ';')]
+    sso_map: Vec<String>,
+    /// Only directory users may sign in to the console: local users (the seeded `admin`
+    /// too) may not. Their API tokens still work.
+    #[arg(long, env = "ROTA_SSO_ONLY")]
+    sso_only: bool,
+}
+
+impl SsoArgs {
+    /// The directory settings and rules, or every mistake in them, each naming its flag;
+    /// `Ok(None)` without a directory.
+    pub fn settings(
+        &self,
+    ) -> Result<
+        Option<(
+            rota_scheduler::sso::ldap::Settings,
+            Vec<rota_scheduler::sso::Rule>,
+        )>,
+        Vec<String>,
+    > {
+        let mut wrong = Vec::new();
+        let rules: Vec<rota_scheduler::sso::Rule> = self
+            .sso_map
+            .iter()
+            .filter_map(|r| {
+                rota_scheduler::sso::Rule::parse(r)
+                    .map_err(|e| wrong.push(format!("--sso-map {e}")))
+                    .ok()
+            })
+            .collect();
+        let Some(url) = self.ldap_url.as_deref().filter(|u| !u.is_empty()) else {
+            if !self.sso_map.is_empty() || self.sso_only {
+                wrong.push("--sso-map and --sso-only need a directory: set --ldap-url".into());
+            }
+            return if wrong.is_empty() {
+                Ok(None)
+            } else {
+                Err(wrong)
+            };
+        };
+        let settings = rota_scheduler::sso::ldap::Settings {
+            url: url.to_owned(),
+            start_tls: self.ldap_start_tls,
+            bind_dn: self.ldap_bind_dn.clone(),
+            bind_password: self.ldap_bind_password.clone(),
+            user_base: self.ldap_user_base.clone().unwrap_or_default(),
+            user_filter: self.ldap_user_filter.clone(),
+            group_base: self.ldap_group_base.clone().filter(|b| !b.is_empty()),
+            group_filter: self.ldap_group_filter.clone(),
+        };
+        wrong.extend(settings.check());
+        if self.sso_map.is_empty() {
+            wrong.push(
+                "--sso-map: no group gives access, so no directory user could sign in \
+                 (e.g. --sso-map ops=operator:orders)"
+                    .to_owned(),
+            );
+        }
+        if wrong.is_empty() {
+            Ok(Some((settings, rules)))
+        } else {
+            Err(wrong)
+        }
+    }
+
+    /// Sets the node's sign-in settings. Mistakes in them turn directory sign-in off, not
+    /// the node: it starts with local sign-in (so the `admin` can get in and fix them) and
+    /// says why. `rota config check` names the same mistakes.
+    pub fn apply(&self, config: &mut Config) {
+        match self.settings() {
+            Ok(None) => {}
+            Ok(Some((settings, rules))) => {
+                config.ldap = Some(settings);
+                config.sso_rules = rules;
+                config.sso_only = self.sso_only;
+            }
+            Err(wrong) => tracing::error!(
+                mistakes = %wrong.join("; "),
+                "directory sign-in is off: its settings are wrong; local users sign in as before"
+            ),
+        }
+    }
+}
+
 /// The egress policy: where jobs' HTTP — webhook deliveries, alarm channels, plugins'
 /// requests — may connect, whatever a job's `http_allow` says.
 #[derive(Args)]
@@ -251,6 +375,8 @@ struct ServerArgs {
     #[command(flatten)]
     alarms: AlarmArgs,
     #[command(flatten)]
+    sso: SsoArgs,
+    #[command(flatten)]
     process: ProcessArgs,
 }
 
@@ -295,6 +421,7 @@ impl ServerArgs {
             Secret::new(self.executor_secret.as_bytes()),
         );
         self.alarms.apply(&mut c);
+        self.sso.apply(&mut c);
         c.traces = crate::telemetry::enabled();
         c.node_name = self
             .node_name
@@ -328,6 +455,17 @@ impl ServerArgs {
 }
 
 impl Cli {
+    /// Mistakes in the settings a node checks only as a whole (directory sign-in), each
+    /// naming its flag: `rota config check` reports them as the node would log them.
+    pub fn whole_setting_mistakes(&self) -> Vec<String> {
+        let sso = match &self.command {
+            Command::Server(a) => &a.sso,
+            Command::Standalone(a) => &a.sso,
+            _ => return Vec::new(),
+        };
+        sso.settings().err().unwrap_or_default()
+    }
+
     /// The name the process's traces carry: the long-running commands trace, the others
     /// (clients of a node) do not.
     pub fn service_name(&self) -> Option<&'static str> {

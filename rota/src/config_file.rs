@@ -372,13 +372,14 @@ pub fn example() -> String {
                 .collect();
             let many = matches!(arg.get_action(), ArgAction::Append);
             match (defaults.as_slice(), many) {
-                ([], true) if long == "scheduler" => {
+                // A switch: off unless set (clap's default for it is the text "false").
+                _ if matches!(arg.get_action(), ArgAction::SetTrue) => {
+                    out.push_str(&format!("{long} = false\n"))
+                }
+                ([], true) if ["scheduler", "sso-map"].contains(&long) => {
                     out.push_str(&format!("# {long} = {}\n", sample(long)))
                 }
                 ([], true) => out.push_str(&format!("{long} = []\n")),
-                ([], false) if matches!(arg.get_action(), ArgAction::SetTrue) => {
-                    out.push_str(&format!("{long} = false\n"))
-                }
                 ([], false) => out.push_str(&format!("# {long} = {}\n", sample(long))),
                 (values, true) => out.push_str(&format!(
                     "{long} = [{}]\n",
@@ -438,6 +439,10 @@ fn sample(long: &str) -> String {
         "secrets-key" => "0000000000000000000000000000000000000000000000000000000000000000",
         "app" => "billing",
         "scheduler" => return "[\"https://scheduler-1.example.com:8080\"]".into(),
+        "ldap-url" => "ldaps://ldap.corp.example:636",
+        "ldap-user-base" => "ou=people,dc=corp,dc=example",
+        "ldap-group-base" => "ou=groups,dc=corp,dc=example",
+        "sso-map" => return "[\"ops=operator:orders,billing\", \"platform=admin\"]".into(),
         _ if long.contains("secret") || long.contains("token") || long.contains("password") => {
             "from-the-environment-instead"
         }

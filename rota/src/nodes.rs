@@ -56,6 +56,8 @@ pub struct StandaloneArgs {
     #[command(flatten)]
     alarms: crate::cli::AlarmArgs,
     #[command(flatten)]
+    pub sso: crate::cli::SsoArgs,
+    #[command(flatten)]
     pub process: crate::cli::ProcessArgs,
 }
 
@@ -202,6 +204,7 @@ pub async fn standalone(
         Secret::new(secret.as_bytes()),
     );
     args.alarms.apply(&mut config);
+    args.sso.apply(&mut config);
     config.traces = crate::telemetry::enabled();
     config.node_name = "standalone".into();
     config.advertise_url = scheduler_url.clone();

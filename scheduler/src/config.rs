@@ -97,6 +97,14 @@ pub struct Config {
     /// request opens a span continuing the caller's `traceparent`, and each task created
     /// one inside it. Off, neither is opened.
     pub traces: bool,
+    /// Console sign-in through the company's directory (SPEC §14, the `--ldap-*` flags);
+    /// `None`: local users only.
+    pub ldap: Option<crate::sso::ldap::Settings>,
+    /// What directory groups give (`--sso-map`).
+    pub sso_rules: Vec<crate::sso::Rule>,
+    /// Local users may not sign in to the console (`--sso-only`): the directory is the
+    /// only way in. Their API tokens still work.
+    pub sso_only: bool,
 }
 
 /// The server's defaults, in one place: [`Config::new`] and the CLI's flags both read
@@ -177,6 +185,9 @@ impl Config {
             egress: rota_net::egress::Policy::default(),
             engine: None,
             traces: false,
+            ldap: None,
+            sso_rules: Vec::new(),
+            sso_only: false,
         }
     }
 
@@ -233,6 +244,9 @@ impl std::fmt::Debug for Config {
             .field("egress", &self.egress.admin_rules())
             .field("engine", &self.engine.as_ref().map(|_| "shared"))
             .field("traces", &self.traces)
+            .field("ldap", &self.ldap)
+            .field("sso_rules", &self.sso_rules)
+            .field("sso_only", &self.sso_only)
             .finish()
     }
 }

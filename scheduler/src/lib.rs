@@ -61,6 +61,7 @@ pub mod retention;
 pub mod route;
 pub mod schedule;
 pub mod secrets;
+pub mod sso;
 pub mod status;
 pub mod store;
 pub mod usecase;

@@ -76,8 +76,14 @@ fn check(file: &std::path::Path, only: Option<&str>) -> anyhow::Result<()> {
             file.into(),
         ];
         let (merged, _) = config_file::merge(argv.to_vec()).map_err(anyhow::Error::msg)?;
-        if let Err(e) = Cli::command().try_get_matches_from(merged) {
-            missing.push(format!("rota {process}: {}", config_file::clap_message(&e)));
+        match Cli::command().try_get_matches_from(merged) {
+            Err(e) => missing.push(format!("rota {process}: {}", config_file::clap_message(&e))),
+            Ok(matches) => {
+                let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
+                for mistake in cli.whole_setting_mistakes() {
+                    missing.push(format!("rota {process}: {mistake}"));
+                }
+            }
         }
     }
     if !missing.is_empty() {

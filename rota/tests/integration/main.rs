@@ -29,6 +29,7 @@ mod plugin_host;
 mod promises;
 mod resources;
 mod schedules;
+mod sign_in;
 mod soak;
 mod standalone;
 mod tls;

@@ -331,24 +331,10 @@ async fn an_xxl_job_core_3_3_executor_runs_rotas_jobs_unchanged() {
 
 /// A console session on the node at `base` as `admin` with `password`: its cookie.
 async fn console_cookie(base: &str, password: &str) -> String {
-    let resp = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-        .post(format!("{base}/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("user=admin&password={password}"))
-        .send()
-        .await
-        .unwrap();
-    let cookie = resp
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("rota_session="))
-        .unwrap_or_else(|| panic!("no session cookie: {}", resp.status()));
-    cookie.split(';').next().unwrap().to_owned()
+    let signed = console_sign_in(base, "admin", password).await;
+    signed
+        .cookie
+        .unwrap_or_else(|| panic!("no session cookie: {}", signed.status))
 }
 
 /// Two `rota server` nodes on MariaDB and two XXL-JOB executors that know both (the first

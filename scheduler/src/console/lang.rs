@@ -312,6 +312,32 @@ const ZH_CN: &[(&str, &str)] = &[
     ("target", "对象"),
     ("Nothing yet.", "暂无记录。"),
     ("Wrong user name or password.", "用户名或密码错误。"),
+    ("signs in with", "登录方式"),
+    (
+        "Sign in with your company directory (LDAP) account, or a local Rota account.",
+        "请使用公司目录（LDAP）账号或 Rota 本地账号登录。",
+    ),
+    (
+        "Your password is your directory account's: change it there.",
+        "您的密码属于目录账号：请在目录中修改。",
+    ),
+    ("a password kept here", "本地密码"),
+    (
+        "from the directory's groups, at each sign-in",
+        "每次登录时由目录分组决定",
+    ),
+    (
+        "Your directory account is in no group that gives access to Rota. Ask an administrator.",
+        "您的目录账号不在任何可访问 Rota 的组中，请联系管理员。",
+    ),
+    (
+        "Sign-in with a local account is turned off: use your directory account.",
+        "本地账号登录已关闭：请使用目录账号登录。",
+    ),
+    (
+        "The directory cannot be reached: try again later (local accounts still work).",
+        "无法连接目录服务：请稍后重试（本地账号仍可登录）。",
+    ),
     ("Account", "账户"),
     ("Change password", "修改密码"),
     ("Current password", "当前密码"),

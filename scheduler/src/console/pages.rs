@@ -146,6 +146,8 @@ pub(super) struct LoginPage {
     lang: Lang,
     user: String,
     error: Option<String>,
+    /// Directory users sign in here too (the page says so).
+    directory: bool,
 }
 
 pub async fn login_form(State(console): State<Console>, req: Request) -> PageResult {
@@ -160,6 +162,7 @@ pub async fn login_form(State(console): State<Console>, req: Request) -> PageRes
         lang: Lang::of(req.headers()),
         user: String::new(),
         error: None,
+        directory: console.ports.directory().is_some(),
     })
 }
 
@@ -186,6 +189,7 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
                 lang,
                 user: form.user.clone(),
                 error: Some(error.to_owned()),
+                directory: console.ports.directory().is_some(),
             },
         )
     };
@@ -205,25 +209,46 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
         };
         return refuse(StatusCode::TOO_MANY_REQUESTS, &message);
     }
-    let user = crate::usecase::users::named(&console.ports, &form.user).await?;
-    let ok = match &user {
-        Some(u) => auth::verify_password(form.password.clone(), u.password_hash.clone())
-            .await
-            .map_err(Error::Internal)?,
-        None => {
-            auth::verify_nobody(form.password.clone())
-                .await
-                .map_err(Error::Internal)?;
-            false
+    use crate::usecase::users::SignIn;
+    let user = match crate::usecase::users::sign_in_with_password(
+        &console.ports,
+        &form.user,
+        &form.password,
+    )
+    .await?
+    {
+        SignIn::User(user) => user,
+        SignIn::Wrong => {
+            console.throttle.failed(&form.user, ip, now);
+            tracing::warn!(user = %form.user, ip = ?ip, "console: failed sign-in");
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                lang.t("Wrong user name or password."),
+            );
         }
-    };
-    let Some(user) = user.filter(|_| ok) else {
-        console.throttle.failed(&form.user, ip, now);
-        tracing::warn!(user = %form.user, ip = ?ip, "console: failed sign-in");
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            lang.t("Wrong user name or password."),
-        );
+        SignIn::NoAccess => {
+            tracing::warn!(user = %form.user, ip = ?ip, "console: a directory user in no mapped group");
+            return refuse(
+                StatusCode::FORBIDDEN,
+                lang.t("Your directory account is in no group that gives access to Rota. Ask an administrator."),
+            );
+        }
+        SignIn::LocalOff => {
+            tracing::warn!(user = %form.user, ip = ?ip, "console: local sign-in is off (--sso-only)");
+            return refuse(
+                StatusCode::FORBIDDEN,
+                lang.t("Sign-in with a local account is turned off: use your directory account."),
+            );
+        }
+        SignIn::DirectoryDown(reason) => {
+            tracing::error!(user = %form.user, error = %reason, "console: the directory could not check a sign-in");
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                lang.t(
+                    "The directory cannot be reached: try again later (local accounts still work).",
+                ),
+            );
+        }
     };
     console.throttle.succeeded(&form.user, ip);
     let token = auth::random_token(32);
@@ -468,6 +493,21 @@ pub async fn change_password(
         .await
         .map_err(|e| Error::BadRequest(e.body_text()))?;
     let mut errors = Errors::new();
+    if s.user.source != "local" {
+        // Kept by the directory: there is nothing here to change.
+        errors.insert(
+            "current".into(),
+            s.lang
+                .t("Your password is your directory account's: change it there.")
+                .into(),
+        );
+        let page = AccountPage {
+            chrome: Chrome::of(&s, "account"),
+            errors,
+            changed: false,
+        };
+        return render_status(StatusCode::UNPROCESSABLE_ENTITY, &page);
+    }
     let current_ok = auth::verify_password(f.current, s.user.password_hash.clone())
         .await
         .map_err(Error::Internal)?;

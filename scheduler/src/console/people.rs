@@ -23,6 +23,10 @@ pub struct UserRow {
     apps: String,
     created: When,
     me: bool,
+    /// `local`, or the directory it signs in with (`ldap`)…
+    source: String,
+    /// …and its identity there (empty for a local user).
+    subject: String,
 }
 
 impl UserRow {
@@ -35,6 +39,8 @@ impl UserRow {
             apps: who.apps.to_text(),
             created: When::of(u.created_at),
             me: u.name == me,
+            source: u.source.clone(),
+            subject: u.subject.clone().unwrap_or_default(),
         }
     }
 }

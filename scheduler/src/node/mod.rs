@@ -40,6 +40,7 @@ use crate::pipeline::{
 };
 use crate::route::Router;
 use crate::secrets::SecretBox;
+use crate::sso::ldap::Directory;
 use crate::store::Store;
 
 use crate::ports::Ports;
@@ -111,6 +112,7 @@ impl Node {
                 )
                 .await;
         }
+        Directory::announce(node.ports.directory.clone());
         node.start_loops(scan, dispatcher, recorder_rx).await?;
         Ok(node)
     }
@@ -134,6 +136,7 @@ impl Node {
             None => validation_engine()?,
         };
         let metrics = crate::metrics::handle();
+        let directory = Directory::of(&config)?;
         let secrets = Arc::new(SecretBox::of(&config));
         let alarm_rules = Arc::new(alarm::Rules::default());
         let alarms = Arc::new(Alarms::new(
@@ -187,6 +190,7 @@ impl Node {
                 ready: Arc::new(ReadyBoard::default()),
                 alarms,
                 started_workflows: Arc::default(),
+                directory,
             },
             tasks: Arc::new(tokio::sync::Mutex::new(None)),
             ring_thread: Arc::new(Mutex::new(None)),

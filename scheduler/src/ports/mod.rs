@@ -100,6 +100,8 @@ pub struct Ports {
     /// that row, not of its steps: [`Ports::start_instance`]), and reads it whole again
     /// only when it is not.
     pub(crate) started_workflows: Arc<std::sync::Mutex<StartedWorkflows>>,
+    /// The company's directory, when console sign-in goes through it (`--ldap-url`).
+    pub(crate) directory: Option<Arc<crate::sso::ldap::Directory>>,
 }
 
 /// [`Ports`]' `started_workflows`.
@@ -126,6 +128,11 @@ impl Ports {
     /// The node's time: every due time, lease and record is read from it.
     pub fn clock(&self) -> &Clock {
         &self.cluster.clock
+    }
+
+    /// The directory users sign in with, if one is configured.
+    pub fn directory(&self) -> Option<&crate::sso::ldap::Directory> {
+        self.directory.as_deref()
     }
 
     pub fn config(&self) -> &Config {

@@ -60,10 +60,87 @@ impl Store {
         })
     }
 
+    /// The user `name` of directory `source` as it signs in now, with the role and apps
+    /// its groups give (`subject`: its identity there): created at its first sign-in,
+    /// updated at each. A local user of that name is not taken over: a
+    /// [`Error::Conflict`].
+    pub async fn upsert_directory_user(
+        &self,
+        name: &str,
+        source: &str,
+        subject: &str,
+        role: &str,
+        apps: &str,
+        now: Millis,
+    ) -> Result<User> {
+        retrying!("upsert_directory_user", {
+            on_pool!(self, |pool, Db| {
+                let mut tx = pool.begin_write().await?;
+                let found: Option<(i64, String)> =
+                    sqlx::query_as("SELECT id, source FROM users WHERE name = ?")
+                        .bind(name)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match found {
+                    Some((_, other)) if other != source => {
+                        return Err(Error::Conflict(format!(
+                            "user `{name}` is a {other} user here, not one of the {source} directory"
+                        )));
+                    }
+                    Some((id, _)) => {
+                        sqlx::query(
+                            "UPDATE users SET role = ?, apps = ?, subject = ? WHERE id = ?",
+                        )
+                        .bind(role)
+                        .bind(apps)
+                        .bind(subject)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    None => {
+                        // No password of its own: the directory checks it.
+                        sqlx::query(
+                            "INSERT INTO users (name, password_hash, role, apps, created_at, source, subject) \
+                             VALUES (?, '', ?, ?, ?, ?, ?)",
+                        )
+                        .bind(name)
+                        .bind(role)
+                        .bind(apps)
+                        .bind(now)
+                        .bind(source)
+                        .bind(subject)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+                let user: User = sqlx::query_as(
+                    "SELECT id, name, password_hash, role, apps, created_at, source, subject FROM users WHERE name = ?",
+                )
+                .bind(name)
+                .fetch_one(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(user)
+            })
+        })
+    }
+
+    /// Ends every console session of user `user_id`.
+    pub async fn end_sessions(&self, user_id: i64) -> Result<u64> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query("DELETE FROM sessions WHERE user_id = ?")
+                .bind(user_id)
+                .execute(pool)
+                .await?
+                .affected())
+        })
+    }
+
     pub async fn user_by_name(&self, name: &str) -> Result<Option<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT id, name, password_hash, role, apps, created_at FROM users WHERE name = ?",
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject FROM users WHERE name = ?",
             )
             .bind(name)
             .fetch_optional(pool)
@@ -102,7 +179,7 @@ impl Store {
     pub async fn session_user(&self, token_hash: &str, now: Millis) -> Result<Option<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT u.id, u.name, u.password_hash, u.role, u.apps, u.created_at FROM sessions s \
+                "SELECT u.id, u.name, u.password_hash, u.role, u.apps, u.created_at, u.source, u.subject FROM sessions s \
                  JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?",
             )
             .bind(token_hash)
@@ -179,7 +256,7 @@ impl Store {
     pub async fn list_users(&self) -> Result<Vec<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT id, name, password_hash, role, apps, created_at FROM users ORDER BY name",
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject FROM users ORDER BY name",
             )
             .fetch_all(pool)
             .await?)
@@ -189,7 +266,7 @@ impl Store {
     pub async fn get_user(&self, id: i64) -> Result<User> {
         on_pool!(self, |pool, Db| {
             sqlx::query_as(
-                "SELECT id, name, password_hash, role, apps, created_at FROM users WHERE id = ?",
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject FROM users WHERE id = ?",
             )
             .bind(id)
             .fetch_optional(pool)

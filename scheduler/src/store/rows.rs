@@ -388,6 +388,10 @@ pub struct User {
     /// `*` or app names joined by commas (see [`crate::access::Apps`]).
     pub apps: String,
     pub created_at: Millis,
+    /// Where it signs in: `local` (its password is here) or a directory (`ldap`).
+    pub source: String,
+    /// Its identity in that directory (its DN); `None` for a local user.
+    pub subject: Option<String>,
 }
 
 impl User {

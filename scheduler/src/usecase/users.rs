@@ -207,6 +207,132 @@ pub async fn named(ports: &Ports, name: &str) -> Result<Option<User>> {
     Ok(ports.store().user_by_name(name).await?)
 }
 
+/// How a sign-in with a name and a password went.
+#[derive(Debug)]
+pub enum SignIn {
+    /// It is this user: open a session ([`sign_in`]).
+    User(User),
+    /// Unknown name or wrong password (alike, on purpose).
+    Wrong,
+    /// The directory knows the user, and none of its groups gives access here.
+    NoAccess,
+    /// Local sign-in is turned off (`--sso-only`) and this is a local user.
+    LocalOff,
+    /// The directory could not be asked: the reason, for the log (the page says less).
+    DirectoryDown(String),
+}
+
+/// Checks `password` for user `name`: a local user's against its hash here (unless local
+/// sign-in is off); anyone else's with the directory, whose groups then set the user's
+/// role and apps (created at the first sign-in, updated at each; a user who lost access
+/// since their last sign-in has their sessions ended). A name belongs to one source: a
+/// local user is never checked against the directory, nor a directory user here.
+pub async fn sign_in_with_password(ports: &Ports, name: &str, password: &str) -> Result<SignIn> {
+    let config = ports.config();
+    let known = ports.store().user_by_name(name).await?;
+    let directory = ports.directory();
+    match (&known, directory) {
+        (Some(user), _) if user.source == "local" => {
+            let ok = crate::credentials::verify_password(
+                password.to_owned(),
+                user.password_hash.clone(),
+            )
+            .await
+            .map_err(Error::Internal)?;
+            if !ok {
+                return Ok(SignIn::Wrong);
+            }
+            if config.sso_only {
+                return Ok(SignIn::LocalOff);
+            }
+            Ok(SignIn::User(user.clone()))
+        }
+        (_, None) => {
+            // No directory: as slow as a real check, so timing says nothing of the name.
+            crate::credentials::verify_nobody(password.to_owned())
+                .await
+                .map_err(Error::Internal)?;
+            Ok(SignIn::Wrong)
+        }
+        (_, Some(directory)) => {
+            let identity = match directory.authenticate(name, password).await {
+                Ok(Some(identity)) => identity,
+                Ok(None) => return Ok(SignIn::Wrong),
+                Err(e) => return Ok(SignIn::DirectoryDown(e.to_string())),
+            };
+            let Some((role, apps)) = crate::sso::grant(&config.sso_rules, &identity.groups) else {
+                // What it had ends now, not at its sessions' expiry.
+                if let Some(user) = &known {
+                    ports.store().end_sessions(user.id).await?;
+                    ports
+                        .store()
+                        .set_user_access(user.id, Role::Viewer.as_str(), "")
+                        .await?;
+                    ports
+                        .audit(
+                            name,
+                            "sign-in refused: no mapped group",
+                            &subject_of(&identity),
+                        )
+                        .await;
+                }
+                return Ok(SignIn::NoAccess);
+            };
+            let now = ports.clock().now_ms();
+            let user = ports
+                .store()
+                .upsert_directory_user(
+                    name,
+                    identity.provider,
+                    &identity.subject,
+                    role.as_str(),
+                    &apps.to_text(),
+                    now,
+                )
+                .await?;
+            if let Some(before) = &known
+                && lost_access(before, &user)
+            {
+                let ended = ports.store().end_sessions(user.id).await?;
+                ports
+                    .audit(
+                        name,
+                        "access narrowed by the directory",
+                        &format!(
+                            "{}: {} on {} → {} on {} ({ended} sessions ended)",
+                            subject_of(&identity),
+                            before.role,
+                            before.apps,
+                            user.role,
+                            user.apps
+                        ),
+                    )
+                    .await;
+            }
+            Ok(SignIn::User(user))
+        }
+    }
+}
+
+/// `ldap:<DN>`: the provider and subject an audit note names.
+fn subject_of(identity: &crate::sso::Identity) -> String {
+    format!("{}:{}", identity.provider, identity.subject)
+}
+
+/// Whether `after` may do less than `before`: a lower role, or an app it no longer has.
+fn lost_access(before: &User, after: &User) -> bool {
+    let role = |u: &User| Role::parse(&u.role).ok();
+    if role(after) < role(before) {
+        return true;
+    }
+    match (Apps::parse(&before.apps), Apps::parse(&after.apps)) {
+        (Ok(Apps::All), Ok(Apps::All)) => false,
+        (Ok(Apps::All), _) => true,
+        (Ok(Apps::Only(had)), Ok(now)) => had.iter().any(|a| !now.contains(a)),
+        _ => true,
+    }
+}
+
 /// Opens a console session of hash `session_hash` for `user`, whose password the caller
 /// checked, for [`SESSION_MS`]; audited.
 pub async fn sign_in(ports: &Ports, user: &User, session_hash: &str) -> Result<()> {
@@ -215,7 +341,12 @@ pub async fn sign_in(ports: &Ports, user: &User, session_hash: &str) -> Result<(
         .store()
         .insert_session(session_hash, user.id, at, at + SESSION_MS)
         .await?;
-    ports.audit(&user.name, "login", "").await;
+    // A directory user's note names the provider and its subject there.
+    let through = match &user.subject {
+        Some(subject) => format!("{}:{subject}", user.source),
+        None => String::new(),
+    };
+    ports.audit(&user.name, "login", &through).await;
     Ok(())
 }
 

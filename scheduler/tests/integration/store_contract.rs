@@ -1333,6 +1333,65 @@ contract!(
     }
 );
 
+contract!(
+    directory_users_are_kept_as_their_groups_say,
+    |store: Store| async move {
+        let dn = "uid=dana,ou=people,dc=corp";
+        // Created at the first sign-in, with no password of its own…
+        let dana = store
+            .upsert_directory_user("dana", "ldap", dn, "operator", "orders", NOW)
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                dana.source.as_str(),
+                dana.subject.as_deref(),
+                dana.role.as_str(),
+                dana.apps.as_str()
+            ),
+            ("ldap", Some(dn), "operator", "orders")
+        );
+        assert_eq!(dana.password_hash, "");
+        // …updated at the next, the same row.
+        let again = store
+            .upsert_directory_user("dana", "ldap", dn, "viewer", "*", NOW + 1)
+            .await
+            .unwrap();
+        assert_eq!(again.id, dana.id);
+        assert_eq!((again.role.as_str(), again.apps.as_str()), ("viewer", "*"));
+        assert_eq!(again.created_at, NOW);
+        // A local user of the same name is not taken over.
+        store
+            .insert_user("lou", "hash-l", "admin", "*", NOW)
+            .await
+            .unwrap();
+        assert!(matches!(
+            store
+                .upsert_directory_user("lou", "ldap", "uid=lou,dc=corp", "viewer", "*", NOW)
+                .await,
+            Err(Error::Conflict(_))
+        ));
+        let lou = store.user_by_name("lou").await.unwrap().unwrap();
+        assert_eq!((lou.source.as_str(), lou.subject), ("local", None));
+        // Its sessions end together.
+        store
+            .insert_session("d1", dana.id, NOW, NOW + 1_000)
+            .await
+            .unwrap();
+        store
+            .insert_session("d2", dana.id, NOW, NOW + 1_000)
+            .await
+            .unwrap();
+        store
+            .insert_session("l1", lou.id, NOW, NOW + 1_000)
+            .await
+            .unwrap();
+        assert_eq!(store.end_sessions(dana.id).await.unwrap(), 2);
+        assert!(store.session_user("d1", NOW).await.unwrap().is_none());
+        assert!(store.session_user("l1", NOW).await.unwrap().is_some());
+    }
+);
+
 contract!(users_tokens_and_sessions, |store: Store| async move {
     let admin = store
         .insert_user("admin", "hash-a", "admin", "*", NOW)

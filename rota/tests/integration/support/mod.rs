@@ -925,6 +925,49 @@ pub fn spawn_server_at(
     KillOnDrop::logged(child, log_path)
 }
 
+/// What the console's `POST /login` answered: its status, its session cookie (if it signed in), its
+/// page.
+pub struct SignedIn {
+    pub status: reqwest::StatusCode,
+    pub cookie: Option<String>,
+    pub page: String,
+}
+
+pub async fn console_sign_in(base: &str, user: &str, password: &str) -> SignedIn {
+    let resp = no_redirects()
+        .post(format!("{base}/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(
+            url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("user", user)
+                .append_pair("password", password)
+                .finish(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let cookie = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("rota_session="))
+        .map(|c| c.split(';').next().unwrap().to_owned());
+    SignedIn {
+        status,
+        cookie,
+        page: resp.text().await.unwrap(),
+    }
+}
+
+pub fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
 /// Waits until a server answers `/healthz`.
 pub async fn wait_healthy(api: &Api) {
     eventually(

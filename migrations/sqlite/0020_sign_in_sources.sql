@@ -1,0 +1,4 @@
+-- Kept in step with the MySQL schema (0020_sign_in_sources.sql there): where a user signs
+-- in (`local` or a directory such as `ldap`) and its identity there.
+ALTER TABLE users ADD COLUMN source TEXT NOT NULL DEFAULT 'local';
+ALTER TABLE users ADD COLUMN subject TEXT;
