@@ -182,6 +182,12 @@ pub struct SsoArgs {
     /// the rules that give it; a user in no mapped group cannot sign in. Repeat the flag.
     #[arg(long = "sso-map", env = "ROTA_SSO_MAP", value_delimiter = ';')]
     sso_map: Vec<String>,
+    /// How long (ms) what the directory said of a user's groups holds for the user's API
+    /// tokens: the first use after that asks it again, so a token stops acting for someone
+    /// who left a group within this long.
+    #[arg(long, env = "ROTA_LDAP_RECHECK_MS", default_value_t = defaults::LDAP_RECHECK_MS,
+          value_parser = clap::value_parser!(i64).range(0..=86_400_000))]
+    ldap_recheck_ms: i64,
     /// Only directory users may sign in to the console: local users (the seeded `admin`
     /// too) may not. Their API tokens still work.
     #[arg(long, env = "ROTA_SSO_ONLY")]
@@ -247,20 +253,27 @@ impl SsoArgs {
 
     /// Sets the node's sign-in settings. Mistakes in them turn directory sign-in off, not
     /// the node: it starts with local sign-in (so the `admin` can get in and fix them) and
-    /// says why. `rota config check` names the same mistakes.
-    pub fn apply(&self, config: &mut Config) {
+    /// says why — unless local sign-in is to be off (`--sso-only`), when it does not start.
+    /// `rota config check` names the same mistakes.
+    pub fn apply(&self, config: &mut Config) -> anyhow::Result<()> {
         match self.settings() {
             Ok(None) => {}
             Ok(Some((settings, rules))) => {
                 config.ldap = Some(settings);
                 config.sso_rules = rules;
                 config.sso_only = self.sso_only;
+                config.ldap_recheck_ms = self.ldap_recheck_ms;
             }
+            Err(wrong) if self.sso_only => anyhow::bail!(
+                "--sso-only, but directory sign-in cannot work: {}",
+                wrong.join("; ")
+            ),
             Err(wrong) => tracing::error!(
                 mistakes = %wrong.join("; "),
                 "directory sign-in is off: its settings are wrong; local users sign in as before"
             ),
         }
+        Ok(())
     }
 }
 
@@ -421,7 +434,7 @@ impl ServerArgs {
             Secret::new(self.executor_secret.as_bytes()),
         );
         self.alarms.apply(&mut c);
-        self.sso.apply(&mut c);
+        self.sso.apply(&mut c)?;
         c.traces = crate::telemetry::enabled();
         c.node_name = self
             .node_name

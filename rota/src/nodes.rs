@@ -204,7 +204,7 @@ pub async fn standalone(
         Secret::new(secret.as_bytes()),
     );
     args.alarms.apply(&mut config);
-    args.sso.apply(&mut config);
+    args.sso.apply(&mut config)?;
     config.traces = crate::telemetry::enabled();
     config.node_name = "standalone".into();
     config.advertise_url = scheduler_url.clone();

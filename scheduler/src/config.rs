@@ -105,6 +105,9 @@ pub struct Config {
     /// Local users may not sign in to the console (`--sso-only`): the directory is the
     /// only way in. Their API tokens still work.
     pub sso_only: bool,
+    /// How long the directory's word on a user's access holds for the user's API tokens
+    /// (`--ldap-recheck-ms`); then the next use asks it again.
+    pub ldap_recheck_ms: i64,
 }
 
 /// The server's defaults, in one place: [`Config::new`] and the CLI's flags both read
@@ -132,6 +135,8 @@ pub mod defaults {
     pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
     /// The sender of email alarms.
     pub const ALARM_FROM: &str = "Rota <rota@localhost>";
+    /// How long the directory's word on a user's access holds for its API tokens (ms).
+    pub const LDAP_RECHECK_MS: i64 = 5 * 60 * 1000;
 }
 
 /// See [`Config::bounded_window_ms`].
@@ -188,6 +193,7 @@ impl Config {
             ldap: None,
             sso_rules: Vec::new(),
             sso_only: false,
+            ldap_recheck_ms: defaults::LDAP_RECHECK_MS,
         }
     }
 
@@ -247,6 +253,7 @@ impl std::fmt::Debug for Config {
             .field("ldap", &self.ldap)
             .field("sso_rules", &self.sso_rules)
             .field("sso_only", &self.sso_only)
+            .field("ldap_recheck_ms", &self.ldap_recheck_ms)
             .finish()
     }
 }

@@ -27,7 +27,7 @@ fn fixture(name: &str) -> PathBuf {
 
 /// The directory: people `alice` (in `ops` and `devs`), `bob` (in `platform`), `carol` (in
 /// `interns`, which no rule maps), each with password `<name>-pass-1`. A `groupOfNames`
-/// needs a member: the directory's root is one of each group alice leaves.
+/// needs a member: the directory's root is one of each group someone leaves.
 const PEOPLE: &str = "\
 dn: dc=corp,dc=example
 objectClass: dcObject
@@ -80,6 +80,7 @@ dn: cn=platform,ou=groups,dc=corp,dc=example
 objectClass: groupOfNames
 cn: platform
 member: uid=bob,ou=people,dc=corp,dc=example
+member: cn=admin,dc=corp,dc=example
 
 dn: cn=interns,ou=groups,dc=corp,dc=example
 objectClass: groupOfNames
@@ -199,7 +200,14 @@ async fn page(base: &str, path: &str, cookie: &str) -> (StatusCode, String) {
 
 /// Starts a node signing in through `slapd`, with the test CA trusted unless `trust_ca`
 /// is false.
-fn node_on(slapd: &Slapd, dir: &Path, db: &str, port: u16, trust_ca: bool) -> KillOnDrop {
+fn node_on(
+    slapd: &Slapd,
+    dir: &Path,
+    db: &str,
+    port: u16,
+    trust_ca: bool,
+    more: &[(&str, &str)],
+) -> KillOnDrop {
     let ca = fixture("ca.pem").display().to_string();
     let mut env = vec![
         ("ROTA_ADMIN_PASSWORD", ADMIN_PW),
@@ -217,6 +225,7 @@ fn node_on(slapd: &Slapd, dir: &Path, db: &str, port: u16, trust_ca: bool) -> Ki
     if trust_ca {
         env.push(("ROTA_TLS_CA", ca.as_str()));
     }
+    env.extend_from_slice(more);
     spawn_server_env(db, port, &dir.join(format!("node-{port}.log")), "sso", &env)
 }
 
@@ -228,7 +237,7 @@ async fn directory_users_sign_in_with_the_role_and_apps_their_groups_give() {
     };
     let (db, _db_dir) = sqlite_url();
     let port = free_port();
-    let _node = node_on(&slapd, dir.path(), &db, port, true);
+    let _node = node_on(&slapd, dir.path(), &db, port, true, &[]);
     let api = Api::new(format!("http://127.0.0.1:{port}"));
     wait_healthy(&api).await;
     let base = api.base.clone();
@@ -259,11 +268,16 @@ async fn directory_users_sign_in_with_the_role_and_apps_their_groups_give() {
         "{users}"
     );
     assert!(users.contains("admin · *"), "{users}");
+    let (_, users) = page(&base, "/console/users", &bob_cookie).await;
+    assert_eq!(users.matches("<td>alice").count(), 1, "{users}");
     // Alice is no admin.
-    assert_ne!(
+    assert_eq!(
         page(&base, "/console/users", &alice_cookie).await.0,
-        StatusCode::OK
+        StatusCode::FORBIDDEN
     );
+    // Directories match names without regard to case: `Alice` is the same user.
+    let same = console_sign_in(&base, "Alice", "alice-pass-1").await;
+    assert!(same.cookie.is_some(), "{}", same.page);
 
     // Refused, nothing signed in: a wrong password, an unknown name, an empty password (an
     // anonymous bind to LDAP), and carol, whose only group no rule maps.
@@ -375,21 +389,102 @@ async fn a_directory_whose_certificate_is_not_trusted_signs_nobody_in() {
     };
     let (db, _db_dir) = sqlite_url();
     let port = free_port();
-    let node = node_on(&slapd, dir.path(), &db, port, false);
+    let node = node_on(&slapd, dir.path(), &db, port, false, &[]);
     let api = Api::new(format!("http://127.0.0.1:{port}"));
     wait_healthy(&api).await;
     let a = console_sign_in(&api.base, "bob", "bob-pass-1").await;
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.page);
     assert!(a.cookie.is_none());
     // The node says why, naming the certificate.
-    let log = eventually(Duration::from_secs(10), "the node to log why", || async {
+    let line = eventually(Duration::from_secs(10), "the node to log why", || async {
         let log = std::fs::read_to_string(dir.path().join(format!("node-{port}.log"))).unwrap();
-        log.contains("the directory could not check a sign-in")
-            .then_some(log)
+        log.lines()
+            .find(|l| l.contains("the directory could not check a sign-in"))
+            .map(str::to_owned)
     })
     .await;
-    assert!(log.to_lowercase().contains("certificate"), "{log}");
+    assert!(line.to_lowercase().contains("certificate"), "{line}");
     drop(node);
+}
+
+/// A new API token of the user of console session `cookie`, made on the tokens page.
+async fn new_token(base: &str, cookie: &str) -> String {
+    let between = |text: &str, from: &str, to: &str| -> String {
+        let start = text
+            .find(from)
+            .unwrap_or_else(|| panic!("no {from} in {text}"))
+            + from.len();
+        text[start..][..text[start..].find(to).unwrap()].to_owned()
+    };
+    let (_, tokens) = page(base, "/console/tokens", cookie).await;
+    let csrf = between(&tokens, "name=\"csrf\" value=\"", "\"");
+    let made = no_redirects()
+        .post(format!("{base}/console/tokens"))
+        .header("cookie", cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("name=ci&csrf={csrf}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    between(&made, "id=\"new-token\" class=\"token\">", "<")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_users_token_and_session_follow_their_groups_between_sign_ins() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(slapd) = Slapd::start(dir.path()) else {
+        return;
+    };
+    let (db, _db_dir) = sqlite_url();
+    let port = free_port();
+    // The directory is asked again at every use (the default: every five minutes).
+    let more = [("ROTA_LDAP_RECHECK_MS", "0")];
+    let _node = node_on(&slapd, dir.path(), &db, port, true, &more);
+    let api = Api::new(format!("http://127.0.0.1:{port}"));
+    wait_healthy(&api).await;
+    let base = api.base.clone();
+    let bob = console_sign_in(&base, "bob", "bob-pass-1").await;
+    let cookie = bob.cookie.expect("bob signs in");
+    let token = new_token(&base, &cookie).await;
+    let audit_as = |token: String| {
+        let base = base.clone();
+        async move {
+            reqwest::Client::new()
+                .get(format!("{base}/api/v1/audit"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(
+        audit_as(token.clone()).await,
+        StatusCode::OK,
+        "an admin's token"
+    );
+    // Bob leaves platform and does not sign in again: his token and his session lose what
+    // it gave at their next use.
+    slapd.modify(
+        "dn: cn=platform,ou=groups,dc=corp,dc=example\nchangetype: modify\ndelete: member\nmember: uid=bob,ou=people,dc=corp,dc=example\n",
+    );
+    assert_eq!(audit_as(token.clone()).await, StatusCode::FORBIDDEN);
+    assert_eq!(
+        page(&base, "/console", &cookie).await.0,
+        StatusCode::SEE_OTHER
+    );
+    let notes = api.ok("GET", "/api/v1/audit?limit=50", None).await;
+    assert!(
+        notes["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["user"] == "bob" && e["action"] == "access changed by the directory"),
+        "{notes}"
+    );
 }
 
 #[test]
@@ -404,6 +499,8 @@ fn config_check_names_wrong_sign_in_settings() {
          ldap-url = \"ldap://ldap.corp.example\"\n\
          ldap-user-base = \"ou=people,dc=corp\"\n\
          ldap-user-filter = \"(uid=alice)\"\n\
+         ldap-group-base = \"ou=groups,dc=corp\"\n\
+         ldap-group-filter = \"(objectClass=groupOfNames)\"\n\
          sso-map = [\"ops=boss\", \"platform=admin:orders\"]\n",
     )
     .unwrap();
@@ -420,6 +517,7 @@ fn config_check_names_wrong_sign_in_settings() {
         "`platform=admin:orders`: an admin sees every app",
         "--ldap-url `ldap://ldap.corp.example`: passwords would cross the network in clear",
         "--ldap-user-filter `(uid=alice)`: it must contain {user}",
+        "--ldap-group-filter `(objectClass=groupOfNames)`: it must contain {dn} or {user}",
     ] {
         assert!(said.contains(wrong), "not named: {wrong}\n{said}");
     }
@@ -454,4 +552,25 @@ async fn a_node_with_wrong_sign_in_settings_starts_with_local_sign_in_and_says_w
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("directory sign-in is off"), "{said}");
     assert!(said.contains("role `boss`"), "{said}");
+}
+
+#[test]
+fn a_node_told_to_sign_in_only_through_a_directory_it_cannot_use_does_not_start() {
+    let (db, _db_dir) = sqlite_url();
+    let out = Command::new(env!("CARGO_BIN_EXE_rota"))
+        .args(["server", "--database-url", &db, "--listen", "127.0.0.1:0"])
+        .env("ROTA_EXECUTOR_SECRET", "0123456789abcdef0123")
+        .env("ROTA_LDAP_URL", "ldaps://ldap.corp.example")
+        .env("ROTA_LDAP_USER_BASE", "ou=people,dc=corp")
+        .env("ROTA_SSO_MAP", "ops=boss")
+        .env("ROTA_SSO_ONLY", "true")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("--sso-only, but directory sign-in cannot work")
+            && said.contains("role `boss`"),
+        "{said}"
+    );
 }

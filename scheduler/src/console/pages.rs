@@ -226,7 +226,10 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
                 lang.t("Wrong user name or password."),
             );
         }
+        // Both say the password was right: they count as failures, so the page is no
+        // faster an oracle of the directory's passwords than a wrong one.
         SignIn::NoAccess => {
+            console.throttle.failed(&form.user, ip, now);
             tracing::warn!(user = %form.user, ip = ?ip, "console: a directory user in no mapped group");
             return refuse(
                 StatusCode::FORBIDDEN,
@@ -234,6 +237,7 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
             );
         }
         SignIn::LocalOff => {
+            console.throttle.failed(&form.user, ip, now);
             tracing::warn!(user = %form.user, ip = ?ip, "console: local sign-in is off (--sso-only)");
             return refuse(
                 StatusCode::FORBIDDEN,

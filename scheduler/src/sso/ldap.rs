@@ -19,6 +19,8 @@ use super::{Group, Identity};
 const TIMEOUT: Duration = Duration::from_secs(5);
 /// The result code of a bind with a wrong password (RFC 4511).
 const INVALID_CREDENTIALS: u32 = 49;
+/// The result code of a read of an entry that does not exist.
+const NO_SUCH_OBJECT: u32 = 32;
 
 /// Where and how the node asks the directory (the `--ldap-*` flags).
 #[derive(Clone, PartialEq, Eq)]
@@ -103,6 +105,15 @@ impl Settings {
                     "{flag} `{filter}`: an LDAP filter is in parentheses, e.g. (uid={{user}})"
                 ));
             }
+        }
+        if self.group_base.is_some()
+            && !(self.group_filter.contains("{dn}") || self.group_filter.contains("{user}"))
+        {
+            wrong.push(format!(
+                "--ldap-group-filter `{}`: it must contain {{dn}} or {{user}}, or every user \
+                 would be in every group it finds",
+                self.group_filter
+            ));
         }
         if self.user_base.trim().is_empty() {
             wrong.push("--ldap-user-base: name where the users are (ou=people,dc=corp)".into());
@@ -215,42 +226,89 @@ impl Directory {
         bound
             .success()
             .map_err(|e| unavailable("binding as the user", e))?;
-        let groups = match &s.group_base {
-            None => entry
-                .attrs
-                .iter()
-                .filter(|(k, _)| k.eq_ignore_ascii_case("memberOf"))
-                .flat_map(|(_, v)| v.iter().map(|dn| Group::of_dn(dn)))
-                .collect(),
-            Some(base) => {
-                // Searched with the node's identity: a user may not be allowed to read groups.
-                ldap.with_timeout(TIMEOUT)
-                    .simple_bind(&s.bind_dn, &s.bind_password)
-                    .await
-                    .and_then(|r| r.success())
-                    .map_err(|e| unavailable("binding as --ldap-bind-dn", e))?;
-                let filter = s
-                    .group_filter
-                    .replace("{dn}", &ldap_escape(&entry.dn))
-                    .replace("{user}", &ldap_escape(user));
-                let (found, _) = ldap
-                    .with_timeout(TIMEOUT)
-                    .search(base, Scope::Subtree, &filter, vec!["1.1"])
-                    .await
-                    .and_then(|r| r.success())
-                    .map_err(|e| unavailable("searching for the user's groups", e))?;
-                found
-                    .into_iter()
-                    .map(|e| Group::of_dn(&SearchEntry::construct(e).dn))
-                    .collect()
-            }
-        };
+        let groups = self.groups(&mut ldap, &entry, user, true).await?;
         let _ = ldap.unbind().await;
         Ok(Some(Identity {
             provider: "ldap",
             subject: entry.dn,
             groups,
         }))
+    }
+
+    /// The groups the directory gives the user of entry `subject` (named `user` at
+    /// sign-in) now, asked with the node's own identity (no password): when one of the
+    /// user's API tokens is used. `Ok(None)`: the entry is gone.
+    pub async fn groups_of(
+        &self,
+        subject: &str,
+        user: &str,
+    ) -> Result<Option<Vec<Group>>, Unavailable> {
+        let mut ldap = self.bound().await?;
+        let attrs = match self.settings.group_base {
+            Some(_) => vec!["1.1"],
+            None => vec!["memberOf"],
+        };
+        let found = ldap
+            .with_timeout(TIMEOUT)
+            .search(subject, Scope::Base, "(objectClass=*)", attrs)
+            .await
+            .map_err(|e| unavailable("reading the user's entry", e))?;
+        if found.1.rc == NO_SUCH_OBJECT {
+            let _ = ldap.unbind().await;
+            return Ok(None);
+        }
+        let (entries, _) = found
+            .success()
+            .map_err(|e| unavailable("reading the user's entry", e))?;
+        let Some(entry) = entries.into_iter().next().map(SearchEntry::construct) else {
+            let _ = ldap.unbind().await;
+            return Ok(None);
+        };
+        let groups = self.groups(&mut ldap, &entry, user, false).await?;
+        let _ = ldap.unbind().await;
+        Ok(Some(groups))
+    }
+
+    /// The groups of user `entry` (named `user`): its `memberOf`, or a search under the
+    /// group base as the node's identity (`rebind`: the connection is bound as the user).
+    async fn groups(
+        &self,
+        ldap: &mut ldap3::Ldap,
+        entry: &SearchEntry,
+        user: &str,
+        rebind: bool,
+    ) -> Result<Vec<Group>, Unavailable> {
+        let s = &self.settings;
+        let Some(base) = &s.group_base else {
+            return Ok(entry
+                .attrs
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("memberOf"))
+                .flat_map(|(_, v)| v.iter().map(|dn| Group::of_dn(dn)))
+                .collect());
+        };
+        if rebind {
+            // A user may not be allowed to read groups: the node searches as itself.
+            ldap.with_timeout(TIMEOUT)
+                .simple_bind(&s.bind_dn, &s.bind_password)
+                .await
+                .and_then(|r| r.success())
+                .map_err(|e| unavailable("binding as --ldap-bind-dn", e))?;
+        }
+        let filter = s
+            .group_filter
+            .replace("{dn}", &ldap_escape(&entry.dn))
+            .replace("{user}", &ldap_escape(user));
+        let (found, _) = ldap
+            .with_timeout(TIMEOUT)
+            .search(base, Scope::Subtree, &filter, vec!["1.1"])
+            .await
+            .and_then(|r| r.success())
+            .map_err(|e| unavailable("searching for the user's groups", e))?;
+        Ok(found
+            .into_iter()
+            .map(|e| Group::of_dn(&SearchEntry::construct(e).dn))
+            .collect())
     }
 
     /// Whether the directory answers and takes the node's own bind (at start-up, and for

@@ -60,10 +60,12 @@ impl Store {
         })
     }
 
-    /// The user `name` of directory `source` as it signs in now, with the role and apps
-    /// its groups give (`subject`: its identity there): created at its first sign-in,
-    /// updated at each. A local user of that name is not taken over: a
-    /// [`Error::Conflict`].
+    /// The user of directory `source` whose identity there is `subject`, as it signs in
+    /// now with the role and apps its groups give: found by that identity (whatever case
+    /// of its name was typed), else created as `name` at its first sign-in. A local user
+    /// named `name` is not taken over (a [`Error::Conflict`]); a user of the same directory
+    /// named so with another identity (an account deleted, its name given to someone new)
+    /// becomes this one, and what was issued to the old one — API tokens, sessions — ends.
     pub async fn upsert_directory_user(
         &self,
         name: &str,
@@ -73,56 +75,107 @@ impl Store {
         apps: &str,
         now: Millis,
     ) -> Result<User> {
+        // Two first sign-ins at once: on MySQL both lock the missing row's gap and one
+        // insert deadlocks, is retried and finds the other's row.
+        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
         retrying!("upsert_directory_user", {
             on_pool!(self, |pool, Db| {
                 let mut tx = pool.begin_write().await?;
-                let found: Option<(i64, String)> =
-                    sqlx::query_as("SELECT id, source FROM users WHERE name = ?")
+                let by_subject: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT id FROM users WHERE source = ? AND subject = ?{lock}"
+                )))
+                .bind(source)
+                .bind(subject)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let id = match by_subject {
+                    Some(id) => id,
+                    None => {
+                        let by_name: Option<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(
+                            format!("SELECT id, source FROM users WHERE name = ?{lock}"),
+                        ))
                         .bind(name)
                         .fetch_optional(&mut *tx)
                         .await?;
-                match found {
-                    Some((_, other)) if other != source => {
-                        return Err(Error::Conflict(format!(
-                            "user `{name}` is a {other} user here, not one of the {source} directory"
-                        )));
+                        match by_name {
+                            Some((_, other)) if other != source => {
+                                return Err(Error::Conflict(format!(
+                                    "user `{name}` is a {other} user here, not one of the {source} directory"
+                                )));
+                            }
+                            Some((id, _)) => {
+                                sqlx::query(
+                                    "UPDATE api_tokens SET revoked_at = ? \
+                                     WHERE user_id = ? AND revoked_at IS NULL",
+                                )
+                                .bind(now)
+                                .bind(id)
+                                .execute(&mut *tx)
+                                .await?;
+                                sqlx::query("DELETE FROM sessions WHERE user_id = ?")
+                                    .bind(id)
+                                    .execute(&mut *tx)
+                                    .await?;
+                                id
+                            }
+                            None => {
+                                // No password of its own: the directory checks it.
+                                sqlx::query(
+                                    "INSERT INTO users (name, password_hash, role, apps, created_at, source) \
+                                     VALUES (?, '', ?, ?, ?, ?)",
+                                )
+                                .bind(name)
+                                .bind(role)
+                                .bind(apps)
+                                .bind(now)
+                                .bind(source)
+                                .execute(&mut *tx)
+                                .await?
+                                .insert_id()
+                            }
+                        }
                     }
-                    Some((id, _)) => {
-                        sqlx::query(
-                            "UPDATE users SET role = ?, apps = ?, subject = ? WHERE id = ?",
-                        )
-                        .bind(role)
-                        .bind(apps)
-                        .bind(subject)
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    None => {
-                        // No password of its own: the directory checks it.
-                        sqlx::query(
-                            "INSERT INTO users (name, password_hash, role, apps, created_at, source, subject) \
-                             VALUES (?, '', ?, ?, ?, ?, ?)",
-                        )
-                        .bind(name)
-                        .bind(role)
-                        .bind(apps)
-                        .bind(now)
-                        .bind(source)
-                        .bind(subject)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                }
-                let user: User = sqlx::query_as(
-                    "SELECT id, name, password_hash, role, apps, created_at, source, subject FROM users WHERE name = ?",
+                };
+                sqlx::query(
+                    "UPDATE users SET role = ?, apps = ?, subject = ?, checked_at = ? WHERE id = ?",
                 )
-                .bind(name)
+                .bind(role)
+                .bind(apps)
+                .bind(subject)
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                let user: User = sqlx::query_as(
+                    "SELECT id, name, password_hash, role, apps, created_at, source, subject, \
+                     checked_at FROM users WHERE id = ?",
+                )
+                .bind(id)
                 .fetch_one(&mut *tx)
                 .await?;
                 tx.commit().await?;
                 Ok(user)
             })
+        })
+    }
+
+    /// A directory user's access as the directory gave it `at`.
+    pub async fn set_directory_access(
+        &self,
+        id: i64,
+        role: &str,
+        apps: &str,
+        at: Millis,
+    ) -> Result<()> {
+        on_pool!(self, |pool, Db| {
+            sqlx::query("UPDATE users SET role = ?, apps = ?, checked_at = ? WHERE id = ?")
+                .bind(role)
+                .bind(apps)
+                .bind(at)
+                .bind(id)
+                .execute(pool)
+                .await?;
+            Ok(())
         })
     }
 
@@ -137,10 +190,24 @@ impl Store {
         })
     }
 
+    /// The user of directory `source` whose identity there is `subject`.
+    pub async fn directory_user(&self, source: &str, subject: &str) -> Result<Option<User>> {
+        on_pool!(self, |pool, Db| {
+            Ok(sqlx::query_as(
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject, \
+                 checked_at FROM users WHERE source = ? AND subject = ?",
+            )
+            .bind(source)
+            .bind(subject)
+            .fetch_optional(pool)
+            .await?)
+        })
+    }
+
     pub async fn user_by_name(&self, name: &str) -> Result<Option<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT id, name, password_hash, role, apps, created_at, source, subject FROM users WHERE name = ?",
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject, checked_at FROM users WHERE name = ?",
             )
             .bind(name)
             .fetch_optional(pool)
@@ -179,7 +246,7 @@ impl Store {
     pub async fn session_user(&self, token_hash: &str, now: Millis) -> Result<Option<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT u.id, u.name, u.password_hash, u.role, u.apps, u.created_at, u.source, u.subject FROM sessions s \
+                "SELECT u.id, u.name, u.password_hash, u.role, u.apps, u.created_at, u.source, u.subject, u.checked_at FROM sessions s \
                  JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?",
             )
             .bind(token_hash)
@@ -256,7 +323,7 @@ impl Store {
     pub async fn list_users(&self) -> Result<Vec<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT id, name, password_hash, role, apps, created_at, source, subject FROM users ORDER BY name",
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject, checked_at FROM users ORDER BY name",
             )
             .fetch_all(pool)
             .await?)
@@ -266,7 +333,7 @@ impl Store {
     pub async fn get_user(&self, id: i64) -> Result<User> {
         on_pool!(self, |pool, Db| {
             sqlx::query_as(
-                "SELECT id, name, password_hash, role, apps, created_at, source, subject FROM users WHERE id = ?",
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject, checked_at FROM users WHERE id = ?",
             )
             .bind(id)
             .fetch_optional(pool)
@@ -361,10 +428,11 @@ impl Store {
     }
 
     /// The user behind a live API token.
-    pub async fn token_user(&self, token_hash: &str) -> Result<Option<TokenUser>> {
+    pub async fn token_user(&self, token_hash: &str) -> Result<Option<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT u.name, u.role, u.apps FROM api_tokens t JOIN users u ON u.id = t.user_id \
+                "SELECT u.id, u.name, u.password_hash, u.role, u.apps, u.created_at, u.source, \
+                 u.subject, u.checked_at FROM api_tokens t JOIN users u ON u.id = t.user_id \
                  WHERE t.token_hash = ? AND t.revoked_at IS NULL",
             )
             .bind(token_hash)

@@ -392,6 +392,8 @@ pub struct User {
     pub source: String,
     /// Its identity in that directory (its DN); `None` for a local user.
     pub subject: Option<String>,
+    /// When the directory last said what its groups give (a directory user).
+    pub checked_at: Option<Millis>,
 }
 
 impl User {

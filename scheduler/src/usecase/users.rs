@@ -82,6 +82,13 @@ pub async fn set_access(
     who.check_admin("managing users")?;
     let store = ports.store();
     let user = store.get_user(id).await?;
+    if user.source != "local" {
+        return Err(Error::Unprocessable(format!(
+            "user `{}` signs in with the {} directory: its groups set its role and apps \
+             (--sso-map), at each sign-in",
+            user.name, user.source
+        )));
+    }
     if role != Role::Admin {
         keep_an_admin(ports, &user).await?;
     }
@@ -189,17 +196,94 @@ pub async fn revoke_token(ports: &Ports, who: &Principal, user_id: i64, id: i64)
     Ok(())
 }
 
-/// The user behind an API token, by the token's hash; `None` for an unknown or revoked one.
+/// The user behind an API token, by the token's hash; `None` for an unknown or revoked
+/// one. A directory user's, with the access its groups give now ([`recheck`]).
 pub async fn token_user(ports: &Ports, hash: &str) -> Result<Option<TokenUser>> {
-    Ok(ports.store().token_user(hash).await?)
+    let Some(mut user) = ports.store().token_user(hash).await? else {
+        return Ok(None);
+    };
+    recheck(ports, &mut user).await?;
+    Ok(Some(TokenUser {
+        name: user.name,
+        role: user.role,
+        apps: user.apps,
+    }))
+}
+
+/// For a directory user, asks the directory again what its groups give if it last said
+/// so longer ago than the node's `--ldap-recheck-ms` (five minutes), and keeps the answer:
+/// a token or a session stops acting for someone who left a group (or the company)
+/// within minutes, not at their next sign-in. With no directory configured (any more),
+/// nothing vouches for the user: it may do nothing. With the directory down, the last
+/// answer holds.
+async fn recheck(ports: &Ports, user: &mut User) -> Result<()> {
+    if user.source == "local" {
+        return Ok(());
+    }
+    let (Some(directory), Some(subject)) = (ports.directory(), user.subject.clone()) else {
+        user.role = Role::Viewer.as_str().into();
+        user.apps = String::new();
+        return Ok(());
+    };
+    let now = ports.clock().now_ms();
+    if user
+        .checked_at
+        .is_some_and(|at| now - at < ports.config().ldap_recheck_ms)
+    {
+        return Ok(());
+    }
+    let groups = match directory.groups_of(&subject, &user.name).await {
+        Ok(groups) => groups,
+        Err(e) => {
+            tracing::warn!(user = %user.name, error = %e, "the directory could not re-check a user's access; its last known access holds");
+            return Ok(());
+        }
+    };
+    let (role, apps) = match groups.and_then(|g| crate::sso::grant(&ports.config().sso_rules, &g)) {
+        Some((role, apps)) => (role.as_str().to_owned(), apps.to_text()),
+        None => (Role::Viewer.as_str().to_owned(), String::new()),
+    };
+    ports
+        .store()
+        .set_directory_access(user.id, &role, &apps, now)
+        .await?;
+    user.checked_at = Some(now);
+    if (role.as_str(), apps.as_str()) != (user.role.as_str(), user.apps.as_str()) {
+        ports
+            .audit(
+                &user.name,
+                "access changed by the directory",
+                &format!(
+                    "{}:{subject}: {} on {} → {role} on {apps}",
+                    user.source, user.role, user.apps
+                ),
+            )
+            .await;
+        if lost_access((&user.role, &user.apps), (&role, &apps)) {
+            ports.store().end_sessions(user.id).await?;
+        }
+    }
+    user.role = role;
+    user.apps = apps;
+    Ok(())
 }
 
 /// The user of a live console session, by the session cookie's hash.
 pub async fn session_user(ports: &Ports, session_hash: &str) -> Result<Option<User>> {
-    Ok(ports
+    let Some(mut user) = ports
         .store()
         .session_user(session_hash, ports.clock().now_ms())
-        .await?)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let had = (user.role.clone(), user.apps.clone());
+    recheck(ports, &mut user).await?;
+    // A recheck that narrowed the user's access ended this session too.
+    if lost_access((&had.0, &had.1), (&user.role, &user.apps)) {
+        return Ok(None);
+    }
+    Ok(Some(user))
 }
 
 /// The user named `name`, for signing in.
@@ -255,11 +339,20 @@ pub async fn sign_in_with_password(ports: &Ports, name: &str, password: &str) ->
             Ok(SignIn::Wrong)
         }
         (_, Some(directory)) => {
+            // As slow as a local check, so timing does not tell local names from others.
+            crate::credentials::verify_nobody(password.to_owned())
+                .await
+                .map_err(Error::Internal)?;
             let identity = match directory.authenticate(name, password).await {
                 Ok(Some(identity)) => identity,
                 Ok(None) => return Ok(SignIn::Wrong),
                 Err(e) => return Ok(SignIn::DirectoryDown(e.to_string())),
             };
+            // The user as it was, found by its identity (the name typed may differ in case).
+            let known = ports
+                .store()
+                .directory_user(identity.provider, &identity.subject)
+                .await?;
             let Some((role, apps)) = crate::sso::grant(&config.sso_rules, &identity.groups) else {
                 // What it had ends now, not at its sessions' expiry.
                 if let Some(user) = &known {
@@ -279,10 +372,12 @@ pub async fn sign_in_with_password(ports: &Ports, name: &str, password: &str) ->
                 return Ok(SignIn::NoAccess);
             };
             let now = ports.clock().now_ms();
+            // Directories match names without regard to case: the first sign-in names the
+            // user in lower case, later ones find it by its identity.
             let user = ports
                 .store()
                 .upsert_directory_user(
-                    name,
+                    &name.trim().to_lowercase(),
                     identity.provider,
                     &identity.subject,
                     role.as_str(),
@@ -291,7 +386,7 @@ pub async fn sign_in_with_password(ports: &Ports, name: &str, password: &str) ->
                 )
                 .await?;
             if let Some(before) = &known
-                && lost_access(before, &user)
+                && lost_access((&before.role, &before.apps), (&user.role, &user.apps))
             {
                 let ended = ports.store().end_sessions(user.id).await?;
                 ports
@@ -319,13 +414,13 @@ fn subject_of(identity: &crate::sso::Identity) -> String {
     format!("{}:{}", identity.provider, identity.subject)
 }
 
-/// Whether `after` may do less than `before`: a lower role, or an app it no longer has.
-fn lost_access(before: &User, after: &User) -> bool {
-    let role = |u: &User| Role::parse(&u.role).ok();
-    if role(after) < role(before) {
+/// Whether access `after` (role, apps) is less than `before`: a lower role, or an app it
+/// no longer has.
+fn lost_access(before: (&str, &str), after: (&str, &str)) -> bool {
+    if Role::parse(after.0).ok() < Role::parse(before.0).ok() {
         return true;
     }
-    match (Apps::parse(&before.apps), Apps::parse(&after.apps)) {
+    match (Apps::parse(before.1), Apps::parse(after.1)) {
         (Ok(Apps::All), Ok(Apps::All)) => false,
         (Ok(Apps::All), _) => true,
         (Ok(Apps::Only(had)), Ok(now)) => had.iter().any(|a| !now.contains(a)),

@@ -9,7 +9,7 @@ use rota_scheduler::model::*;
 use rota_scheduler::route::Route;
 use rota_scheduler::schedule::{Misfire, Schedule};
 use rota_scheduler::store::{
-    DueJob, Error, JobFires, NewPlugin, PluginUser, RunStat, SecretMeta, Store, TokenUser,
+    DueJob, Error, JobFires, NewPlugin, PluginUser, RunStat, SecretMeta, Store,
 };
 
 /// A store on a fresh database, dropped with the value.
@@ -1373,6 +1373,34 @@ contract!(
         ));
         let lou = store.user_by_name("lou").await.unwrap().unwrap();
         assert_eq!((lou.source.as_str(), lou.subject), ("local", None));
+        // Found by its identity whatever the name given, and its access as last checked.
+        let same = store
+            .upsert_directory_user("DANA", "ldap", dn, "operator", "orders", NOW + 2)
+            .await
+            .unwrap();
+        assert_eq!((same.id, same.name.as_str()), (dana.id, "dana"));
+        assert_eq!(same.checked_at, Some(NOW + 2));
+        assert_eq!(
+            store
+                .directory_user("ldap", dn)
+                .await
+                .unwrap()
+                .map(|u| u.id),
+            Some(dana.id)
+        );
+        store
+            .set_directory_access(dana.id, "viewer", "", NOW + 3)
+            .await
+            .unwrap();
+        let checked = store.get_user(dana.id).await.unwrap();
+        assert_eq!(
+            (
+                checked.role.as_str(),
+                checked.apps.as_str(),
+                checked.checked_at
+            ),
+            ("viewer", "", Some(NOW + 3))
+        );
         // Its sessions end together.
         store
             .insert_session("d1", dana.id, NOW, NOW + 1_000)
@@ -1389,6 +1417,31 @@ contract!(
         assert_eq!(store.end_sessions(dana.id).await.unwrap(), 2);
         assert!(store.session_user("d1", NOW).await.unwrap().is_none());
         assert!(store.session_user("l1", NOW).await.unwrap().is_some());
+        // Its name given to someone new in the directory: the row is theirs now, and what
+        // was issued to the one before (tokens, sessions) ends.
+        store
+            .insert_token(dana.id, "ci", "dana-token", NOW)
+            .await
+            .unwrap();
+        store
+            .insert_session("d3", dana.id, NOW, NOW + 1_000)
+            .await
+            .unwrap();
+        let next = store
+            .upsert_directory_user(
+                "dana",
+                "ldap",
+                "uid=dana,ou=new,dc=corp",
+                "viewer",
+                "*",
+                NOW + 4,
+            )
+            .await
+            .unwrap();
+        assert_eq!(next.id, dana.id);
+        assert_eq!(next.subject.as_deref(), Some("uid=dana,ou=new,dc=corp"));
+        assert!(store.token_user("dana-token").await.unwrap().is_none());
+        assert!(store.session_user("d3", NOW).await.unwrap().is_none());
     }
 );
 
@@ -1433,13 +1486,15 @@ contract!(users_tokens_and_sessions, |store: Store| async move {
     // Tokens: found by hash while live, listed per user, revoked once.
     let t1 = store.insert_token(vera, "ci", "h1", NOW).await.unwrap();
     store.insert_token(admin, "ops", "h2", NOW).await.unwrap();
+    let by_token = store.token_user("h1").await.unwrap().unwrap();
     assert_eq!(
-        store.token_user("h1").await.unwrap(),
-        Some(TokenUser {
-            name: "vera".into(),
-            role: "operator".into(),
-            apps: "shop".into()
-        })
+        (
+            by_token.id,
+            by_token.name.as_str(),
+            by_token.role.as_str(),
+            by_token.apps.as_str()
+        ),
+        (vera, "vera", "operator", "shop")
     );
     assert_eq!(store.list_tokens(Some(vera)).await.unwrap().len(), 1);
     assert_eq!(store.list_tokens(None).await.unwrap().len(), 2);
@@ -1452,7 +1507,7 @@ contract!(users_tokens_and_sessions, |store: Store| async move {
         !store.revoke_token(t1, None, NOW).await.unwrap(),
         "already revoked"
     );
-    assert_eq!(store.token_user("h1").await.unwrap(), None);
+    assert!(store.token_user("h1").await.unwrap().is_none());
 
     // Sessions end with their user.
     store
