@@ -349,21 +349,22 @@ pub async fn sign_in_with_password(ports: &Ports, name: &str, password: &str) ->
                 Err(e) => return Ok(SignIn::DirectoryDown(e.to_string())),
             };
             // The user as it was, found by its identity (the name typed may differ in case).
-            let known = ports
+            let before = ports
                 .store()
                 .directory_user(identity.provider, &identity.subject)
                 .await?;
+            let now = ports.clock().now_ms();
             let Some((role, apps)) = crate::sso::grant(&config.sso_rules, &identity.groups) else {
                 // What it had ends now, not at its sessions' expiry.
-                if let Some(user) = &known {
+                if let Some(user) = &before {
                     ports.store().end_sessions(user.id).await?;
                     ports
                         .store()
-                        .set_user_access(user.id, Role::Viewer.as_str(), "")
+                        .set_directory_access(user.id, Role::Viewer.as_str(), "", now)
                         .await?;
                     ports
                         .audit(
-                            name,
+                            &user.name,
                             "sign-in refused: no mapped group",
                             &subject_of(&identity),
                         )
@@ -371,7 +372,6 @@ pub async fn sign_in_with_password(ports: &Ports, name: &str, password: &str) ->
                 }
                 return Ok(SignIn::NoAccess);
             };
-            let now = ports.clock().now_ms();
             // Directories match names without regard to case: the first sign-in names the
             // user in lower case, later ones find it by its identity.
             let user = ports
@@ -385,13 +385,13 @@ pub async fn sign_in_with_password(ports: &Ports, name: &str, password: &str) ->
                     now,
                 )
                 .await?;
-            if let Some(before) = &known
+            if let Some(before) = &before
                 && lost_access((&before.role, &before.apps), (&user.role, &user.apps))
             {
                 let ended = ports.store().end_sessions(user.id).await?;
                 ports
                     .audit(
-                        name,
+                        &user.name,
                         "access narrowed by the directory",
                         &format!(
                             "{}: {} on {} → {} on {} ({ended} sessions ended)",
