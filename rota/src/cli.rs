@@ -176,9 +176,43 @@ pub struct SsoArgs {
     /// DN, `{user}` the name typed.
     #[arg(long, env = "ROTA_LDAP_GROUP_FILTER", default_value = "(member={dn})")]
     ldap_group_filter: String,
-    /// What a directory group gives its members: `GROUP=ROLE` (every app) or
-    /// `GROUP=ROLE:APP,APP` — `ops=operator:orders,billing`, `platform=admin`. GROUP is a
-    /// group's name (cn) or DN. The highest role of a user's groups wins, with the apps of
+    /// The OpenID provider users sign in with (the authorization-code flow with PKCE): its
+    /// issuer URL, whose `/.well-known/openid-configuration` names the same issuer —
+    /// `https://id.corp.example/realms/main` (http:// only on a loopback address).
+    #[arg(long, env = "ROTA_OIDC_ISSUER")]
+    oidc_issuer: Option<String>,
+    /// The client registered with the provider for this console.
+    #[arg(long, env = "ROTA_OIDC_CLIENT_ID")]
+    oidc_client_id: Option<String>,
+    /// Its secret (never logged); empty for a public client.
+    #[arg(
+        long,
+        env = "ROTA_OIDC_CLIENT_SECRET",
+        hide_env_values = true,
+        default_value = ""
+    )]
+    oidc_client_secret: String,
+    /// Where the provider sends the browser back, as registered with it: this console's
+    /// `/login/oidc/callback` — `https://rota.corp.example/login/oidc/callback`.
+    #[arg(long, env = "ROTA_OIDC_REDIRECT_URL")]
+    oidc_redirect_url: Option<String>,
+    /// Scopes asked for besides `openid` (comma-separated).
+    #[arg(
+        long,
+        env = "ROTA_OIDC_SCOPES",
+        value_delimiter = ',',
+        default_values = ["profile", "email"]
+    )]
+    oidc_scopes: Vec<String>,
+    /// The ID token's claim listing the user's groups, which --sso-map maps.
+    #[arg(long, env = "ROTA_OIDC_GROUPS_CLAIM", default_value = "groups")]
+    oidc_groups_claim: String,
+    /// What the login page's button names the provider: "Sign in with LABEL".
+    #[arg(long, env = "ROTA_OIDC_LABEL", default_value = "single sign-on")]
+    oidc_label: String,
+    /// What a directory's or a provider's group gives its members: `GROUP=ROLE` (every app)
+    /// or `GROUP=ROLE:APP,APP` — `ops=operator:orders,billing`, `platform=admin`. GROUP is a
+    /// group's name (an LDAP cn or DN, a value of the OIDC groups claim). The highest role of a user's groups wins, with the apps of
     /// the rules that give it; a user in no mapped group cannot sign in. Repeat the flag.
     #[arg(long = "sso-map", env = "ROTA_SSO_MAP", value_delimiter = ';')]
     sso_map: Vec<String>,
@@ -188,24 +222,23 @@ pub struct SsoArgs {
     #[arg(long, env = "ROTA_LDAP_RECHECK_MS", default_value_t = defaults::LDAP_RECHECK_MS,
           value_parser = clap::value_parser!(i64).range(0..=86_400_000))]
     ldap_recheck_ms: i64,
-    /// Only directory users may sign in to the console: local users (the seeded `admin`
-    /// too) may not. Their API tokens still work.
+    /// Only directory or provider users may sign in to the console: local users (the
+    /// seeded `admin` too) may not. Their API tokens still work.
     #[arg(long, env = "ROTA_SSO_ONLY")]
     sso_only: bool,
 }
 
+/// The node's sign-in settings, checked ([`SsoArgs::settings`]).
+pub struct Sso {
+    pub ldap: Option<rota_scheduler::sso::ldap::Settings>,
+    pub oidc: Option<rota_scheduler::sso::oidc::Settings>,
+    pub rules: Vec<rota_scheduler::sso::Rule>,
+}
+
 impl SsoArgs {
-    /// The directory settings and rules, or every mistake in them, each naming its flag;
-    /// `Ok(None)` without a directory.
-    pub fn settings(
-        &self,
-    ) -> Result<
-        Option<(
-            rota_scheduler::sso::ldap::Settings,
-            Vec<rota_scheduler::sso::Rule>,
-        )>,
-        Vec<String>,
-    > {
+    /// The directory's and the provider's settings and the rules, or every mistake in them,
+    /// each naming its flag; `Ok(None)` with neither.
+    pub fn settings(&self) -> Result<Option<Sso>, Vec<String>> {
         let mut wrong = Vec::new();
         let rules: Vec<rota_scheduler::sso::Rule> = self
             .sso_map
@@ -216,61 +249,94 @@ impl SsoArgs {
                     .ok()
             })
             .collect();
-        let Some(url) = self.ldap_url.as_deref().filter(|u| !u.is_empty()) else {
+        let ldap = self
+            .ldap_url
+            .as_deref()
+            .filter(|u| !u.is_empty())
+            .map(|url| rota_scheduler::sso::ldap::Settings {
+                url: url.to_owned(),
+                start_tls: self.ldap_start_tls,
+                bind_dn: self.ldap_bind_dn.clone(),
+                bind_password: self.ldap_bind_password.clone(),
+                user_base: self.ldap_user_base.clone().unwrap_or_default(),
+                user_filter: self.ldap_user_filter.clone(),
+                group_base: self.ldap_group_base.clone().filter(|b| !b.is_empty()),
+                group_filter: self.ldap_group_filter.clone(),
+            });
+        let oidc = self
+            .oidc_issuer
+            .as_deref()
+            .filter(|u| !u.is_empty())
+            .map(|issuer| rota_scheduler::sso::oidc::Settings {
+                issuer: issuer.to_owned(),
+                client_id: self.oidc_client_id.clone().unwrap_or_default(),
+                client_secret: self.oidc_client_secret.clone(),
+                scopes: self
+                    .oidc_scopes
+                    .iter()
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty() && s != "openid")
+                    .collect(),
+                groups_claim: self.oidc_groups_claim.clone(),
+                redirect_url: self.oidc_redirect_url.clone().unwrap_or_default(),
+                label: self.oidc_label.clone(),
+            });
+        if ldap.is_none() && oidc.is_none() {
             if !self.sso_map.is_empty() || self.sso_only {
-                wrong.push("--sso-map and --sso-only need a directory: set --ldap-url".into());
+                wrong.push(
+                    "--sso-map and --sso-only need a directory or a provider: set --ldap-url \
+                     or --oidc-issuer"
+                        .into(),
+                );
             }
             return if wrong.is_empty() {
                 Ok(None)
             } else {
                 Err(wrong)
             };
-        };
-        let settings = rota_scheduler::sso::ldap::Settings {
-            url: url.to_owned(),
-            start_tls: self.ldap_start_tls,
-            bind_dn: self.ldap_bind_dn.clone(),
-            bind_password: self.ldap_bind_password.clone(),
-            user_base: self.ldap_user_base.clone().unwrap_or_default(),
-            user_filter: self.ldap_user_filter.clone(),
-            group_base: self.ldap_group_base.clone().filter(|b| !b.is_empty()),
-            group_filter: self.ldap_group_filter.clone(),
-        };
-        wrong.extend(settings.check());
+        }
+        if let Some(ldap) = &ldap {
+            wrong.extend(ldap.check());
+        }
+        if let Some(oidc) = &oidc {
+            wrong.extend(oidc.check());
+        }
         if self.sso_map.is_empty() {
             wrong.push(
-                "--sso-map: no group gives access, so no directory user could sign in \
-                 (e.g. --sso-map ops=operator:orders)"
+                "--sso-map: no group gives access, so no directory or provider user could \
+                 sign in (e.g. --sso-map ops=operator:orders)"
                     .to_owned(),
             );
         }
         if wrong.is_empty() {
-            Ok(Some((settings, rules)))
+            Ok(Some(Sso { ldap, oidc, rules }))
         } else {
             Err(wrong)
         }
     }
 
-    /// Sets the node's sign-in settings. Mistakes in them turn directory sign-in off, not
-    /// the node: it starts with local sign-in (so the `admin` can get in and fix them) and
-    /// says why — unless local sign-in is to be off (`--sso-only`), when it does not start.
-    /// `rota config check` names the same mistakes.
+    /// Sets the node's sign-in settings. Mistakes in them turn sign-in through the directory
+    /// and the provider off, not the node: it starts with local sign-in (so the `admin` can
+    /// get in and fix them) and says why — unless local sign-in is to be off (`--sso-only`),
+    /// when it does not start. `rota config check` names the same mistakes.
     pub fn apply(&self, config: &mut Config) -> anyhow::Result<()> {
         match self.settings() {
             Ok(None) => {}
-            Ok(Some((settings, rules))) => {
-                config.ldap = Some(settings);
-                config.sso_rules = rules;
+            Ok(Some(sso)) => {
+                config.ldap = sso.ldap;
+                config.oidc = sso.oidc;
+                config.sso_rules = sso.rules;
                 config.sso_only = self.sso_only;
                 config.ldap_recheck_ms = self.ldap_recheck_ms;
             }
             Err(wrong) if self.sso_only => anyhow::bail!(
-                "--sso-only, but directory sign-in cannot work: {}",
+                "--sso-only, but sign-in through the directory or the provider cannot work: {}",
                 wrong.join("; ")
             ),
             Err(wrong) => tracing::error!(
                 mistakes = %wrong.join("; "),
-                "directory sign-in is off: its settings are wrong; local users sign in as before"
+                "sign-in through the directory and the provider is off: its settings are \
+                 wrong; local users sign in as before"
             ),
         }
         Ok(())
@@ -380,7 +446,7 @@ struct ServerArgs {
     #[arg(long, env = "ROTA_MAX_PAYLOAD_BYTES", default_value_t = defaults::MAX_PAYLOAD_BYTES)]
     max_payload_bytes: usize,
     #[command(flatten)]
-    tls: TlsArgs,
+    pub(crate) tls: TlsArgs,
     #[command(flatten)]
     egress: EgressArgs,
     #[command(flatten)]
@@ -477,6 +543,46 @@ impl Cli {
             _ => return Vec::new(),
         };
         sso.settings().err().unwrap_or_default()
+    }
+
+    /// Whether the services the settings name answer as they should: the OpenID provider's
+    /// discovery document and keys are read (a provider that is down, or names another
+    /// issuer, is a mistake naming --oidc-issuer). `rota config check` asks; a node starts
+    /// either way and logs the same.
+    pub fn unanswered_services(&self) -> Vec<String> {
+        // A standalone node trusts the system's roots alone.
+        let (sso, tls) = match &self.command {
+            Command::Server(a) => (&a.sso, Some(&a.tls)),
+            Command::Standalone(a) => (&a.sso, None),
+            _ => return Vec::new(),
+        };
+        let Ok(Some(crate::cli::Sso {
+            oidc: Some(settings),
+            ..
+        })) = sso.settings()
+        else {
+            return Vec::new();
+        };
+        let issuer = settings.issuer.clone();
+        let probe = async move {
+            let tls = match tls {
+                Some(tls) => tls.load()?,
+                None => rota_net::Tls::default(),
+            }
+            .client_config()?;
+            let provider = rota_scheduler::sso::oidc::Provider::new(
+                settings,
+                std::sync::Arc::unwrap_or_clone(tls),
+            )?;
+            provider.probe().await.map_err(anyhow::Error::from)
+        };
+        // `rota config` runs on the process's (multi-threaded) runtime.
+        let answered =
+            tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(probe));
+        match answered {
+            Ok(()) => Vec::new(),
+            Err(e) => vec![format!("--oidc-issuer `{issuer}`: {e:#}")],
+        }
     }
 
     /// The name the process's traces carry: the long-running commands trace, the others

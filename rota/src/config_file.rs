@@ -442,6 +442,9 @@ fn sample(long: &str) -> String {
         "ldap-url" => "ldaps://ldap.corp.example:636",
         "ldap-user-base" => "ou=people,dc=corp,dc=example",
         "ldap-group-base" => "ou=groups,dc=corp,dc=example",
+        "oidc-issuer" => "https://id.corp.example/realms/main",
+        "oidc-client-id" => "rota",
+        "oidc-redirect-url" => "https://rota.corp.example/login/oidc/callback",
         "sso-map" => return "[\"ops=operator:orders,billing\", \"platform=admin\"]".into(),
         _ if long.contains("secret") || long.contains("token") || long.contains("password") => {
             "from-the-environment-instead"

@@ -100,7 +100,9 @@ pub struct Config {
     /// Console sign-in through the company's directory (SPEC §14, the `--ldap-*` flags);
     /// `None`: local users only.
     pub ldap: Option<crate::sso::ldap::Settings>,
-    /// What directory groups give (`--sso-map`).
+    /// Console sign-in through an OpenID provider (SPEC §14, the `--oidc-*` flags).
+    pub oidc: Option<crate::sso::oidc::Settings>,
+    /// What directory or provider groups give (`--sso-map`).
     pub sso_rules: Vec<crate::sso::Rule>,
     /// Local users may not sign in to the console (`--sso-only`): the directory is the
     /// only way in. Their API tokens still work.
@@ -191,6 +193,7 @@ impl Config {
             engine: None,
             traces: false,
             ldap: None,
+            oidc: None,
             sso_rules: Vec::new(),
             sso_only: false,
             ldap_recheck_ms: defaults::LDAP_RECHECK_MS,
@@ -251,6 +254,7 @@ impl std::fmt::Debug for Config {
             .field("engine", &self.engine.as_ref().map(|_| "shared"))
             .field("traces", &self.traces)
             .field("ldap", &self.ldap)
+            .field("oidc", &self.oidc)
             .field("sso_rules", &self.sso_rules)
             .field("sso_only", &self.sso_only)
             .field("ldap_recheck_ms", &self.ldap_recheck_ms)

@@ -204,7 +204,7 @@ async function main() {
       await page.click('form[action="/login"] button[type="submit"]');
       await page.waitForLoadState();
       expectAt(page, "/login", "after a wrong password");
-      const error = await textOf(page, "form p.error");
+      const error = await textOf(page, "p.error");
       check(/wrong/i.test(error), `expected "Wrong user name or password", saw "${error}"`);
       expectedStatus.delete("/login");
     });

@@ -28,6 +28,10 @@ enum ConfigCommand {
         /// Check the file as `rota <COMMAND>` would read it alone.
         #[arg(long = "for", value_name = "COMMAND", value_parser = PROCESSES)]
         process: Option<String>,
+        /// Do not ask the services the file names whether they answer (the OpenID
+        /// provider's discovery document and keys are read otherwise).
+        #[arg(long)]
+        offline: bool,
     },
     /// Print the settings `rota <COMMAND> [FLAGS…]` would run with (flags, environment,
     /// --config or ROTA_CONFIG, defaults), each with where it came from. Secrets and the
@@ -47,7 +51,11 @@ enum ConfigCommand {
 impl ConfigArgs {
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
-            ConfigCommand::Check { file, process } => check(&file, process.as_deref()),
+            ConfigCommand::Check {
+                file,
+                process,
+                offline,
+            } => check(&file, process.as_deref(), offline),
             ConfigCommand::Show { process, flags } => show(&process, flags),
             ConfigCommand::Example => {
                 print!("{}", config_file::example());
@@ -57,7 +65,7 @@ impl ConfigArgs {
     }
 }
 
-fn check(file: &std::path::Path, only: Option<&str>) -> anyhow::Result<()> {
+fn check(file: &std::path::Path, only: Option<&str>, offline: bool) -> anyhow::Result<()> {
     if let Err(errors) = config_file::load(file, only.unwrap_or("server")) {
         fail(&config_file::report(&errors));
     }
@@ -80,7 +88,11 @@ fn check(file: &std::path::Path, only: Option<&str>) -> anyhow::Result<()> {
             Err(e) => missing.push(format!("rota {process}: {}", config_file::clap_message(&e))),
             Ok(matches) => {
                 let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
-                for mistake in cli.whole_setting_mistakes() {
+                let mut mistakes = cli.whole_setting_mistakes();
+                if mistakes.is_empty() && !offline {
+                    mistakes = cli.unanswered_services();
+                }
+                for mistake in mistakes {
                     missing.push(format!("rota {process}: {mistake}"));
                 }
             }

@@ -209,7 +209,8 @@ fn the_documented_example_is_what_the_binary_prints_and_is_accepted() {
         "docs/rota.example.toml is not what `rota config example` prints: regenerate it with \
          `rota config example > docs/rota.example.toml`"
     );
-    // Every key, the commented samples too, is accepted as each command reads it.
+    // Every key, the commented samples too, is accepted as each command reads it (the
+    // sample provider is not asked: --offline).
     let dir = tempfile::tempdir().unwrap();
     let all = dir.path().join("all.toml");
     let uncommented: Vec<&str> = documented
@@ -226,7 +227,10 @@ fn the_documented_example_is_what_the_binary_prints_and_is_accepted() {
         })
         .collect();
     std::fs::write(&all, uncommented.join("\n")).unwrap();
-    let check = rota(&[], &["config", "check", all.to_str().unwrap()]);
+    let check = rota(
+        &[],
+        &["config", "check", "--offline", all.to_str().unwrap()],
+    );
     assert_eq!(check.code, 0, "{}", check.stderr);
     assert!(
         check

@@ -550,7 +550,10 @@ async fn a_node_with_wrong_sign_in_settings_starts_with_local_sign_in_and_says_w
             .is_some()
     );
     let said = std::fs::read_to_string(&log).unwrap();
-    assert!(said.contains("directory sign-in is off"), "{said}");
+    assert!(
+        said.contains("sign-in through the directory and the provider is off"),
+        "{said}"
+    );
     assert!(said.contains("role `boss`"), "{said}");
 }
 
@@ -569,7 +572,7 @@ fn a_node_told_to_sign_in_only_through_a_directory_it_cannot_use_does_not_start(
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{said}");
     assert!(
-        said.contains("--sso-only, but directory sign-in cannot work")
+        said.contains("--sso-only, but sign-in through the directory or the provider cannot work")
             && said.contains("role `boss`"),
         "{said}"
     );

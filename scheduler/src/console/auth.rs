@@ -75,13 +75,18 @@ pub fn clear_cookie(secure: bool) -> String {
 
 /// The session cookie of a request, if it has one.
 pub fn cookie_token(headers: &axum::http::HeaderMap) -> Option<String> {
+    cookie(headers, COOKIE)
+}
+
+/// The value of a request's cookie `name`, if it is set and not empty.
+pub fn cookie(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.to_owned())
         .filter(|v| !v.is_empty())
 }

@@ -338,6 +338,22 @@ const ZH_CN: &[(&str, &str)] = &[
         "The directory cannot be reached: try again later (local accounts still work).",
         "无法连接目录服务：请稍后重试（本地账号仍可登录）。",
     ),
+    (
+        "The identity provider cannot be reached: try again later (local accounts still work).",
+        "无法连接身份提供方：请稍后重试（本地账号仍可登录）。",
+    ),
+    (
+        "Sign-in through an identity provider is not set up on this node.",
+        "此节点未配置通过身份提供方登录。",
+    ),
+    (
+        "This sign-in was not started in this browser, or took too long: sign in again.",
+        "此次登录并非在本浏览器中发起，或耗时过长：请重新登录。",
+    ),
+    (
+        "Your account is in no group that gives access to Rota. Ask an administrator.",
+        "你的账号不在任何可访问 Rota 的组中。请联系管理员。",
+    ),
     ("Account", "账户"),
     ("Change password", "修改密码"),
     ("Current password", "当前密码"),

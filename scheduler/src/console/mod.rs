@@ -33,6 +33,7 @@ pub mod people;
 pub mod plugins;
 pub mod runs;
 pub mod secrets;
+pub mod sign_in;
 pub mod tasks;
 pub mod workflows;
 
@@ -169,8 +170,10 @@ fn open() -> Vec<(Method, &'static str, MethodRouter<Console>)> {
     use Method as M;
     vec![
         (M::GET, "/", get(|| async { Redirect::to(PREFIX) })),
-        (M::GET, "/login", get(pages::login_form)),
-        (M::POST, "/login", post(pages::login)),
+        (M::GET, "/login", get(sign_in::login_form)),
+        (M::POST, "/login", post(sign_in::login)),
+        (M::GET, "/login/oidc", get(sign_in::oidc_begin)),
+        (M::GET, "/login/oidc/callback", get(sign_in::oidc_callback)),
         (M::GET, "/lang/{tag}", get(switch_lang)),
         (M::GET, "/static/console.css", get(css)),
         (M::GET, "/static/console.js", get(js)),

@@ -1,7 +1,7 @@
 //! What every console page shares (the chrome, paging, the form-error map, finding a job
-//! with the user's permission) and the pages of no one area: sign-in, the dashboard, the
-//! audit log and the account. The areas have their own files: `jobs`, `tasks`, `runs`,
-//! `plugins` (with executors), `people`, `secrets`.
+//! with the user's permission) and the pages of no one area: sign-out, the dashboard, the
+//! audit log and the account. The areas have their own files: `sign_in`, `jobs`, `tasks`,
+//! `runs`, `plugins` (with executors), `people`, `secrets`.
 
 use std::collections::BTreeMap;
 
@@ -136,135 +136,6 @@ pub(super) fn next_url<T>(
 pub struct ErrorPage {
     pub status: u16,
     pub message: String,
-}
-
-// ----- login -------------------------------------------------------------------------------
-
-#[derive(Template)]
-#[template(path = "login.html")]
-pub(super) struct LoginPage {
-    lang: Lang,
-    user: String,
-    error: Option<String>,
-    /// Directory users sign in here too (the page says so).
-    directory: bool,
-}
-
-pub async fn login_form(State(console): State<Console>, req: Request) -> PageResult {
-    if let Some(token) = auth::cookie_token(req.headers())
-        && crate::usecase::users::session_user(&console.ports, &auth::token_hash(&token))
-            .await?
-            .is_some()
-    {
-        return Ok(Redirect::to(PREFIX).into_response());
-    }
-    render(&LoginPage {
-        lang: Lang::of(req.headers()),
-        user: String::new(),
-        error: None,
-        directory: console.ports.directory().is_some(),
-    })
-}
-
-#[derive(Debug, Deserialize)]
-pub struct LoginForm {
-    #[serde(default)]
-    user: String,
-    #[serde(default)]
-    password: String,
-}
-
-pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
-    let ip = auth::client_ip(&req);
-    let lang = Lang::of(req.headers());
-    let same_origin = auth::same_origin(req.headers());
-    let Form(form) = Form::<LoginForm>::from_request(req, &())
-        .await
-        .map_err(|e| Error::BadRequest(e.body_text()))?;
-    let now = std::time::Instant::now();
-    let refuse = |status, error: &str| {
-        render_status(
-            status,
-            &LoginPage {
-                lang,
-                user: form.user.clone(),
-                error: Some(error.to_owned()),
-                directory: console.ports.directory().is_some(),
-            },
-        )
-    };
-    // The login form has no session to tie a CSRF token to; a cross-site form is refused by
-    // its Origin instead (it would sign the victim into the attacker's account).
-    if !same_origin {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            lang.t("This sign-in form did not come from this site."),
-        );
-    }
-    if let Some(wait) = console.throttle.wait(&form.user, ip, now) {
-        let secs = wait.as_secs().max(1);
-        let message = match lang {
-            Lang::En => format!("Too many failed sign-ins: try again in {secs} s."),
-            Lang::ZhCn => format!("登录失败次数过多：请在 {secs} 秒后重试。"),
-        };
-        return refuse(StatusCode::TOO_MANY_REQUESTS, &message);
-    }
-    use crate::usecase::users::SignIn;
-    let user = match crate::usecase::users::sign_in_with_password(
-        &console.ports,
-        &form.user,
-        &form.password,
-    )
-    .await?
-    {
-        SignIn::User(user) => user,
-        SignIn::Wrong => {
-            console.throttle.failed(&form.user, ip, now);
-            tracing::warn!(user = %form.user, ip = ?ip, "console: failed sign-in");
-            return refuse(
-                StatusCode::UNAUTHORIZED,
-                lang.t("Wrong user name or password."),
-            );
-        }
-        // Both say the password was right: they count as failures, so the page is no
-        // faster an oracle of the directory's passwords than a wrong one.
-        SignIn::NoAccess => {
-            console.throttle.failed(&form.user, ip, now);
-            tracing::warn!(user = %form.user, ip = ?ip, "console: a directory user in no mapped group");
-            return refuse(
-                StatusCode::FORBIDDEN,
-                lang.t("Your directory account is in no group that gives access to Rota. Ask an administrator."),
-            );
-        }
-        SignIn::LocalOff => {
-            console.throttle.failed(&form.user, ip, now);
-            tracing::warn!(user = %form.user, ip = ?ip, "console: local sign-in is off (--sso-only)");
-            return refuse(
-                StatusCode::FORBIDDEN,
-                lang.t("Sign-in with a local account is turned off: use your directory account."),
-            );
-        }
-        SignIn::DirectoryDown(reason) => {
-            tracing::error!(user = %form.user, error = %reason, "console: the directory could not check a sign-in");
-            return refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                lang.t(
-                    "The directory cannot be reached: try again later (local accounts still work).",
-                ),
-            );
-        }
-    };
-    console.throttle.succeeded(&form.user, ip);
-    let token = auth::random_token(32);
-    crate::usecase::users::sign_in(&console.ports, &user, &auth::token_hash(&token)).await?;
-    Ok((
-        [(
-            header::SET_COOKIE,
-            auth::session_cookie(&token, console.secure),
-        )],
-        Redirect::to(PREFIX),
-    )
-        .into_response())
 }
 
 pub async fn logout(

@@ -40,7 +40,6 @@ use crate::pipeline::{
 };
 use crate::route::Router;
 use crate::secrets::SecretBox;
-use crate::sso::ldap::Directory;
 use crate::store::Store;
 
 use crate::ports::Ports;
@@ -112,7 +111,7 @@ impl Node {
                 )
                 .await;
         }
-        Directory::announce(node.ports.directory.clone());
+        crate::sso::announce(node.ports.directory.clone(), node.ports.provider.clone());
         node.start_loops(scan, dispatcher, recorder_rx).await?;
         Ok(node)
     }
@@ -136,7 +135,7 @@ impl Node {
             None => validation_engine()?,
         };
         let metrics = crate::metrics::handle();
-        let directory = Directory::of(&config)?;
+        let (directory, provider) = crate::sso::of(&config)?;
         let secrets = Arc::new(SecretBox::of(&config));
         let alarm_rules = Arc::new(alarm::Rules::default());
         let alarms = Arc::new(Alarms::new(
@@ -191,6 +190,7 @@ impl Node {
                 alarms,
                 started_workflows: Arc::default(),
                 directory,
+                provider,
             },
             tasks: Arc::new(tokio::sync::Mutex::new(None)),
             ring_thread: Arc::new(Mutex::new(None)),

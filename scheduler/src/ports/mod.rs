@@ -102,6 +102,8 @@ pub struct Ports {
     pub(crate) started_workflows: Arc<std::sync::Mutex<StartedWorkflows>>,
     /// The company's directory, when console sign-in goes through it (`--ldap-url`).
     pub(crate) directory: Option<Arc<crate::sso::ldap::Directory>>,
+    /// The OpenID provider, when console sign-in goes through one (`--oidc-issuer`).
+    pub(crate) provider: Option<Arc<crate::sso::oidc::Provider>>,
 }
 
 /// [`Ports`]' `started_workflows`.
@@ -133,6 +135,11 @@ impl Ports {
     /// The directory users sign in with, if one is configured.
     pub fn directory(&self) -> Option<&crate::sso::ldap::Directory> {
         self.directory.as_deref()
+    }
+
+    /// The OpenID provider users sign in with, if one is configured.
+    pub fn provider(&self) -> Option<&crate::sso::oidc::Provider> {
+        self.provider.as_deref()
     }
 
     pub fn config(&self) -> &Config {

@@ -6,14 +6,34 @@
 //!   that gave it (`*` if one of them gives every app); in none, no access.
 //! - [`ldap`]: the LDAP directory (a bind DN, a user search, LDAPS or StartTLS, groups by
 //!   the user's `memberOf` or by a group search).
+//! - [`oidc`]: an OpenID provider (the authorization-code flow with PKCE; groups from a
+//!   claim of the ID token).
 //!
-//! The use case that signs users in (`usecase::users::sign_in_with_password`) asks the
-//! directory through [`ldap::Directory`] and keeps the user (source `ldap`, subject its DN)
-//! with what [`grant`] gives it at each sign-in.
+//! The use cases that sign users in (`usecase::users::sign_in_with_password`, and
+//! `sign_in_with_provider` after [`oidc::Provider::finish`]) keep the user (source `ldap`
+//! with its DN, or `oidc` with its `sub`) with what [`grant`] gives it at each sign-in.
 
 pub mod ldap;
+pub mod oidc;
+
+use std::sync::Arc;
 
 use crate::access::{Apps, Role};
+
+/// The directory and the provider of the node's settings, those it signs users in through.
+#[allow(clippy::type_complexity)]
+pub fn of(
+    config: &crate::config::Config,
+) -> anyhow::Result<(Option<Arc<ldap::Directory>>, Option<Arc<oidc::Provider>>)> {
+    Ok((ldap::Directory::of(config)?, oidc::Provider::of(config)?))
+}
+
+/// Says in the log, once each answered (or did not), whether sign-in through the directory
+/// and through the provider works.
+pub fn announce(directory: Option<Arc<ldap::Directory>>, provider: Option<Arc<oidc::Provider>>) {
+    ldap::Directory::announce(directory);
+    oidc::Provider::announce(provider);
+}
 
 /// One mapping rule: members of `group` get `role` on `apps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,9 +107,9 @@ impl Group {
 /// Who a directory says signed in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    /// The directory: `ldap`.
+    /// Where it signed in: `ldap` or `oidc`.
     pub provider: &'static str,
-    /// The user's identity there, stable across renames of nothing else: the entry's DN.
+    /// The user's identity there: the entry's DN, or the ID token's `sub`.
     pub subject: String,
     pub groups: Vec<Group>,
 }

@@ -220,6 +220,15 @@ async fn recheck(ports: &Ports, user: &mut User) -> Result<()> {
     if user.source == "local" {
         return Ok(());
     }
+    // What a provider's groups gave holds until the next sign-in, while the provider is
+    // still the node's: nothing can be asked of it between sign-ins.
+    if user.source == "oidc" {
+        if ports.provider().is_none() {
+            user.role = Role::Viewer.as_str().into();
+            user.apps = String::new();
+        }
+        return Ok(());
+    }
     let (Some(directory), Some(subject)) = (ports.directory(), user.subject.clone()) else {
         user.role = Role::Viewer.as_str().into();
         user.apps = String::new();
@@ -304,6 +313,9 @@ pub enum SignIn {
     LocalOff,
     /// The directory could not be asked: the reason, for the log (the page says less).
     DirectoryDown(String),
+    /// The name is another source's user here (a local user, or the other directory's):
+    /// nobody takes it over by signing in elsewhere. The reason, naming it.
+    NameTaken(String),
 }
 
 /// Checks `password` for user `name`: a local user's against its hash here (unless local
@@ -348,65 +360,87 @@ pub async fn sign_in_with_password(ports: &Ports, name: &str, password: &str) ->
                 Ok(None) => return Ok(SignIn::Wrong),
                 Err(e) => return Ok(SignIn::DirectoryDown(e.to_string())),
             };
-            // The user as it was, found by its identity (the name typed may differ in case).
-            let before = ports
-                .store()
-                .directory_user(identity.provider, &identity.subject)
-                .await?;
-            let now = ports.clock().now_ms();
-            let Some((role, apps)) = crate::sso::grant(&config.sso_rules, &identity.groups) else {
-                // What it had ends now, not at its sessions' expiry.
-                if let Some(user) = &before {
-                    ports.store().end_sessions(user.id).await?;
-                    ports
-                        .store()
-                        .set_directory_access(user.id, Role::Viewer.as_str(), "", now)
-                        .await?;
-                    ports
-                        .audit(
-                            &user.name,
-                            "sign-in refused: no mapped group",
-                            &subject_of(&identity),
-                        )
-                        .await;
-                }
-                return Ok(SignIn::NoAccess);
-            };
-            // Directories match names without regard to case: the first sign-in names the
-            // user in lower case, later ones find it by its identity.
-            let user = ports
-                .store()
-                .upsert_directory_user(
-                    &name.trim().to_lowercase(),
-                    identity.provider,
-                    &identity.subject,
-                    role.as_str(),
-                    &apps.to_text(),
-                    now,
-                )
-                .await?;
-            if let Some(before) = &before
-                && lost_access((&before.role, &before.apps), (&user.role, &user.apps))
-            {
-                let ended = ports.store().end_sessions(user.id).await?;
-                ports
-                    .audit(
-                        &user.name,
-                        "access narrowed by the directory",
-                        &format!(
-                            "{}: {} on {} → {} on {} ({ended} sessions ended)",
-                            subject_of(&identity),
-                            before.role,
-                            before.apps,
-                            user.role,
-                            user.apps
-                        ),
-                    )
-                    .await;
-            }
-            Ok(SignIn::User(user))
+            admit(ports, name, &identity).await
         }
     }
+}
+
+/// Signs in the user the provider vouched for (after [`crate::sso::oidc::Provider::finish`]),
+/// named `name` at its first sign-in: what its groups give now, as for a directory user.
+pub async fn sign_in_with_provider(
+    ports: &Ports,
+    signed_in: &crate::sso::oidc::SignedIn,
+) -> Result<SignIn> {
+    admit(ports, &signed_in.name, &signed_in.identity).await
+}
+
+/// The user `identity` is (named `name` at its first sign-in), with the role and apps its
+/// groups give now: created at the first sign-in, updated at each. No mapped group: refused,
+/// and what it had ends. Less than before: its sessions end.
+async fn admit(ports: &Ports, name: &str, identity: &crate::sso::Identity) -> Result<SignIn> {
+    let config = ports.config();
+    // The user as it was, found by its identity (the name typed may differ in case).
+    let before = ports
+        .store()
+        .directory_user(identity.provider, &identity.subject)
+        .await?;
+    let now = ports.clock().now_ms();
+    let Some((role, apps)) = crate::sso::grant(&config.sso_rules, &identity.groups) else {
+        // What it had ends now, not at its sessions' expiry.
+        if let Some(user) = &before {
+            ports.store().end_sessions(user.id).await?;
+            ports
+                .store()
+                .set_directory_access(user.id, Role::Viewer.as_str(), "", now)
+                .await?;
+            ports
+                .audit(
+                    &user.name,
+                    "sign-in refused: no mapped group",
+                    &subject_of(identity),
+                )
+                .await;
+        }
+        return Ok(SignIn::NoAccess);
+    };
+    // Directories match names without regard to case: the first sign-in names the
+    // user in lower case, later ones find it by its identity.
+    let user = match ports
+        .store()
+        .upsert_directory_user(
+            &name.trim().to_lowercase(),
+            identity.provider,
+            &identity.subject,
+            role.as_str(),
+            &apps.to_text(),
+            now,
+        )
+        .await
+    {
+        Ok(user) => user,
+        Err(store::Error::Conflict(why)) => return Ok(SignIn::NameTaken(why)),
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(before) = &before
+        && lost_access((&before.role, &before.apps), (&user.role, &user.apps))
+    {
+        let ended = ports.store().end_sessions(user.id).await?;
+        ports
+            .audit(
+                &user.name,
+                "access narrowed by the directory",
+                &format!(
+                    "{}: {} on {} → {} on {} ({ended} sessions ended)",
+                    subject_of(identity),
+                    before.role,
+                    before.apps,
+                    user.role,
+                    user.apps
+                ),
+            )
+            .await;
+    }
+    Ok(SignIn::User(user))
 }
 
 /// `ldap:<DN>`: the provider and subject an audit note names.

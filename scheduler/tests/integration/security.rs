@@ -162,6 +162,8 @@ async fn every_route_refuses_callers_without_proper_credentials() {
             "GET /healthz",
             "GET /lang/{tag}",
             "GET /login",
+            "GET /login/oidc",
+            "GET /login/oidc/callback",
             "GET /readyz",
             "GET /static/console.css",
             "GET /static/console.js",
