@@ -207,6 +207,12 @@ pub struct SsoArgs {
     /// The ID token's claim listing the user's groups, which --sso-map maps.
     #[arg(long, env = "ROTA_OIDC_GROUPS_CLAIM", default_value = "groups")]
     oidc_groups_claim: String,
+    /// How long (ms) after a provider user's last sign-in its API tokens act for it: a
+    /// provider cannot be asked between sign-ins, so after this long they may do nothing
+    /// until the user signs in again (and the provider vouches for them anew).
+    #[arg(long, env = "ROTA_OIDC_MAX_AGE_MS", default_value_t = defaults::OIDC_MAX_AGE_MS,
+          value_parser = clap::value_parser!(i64).range(60_000..=31_536_000_000))]
+    oidc_max_age_ms: i64,
     /// What the login page's button names the provider: "Sign in with LABEL".
     #[arg(long, env = "ROTA_OIDC_LABEL", default_value = "single sign-on")]
     oidc_label: String,
@@ -328,6 +334,7 @@ impl SsoArgs {
                 config.sso_rules = sso.rules;
                 config.sso_only = self.sso_only;
                 config.ldap_recheck_ms = self.ldap_recheck_ms;
+                config.oidc_max_age_ms = self.oidc_max_age_ms;
             }
             Err(wrong) if self.sso_only => anyhow::bail!(
                 "--sso-only, but sign-in through the directory or the provider cannot work: {}",

@@ -110,6 +110,9 @@ pub struct Config {
     /// How long the directory's word on a user's access holds for the user's API tokens
     /// (`--ldap-recheck-ms`); then the next use asks it again.
     pub ldap_recheck_ms: i64,
+    /// How long after a provider user's last sign-in its API tokens act for it
+    /// (`--oidc-max-age-ms`); then they may do nothing until it signs in again.
+    pub oidc_max_age_ms: i64,
 }
 
 /// The server's defaults, in one place: [`Config::new`] and the CLI's flags both read
@@ -139,6 +142,8 @@ pub mod defaults {
     pub const ALARM_FROM: &str = "Rota <rota@localhost>";
     /// How long the directory's word on a user's access holds for its API tokens (ms).
     pub const LDAP_RECHECK_MS: i64 = 5 * 60 * 1000;
+    /// How long after a provider user's last sign-in its API tokens act for it (ms).
+    pub const OIDC_MAX_AGE_MS: i64 = 7 * 24 * 3600 * 1000;
 }
 
 /// See [`Config::bounded_window_ms`].
@@ -197,6 +202,7 @@ impl Config {
             sso_rules: Vec::new(),
             sso_only: false,
             ldap_recheck_ms: defaults::LDAP_RECHECK_MS,
+            oidc_max_age_ms: defaults::OIDC_MAX_AGE_MS,
         }
     }
 
@@ -258,6 +264,7 @@ impl std::fmt::Debug for Config {
             .field("sso_rules", &self.sso_rules)
             .field("sso_only", &self.sso_only)
             .field("ldap_recheck_ms", &self.ldap_recheck_ms)
+            .field("oidc_max_age_ms", &self.oidc_max_age_ms)
             .finish()
     }
 }

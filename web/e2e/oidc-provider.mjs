@@ -10,6 +10,9 @@
 //
 // The test changes it between steps with `POST /__test` and a JSON body:
 //   {"groups": {"alice": ["rota-admins"]}}   the users' groups from now on
+//   {"names": {"frank": "alice"}}            the preferred_username a user gives
+// A user's `sub` is `u-<name>` (what the test types at the login form), not its name, so
+// Rota must tell the two apart.
 //   {"mode": "normal" | "down" | "wrong-key" | "wrong-issuer" | "expired"}
 //     down          every endpoint answers 503 (the provider is out)
 //     wrong-key     the published key set has another key under the signing key's id, so
@@ -26,7 +29,7 @@ const secret = process.env.OIDC_CLIENT_SECRET;
 const redirect = process.env.OIDC_REDIRECT_URL;
 if (!secret || !redirect) throw new Error("set OIDC_CLIENT_SECRET and OIDC_REDIRECT_URL");
 
-const state = { mode: "normal", groups: {} };
+const state = { mode: "normal", groups: {}, names: {} };
 
 function rsaJwk(kid) {
   const { privateKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
@@ -56,13 +59,21 @@ const provider = new Provider(issuer, {
   conformIdTokenClaims: false,
   claims: { openid: ["sub"], profile: ["preferred_username", "groups"], email: ["email"] },
   features: { devInteractions: { enabled: true } },
-  async findAccount(_ctx, id) {
+  // Errors in the test's log, not only on the page.
+  async renderError(ctx, out, error) {
+    console.error("provider error:", out, error?.stack ?? error);
+    ctx.type = "html";
+    ctx.body = `<p class="provider-error">${JSON.stringify(out)}</p>`;
+  },
+  // The account id is what was typed at the login form: `u-alice` for alice.
+  async findAccount(_ctx, accountId) {
+    const id = accountId.replace(/^u-/, "");
     return {
-      accountId: id,
+      accountId,
       async claims() {
         return {
-          sub: id,
-          preferred_username: id,
+          sub: accountId,
+          preferred_username: state.names[id] ?? id,
           email: `${id}@corp.example`,
           groups: state.groups[id] ?? [],
         };
@@ -78,6 +89,7 @@ provider.use(async (ctx, next) => {
     const change = JSON.parse(body || "{}");
     if (change.mode) state.mode = change.mode;
     if (change.groups) state.groups = { ...state.groups, ...change.groups };
+    if (change.names) state.names = { ...state.names, ...change.names };
     ctx.body = state;
     return;
   }

@@ -100,6 +100,7 @@ async function main() {
   const tmp = mkdtempSync(join(tmpdir(), "rota-sign-in-"));
   const children = [];
   let rotaLines = [];
+  let providerLines = [];
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -112,6 +113,7 @@ async function main() {
     const op = await start("node", [join(here, "oidc-provider.mjs")],
       { OIDC_PORT: "0", OIDC_CLIENT_SECRET: CLIENT_SECRET, OIDC_REDIRECT_URL: redirect }, /^issuer=(.*)$/);
     children.push(op.child);
+    providerLines = op.lines;
     const ISSUER = op.match[1];
     log(`provider at ${ISSUER}; console at ${BASE}`);
 
@@ -156,17 +158,22 @@ async function main() {
         `a bad rule: exit ${badRule.status}: ${badRule.out}`);
     });
 
-    const rota = await start(ROTA, ["standalone", "--data-dir", join(tmp, "data"), "--listen", `127.0.0.1:${port}`,
-      "--oidc-issuer", ISSUER, "--oidc-client-id", "rota", "--oidc-redirect-url", redirect,
-      "--oidc-label", "Corp ID", "--sso-map", RULES.join(";")],
-    {
-      ROTA_ADMIN_PASSWORD: ADMIN_PASSWORD,
-      ROTA_OIDC_CLIENT_SECRET: CLIENT_SECRET,
-      ROTA_EXECUTOR_SECRET: "sign-in-e2e-executor-secret",
-      ROTA_LOG: "info",
-    }, /OIDC sign-in is on/);
-    children.push(rota.child);
-    rotaLines = rota.lines;
+    /** Starts the node (on the same port and data each time) with `rules`. */
+    async function startRota(rules) {
+      const rota = await start(ROTA, ["standalone", "--data-dir", join(tmp, "data"), "--listen", `127.0.0.1:${port}`,
+        "--oidc-issuer", ISSUER, "--oidc-client-id", "rota", "--oidc-redirect-url", redirect,
+        "--oidc-label", "Corp ID", "--sso-map", rules.join(";")],
+      {
+        ROTA_ADMIN_PASSWORD: ADMIN_PASSWORD,
+        ROTA_OIDC_CLIENT_SECRET: CLIENT_SECRET,
+        ROTA_EXECUTOR_SECRET: "sign-in-e2e-executor-secret",
+        ROTA_LOG: "info",
+      }, /OIDC sign-in is on/);
+      children.push(rota.child);
+      rotaLines = rota.lines;
+      return rota.child;
+    }
+    let rota = await startRota(RULES);
 
     const contexts = [];
     async function newPage(locale = "en-US") {
@@ -183,7 +190,7 @@ async function main() {
       page = page ?? (await newPage());
       await page.goto(`${BASE}/login`);
       await Promise.all([page.waitForURL((u) => u.href.startsWith(ISSUER)), page.click("#sign-in-provider")]);
-      await page.fill('input[name="login"]', name);
+      await page.fill('input[name="login"]', `u-${name}`);
       await page.fill('input[name="password"]', "the provider checks this, not Rota");
       await Promise.all([page.waitForNavigation(), page.click('button[type="submit"]')]);
       if (page.url().startsWith(ISSUER) && (await page.locator('input[name="prompt"][value="consent"]').count())) {
@@ -218,7 +225,7 @@ async function main() {
       await page.goto(`${BASE}/login`);
       check((await page.locator("#sign-in-provider").innerText()).trim() === "Sign in with Corp ID",
         `the button says ${await page.locator("#sign-in-provider").innerText()}`);
-      check(await page.locator('input[name="password"]').count() === 1, "the password form is gone");
+      check(await page.locator('input[name="password"]').count() === 1, "the password form is missing beside the provider");
       await page.screenshot({ path: join(SHOTS, "sign-in-login.png"), fullPage: true });
       await page.goto(`${BASE}/lang/zh-CN`);
       await page.goto(`${BASE}/login`);
@@ -280,6 +287,19 @@ async function main() {
       check(!(await signedIn(page)), `${name} has a session`);
     }
 
+    await step("a provider user named like the local admin does not become it", async () => {
+      await provider({ groups: { admin: ["rota-admins"] } });
+      await refused("admin", "You cannot sign in here under this name", 409);
+    });
+
+    await step("a provider user choosing another's name does not take it over", async () => {
+      await provider({ groups: { frank: ["rota-admins"] }, names: { frank: "bob" } });
+      await refused("frank", "another oidc user", 409);
+      await admin.goto(`${BASE}/console/users`);
+      const row = await admin.locator("tr", { hasText: "bob" }).first().innerText();
+      check(row.includes("u-bob") && row.includes("operator"), `bob's row: ${row}`);
+    });
+
     await step("a wrong state is refused", async () => {
       const page = await newPage();
       await page.goto(`${BASE}/login`);
@@ -298,6 +318,7 @@ async function main() {
     await step("an expired ID token is refused", async () => {
       await provider({ mode: "expired" });
       try {
+        await refused("dave", "the ID token is not valid", 403);
         await refused("dave", "expired", 403);
       } finally {
         await provider({ mode: "normal" });
@@ -357,12 +378,33 @@ async function main() {
       await admin.goto(`${BASE}/lang/en`);
       await admin.goto(`${BASE}/console/audit`);
       const audit = await bodyText(admin);
-      check(audit.includes("oidc:alice") && audit.includes("oidc:bob"), `the audit log: ${audit.slice(0, 1500)}`);
+      check(audit.includes(`oidc:${ISSUER} u-alice`) && audit.includes(`oidc:${ISSUER} u-bob`),
+        `the audit log: ${audit.slice(0, 1500)}`);
+    });
+    await step("a provider user's API token follows the node's rules at each use (a restart with another --sso-map)", async () => {
+      await provider({ groups: { erin: ["rota-admins"] } });
+      const erin = await throughProvider("erin");
+      check(pathOf(erin) === "/console", `erin landed at ${erin.url()}`);
+      await erin.goto(`${BASE}/console/tokens`);
+      await erin.fill('form[action="/console/tokens"] input[name="name"]', "ci");
+      await Promise.all([erin.waitForNavigation(), erin.click('form[action="/console/tokens"] button[type="submit"]')]);
+      const token = (await erin.locator("#new-token").innerText()).trim();
+      const audit = () => fetch(`${BASE}/api/v1/audit`, { headers: { authorization: `Bearer ${token}` } });
+      const before = await audit();
+      check(before.status === 200, `erin's token as an admin: ${before.status} ${await before.text()}`);
+      const stopped = new Promise((r) => rota.once("exit", r));
+      rota.kill("SIGTERM");
+      await stopped;
+      rota = await startRota(["rota-admins=viewer", ...RULES.filter((r) => !r.startsWith("rota-admins="))]);
+      const after = await audit();
+      check(after.status === 403, `erin's token after rota-admins became viewers: ${after.status} ${await after.text()}`);
+      check(!(await signedIn(erin)), "erin's session outlived the rule that made her an admin");
     });
     for (const c of contexts) await c.close();
     log("passed");
   } catch (e) {
     if (rotaLines.length) console.error(`[sign-in] rota's last lines:\n${rotaLines.slice(-30).join("\n")}`);
+    if (providerLines.length) console.error(`[sign-in] the provider's last lines:\n${providerLines.slice(-20).join("\n")}`);
     throw e;
   } finally {
     await browser.close();

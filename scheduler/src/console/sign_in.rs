@@ -248,7 +248,15 @@ pub async fn oidc_callback(
         );
     };
     if let Some(error) = &answer.error {
-        let said = answer.error_description.as_deref().unwrap_or_default();
+        // Shown on this site's page: short, and only as text.
+        let error: String = error.chars().take(60).collect();
+        let said: String = answer
+            .error_description
+            .as_deref()
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect();
         tracing::warn!(
             error,
             said,
@@ -307,7 +315,7 @@ pub async fn oidc_callback(
     {
         SignIn::User(user) => user,
         SignIn::NoAccess => {
-            tracing::warn!(user = %signed_in.name, subject = %signed_in.identity.subject, "console: a provider's user in no mapped group");
+            tracing::warn!(user = ?signed_in.names.first(), subject = %signed_in.identity.subject, "console: a provider's user in no mapped group");
             return refused(
                 &console,
                 lang,
@@ -318,7 +326,7 @@ pub async fn oidc_callback(
             );
         }
         SignIn::NameTaken(why) => {
-            tracing::warn!(user = %signed_in.name, reason = %why, "console: a provider's user's name is taken");
+            tracing::warn!(user = ?signed_in.names.first(), reason = %why, "console: a provider's user's name is taken");
             return refused(
                 &console,
                 lang,

@@ -93,6 +93,14 @@ pub struct Group {
 }
 
 impl Group {
+    /// A group a provider names by a plain name (a value of its groups claim).
+    pub fn named(name: &str) -> Group {
+        Group {
+            dn: name.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
     /// The group of DN `dn`, named by the value of its first part.
     pub fn of_dn(dn: &str) -> Group {
         let first = dn.split(',').next().unwrap_or(dn);
@@ -112,6 +120,22 @@ pub struct Identity {
     /// The user's identity there: the entry's DN, or the ID token's `sub`.
     pub subject: String,
     pub groups: Vec<Group>,
+}
+
+/// `groups` as a user's row keeps them: a JSON array of their names (a DN for LDAP's).
+pub fn groups_to_json(groups: &[Group]) -> String {
+    serde_json::to_string(&groups.iter().map(|g| g.dn.as_str()).collect::<Vec<_>>())
+        .expect("strings serialize")
+}
+
+/// The groups of a provider's user as its row keeps them ([`groups_to_json`]); nothing
+/// from text that is not.
+pub fn groups_from_json(text: &str) -> Vec<Group> {
+    serde_json::from_str::<Vec<String>>(text)
+        .unwrap_or_default()
+        .iter()
+        .map(|name| Group::named(name))
+        .collect()
 }
 
 /// What the rules give a member of `groups`: the highest role any matching rule gives, on

@@ -6,8 +6,8 @@
 //!    any node of the cluster can finish the sign-in.
 //! 2. [`Provider::finish`] takes the provider's answer: the `state` must be the cookie's,
 //!    the code is exchanged (with the client secret and the PKCE verifier) for an ID token,
-//!    whose signature (the provider's published keys), issuer, audience, expiry, issue time
-//!    and nonce are checked. What it says of the user — `sub`, a name, the groups claim — is
+//!    whose signature (the provider's published keys, never the client secret), issuer,
+//!    audience, expiry, issue time (not in the future) and nonce are checked. What it says of the user — `sub`, a name, the groups claim — is
 //!    the [`Identity`] the node's rules map.
 //!
 //! The discovery document and keys are read at each step (sign-ins are rare): a provider's
@@ -40,6 +40,18 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_SKEW: Duration = Duration::from_secs(60);
 /// How long a sign-in may take at the provider (the flow cookie's life).
 pub const FLOW_SECS: u64 = 600;
+/// The algorithms an ID token may be signed with: the provider's own keys.
+const SIGNING_ALGS: [CoreJwsSigningAlgorithm; 9] = [
+    CoreJwsSigningAlgorithm::RsaSsaPkcs1V15Sha256,
+    CoreJwsSigningAlgorithm::RsaSsaPkcs1V15Sha384,
+    CoreJwsSigningAlgorithm::RsaSsaPkcs1V15Sha512,
+    CoreJwsSigningAlgorithm::RsaSsaPssSha256,
+    CoreJwsSigningAlgorithm::RsaSsaPssSha384,
+    CoreJwsSigningAlgorithm::RsaSsaPssSha512,
+    CoreJwsSigningAlgorithm::EcdsaP256Sha256,
+    CoreJwsSigningAlgorithm::EcdsaP384Sha384,
+    CoreJwsSigningAlgorithm::EdDsa,
+];
 /// The largest response the node reads from the provider.
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
 
@@ -206,11 +218,11 @@ type Client = openidconnect::Client<
     EndpointMaybeSet,
 >;
 
-/// Who signed in, and the name the console shows: `preferred_username`, else `email`,
-/// else `sub`.
+/// Who signed in, and the names the console may show them by, best first:
+/// `preferred_username`, a verified `email`, `sub`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignedIn {
-    pub name: String,
+    pub names: Vec<String>,
     pub identity: Identity,
 }
 
@@ -328,6 +340,9 @@ impl Provider {
         let skew = chrono::Duration::from_std(MAX_SKEW).expect("a minute fits");
         let verifier = client
             .id_token_verifier()
+            // Signed by the provider's published keys only: never keyed by the client
+            // secret (HS256), which is the node's as much as the provider's.
+            .set_allowed_algs(SIGNING_ALGS)
             .set_time_fn(move || chrono::Utc::now() - skew)
             .set_issue_time_verifier_fn(move |iat| {
                 if iat > chrono::Utc::now() + skew {
@@ -339,12 +354,21 @@ impl Provider {
         let claims = id_token
             .claims(&verifier, &Nonce::new(flow.nonce.clone()))
             .map_err(|e| Failure::Refused(format!("the ID token is not valid: {e}")))?;
-        let subject = claims.subject().as_str().to_owned();
-        let name = claims
-            .preferred_username()
-            .map(|n| n.as_str().to_owned())
-            .or_else(|| claims.email().map(|e| e.as_str().to_owned()))
-            .unwrap_or_else(|| subject.clone());
+        let sub = claims.subject().as_str();
+        let verified_email = claims
+            .email()
+            .filter(|_| claims.email_verified() == Some(true))
+            .map(|e| e.as_str());
+        // The names to show, best first; the first the console takes is the user's.
+        let names = [
+            claims.preferred_username().map(|n| n.as_str()),
+            verified_email,
+            Some(sub),
+        ]
+        .into_iter()
+        .flatten()
+        .map(str::to_owned)
+        .collect();
         let groups = groups_in(
             claims
                 .additional_claims()
@@ -352,10 +376,11 @@ impl Provider {
                 .get(&self.settings.groups_claim),
         );
         Ok(SignedIn {
-            name,
+            names,
             identity: Identity {
                 provider: "oidc",
-                subject,
+                // `sub` is unique at one issuer: a new issuer's users are new users.
+                subject: format!("{} {sub}", self.settings.issuer),
                 groups,
             },
         })
@@ -413,16 +438,17 @@ async fn send(
     for (name, value) in response.headers() {
         answer = answer.header(name, value);
     }
-    let body = response.bytes().await.map_err(|e| Unreachable(chain(&e)))?;
-    if body.len() > MAX_RESPONSE_BYTES {
-        return Err(Unreachable(format!(
-            "the answer is {} bytes; at most {MAX_RESPONSE_BYTES} are read",
-            body.len()
-        )));
+    let mut response = response;
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| Unreachable(chain(&e)))? {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(Unreachable(format!(
+                "the answer is over {MAX_RESPONSE_BYTES} bytes, more than a provider sends"
+            )));
+        }
+        body.extend_from_slice(&chunk);
     }
-    answer
-        .body(body.to_vec())
-        .map_err(|e| Unreachable(e.to_string()))
+    answer.body(body).map_err(|e| Unreachable(e.to_string()))
 }
 
 /// A request to the provider that got no answer.

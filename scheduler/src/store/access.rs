@@ -61,16 +61,21 @@ impl Store {
     }
 
     /// The user of directory `source` whose identity there is `subject`, as it signs in
-    /// now with the role and apps its groups give: found by that identity (whatever case
+    /// now in `groups` (a JSON array of their names) with the role and apps they give: found by that identity (whatever case
     /// of its name was typed), else created as `name` at its first sign-in. A local user
     /// named `name` is not taken over (a [`Error::Conflict`]); a user of the same directory
     /// named so with another identity (an account deleted, its name given to someone new)
-    /// becomes this one, and what was issued to the old one — API tokens, sessions — ends.
+    /// becomes this one, and what was issued to the old one — API tokens, sessions — ends;
+    /// unless `names_move` is false (a provider whose names people choose): then that is a
+    /// [`Error::Conflict`] too. Decided in the transaction that writes the row.
+    #[allow(clippy::too_many_arguments)]
     pub async fn upsert_directory_user(
         &self,
         name: &str,
         source: &str,
         subject: &str,
+        names_move: bool,
+        groups: &str,
         role: &str,
         apps: &str,
         now: Millis,
@@ -101,6 +106,11 @@ impl Store {
                             Some((_, other)) if other != source => {
                                 return Err(Error::Conflict(format!(
                                     "user `{name}` is a {other} user here, not one of the {source} directory"
+                                )));
+                            }
+                            Some(_) if !names_move => {
+                                return Err(Error::Conflict(format!(
+                                    "user `{name}` is another {source} user here"
                                 )));
                             }
                             Some((id, _)) => {
@@ -137,18 +147,20 @@ impl Store {
                     }
                 };
                 sqlx::query(
-                    "UPDATE users SET role = ?, apps = ?, subject = ?, checked_at = ? WHERE id = ?",
+                    "UPDATE users SET role = ?, apps = ?, subject = ?, checked_at = ?, sso_groups = ? \
+                     WHERE id = ?",
                 )
                 .bind(role)
                 .bind(apps)
                 .bind(subject)
                 .bind(now)
+                .bind(groups)
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
                 let user: User = sqlx::query_as(
                     "SELECT id, name, password_hash, role, apps, created_at, source, subject, \
-                     checked_at FROM users WHERE id = ?",
+                     checked_at, sso_groups FROM users WHERE id = ?",
                 )
                 .bind(id)
                 .fetch_one(&mut *tx)
@@ -195,7 +207,7 @@ impl Store {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
                 "SELECT id, name, password_hash, role, apps, created_at, source, subject, \
-                 checked_at FROM users WHERE source = ? AND subject = ?",
+                 checked_at, sso_groups FROM users WHERE source = ? AND subject = ?",
             )
             .bind(source)
             .bind(subject)
@@ -207,7 +219,7 @@ impl Store {
     pub async fn user_by_name(&self, name: &str) -> Result<Option<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT id, name, password_hash, role, apps, created_at, source, subject, checked_at FROM users WHERE name = ?",
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject, checked_at, sso_groups FROM users WHERE name = ?",
             )
             .bind(name)
             .fetch_optional(pool)
@@ -246,7 +258,7 @@ impl Store {
     pub async fn session_user(&self, token_hash: &str, now: Millis) -> Result<Option<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT u.id, u.name, u.password_hash, u.role, u.apps, u.created_at, u.source, u.subject, u.checked_at FROM sessions s \
+                "SELECT u.id, u.name, u.password_hash, u.role, u.apps, u.created_at, u.source, u.subject, u.checked_at, u.sso_groups FROM sessions s \
                  JOIN users u ON u.id = s.user_id WHERE s.token_hash = ? AND s.expires_at > ?",
             )
             .bind(token_hash)
@@ -323,7 +335,7 @@ impl Store {
     pub async fn list_users(&self) -> Result<Vec<User>> {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
-                "SELECT id, name, password_hash, role, apps, created_at, source, subject, checked_at FROM users ORDER BY name",
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject, checked_at, sso_groups FROM users ORDER BY name",
             )
             .fetch_all(pool)
             .await?)
@@ -333,7 +345,7 @@ impl Store {
     pub async fn get_user(&self, id: i64) -> Result<User> {
         on_pool!(self, |pool, Db| {
             sqlx::query_as(
-                "SELECT id, name, password_hash, role, apps, created_at, source, subject, checked_at FROM users WHERE id = ?",
+                "SELECT id, name, password_hash, role, apps, created_at, source, subject, checked_at, sso_groups FROM users WHERE id = ?",
             )
             .bind(id)
             .fetch_optional(pool)
@@ -432,7 +444,7 @@ impl Store {
         on_pool!(self, |pool, Db| {
             Ok(sqlx::query_as(
                 "SELECT u.id, u.name, u.password_hash, u.role, u.apps, u.created_at, u.source, \
-                 u.subject, u.checked_at FROM api_tokens t JOIN users u ON u.id = t.user_id \
+                 u.subject, u.checked_at, u.sso_groups FROM api_tokens t JOIN users u ON u.id = t.user_id \
                  WHERE t.token_hash = ? AND t.revoked_at IS NULL",
             )
             .bind(token_hash)

@@ -394,6 +394,9 @@ pub struct User {
     pub subject: Option<String>,
     /// When the directory last said what its groups give (a directory user).
     pub checked_at: Option<Millis>,
+    /// The groups the directory or provider named at its last sign-in, a JSON array of
+    /// names (a directory user).
+    pub sso_groups: Option<String>,
 }
 
 impl User {

@@ -210,58 +210,80 @@ pub async fn token_user(ports: &Ports, hash: &str) -> Result<Option<TokenUser>> 
     }))
 }
 
-/// For a directory user, asks the directory again what its groups give if it last said
-/// so longer ago than the node's `--ldap-recheck-ms` (five minutes), and keeps the answer:
-/// a token or a session stops acting for someone who left a group (or the company)
-/// within minutes, not at their next sign-in. With no directory configured (any more),
-/// nothing vouches for the user: it may do nothing. With the directory down, the last
-/// answer holds.
+/// For a directory or provider user, what its groups give now, kept: a token or a session
+/// stops acting for someone who left a group (or the company), or whom the node's
+/// `--sso-map` no longer lets in, without waiting for their next sign-in.
+/// - LDAP: the directory is asked again once it last said so longer ago than the node's
+///   `--ldap-recheck-ms` (five minutes); with the directory down, the last answer holds.
+/// - OIDC: a provider cannot be asked between sign-ins; the groups it named at the last
+///   one are mapped again by the node's rules now, for `--oidc-max-age-ms` (a week) after
+///   it. A user who has not signed in since may do nothing until they do: someone removed
+///   at the provider keeps no working token for longer.
+///
+/// With neither configured (any more), nothing vouches for the user: it may do nothing.
 async fn recheck(ports: &Ports, user: &mut User) -> Result<()> {
-    if user.source == "local" {
-        return Ok(());
-    }
-    // What a provider's groups gave holds until the next sign-in, while the provider is
-    // still the node's: nothing can be asked of it between sign-ins.
-    if user.source == "oidc" {
-        if ports.provider().is_none() {
-            user.role = Role::Viewer.as_str().into();
-            user.apps = String::new();
-        }
-        return Ok(());
-    }
-    let (Some(directory), Some(subject)) = (ports.directory(), user.subject.clone()) else {
+    let now = ports.clock().now_ms();
+    let vouched = match user.source.as_str() {
+        "local" => return Ok(()),
+        "oidc" => ports.provider().is_some(),
+        _ => ports.directory().is_some(),
+    };
+    let stale = user.source == "oidc"
+        && user
+            .checked_at
+            .is_none_or(|at| now - at >= ports.config().oidc_max_age_ms);
+    let Some(subject) = user.subject.clone().filter(|_| vouched && !stale) else {
         user.role = Role::Viewer.as_str().into();
         user.apps = String::new();
         return Ok(());
     };
-    let now = ports.clock().now_ms();
-    if user
-        .checked_at
-        .is_some_and(|at| now - at < ports.config().ldap_recheck_ms)
-    {
-        return Ok(());
-    }
-    let groups = match directory.groups_of(&subject, &user.name).await {
-        Ok(groups) => groups,
-        Err(e) => {
-            tracing::warn!(user = %user.name, error = %e, "the directory could not re-check a user's access; its last known access holds");
+    let groups = if user.source == "oidc" {
+        Some(crate::sso::groups_from_json(
+            user.sso_groups.as_deref().unwrap_or("[]"),
+        ))
+    } else {
+        if user
+            .checked_at
+            .is_some_and(|at| now - at < ports.config().ldap_recheck_ms)
+        {
             return Ok(());
+        }
+        let directory = ports.directory().expect("vouched for by the directory");
+        match directory.groups_of(&subject, &user.name).await {
+            Ok(groups) => groups,
+            Err(e) => {
+                tracing::warn!(user = %user.name, error = %e, "the directory could not re-check a user's access; its last known access holds");
+                return Ok(());
+            }
         }
     };
     let (role, apps) = match groups.and_then(|g| crate::sso::grant(&ports.config().sso_rules, &g)) {
         Some((role, apps)) => (role.as_str().to_owned(), apps.to_text()),
         None => (Role::Viewer.as_str().to_owned(), String::new()),
     };
+    let changed = (role.as_str(), apps.as_str()) != (user.role.as_str(), user.apps.as_str());
+    // A provider's user is written only when the rules changed what it has, and keeps the
+    // time of its last sign-in: nothing was asked of the provider.
+    if user.source == "oidc" && !changed {
+        return Ok(());
+    }
+    let checked_at = match user.source.as_str() {
+        "oidc" => user.checked_at.unwrap_or(now),
+        _ => now,
+    };
     ports
         .store()
-        .set_directory_access(user.id, &role, &apps, now)
+        .set_directory_access(user.id, &role, &apps, checked_at)
         .await?;
-    user.checked_at = Some(now);
-    if (role.as_str(), apps.as_str()) != (user.role.as_str(), user.apps.as_str()) {
+    user.checked_at = Some(checked_at);
+    if changed {
         ports
             .audit(
                 &user.name,
-                "access changed by the directory",
+                match user.source.as_str() {
+                    "ldap" => "access changed by the directory",
+                    _ => "access changed by the sign-in rules",
+                },
                 &format!(
                     "{}:{subject}: {} on {} → {role} on {apps}",
                     user.source, user.role, user.apps
@@ -300,7 +322,7 @@ pub async fn named(ports: &Ports, name: &str) -> Result<Option<User>> {
     Ok(ports.store().user_by_name(name).await?)
 }
 
-/// How a sign-in with a name and a password went.
+/// How a sign-in went: with a name and a password, or through a provider.
 #[derive(Debug)]
 pub enum SignIn {
     /// It is this user: open a session ([`sign_in`]).
@@ -313,8 +335,9 @@ pub enum SignIn {
     LocalOff,
     /// The directory could not be asked: the reason, for the log (the page says less).
     DirectoryDown(String),
-    /// The name is another source's user here (a local user, or the other directory's):
-    /// nobody takes it over by signing in elsewhere. The reason, naming it.
+    /// The user cannot have the name it signs in with: another source's user holds it (a
+    /// local user, or the other directory's), another of a provider's users does, or the
+    /// provider named it by nothing the console takes. The reason, naming it.
     NameTaken(String),
 }
 
@@ -366,12 +389,22 @@ pub async fn sign_in_with_password(ports: &Ports, name: &str, password: &str) ->
 }
 
 /// Signs in the user the provider vouched for (after [`crate::sso::oidc::Provider::finish`]),
-/// named `name` at its first sign-in: what its groups give now, as for a directory user.
+/// named by the first of its names the console takes at its first sign-in: what its groups give now, as for a directory user.
 pub async fn sign_in_with_provider(
     ports: &Ports,
     signed_in: &crate::sso::oidc::SignedIn,
 ) -> Result<SignIn> {
-    admit(ports, &signed_in.name, &signed_in.identity).await
+    // The first of its names the console takes (not empty, not too long, nothing invisible).
+    let Some(name) = signed_in
+        .names
+        .iter()
+        .find(|n| validate::name("name", n).is_ok())
+    else {
+        return Ok(SignIn::NameTaken(
+            "the provider names you by nothing usable as a name here".into(),
+        ));
+    };
+    admit(ports, name, &signed_in.identity).await
 }
 
 /// The user `identity` is (named `name` at its first sign-in), with the role and apps its
@@ -405,12 +438,19 @@ async fn admit(ports: &Ports, name: &str, identity: &crate::sso::Identity) -> Re
     };
     // Directories match names without regard to case: the first sign-in names the
     // user in lower case, later ones find it by its identity.
+    let name = name.trim().to_lowercase();
+    let groups = crate::sso::groups_to_json(&identity.groups);
     let user = match ports
         .store()
         .upsert_directory_user(
-            &name.trim().to_lowercase(),
+            &name,
             identity.provider,
             &identity.subject,
+            // A directory's name belongs to one entry at a time (a reused uid moves to its
+            // new owner); a provider's `preferred_username` is no such promise (a person
+            // may choose it): a name another of its users holds is refused, not taken.
+            identity.provider == "ldap",
+            &groups,
             role.as_str(),
             &apps.to_text(),
             now,
@@ -428,7 +468,10 @@ async fn admit(ports: &Ports, name: &str, identity: &crate::sso::Identity) -> Re
         ports
             .audit(
                 &user.name,
-                "access narrowed by the directory",
+                match identity.provider {
+                    "ldap" => "access narrowed by the directory",
+                    _ => "access narrowed by the provider",
+                },
                 &format!(
                     "{}: {} on {} → {} on {} ({ended} sessions ended)",
                     subject_of(identity),
@@ -443,7 +486,7 @@ async fn admit(ports: &Ports, name: &str, identity: &crate::sso::Identity) -> Re
     Ok(SignIn::User(user))
 }
 
-/// `ldap:<DN>`: the provider and subject an audit note names.
+/// `ldap:<DN>` or `oidc:<issuer> <sub>`: the provider and subject an audit note names.
 fn subject_of(identity: &crate::sso::Identity) -> String {
     format!("{}:{}", identity.provider, identity.subject)
 }
@@ -462,8 +505,8 @@ fn lost_access(before: (&str, &str), after: (&str, &str)) -> bool {
     }
 }
 
-/// Opens a console session of hash `session_hash` for `user`, whose password the caller
-/// checked, for [`SESSION_MS`]; audited.
+/// Opens a console session of hash `session_hash` for `user`, whom the caller signed in
+/// (a password, a directory or a provider), for [`SESSION_MS`]; audited.
 pub async fn sign_in(ports: &Ports, user: &User, session_hash: &str) -> Result<()> {
     let at = ports.clock().now_ms();
     ports

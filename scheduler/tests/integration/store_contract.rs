@@ -1339,7 +1339,16 @@ contract!(
         let dn = "uid=dana,ou=people,dc=corp";
         // Created at the first sign-in, with no password of its own…
         let dana = store
-            .upsert_directory_user("dana", "ldap", dn, "operator", "orders", NOW)
+            .upsert_directory_user(
+                "dana",
+                "ldap",
+                dn,
+                true,
+                r#"["ops"]"#,
+                "operator",
+                "orders",
+                NOW,
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -1354,11 +1363,21 @@ contract!(
         assert_eq!(dana.password_hash, "");
         // …updated at the next, the same row.
         let again = store
-            .upsert_directory_user("dana", "ldap", dn, "viewer", "*", NOW + 1)
+            .upsert_directory_user(
+                "dana",
+                "ldap",
+                dn,
+                true,
+                r#"["devs"]"#,
+                "viewer",
+                "*",
+                NOW + 1,
+            )
             .await
             .unwrap();
         assert_eq!(again.id, dana.id);
         assert_eq!((again.role.as_str(), again.apps.as_str()), ("viewer", "*"));
+        assert_eq!(again.sso_groups.as_deref(), Some(r#"["devs"]"#));
         assert_eq!(again.created_at, NOW);
         // A local user of the same name is not taken over.
         store
@@ -1367,7 +1386,16 @@ contract!(
             .unwrap();
         assert!(matches!(
             store
-                .upsert_directory_user("lou", "ldap", "uid=lou,dc=corp", "viewer", "*", NOW)
+                .upsert_directory_user(
+                    "lou",
+                    "ldap",
+                    "uid=lou,dc=corp",
+                    true,
+                    "[]",
+                    "viewer",
+                    "*",
+                    NOW
+                )
                 .await,
             Err(Error::Conflict(_))
         ));
@@ -1375,7 +1403,16 @@ contract!(
         assert_eq!((lou.source.as_str(), lou.subject), ("local", None));
         // Found by its identity whatever the name given, and its access as last checked.
         let same = store
-            .upsert_directory_user("DANA", "ldap", dn, "operator", "orders", NOW + 2)
+            .upsert_directory_user(
+                "DANA",
+                "ldap",
+                dn,
+                true,
+                r#"["ops"]"#,
+                "operator",
+                "orders",
+                NOW + 2,
+            )
             .await
             .unwrap();
         assert_eq!((same.id, same.name.as_str()), (dana.id, "dana"));
@@ -1432,6 +1469,8 @@ contract!(
                 "dana",
                 "ldap",
                 "uid=dana,ou=new,dc=corp",
+                true,
+                "[]",
                 "viewer",
                 "*",
                 NOW + 4,
@@ -1442,6 +1481,41 @@ contract!(
         assert_eq!(next.subject.as_deref(), Some("uid=dana,ou=new,dc=corp"));
         assert!(store.token_user("dana-token").await.unwrap().is_none());
         assert!(store.session_user("d3", NOW).await.unwrap().is_none());
+        // A provider's names do not move: someone else choosing a taken one is refused,
+        // and the holder keeps its row.
+        let pat = store
+            .upsert_directory_user(
+                "pat",
+                "oidc",
+                "https://id 1",
+                false,
+                "[]",
+                "viewer",
+                "*",
+                NOW,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            store
+                .upsert_directory_user(
+                    "pat",
+                    "oidc",
+                    "https://id 2",
+                    false,
+                    "[]",
+                    "admin",
+                    "*",
+                    NOW
+                )
+                .await,
+            Err(Error::Conflict(_))
+        ));
+        let kept = store.get_user(pat.id).await.unwrap();
+        assert_eq!(
+            (kept.subject.as_deref(), kept.role.as_str()),
+            (Some("https://id 1"), "viewer")
+        );
     }
 );
 
