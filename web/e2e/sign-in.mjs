@@ -159,10 +159,10 @@ async function main() {
     });
 
     /** Starts the node (on the same port and data each time) with `rules`. */
-    async function startRota(rules) {
+    async function startRota(rules, more = []) {
       const rota = await start(ROTA, ["standalone", "--data-dir", join(tmp, "data"), "--listen", `127.0.0.1:${port}`,
         "--oidc-issuer", ISSUER, "--oidc-client-id", "rota", "--oidc-redirect-url", redirect,
-        "--oidc-label", "Corp ID", "--sso-map", rules.join(";")],
+        "--oidc-label", "Corp ID", "--sso-map", rules.join(";"), ...more],
       {
         ROTA_ADMIN_PASSWORD: ADMIN_PASSWORD,
         ROTA_OIDC_CLIENT_SECRET: CLIENT_SECRET,
@@ -399,6 +399,25 @@ async function main() {
       const after = await audit();
       check(after.status === 403, `erin's token after rota-admins became viewers: ${after.status} ${await after.text()}`);
       check(!(await signedIn(erin)), "erin's session outlived the rule that made her an admin");
+    });
+    await step("--sso-only: the provider is the only way in; the local admin's password is refused", async () => {
+      const stopped = new Promise((r) => rota.once("exit", r));
+      rota.kill("SIGTERM");
+      await stopped;
+      rota = await startRota(RULES, ["--sso-only"]);
+      const page = await newPage();
+      await page.goto(`${BASE}/login`);
+      check(await page.locator("#sign-in-provider").count() === 1, "no provider button");
+      check(await page.locator('input[name="password"]').count() === 0, "a password form under --sso-only");
+      const res = await fetch(`${BASE}/login`, {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: `user=admin&password=${encodeURIComponent(ADMIN_PASSWORD)}`,
+      });
+      check(res.status === 403 && !res.headers.get("set-cookie")?.includes("rota_session="),
+        `the admin's password under --sso-only: ${res.status}`);
+      const bob = await throughProvider("bob");
+      check(pathOf(bob) === "/console", `bob landed at ${bob.url()}`);
     });
     for (const c of contexts) await c.close();
     log("passed");

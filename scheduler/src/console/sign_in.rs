@@ -170,25 +170,39 @@ pub async fn login(State(console): State<Console>, req: Request) -> PageResult {
 
 /// The cookie keeping an OpenID sign-in's [`Flow`] while the user is at the provider.
 const FLOW_COOKIE: &str = "rota_oidc";
+/// Its name over HTTPS: a `__Host-` cookie cannot be set by a sibling subdomain, so nobody
+/// can plant a flow of their own in a user's browser and sign it in as themselves.
+const HOST_FLOW_COOKIE: &str = "__Host-rota_oidc";
 
-/// The `Set-Cookie` value keeping `flow`: sent back only to the callback (`SameSite=Lax`: the
-/// provider's redirect is a cross-site navigation), for [`FLOW_SECS`].
+/// The flow cookie's name and the attributes every `Set-Cookie` of it carries: sent back
+/// with the provider's redirect (`SameSite=Lax`: a cross-site navigation); over HTTPS a
+/// `__Host-` cookie (`Secure`, `Path=/`), else only to `/login/oidc`.
+fn flow_cookie_parts(secure: bool) -> (&'static str, &'static str) {
+    if secure {
+        (HOST_FLOW_COOKIE, "HttpOnly; SameSite=Lax; Path=/; Secure")
+    } else {
+        (FLOW_COOKIE, "HttpOnly; SameSite=Lax; Path=/login/oidc")
+    }
+}
+
+/// The `Set-Cookie` value keeping `flow` for [`FLOW_SECS`].
 fn flow_cookie(flow: &Flow, secure: bool) -> String {
-    let secure = if secure { "; Secure" } else { "" };
+    let (name, attributes) = flow_cookie_parts(secure);
     format!(
-        "{FLOW_COOKIE}={}; HttpOnly; SameSite=Lax; Path=/login/oidc; Max-Age={FLOW_SECS}{secure}",
+        "{name}={}; {attributes}; Max-Age={FLOW_SECS}",
         flow.to_cookie_value()
     )
 }
 
 /// The `Set-Cookie` value dropping it: a flow is used once.
 fn end_flow_cookie(secure: bool) -> String {
-    let secure = if secure { "; Secure" } else { "" };
-    format!("{FLOW_COOKIE}=; HttpOnly; SameSite=Lax; Path=/login/oidc; Max-Age=0{secure}")
+    let (name, attributes) = flow_cookie_parts(secure);
+    format!("{name}=; {attributes}; Max-Age=0")
 }
 
-fn flow_of(headers: &axum::http::HeaderMap) -> Option<Flow> {
-    Flow::from_cookie_value(&auth::cookie(headers, FLOW_COOKIE)?)
+/// The flow the browser kept, under the name this node sets.
+fn flow_of(headers: &axum::http::HeaderMap, secure: bool) -> Option<Flow> {
+    Flow::from_cookie_value(&auth::cookie(headers, flow_cookie_parts(secure).0)?)
 }
 
 /// `GET /login/oidc`: sends the browser to the provider, keeping the flow in a cookie.
@@ -223,8 +237,11 @@ pub async fn oidc_begin(State(console): State<Console>, req: Request) -> PageRes
 /// What the provider sends the browser back with.
 #[derive(Debug, Deserialize)]
 pub struct Callback {
+    /// The code to exchange for the user's ID token.
     code: Option<String>,
+    /// The state this browser's flow began with.
     state: Option<String>,
+    /// Why the provider did not sign the user in (`access_denied`, …), and its words.
     error: Option<String>,
     error_description: Option<String>,
     /// The issuer, from a provider that says who answers (RFC 9207): it must be ours.
@@ -278,9 +295,11 @@ pub async fn oidc_callback(
         };
         return refused(&console, lang, StatusCode::FORBIDDEN, &message);
     }
-    let (Some(flow), Some(state), Some(code)) =
-        (flow_of(req.headers()), &answer.state, &answer.code)
-    else {
+    let (Some(flow), Some(state), Some(code)) = (
+        flow_of(req.headers(), console.secure),
+        &answer.state,
+        &answer.code,
+    ) else {
         return refused(
             &console,
             lang,
@@ -397,11 +416,40 @@ fn provider_down(lang: Lang, why: &str) -> String {
     )
 }
 
+/// The page's words for a name the user cannot have, with why.
 fn name_taken(lang: Lang, why: &str) -> String {
     match lang {
         Lang::En => {
             format!("You cannot sign in here under this name: {why}. Ask an administrator.")
         }
         Lang::ZhCn => format!("无法以此名称登录：{why}。请联系管理员。"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flow_cookie_is_a_host_cookie_over_https_and_round_trips() {
+        let flow = Flow {
+            state: "s".into(),
+            nonce: "n".into(),
+            verifier: "v".into(),
+        };
+        for secure in [true, false] {
+            let set = flow_cookie(&flow, secure);
+            let (pair, _) = set.split_once(';').unwrap();
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(header::COOKIE, pair.parse().unwrap());
+            assert_eq!(flow_of(&headers, secure), Some(flow.clone()), "{set}");
+            assert_eq!(flow_of(&headers, !secure), None, "{set}");
+            assert!(end_flow_cookie(secure).contains("Max-Age=0"));
+        }
+        let set = flow_cookie(&flow, true);
+        assert!(
+            set.starts_with("__Host-") && set.contains("; Secure") && set.contains("Path=/;"),
+            "{set}"
+        );
     }
 }

@@ -61,7 +61,9 @@ pub struct Settings {
     /// The provider's issuer URL; its discovery document is at
     /// `<issuer>/.well-known/openid-configuration` and must name the same issuer.
     pub issuer: String,
+    /// The client registered with the provider for this console.
     pub client_id: String,
+    /// Its secret (empty for a public client); never logged.
     pub client_secret: String,
     /// Scopes asked for besides `openid`.
     pub scopes: Vec<String>,
@@ -133,6 +135,7 @@ impl Settings {
     }
 }
 
+/// Whether `u` names this machine (where clear text never crosses a network).
 fn is_loopback(u: &url::Url) -> bool {
     match u.host() {
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
@@ -152,10 +155,13 @@ pub struct Flow {
 }
 
 impl Flow {
+    /// The cookie's value: the three parts joined by dots.
     pub fn to_cookie_value(&self) -> String {
         format!("{}.{}.{}", self.state, self.nonce, self.verifier)
     }
 
+    /// The flow of a cookie's value; `None` for anything [`Flow::to_cookie_value`] does not
+    /// make.
     pub fn from_cookie_value(value: &str) -> Option<Flow> {
         let mut parts = value.split('.');
         let (state, nonce, verifier) = (parts.next()?, parts.next()?, parts.next()?);
@@ -249,6 +255,8 @@ impl Provider {
         )?)))
     }
 
+    /// The provider of `settings`, reached through a client trusting `tls` that follows no
+    /// redirects and gives up after five seconds.
     pub fn new(settings: Settings, tls: rustls::ClientConfig) -> anyhow::Result<Provider> {
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
@@ -261,6 +269,7 @@ impl Provider {
         })
     }
 
+    /// What the node was told of the provider.
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
