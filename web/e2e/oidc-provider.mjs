@@ -19,6 +19,7 @@
 //                   the ID tokens it signs do not verify
 //     wrong-issuer  the discovery document names another issuer
 //     expired       ID tokens are issued as if two hours ago (expired an hour ago)
+//     userinfo      groups and names only from the userinfo endpoint, not in the ID token
 
 import { generateKeyPairSync } from "node:crypto";
 import { createServer } from "node:http";
@@ -70,7 +71,9 @@ const provider = new Provider(issuer, {
     const id = accountId.replace(/^u-/, "");
     return {
       accountId,
-      async claims() {
+      // `use`: "id_token" or "userinfo".
+      async claims(use) {
+        if (state.mode === "userinfo" && use === "id_token") return { sub: accountId };
         return {
           sub: accountId,
           preferred_username: state.names[id] ?? id,

@@ -5,14 +5,19 @@
 // - `rota config check` accepts the settings, and names --oidc-issuer when the provider is
 //   unreachable or names another issuer, and --sso-map when a rule is wrong;
 // - the login page offers the provider (screenshots, en and zh);
-// - users sign in through the provider's own pages; their groups set role and apps; a user
-//   in no mapped group is refused and nothing is created;
+// - users sign in through the provider's own pages (found by `sub`, shown by name); their
+//   groups set role and apps; a user in no mapped group is refused and nothing is created;
 // - a group removed takes effect at the next sign-in and ends the user's other sessions;
 // - a wrong state, an expired ID token, one signed by a key the provider does not publish,
 //   a provider naming another issuer, a provider that is down: each refused with a page
 //   saying why, nobody signed in; the local admin still signs in;
+// - a name the local admin or another provider user holds is not taken over;
+// - groups only at the provider's userinfo endpoint are read there;
 // - the users page shows where each user signs in (screenshots, en and zh) and the audit
-//   log names the provider and subject.
+//   log names the provider and subject;
+// - a provider user's API token follows the node's rules at each use (a restart with
+//   another --sso-map demotes it and ends its session);
+// - with --sso-only the provider is the only way in.
 //
 // Run it through scripts/e2e (after the console walk), which sets:
 //   ROTA_BIN              the rota binary
@@ -298,6 +303,19 @@ async function main() {
       await admin.goto(`${BASE}/console/users`);
       const row = await admin.locator("tr", { hasText: "bob" }).first().innerText();
       check(row.includes("u-bob") && row.includes("operator"), `bob's row: ${row}`);
+    });
+
+    await step("a provider that names groups only at its userinfo endpoint: asked there", async () => {
+      await provider({ mode: "userinfo", groups: { gina: ["ops"] } });
+      try {
+        const gina = await throughProvider("gina");
+        check(pathOf(gina) === "/console", `gina landed at ${gina.url()}: ${await bodyText(gina)}`);
+        await admin.goto(`${BASE}/console/users`);
+        const row = await admin.locator("tr", { hasText: "gina" }).first().innerText();
+        check(row.includes("operator") && row.includes("orders"), `gina's row: ${row}`);
+      } finally {
+        await provider({ mode: "normal" });
+      }
     });
 
     await step("a wrong state is refused", async () => {

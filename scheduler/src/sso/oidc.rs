@@ -2,13 +2,14 @@
 //!
 //! 1. [`Provider::begin`] reads the provider's discovery document and sends the browser to
 //!    its authorization endpoint with a fresh `state`, `nonce` and PKCE challenge; the three
-//!    secrets go back to the browser in a [`Flow`] cookie (HttpOnly, for this path only), so
+//!    secrets go back to the browser in a [`Flow`] cookie (HttpOnly; `__Host-` over HTTPS), so
 //!    any node of the cluster can finish the sign-in.
 //! 2. [`Provider::finish`] takes the provider's answer: the `state` must be the cookie's,
 //!    the code is exchanged (with the client secret and the PKCE verifier) for an ID token,
 //!    whose signature (the provider's published keys, never the client secret), issuer,
-//!    audience, expiry, issue time (not in the future) and nonce are checked. What it says of the user — `sub`, a name, the groups claim — is
-//!    the [`Identity`] the node's rules map.
+//!    audience, expiry, issue time (not in the future) and nonce are checked. What it says
+//!    of the user — `sub`, a name, the groups claim (asked of the userinfo endpoint when the
+//!    ID token has none) — is the [`Identity`] the node's rules map.
 //!
 //! The discovery document and keys are read at each step (sign-ins are rare): a provider's
 //! rotated keys are seen at once, and a provider that is down says so on the page while
@@ -27,8 +28,8 @@ use openidconnect::core::{
 use openidconnect::{
     AdditionalClaims, AuthenticationFlow, AuthorizationCode, ClientId, ClientSecret, CsrfToken,
     EmptyExtraTokenFields, EndpointMaybeSet, EndpointNotSet, EndpointSet, IdTokenFields, IssuerUrl,
-    Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, StandardErrorResponse,
-    StandardTokenResponse, TokenResponse,
+    Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope,
+    StandardErrorResponse, StandardTokenResponse, TokenResponse,
 };
 use serde::{Deserialize, Serialize};
 
@@ -204,6 +205,7 @@ type Fields = IdTokenFields<
     CoreJwsSigningAlgorithm,
 >;
 type Tokens = StandardTokenResponse<Fields, CoreTokenType>;
+type UserInfo = openidconnect::UserInfoClaims<OtherClaims, CoreGenderClaim>;
 type Client = openidconnect::Client<
     OtherClaims,
     CoreAuthDisplay,
@@ -363,6 +365,13 @@ impl Provider {
         let claims = id_token
             .claims(&verifier, &Nonce::new(flow.nonce.clone()))
             .map_err(|e| Failure::Refused(format!("the ID token is not valid: {e}")))?;
+        // Groups (and a name) from the ID token; from the userinfo endpoint when the
+        // provider keeps them there (many put only the standard claims in the ID token).
+        let groups_claim = &self.settings.groups_claim;
+        let info = match claims.additional_claims().0.get(groups_claim) {
+            Some(_) => None,
+            None => self.user_info(&client, &tokens, claims.subject()).await?,
+        };
         let sub = claims.subject().as_str();
         let verified_email = claims
             .email()
@@ -371,6 +380,9 @@ impl Provider {
         // The names to show, best first; the first the console takes is the user's.
         let names = [
             claims.preferred_username().map(|n| n.as_str()),
+            info.as_ref()
+                .and_then(|i| i.preferred_username())
+                .map(|n| n.as_str()),
             verified_email,
             Some(sub),
         ]
@@ -378,12 +390,10 @@ impl Provider {
         .flatten()
         .map(str::to_owned)
         .collect();
-        let groups = groups_in(
-            claims
-                .additional_claims()
-                .0
-                .get(&self.settings.groups_claim),
-        );
+        let groups = groups_in(claims.additional_claims().0.get(groups_claim).or_else(|| {
+            info.as_ref()
+                .and_then(|i| i.additional_claims().0.get(groups_claim))
+        }));
         Ok(SignedIn {
             names,
             identity: Identity {
@@ -393,6 +403,25 @@ impl Provider {
                 groups,
             },
         })
+    }
+
+    /// What the provider's userinfo endpoint says of the user `subject` (it must be the same
+    /// user), asked with the access token; `None` when the provider has no such endpoint.
+    async fn user_info(
+        &self,
+        client: &Client,
+        tokens: &Tokens,
+        subject: &openidconnect::SubjectIdentifier,
+    ) -> Result<Option<UserInfo>, Failure> {
+        let Ok(request) = client.user_info(tokens.access_token().clone(), Some(subject.clone()))
+        else {
+            return Ok(None);
+        };
+        let info: UserInfo = request
+            .request_async(&self.http)
+            .await
+            .map_err(|e| Failure::Unavailable(format!("its userinfo endpoint: {}", chain(&e))))?;
+        Ok(Some(info))
     }
 
     /// The client of the provider as its discovery document describes it now.
