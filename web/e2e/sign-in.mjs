@@ -254,7 +254,8 @@ async function main() {
       check(res.status() === 403, `bob's users page: ${res.status()}`);
       await admin.goto(`${BASE}/console/users`);
       const row = await admin.locator("tr", { hasText: "bob" }).first().innerText();
-      check(row.includes("oidc") && row.includes("operator") && row.includes("orders"), `bob's row: ${row}`);
+      check(row.includes("oidc") && row.includes("operator") && row.includes("orders")
+        && row.includes("from the provider's groups"), `bob's row: ${row}`);
     });
 
     await step("carol, in no mapped group, is refused and nothing is created", async () => {

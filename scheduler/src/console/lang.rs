@@ -327,6 +327,10 @@ const ZH_CN: &[(&str, &str)] = &[
         "每次登录时由目录分组决定",
     ),
     (
+        "from the provider's groups, at each sign-in",
+        "每次登录时由身份提供方的分组决定",
+    ),
+    (
         "Your directory account is in no group that gives access to Rota. Ask an administrator.",
         "您的目录账号不在任何可访问 Rota 的组中，请联系管理员。",
     ),

@@ -23,7 +23,7 @@ pub struct UserRow {
     apps: String,
     created: When,
     me: bool,
-    /// `local`, or the directory it signs in with (`ldap`)…
+    /// `local`, or where else it signs in (`ldap`, `oidc`)…
     source: String,
     /// …and its identity there (empty for a local user).
     subject: String,
