@@ -13,6 +13,13 @@ pub const DEFAULT_CAPACITY: usize = 64;
 pub const DEFAULT_QUEUE: usize = 10_000;
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(30);
+/// How long a batch of run reports collects after its first one, unless configured
+/// (`--report-window-ms`). Each batch costs the scheduler's database one transaction
+/// whatever its size, so under load longer windows mean fewer statements per run; the
+/// results wait at most this much longer to be seen (the runs' own times are in the
+/// reports). A final report whose trigger asks for `report_within_ms` (a workflow step, a
+/// job with children) closes its batch sooner.
+pub const DEFAULT_REPORT_WINDOW: Duration = Duration::from_millis(100);
 
 /// Everything an executor node is configured with.
 #[derive(Debug, Clone)]
@@ -46,6 +53,10 @@ pub struct ExecutorConfig {
     /// job's allow-list says; [`ExecutorConfig::seal_egress`] adds this node's own port and
     /// its schedulers.
     pub egress: rota_net::egress::Policy,
+    /// How long run reports collect after the first before they are sent as one batch
+    /// (`--report-window-ms`): the delay a finished run's result may wait to be seen, against
+    /// one scheduler transaction per batch ([`DEFAULT_REPORT_WINDOW`]).
+    pub report_window: Duration,
     /// How long running runs get to finish at shutdown before they are killed.
     pub drain_grace: Duration,
 }
@@ -72,6 +83,7 @@ impl ExecutorConfig {
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             tls: rota_net::Tls::default(),
             egress: rota_net::egress::Policy::default(),
+            report_window: DEFAULT_REPORT_WINDOW,
             drain_grace: DEFAULT_DRAIN_GRACE,
         }
     }

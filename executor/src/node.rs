@@ -37,7 +37,7 @@ use crate::client::SchedulerClient;
 use crate::config::ExecutorConfig;
 use crate::logs::LogStore;
 use crate::registry::Registry;
-use crate::report::Unacked;
+use crate::report::{Queued, Unacked};
 use crate::runtime::host::{HostAccess, Services};
 use crate::runtime::{Invocation, Plugin, PluginEnv, RunOutcome, RunStatus, Runtime};
 use crate::workers::{Work, Workers};
@@ -58,7 +58,7 @@ pub struct Node {
     registry: Mutex<Registry>,
     /// The threads runs execute on, at most `capacity` of them.
     workers: Workers,
-    reports: mpsc::Sender<RunReport>,
+    reports: mpsc::Sender<Queued>,
     /// Plugins being fetched and compiled, by SHA-256: a burst of triggers loads each once.
     fetches: Mutex<HashMap<String, PluginLoad>>,
     /// Plugins to compile ahead of their first run, one after another ([`Node::warm`]).
@@ -89,7 +89,7 @@ impl Node {
         runtime: Runtime,
         logs: LogStore,
         client: Arc<SchedulerClient>,
-        reports: mpsc::Sender<RunReport>,
+        reports: mpsc::Sender<Queued>,
         unacked: Unacked,
     ) -> Arc<Node> {
         Arc::new(Node {
@@ -361,17 +361,18 @@ impl Node {
         }
     }
 
-    async fn report(&self, report: RunReport) {
+    /// Queues `report` of a run `trigger` started for the reporter.
+    async fn report(&self, trigger: &Trigger, report: RunReport) {
         self.unacked.add_report(&report);
-        if self.reports.send(report).await.is_err() {
+        if self.reports.send(queued(trigger, report)).await.is_err() {
             tracing::error!("the reporter has stopped; a run report is lost");
         }
     }
 
     /// [`Node::report`] from a worker thread; waits if the reporter is behind.
-    fn report_blocking(&self, report: RunReport) {
+    fn report_blocking(&self, trigger: &Trigger, report: RunReport) {
         self.unacked.add_report(&report);
-        if self.reports.blocking_send(report).is_err() {
+        if self.reports.blocking_send(queued(trigger, report)).is_err() {
             tracing::error!("the reporter has stopped; a run report is lost");
         }
     }
@@ -491,7 +492,9 @@ impl Run {
                 self.node.finish(run_id, None);
             }
             Waited::Killed => {
-                self.node.report(self.killed_before_start()).await;
+                self.node
+                    .report(&self.trigger, self.killed_before_start())
+                    .await;
                 self.node.finish(run_id, Some(RunStatus::Killed));
             }
         }
@@ -511,7 +514,8 @@ impl Run {
     fn execute(self) {
         let run_id = self.trigger.run_id;
         if self.kill.is_cancelled() {
-            self.node.report_blocking(self.killed_before_start());
+            self.node
+                .report_blocking(&self.trigger, self.killed_before_start());
             self.node.finish(run_id, Some(RunStatus::Killed));
             return;
         }
@@ -534,10 +538,13 @@ impl Run {
         let traceparent =
             rota_net::trace::traceparent(&span).or_else(|| trigger.traceparent.clone());
         let started_at = now_ms();
-        node.report_blocking(RunReport {
-            traceparent: traceparent.clone(),
-            ..running_report(&node, &trigger, started_at)
-        });
+        node.report_blocking(
+            &trigger,
+            RunReport {
+                traceparent: traceparent.clone(),
+                ..running_report(&node, &trigger, started_at)
+            },
+        );
         let log = node.logs.create(run_id);
         let env = PluginEnv {
             job_id: trigger.job_id,
@@ -577,10 +584,13 @@ impl Run {
         let outcome = node.runtime.run(&plugin, &invocation, &log, &kill);
         tracing::debug!(run.id = run_id, status = %outcome.status, "run ended");
         span.record("rota.status", outcome.status.to_string());
-        node.report_blocking(RunReport {
-            traceparent,
-            ..final_report(&node, &trigger, Some(started_at), &outcome)
-        });
+        node.report_blocking(
+            &trigger,
+            RunReport {
+                traceparent,
+                ..final_report(&node, &trigger, Some(started_at), &outcome)
+            },
+        );
         node.finish(run_id, Some(outcome.status));
     }
 }
@@ -630,6 +640,17 @@ async fn sleep_until_ms(at: i64) {
         }
         let wait = u64::try_from(at - now).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
+
+/// `report` for the reporter, with how soon it must leave when something waits on the run
+/// (the trigger's `report_within_ms`).
+fn queued(trigger: &Trigger, report: RunReport) -> Queued {
+    Queued {
+        report,
+        within: trigger
+            .report_within_ms
+            .map(|ms| Duration::from_millis(u64::from(ms))),
     }
 }
 

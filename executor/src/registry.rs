@@ -313,6 +313,7 @@ mod tests {
             exclusive: false,
             http_allow: Vec::new(),
             traceparent: None,
+            report_within_ms: None,
         }
     }
 

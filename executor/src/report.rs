@@ -4,7 +4,7 @@
 //! one) to one bounded channel. A `running` report is held back for [`RUNNING_HOLD`] and
 //! dropped if its run's final report comes in that time, so a short run costs the
 //! scheduler one update, not two. The reporter task drains the channel into batches (up
-//! to [`BATCH_MAX`] reports or [`BATCH_WINDOW`] after the first) and POSTs each to
+//! to [`BATCH_MAX`] reports or a window, [`ExecutorConfig::report_window`](crate::config::ExecutorConfig::report_window), after the first) and POSTs each to
 //! `/api/executor/v1/callback` on the first scheduler that answers 2xx, retrying a few
 //! times with backoff.
 //!
@@ -38,11 +38,6 @@ use crate::logs::LogStore;
 
 /// Most reports in one callback.
 pub const BATCH_MAX: usize = 1_000;
-/// How long a batch collects reports after its first one. Each batch costs the scheduler's
-/// database one transaction whatever its size, so under load longer windows mean fewer
-/// statements per run; the results wait at most this much longer to be seen (the runs'
-/// own times are in the reports).
-pub const BATCH_WINDOW: Duration = Duration::from_millis(100);
 /// How long a `running` report waits for its run's final report before it is sent.
 pub const RUNNING_HOLD: Duration = Duration::from_millis(500);
 /// Fresh batches on their way at once: while one is applied by a scheduler the next are
@@ -327,9 +322,19 @@ impl Postponed {
     }
 }
 
+/// A report on its way to the reporter, and how soon after it is queued it must leave (the
+/// trigger's `report_within_ms`: something waits on the run's result); `None`: the
+/// reporter's window applies.
+#[derive(Debug)]
+pub struct Queued {
+    pub report: RunReport,
+    pub within: Option<Duration>,
+}
+
 /// The reporter task: runs until `stop`, then sends or spools whatever is left.
 pub async fn run_reporter(
-    mut reports: mpsc::Receiver<RunReport>,
+    window: Duration,
+    mut reports: mpsc::Receiver<Queued>,
     client: Arc<SchedulerClient>,
     spool: Spool,
     logs: LogStore,
@@ -357,7 +362,7 @@ pub async fn run_reporter(
             }
             first = reports.recv(), if room => {
                 let Some(first) = first else { break };
-                let batch = collect(&mut reports, first, &mut postponed).await;
+                let batch = collect(&mut reports, first, window, &mut postponed).await;
                 reporter.submit(batch, &mut in_flight, &stop);
             }
             _ = tokio::time::sleep_until(held_due.unwrap_or_else(Instant::now)), if held_due.is_some() && room => {
@@ -377,7 +382,7 @@ pub async fn run_reporter(
     reporter.logs.flush();
     reports.close();
     let mut batch = Batch::default();
-    while let Some(report) = reports.recv().await {
+    while let Some(Queued { report, .. }) = reports.recv().await {
         postponed.route(report, &mut batch);
         if batch.len() >= BATCH_MAX {
             reporter.stash(std::mem::take(&mut batch).into_callback());
@@ -396,19 +401,27 @@ pub async fn run_reporter(
     }
 }
 
-/// Up to [`BATCH_MAX`] reports arriving within [`BATCH_WINDOW`] of `first` (`running`
-/// ones held back), plus the held reports that are due.
+/// Up to [`BATCH_MAX`] reports arriving within `window` of `first` (`running` ones held
+/// back), or sooner when a final report is awaited (its [`Queued::within`]), plus the held
+/// reports that are due.
 async fn collect(
-    reports: &mut mpsc::Receiver<RunReport>,
-    first: RunReport,
+    reports: &mut mpsc::Receiver<Queued>,
+    first: Queued,
+    window: Duration,
     postponed: &mut Postponed,
 ) -> Batch {
-    let deadline = Instant::now() + BATCH_WINDOW;
+    let mut deadline = Instant::now() + window;
     let mut batch = Batch::default();
-    postponed.route(first, &mut batch);
+    let mut take = |queued: Queued, deadline: &mut Instant, batch: &mut Batch| {
+        if let Some(within) = queued.within.filter(|_| queued.report.status.is_final()) {
+            *deadline = (*deadline).min(Instant::now() + within);
+        }
+        postponed.route(queued.report, batch);
+    };
+    take(first, &mut deadline, &mut batch);
     while batch.len() < BATCH_MAX {
         match tokio::time::timeout_at(deadline, reports.recv()).await {
-            Ok(Some(report)) => postponed.route(report, &mut batch),
+            Ok(Some(queued)) => take(queued, &mut deadline, &mut batch),
             Ok(None) | Err(_) => break,
         }
     }
@@ -621,6 +634,61 @@ mod tests {
         let sent: Vec<_> = later.reports.iter().map(|r| (r.run_id, r.status)).collect();
         assert_eq!(sent, vec![(2, ReportStatus::Running)]);
         assert_eq!(postponed.next_due(), None);
+    }
+
+    /// Runs in a batch that `collect` closed, and how long after `first` it closed.
+    async fn collected(first: Queued, later: Vec<(u64, Queued)>) -> (Vec<i64>, Duration) {
+        let (tx, mut rx) = mpsc::channel(8);
+        // The channel stays open, as the node's does: the batch ends by its deadline.
+        let _open = tx.clone();
+        let began = Instant::now();
+        tokio::spawn(async move {
+            for (after_ms, queued) in later {
+                tokio::time::sleep_until(began + Duration::from_millis(after_ms)).await;
+                let _ = tx.send(queued).await;
+            }
+        });
+        let mut postponed = Postponed::default();
+        let window = Duration::from_millis(100);
+        let batch = collect(&mut rx, first, window, &mut postponed).await;
+        let runs = batch.reports.iter().map(|r| r.run_id).collect();
+        (runs, began.elapsed())
+    }
+
+    fn queued(run_id: i64, status: ReportStatus, within_ms: Option<u64>) -> Queued {
+        Queued {
+            report: report(run_id, status),
+            within: within_ms.map(Duration::from_millis),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_awaited_final_report_closes_its_batch_sooner_than_the_window() {
+        use ReportStatus::{Running, Succeeded};
+        // Nothing awaited: the batch collects for the whole window.
+        let (runs, took) = collected(
+            queued(1, Succeeded, None),
+            vec![
+                (30, queued(2, Succeeded, None)),
+                (90, queued(3, Succeeded, None)),
+            ],
+        )
+        .await;
+        assert_eq!((runs, took), (vec![1, 2, 3], Duration::from_millis(100)));
+        // An awaited final report 30 ms in closes it 10 ms later; what comes after waits
+        // for the next batch.
+        let (runs, took) = collected(
+            queued(1, Succeeded, None),
+            vec![
+                (30, queued(2, Succeeded, Some(10))),
+                (60, queued(3, Succeeded, None)),
+            ],
+        )
+        .await;
+        assert_eq!((runs, took), (vec![1, 2], Duration::from_millis(40)));
+        // A `running` report of an awaited run is not what waits: the window stands.
+        let (runs, took) = collected(queued(1, Running, Some(10)), vec![]).await;
+        assert_eq!((runs.len(), took), (0, Duration::from_millis(100)));
     }
 
     #[test]

@@ -79,12 +79,14 @@ pub async fn run_with_runtime(
         &config.tls,
     )?);
     let (reports_tx, reports_rx) = mpsc::channel(report_queue(&config));
+    let report_window = config.report_window;
     let node = Node::new(config, runtime, logs, client.clone(), reports_tx, unacked);
 
     let stop_loops = CancellationToken::new();
     let stop_reporter = CancellationToken::new();
     let stop_server = CancellationToken::new();
     let reporter = tokio::spawn(run_reporter(
+        report_window,
         reports_rx,
         client,
         spool,

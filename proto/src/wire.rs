@@ -302,6 +302,11 @@ pub struct Trigger {
     /// run's span continues it, and the module sees it as `TRACEPARENT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// Something waits on this run's result (a workflow's next steps, a job's children):
+    /// the executor sends its final report within this many ms of the run's end instead of
+    /// holding it for its batching window. Absent: the window applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_within_ms: Option<u32>,
 }
 
 /// Which module to run, by content hash; the name is for argv and logs.
@@ -627,6 +632,7 @@ mod tests {
             exclusive: false,
             http_allow: Vec::new(),
             traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+            report_within_ms: Some(10),
         }
     }
 

@@ -22,7 +22,9 @@
 //!   CPU and statements per element, and the reduce's input checked whole and in order.
 //!
 //! Settings as `load.rs`: `ROTA_BIN`, `ROTA_BENCH_MYSQL_URL` (+ `ROTA_BENCH_MARIADB_PID`
-//! for the database's CPU), `ROTA_BENCH_NODES` (1), `ROTA_BENCH_CAPACITY` (256).
+//! for the database's CPU), `ROTA_BENCH_NODES` (1), `ROTA_BENCH_CAPACITY` (256);
+//! `ROTA_BENCH_REPORT_WINDOW_MS` is the executor's `--report-window-ms` (its default unless
+//! set).
 
 #[path = "../tests/integration/support/mod.rs"]
 mod support;
@@ -88,8 +90,11 @@ impl Bed {
         .args([
             "--capacity",
             &env_or("ROTA_BENCH_CAPACITY", 256).to_string(),
-        ])
-        .stderr(std::fs::File::create(log_dir.path().join("executor.log")).unwrap());
+        ]);
+        if let Ok(window) = std::env::var("ROTA_BENCH_REPORT_WINDOW_MS") {
+            executor.args(["--report-window-ms", &window]);
+        }
+        executor.stderr(std::fs::File::create(log_dir.path().join("executor.log")).unwrap());
         let executor = KillOnDrop::new(executor.spawn().expect("starting rota executor"));
         let api = nodes[0].1.clone();
         wait_executors(&api, 1).await;

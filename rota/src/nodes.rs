@@ -86,6 +86,12 @@ pub struct ExecutorArgs {
     /// Concurrent runs.
     #[arg(long, env = "ROTA_CAPACITY", default_value_t = rota_executor::config::DEFAULT_CAPACITY)]
     capacity: usize,
+    /// How long finished runs' reports collect before they go to a scheduler as one
+    /// batch, ms: the most a result waits to be seen, against one scheduler transaction
+    /// per batch. A run something waits on (a workflow step, a job with children) is
+    /// reported within the time its trigger asks for (10 ms) whatever this says.
+    #[arg(long, env = "ROTA_REPORT_WINDOW_MS", default_value_t = rota_executor::config::DEFAULT_REPORT_WINDOW.as_millis() as u64, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    report_window_ms: u64,
     #[command(flatten)]
     logs: LogArgs,
     /// Largest linear memory a job may ask for, MiB.
@@ -320,6 +326,7 @@ pub async fn executor(
         args.data_dir,
     );
     config.capacity = args.capacity;
+    config.report_window = std::time::Duration::from_millis(args.report_window_ms);
     config.logs = args.logs.limits();
     config.memory_cap_mb = args.memory_cap_mb;
     config.tls = tls;

@@ -338,6 +338,7 @@ fn trigger(run_id: i64, plugin: &PluginRef) -> Trigger {
         exclusive: false,
         http_allow: Vec::new(),
         traceparent: None,
+        report_within_ms: None,
     }
 }
 

@@ -528,3 +528,67 @@ async fn busyover_sends_to_an_idle_executor() {
     assert_eq!(first.received().len(), 1);
     server.stop().await;
 }
+
+/// A run whose result something waits on — a workflow's next step, a job's children — is
+/// sent asking for its report within `report_within_ms` (the executor's batching window
+/// would otherwise hold it); a run nothing waits on is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_something_waits_on_ask_for_a_prompt_report() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let executor = ExecutorDouble::start(&server.url, "default", Behaviour::Succeed).await;
+    let plain = job(api, "notify", json!({})).await;
+    let parent = job(api, "close-order", json!({"child_jobs": ["notify"]})).await;
+    let step = job(api, "step", json!({})).await;
+    api.ok(
+        "POST",
+        "/api/v1/workflows",
+        Some(json!({"name": "two", "app": "default", "steps": [
+            {"name": "a", "job": "step"},
+            {"name": "b", "job": "step", "after": ["a"]},
+        ]})),
+    )
+    .await;
+    api.ok("POST", "/api/v1/tasks", Some(json!({"job": "close-order"})))
+        .await;
+    api.ok(
+        "POST",
+        "/api/v1/workflows/two/instances",
+        Some(json!({"input": {}})),
+    )
+    .await;
+    // The parent, its child, and the workflow's two steps.
+    eventually(Duration::from_secs(15), "four runs", || async {
+        (executor.received_count() >= 4).then_some(())
+    })
+    .await;
+    let within: Vec<(i64, Option<u32>)> = executor
+        .received()
+        .iter()
+        .map(|r| (r.trigger.job_id, r.trigger.report_within_ms))
+        .collect();
+    let of = |job: i64| -> Vec<Option<u32>> {
+        within
+            .iter()
+            .filter(|(j, _)| *j == job)
+            .map(|(_, w)| *w)
+            .collect()
+    };
+    assert_eq!(
+        of(parent),
+        vec![Some(10)],
+        "a job with children: {within:?}"
+    );
+    assert_eq!(
+        of(step),
+        vec![Some(10), Some(10)],
+        "workflow steps: {within:?}"
+    );
+    assert_eq!(
+        of(plain),
+        vec![None],
+        "a child with no children of its own: {within:?}"
+    );
+}

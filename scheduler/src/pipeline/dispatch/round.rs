@@ -655,7 +655,21 @@ pub(super) fn to_trigger(p: &Pending, sent_at: Millis) -> Option<Trigger> {
         exclusive,
         http_allow: spec.http_allow.clone(),
         traceparent: rota_net::trace::traceparent(&p.span),
+        report_within_ms: awaited(p).then_some(AWAITED_REPORT_MS),
     })
+}
+
+/// How soon an executor sends the final report of a run that something waits on, ms: the
+/// part of a workflow's step-to-step time (SPEC §7: the next step starts p99 ≤ 20 ms after
+/// the report) spent on the executor. A batch collects the reports ending in this time, so
+/// at 1,000 step ends/s one report batch (one transaction) still carries about ten; other
+/// runs' reports wait the executor's own window (100 ms by default) and share larger ones.
+pub(super) const AWAITED_REPORT_MS: u32 = 10;
+
+/// Whether something waits on `p`'s result: a workflow step's next steps, a job's
+/// children.
+fn awaited(p: &Pending) -> bool {
+    p.task.kind == TaskKind::Step || !p.job.job.spec.child_jobs.is_empty()
 }
 
 /// The record of a sent trigger (`None` for one never numbered, hence never sent).
