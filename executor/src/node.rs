@@ -643,14 +643,14 @@ async fn sleep_until_ms(at: i64) {
     }
 }
 
-/// `report` for the reporter, with how soon it must leave when something waits on the run
-/// (the trigger's `report_within_ms`).
+/// `report` for the reporter, with when it must leave when something waits on the run
+/// (now + the trigger's `report_within_ms`).
 fn queued(trigger: &Trigger, report: RunReport) -> Queued {
     Queued {
         report,
-        within: trigger
+        send_by: trigger
             .report_within_ms
-            .map(|ms| Duration::from_millis(u64::from(ms))),
+            .map(|ms| Instant::now() + Duration::from_millis(u64::from(ms))),
     }
 }
 

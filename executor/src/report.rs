@@ -322,13 +322,13 @@ impl Postponed {
     }
 }
 
-/// A report on its way to the reporter, and how soon after it is queued it must leave (the
-/// trigger's `report_within_ms`: something waits on the run's result); `None`: the
-/// reporter's window applies.
+/// A report on its way to the reporter, and when the batch it joins must close if it is a
+/// final one (queued + the trigger's `report_within_ms`: something waits on the run's
+/// result); `None`: the reporter's window applies.
 #[derive(Debug)]
 pub struct Queued {
     pub report: RunReport,
-    pub within: Option<Duration>,
+    pub send_by: Option<Instant>,
 }
 
 /// The reporter task: runs until `stop`, then sends or spools whatever is left.
@@ -402,7 +402,7 @@ pub async fn run_reporter(
 }
 
 /// Up to [`BATCH_MAX`] reports arriving within `window` of `first` (`running` ones held
-/// back), or sooner when a final report is awaited (its [`Queued::within`]), plus the held
+/// back), or until the earliest [`Queued::send_by`] of a final report in it, plus the held
 /// reports that are due.
 async fn collect(
     reports: &mut mpsc::Receiver<Queued>,
@@ -413,8 +413,8 @@ async fn collect(
     let mut deadline = Instant::now() + window;
     let mut batch = Batch::default();
     let mut take = |queued: Queued, deadline: &mut Instant, batch: &mut Batch| {
-        if let Some(within) = queued.within.filter(|_| queued.report.status.is_final()) {
-            *deadline = (*deadline).min(Instant::now() + within);
+        if let Some(by) = queued.send_by.filter(|_| queued.report.status.is_final()) {
+            *deadline = (*deadline).min(by);
         }
         postponed.route(queued.report, batch);
     };
@@ -636,59 +636,76 @@ mod tests {
         assert_eq!(postponed.next_due(), None);
     }
 
-    /// Runs in a batch that `collect` closed, and how long after `first` it closed.
-    async fn collected(first: Queued, later: Vec<(u64, Queued)>) -> (Vec<i64>, Duration) {
+    /// A report: its run, its status, and the `report_within_ms` of its trigger.
+    type Sent = (i64, ReportStatus, Option<u64>);
+
+    /// A report queued now, to be sent within `within_ms` if it is awaited.
+    fn queued((run_id, status, within_ms): Sent) -> Queued {
+        Queued {
+            report: report(run_id, status),
+            send_by: within_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
+        }
+    }
+
+    /// `collect` from `first`, queued `first_waited_ms` before the reporter takes it, then
+    /// `later`, each queued so many ms after: the runs in the batch it closed, and how long
+    /// after it took `first` it closed it. (The channel stays open, as the node's does: the
+    /// batch ends by its deadline; what comes after it stays in the channel.)
+    async fn collected(
+        first: Sent,
+        first_waited_ms: u64,
+        later: Vec<(u64, Sent)>,
+    ) -> (Vec<i64>, Duration) {
         let (tx, mut rx) = mpsc::channel(8);
-        // The channel stays open, as the node's does: the batch ends by its deadline.
-        let _open = tx.clone();
+        let first = queued(first);
+        tokio::time::advance(Duration::from_millis(first_waited_ms)).await;
         let began = Instant::now();
+        let sender = tx.clone();
         tokio::spawn(async move {
-            for (after_ms, queued) in later {
+            for (after_ms, sent) in later {
                 tokio::time::sleep_until(began + Duration::from_millis(after_ms)).await;
-                let _ = tx.send(queued).await;
+                let _ = sender.send(queued(sent)).await;
             }
         });
         let mut postponed = Postponed::default();
         let window = Duration::from_millis(100);
         let batch = collect(&mut rx, first, window, &mut postponed).await;
-        let runs = batch.reports.iter().map(|r| r.run_id).collect();
-        (runs, began.elapsed())
-    }
-
-    fn queued(run_id: i64, status: ReportStatus, within_ms: Option<u64>) -> Queued {
-        Queued {
-            report: report(run_id, status),
-            within: within_ms.map(Duration::from_millis),
+        let took = began.elapsed();
+        drop(tx);
+        let mut runs: Vec<i64> = batch.reports.iter().map(|r| r.run_id).collect();
+        // What the batch left behind, for the next one.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        while let Ok(next) = rx.try_recv() {
+            runs.push(-next.report.run_id);
         }
+        (runs, took)
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_awaited_final_report_closes_its_batch_sooner_than_the_window() {
         use ReportStatus::{Running, Succeeded};
+        let ms = Duration::from_millis;
         // Nothing awaited: the batch collects for the whole window.
-        let (runs, took) = collected(
-            queued(1, Succeeded, None),
-            vec![
-                (30, queued(2, Succeeded, None)),
-                (90, queued(3, Succeeded, None)),
-            ],
-        )
-        .await;
-        assert_eq!((runs, took), (vec![1, 2, 3], Duration::from_millis(100)));
-        // An awaited final report 30 ms in closes it 10 ms later; what comes after waits
-        // for the next batch.
-        let (runs, took) = collected(
-            queued(1, Succeeded, None),
-            vec![
-                (30, queued(2, Succeeded, Some(10))),
-                (60, queued(3, Succeeded, None)),
-            ],
-        )
-        .await;
-        assert_eq!((runs, took), (vec![1, 2], Duration::from_millis(40)));
+        let plain = vec![(30, (2, Succeeded, None)), (90, (3, Succeeded, None))];
+        let (runs, took) = collected((1, Succeeded, None), 0, plain).await;
+        assert_eq!((runs, took), (vec![1, 2, 3], ms(100)));
+        // An awaited final report queued 30 ms in closes it 10 ms later; the report after
+        // it is left for the next batch (negative: still in the channel).
+        let awaited = vec![(30, (2, Succeeded, Some(10))), (60, (3, Succeeded, None))];
+        let (runs, took) = collected((1, Succeeded, None), 0, awaited).await;
+        assert_eq!((runs, took), (vec![1, 2, -3], ms(40)));
+        // Awaited and first: 10 ms; awaited and queued 8 ms before the reporter took it
+        // (it was busy): 2 ms; queued longer ago than that: at once.
+        let later = vec![(1, (2, Succeeded, None)), (50, (3, Succeeded, None))];
+        let (runs, took) = collected((1, Succeeded, Some(10)), 0, later.clone()).await;
+        assert_eq!((runs, took), (vec![1, 2, -3], ms(10)));
+        let (runs, took) = collected((1, Succeeded, Some(10)), 8, later.clone()).await;
+        assert_eq!((runs, took), (vec![1, 2, -3], ms(2)));
+        let (runs, took) = collected((1, Succeeded, Some(10)), 30, later).await;
+        assert_eq!((runs, took), (vec![1, -2, -3], ms(0)));
         // A `running` report of an awaited run is not what waits: the window stands.
-        let (runs, took) = collected(queued(1, Running, Some(10)), vec![]).await;
-        assert_eq!((runs.len(), took), (0, Duration::from_millis(100)));
+        let (runs, took) = collected((1, Running, Some(10)), 0, vec![]).await;
+        assert_eq!((runs.len(), took), (0, ms(100)));
     }
 
     #[test]

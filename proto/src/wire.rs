@@ -303,8 +303,9 @@ pub struct Trigger {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
     /// Something waits on this run's result (a workflow's next steps, a job's children):
-    /// the executor sends its final report within this many ms of the run's end instead of
-    /// holding it for its batching window. Absent: the window applies.
+    /// the batch the run's final report joins closes at most this many
+    /// ms after the report is queued, instead of at the end of the executor's batching
+    /// window. Absent: the window applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report_within_ms: Option<u32>,
 }
@@ -804,13 +805,19 @@ mod tests {
             "memory_mb": 64,
             "block": "discard_later",
             "exclusive": false,
-            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "report_within_ms": 10
         });
         assert_eq!(serde_json::to_value(trigger()).unwrap(), golden);
         assert_eq!(
-            serde_json::from_value::<Trigger>(golden).unwrap(),
+            serde_json::from_value::<Trigger>(golden.clone()).unwrap(),
             trigger()
         );
+        // From a node that predates the field: nothing is awaited.
+        let mut older = golden;
+        older.as_object_mut().unwrap().remove("report_within_ms");
+        let read = serde_json::from_value::<Trigger>(older).unwrap();
+        assert_eq!(read.report_within_ms, None);
     }
 
     #[test]

@@ -88,8 +88,9 @@ pub struct ExecutorArgs {
     capacity: usize,
     /// How long finished runs' reports collect before they go to a scheduler as one
     /// batch, ms: the most a result waits to be seen, against one scheduler transaction
-    /// per batch. A run something waits on (a workflow step, a job with children) is
-    /// reported within the time its trigger asks for (10 ms) whatever this says.
+    /// per batch (0–1,000). A run something waits on (a workflow step, a job with
+    /// children) is reported within the time its trigger asks for
+    /// (10 ms) whatever this says.
     #[arg(long, env = "ROTA_REPORT_WINDOW_MS", default_value_t = rota_executor::config::DEFAULT_REPORT_WINDOW.as_millis() as u64, value_parser = clap::value_parser!(u64).range(0..=1000))]
     report_window_ms: u64,
     #[command(flatten)]
