@@ -32,22 +32,29 @@ pub struct RateLimit {
     pub per_ms: i64,
 }
 
-/// The starts a rate limit granted in one bucket, oldest first: those that may still
-/// constrain a start to come (inside the last window, at most `limit` of them).
+/// The starts a rate limit granted in one bucket, in time order: those that may still
+/// constrain a start to come (inside the last window, and those granted ahead of it).
 ///
-/// Grants are made in order (none before the last one), so "at most `limit` starts in any
-/// window of `per_ms`" holds exactly when every start is at least `per_ms` after the one
-/// `limit` grants before it — which is all [`Window::next_start`] has to check.
+/// "At most `limit` starts in any window of `per_ms`" holds exactly when any `limit + 1`
+/// consecutive starts span at least `per_ms`. A start may be granted before one granted
+/// earlier — a task due now, after a scan granted one due later in its window — when the
+/// groups it joins still span that: a bucket's later grant does not hold back a task its
+/// limit has room for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Window {
     starts: VecDeque<Millis>,
 }
 
+/// Most times [`Window::next_start`] tries between the earliest and the start after the
+/// last grant (which always fits): it looks for a gap among the starts granted ahead.
+const GAPS_TRIED: usize = 64;
+
 impl Window {
     /// A window as stored (a JSON array of times, ascending); unreadable text is an empty
     /// window's (the store writes only what [`Window::to_json`] gave it).
     pub fn from_json(text: &str) -> Window {
-        let starts: Vec<Millis> = serde_json::from_str(text).unwrap_or_default();
+        let mut starts: Vec<Millis> = serde_json::from_str(text).unwrap_or_default();
+        starts.sort_unstable();
         Window {
             starts: starts.into(),
         }
@@ -57,14 +64,55 @@ impl Window {
         serde_json::to_string(&self.starts).expect("a list of integers serializes")
     }
 
-    /// The last start granted.
+    /// The latest start granted.
     pub fn last(&self) -> Option<Millis> {
         self.starts.back().copied()
     }
 
-    /// The earliest start at or after `earliest` that `rate` allows: not before the last
-    /// grant, and at least `per_ms` after the grant `limit` starts back.
+    /// The earliest start at or after `earliest` that `rate` allows. A start can only
+    /// come to fit where a granted one leaves its window (`per_ms` after it), so those
+    /// times are tried in order, after `earliest` itself; past [`GAPS_TRIED`] of them, the
+    /// start after the last grant that keeps the limit.
     pub fn next_start(&self, rate: &RateLimit, earliest: Millis) -> Millis {
+        let per_ms = rate.per_ms;
+        std::iter::once(earliest)
+            .chain(
+                self.starts
+                    .iter()
+                    .map(|s| s.saturating_add(per_ms))
+                    .filter(|&t| t > earliest),
+            )
+            .take(GAPS_TRIED)
+            .find(|&t| self.fits(rate, t))
+            .unwrap_or_else(|| self.after_last(rate, earliest))
+    }
+
+    /// Whether a start at `at` keeps the limit: every group of `limit + 1` consecutive
+    /// starts it would join spans at least `per_ms` (the others already do).
+    fn fits(&self, rate: &RateLimit, at: Millis) -> bool {
+        let limit = rate.limit.max(1) as usize;
+        let s = &self.starts;
+        // Fewer than `limit` others within `per_ms` either side: no window can be full.
+        let near_from = s.partition_point(|&x| x.saturating_add(rate.per_ms) <= at);
+        let near_to = s.partition_point(|&x| x < at.saturating_add(rate.per_ms));
+        if near_to - near_from < limit {
+            return true;
+        }
+        // The starts with `at` among them, in order: `at` is the `i`th.
+        let i = s.partition_point(|&x| x < at);
+        let with = |k: usize| match k.cmp(&i) {
+            std::cmp::Ordering::Less => s[k],
+            std::cmp::Ordering::Equal => at,
+            std::cmp::Ordering::Greater => s[k - 1],
+        };
+        (i.saturating_sub(limit)..=i)
+            .filter(|&j| j + limit <= s.len())
+            .all(|j| with(j + limit) - with(j) >= rate.per_ms)
+    }
+
+    /// The earliest start at or after `earliest`, and after every grant, that keeps the
+    /// limit: `per_ms` after the grant `limit` starts back.
+    fn after_last(&self, rate: &RateLimit, earliest: Millis) -> Millis {
         let mut at = earliest.max(self.last().unwrap_or(earliest));
         let limit = rate.limit.max(1) as usize;
         if self.starts.len() >= limit {
@@ -74,13 +122,10 @@ impl Window {
         at
     }
 
-    /// Records a start at `at` (from [`Window::next_start`]), keeping only the last
-    /// `limit`: older ones constrain nothing.
-    pub fn grant(&mut self, rate: &RateLimit, at: Millis) {
-        self.starts.push_back(at);
-        while self.starts.len() > rate.limit.max(1) as usize {
-            self.starts.pop_front();
-        }
+    /// Records a start at `at` (from [`Window::next_start`]), in time order.
+    pub fn grant(&mut self, at: Millis) {
+        let i = self.starts.partition_point(|&x| x <= at);
+        self.starts.insert(i, at);
     }
 
     /// Drops the starts a window that begins at `now` no longer holds: they constrain no
@@ -93,6 +138,20 @@ impl Window {
         {
             self.starts.pop_front();
         }
+    }
+}
+
+/// The pointer of the buckets a limited job's tasks are kept in (`tasks.limit_key`, where
+/// their slots are counted and the console's queue shows them): the concurrency bound's
+/// key when the job has a bound, else its rate limit's.
+pub fn counted_key<'a>(
+    max_concurrency: Option<i32>,
+    concurrency_key: Option<&'a str>,
+    rate: Option<&'a RateLimit>,
+) -> Option<&'a str> {
+    match max_concurrency {
+        Some(_) => concurrency_key,
+        None => rate.and_then(|r| r.key.as_deref()),
     }
 }
 
@@ -157,7 +216,7 @@ mod tests {
         for d in due {
             let at = w.next_start(&r, d);
             assert!(at >= d, "never before the task is due");
-            w.grant(&r, at);
+            w.grant(at);
             starts.push(at);
         }
         assert_eq!(
@@ -182,14 +241,71 @@ mod tests {
             w.forget_before(&r, now);
             for _ in 0..(scan % 4) {
                 let at = w.next_start(&r, now);
-                w.grant(&r, at);
+                w.grant(at);
                 granted.push(at);
             }
             stored = w.to_json();
         }
-        assert!(granted.windows(2).all(|p| p[0] <= p[1]));
         assert!(within(&granted, &r), "{granted:?}");
         assert_eq!(Window::from_json("not json"), Window::default());
+    }
+
+    #[test]
+    fn a_start_the_limit_has_room_for_is_not_held_behind_a_later_grant() {
+        // A scan claimed ahead a task due at 250; a task due now (60) comes after it.
+        let roomy = rate(10, 1_000);
+        let mut w = Window::default();
+        w.grant(250);
+        assert_eq!(w.next_start(&roomy, 60), 60, "10 a second leaves room now");
+        // One a second: 60 would share a window with 250, and so would anything up to it;
+        // the first start that fits is a window after 250.
+        let one = rate(1, 1_000);
+        assert_eq!(w.next_start(&one, 60), 1_250);
+        // A gap between two grants ahead is taken when it fits on both sides.
+        let mut w = Window::default();
+        w.grant(0);
+        w.grant(2_500);
+        assert_eq!(w.next_start(&one, 10), 1_000);
+        assert_eq!(
+            w.next_start(&one, 1_600),
+            3_500,
+            "1,600 is within a window of 2,500"
+        );
+    }
+
+    /// Tasks due in any order, each granted as soon as its limit allows: never more than
+    /// the limit in any window, never before a task is due, and no earlier time would have
+    /// fitted.
+    #[test]
+    fn starts_granted_out_of_order_keep_the_limit_and_each_is_the_earliest_that_fits() {
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for round in 0..200 {
+            let r = rate(1 + next(4) as i64, 10 + next(60) as i64);
+            let mut w = Window::default();
+            let mut starts: Vec<Millis> = Vec::new();
+            for _ in 0..(5 + next(25)) {
+                let due = next(200) as Millis;
+                let at = w.next_start(&r, due);
+                assert!(at >= due, "round {round}: granted {at} before due {due}");
+                for earlier in due..at {
+                    let mut with = starts.clone();
+                    with.push(earlier);
+                    assert!(
+                        !within(&with, &r),
+                        "round {round}: {earlier} fitted before {at} ({r:?}, {starts:?})"
+                    );
+                }
+                w.grant(at);
+                starts.push(at);
+                assert!(within(&starts, &r), "round {round}: {r:?} {starts:?}");
+            }
+        }
     }
 
     #[test]

@@ -440,6 +440,11 @@ pub struct NewTask {
     /// The W3C `traceparent` of the span that created it, when the node exports traces:
     /// its fires and runs continue that trace (`rota_net::trace`).
     pub traceparent: Option<String>,
+    /// The bucket its job's limits count it in (SPEC §11), when the creating node knew the
+    /// job's limits: stored with it, so a scan that claims it has nothing to write but its
+    /// status. `None` for tasks of unlimited jobs and where it is not known at creation
+    /// (the scan reads it from the payload and writes it when it claims or throttles).
+    pub limit_key: Option<String>,
 }
 
 /// A stored task.

@@ -15,7 +15,9 @@ impl Ports {
     /// due inside the window, of jobs without a concurrency bound or rate limit (whose
     /// tasks the scan claims under the job's lock), are created already
     /// claimed by this node and go straight into its wheel: no scan, no claim statement of
-    /// their own. The rest wait for a scan (woken at once when one is due soon).
+    /// their own. The rest wait for a scan (woken at once when one is due soon); a limited
+    /// job's tasks are stored with the bucket they are counted in, so the scan that claims
+    /// them writes no more than their status.
     pub async fn store_tasks(
         &self,
         tasks: &[NewTask],
@@ -23,19 +25,35 @@ impl Ports {
     ) -> Result<Vec<(i64, bool)>, store::Error> {
         let store = &self.cluster.store;
         let until = now + self.cluster.config.window_ms;
-        let mut limited: HashMap<i64, bool> = HashMap::new();
+        let mut limits: HashMap<i64, Limits> = HashMap::new();
         for t in tasks {
-            if let std::collections::hash_map::Entry::Vacant(e) = limited.entry(t.job_id) {
+            if let std::collections::hash_map::Entry::Vacant(e) = limits.entry(t.job_id) {
                 let job = self.jobs.get(store, t.job_id).await?;
-                e.insert(job.is_none_or(|j| {
-                    j.job.spec.max_concurrency.is_some() || j.job.spec.rate_limit.is_some()
-                }));
+                e.insert(Limits::of(job.as_ref().map(|j| &j.job.spec)));
             }
         }
         let claimable: Vec<bool> = tasks
             .iter()
-            .map(|t| t.due_at <= until && !limited[&t.job_id])
+            .map(|t| t.due_at <= until && matches!(limits[&t.job_id], Limits::None))
             .collect();
+        let keyed: Vec<NewTask>;
+        let tasks = if limits.values().any(|l| matches!(l, Limits::Keyed(_))) {
+            keyed = tasks
+                .iter()
+                .map(|t| NewTask {
+                    limit_key: match &limits[&t.job_id] {
+                        Limits::Keyed(pointer) => {
+                            crate::limits::bucket(Some(pointer), t.payload.as_deref())
+                        }
+                        _ => None,
+                    },
+                    ..t.clone()
+                })
+                .collect();
+            &keyed[..]
+        } else {
+            tasks
+        };
         let lease = self.cluster.lease.get();
         let (ids, claimed) = match store
             .insert_tasks_claiming(tasks, Some((lease, &claimable)), now)
@@ -216,5 +234,35 @@ impl Ports {
             .await;
         self.ring.finish_cancel(id, result.is_ok());
         result
+    }
+}
+
+/// What a job's limits (SPEC §11) mean for its new tasks as they are stored.
+enum Limits {
+    /// None: a task due inside the window is claimed as it is stored.
+    None,
+    /// A bound or a rate limit (or a job this node does not know): the scan claims the
+    /// tasks, under the job's lock; their bucket is the job's, or the scan reads it.
+    Unkeyed,
+    /// Limits per value of this JSON Pointer: each task is stored with its bucket.
+    Keyed(String),
+}
+
+impl Limits {
+    fn of(spec: Option<&JobSpec>) -> Limits {
+        let Some(spec) = spec else {
+            return Limits::Unkeyed;
+        };
+        if spec.max_concurrency.is_none() && spec.rate_limit.is_none() {
+            return Limits::None;
+        }
+        match crate::limits::counted_key(
+            spec.max_concurrency,
+            spec.concurrency_key.as_deref(),
+            spec.rate_limit.as_ref(),
+        ) {
+            Some(pointer) => Limits::Keyed(pointer.to_owned()),
+            None => Limits::Unkeyed,
+        }
     }
 }

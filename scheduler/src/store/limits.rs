@@ -11,7 +11,7 @@
 //! due then, and no scan reads it again before.
 
 use super::*;
-use crate::limits::{RateLimit, Window, bucket};
+use crate::limits::{RateLimit, Window, bucket, counted_key};
 
 /// A job with a concurrency bound, a rate limit or both.
 #[derive(Debug, Clone)]
@@ -29,10 +29,11 @@ impl Limited {
     /// there, and the console's queue shows them): the concurrency bound's, else the rate
     /// limit's.
     fn counted_key(&self) -> Option<&str> {
-        match self.max_concurrency {
-            Some(_) => self.concurrency_key.as_deref(),
-            None => self.rate.as_ref().and_then(|r| r.key.as_deref()),
-        }
+        counted_key(
+            self.max_concurrency,
+            self.concurrency_key.as_deref(),
+            self.rate.as_ref(),
+        )
     }
 }
 
@@ -62,18 +63,25 @@ impl RateBucket {
             .next_start(rate, earliest)
     }
 
-    /// Takes the start `at` ([`RateBucket::next_start`]): granted if it is by `until`
-    /// (and nothing before it was projected), else projected. Whether it was granted.
-    fn take(&mut self, rate: &RateLimit, at: Millis, until: Millis) -> bool {
-        if self.projected.is_none() && at <= until {
-            self.window.grant(rate, at);
+    /// Takes the start `at` ([`RateBucket::next_start`]): granted if it is by `until`,
+    /// else projected (and a start granted after a projection counts in it too). Whether
+    /// it was granted.
+    fn take(&mut self, at: Millis, until: Millis) -> bool {
+        let granted = at <= until;
+        if granted {
+            self.window.grant(at);
             self.granted = true;
-            return true;
         }
-        self.projected
-            .get_or_insert_with(|| self.window.clone())
-            .grant(rate, at);
-        false
+        match &mut self.projected {
+            Some(projected) => projected.grant(at),
+            None if !granted => {
+                let mut projected = self.window.clone();
+                projected.grant(at);
+                self.projected = Some(projected);
+            }
+            None => {}
+        }
+        granted
     }
 }
 
@@ -230,7 +238,7 @@ impl Store {
                 let rate_key = bucket(rate.key.as_deref(), c.row.payload.as_deref());
                 let window = windows.entry(rate_key).or_default();
                 let at = window.next_start(rate, c.row.due_at.max(now));
-                let granted = window.take(rate, at, until);
+                let granted = window.take(at, until);
                 if at != c.row.due_at {
                     decided.moved.push((c.row.id, at));
                     c.row.due_at = at;
@@ -243,7 +251,9 @@ impl Store {
                 }
             }
             *busy.entry(key.clone()).or_default() += 1;
-            if pending && key.is_some() {
+            // A task created through the API has its bucket already (`NewTask::limit_key`);
+            // one whose job's key changed since, or made without it, has it written.
+            if pending && key != c.limit_key {
                 decided.keyed.push((c.row.id, key));
             }
             out.claim.push(c.row);

@@ -394,6 +394,7 @@ impl Store {
                         backoff: None,
                         priority: 0,
                         traceparent: None,
+                        limit_key: None,
                     }));
             }
             let for_good = matches!(

@@ -92,7 +92,8 @@ impl Store {
             for chunk in fresh.chunks(CHUNK) {
                 let mut qb = QueryBuilder::<Db>::new(
                     "INSERT INTO tasks (id, job_id, kind, idem_key, payload, params, status, due_at, attempt, \
-                     lost_count, max_attempts, backoff, priority, owner_node, owner_epoch, created_at, updated_at, traceparent) ",
+                     lost_count, max_attempts, backoff, priority, owner_node, owner_epoch, created_at, updated_at, traceparent, \
+                     limit_key) ",
                 );
                 qb.push_values(chunk, |mut b, (id, t, claimed)| {
                     let owner = owner.filter(|_| *claimed);
@@ -118,7 +119,8 @@ impl Store {
                         .push_bind(owner.map(|l| l.epoch))
                         .push_bind(now)
                         .push_bind(now)
-                        .push_bind(t.traceparent.as_deref());
+                        .push_bind(t.traceparent.as_deref())
+                        .push_bind(t.limit_key.as_deref());
                 });
                 qb.build()
                     .execute(&mut *tx)

@@ -903,6 +903,7 @@ pub async fn trigger(
         backoff: None,
         priority: 0,
         traceparent: None,
+        limit_key: None,
     };
     let (task_id, _) = *ports
         .store_tasks(std::slice::from_ref(&task), now)

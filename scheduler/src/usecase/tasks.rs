@@ -232,6 +232,7 @@ pub fn new_task(f: TaskFields, job_id: i64, now: Millis, config: &Config) -> Res
         backoff: f.backoff,
         priority,
         traceparent: None,
+        limit_key: None,
     })
 }
 

@@ -3147,6 +3147,7 @@ async fn a_recurring_jobs_page_shows_how_far_behind_its_schedule_it_runs() {
         backoff: None,
         priority: 0,
         traceparent: None,
+        limit_key: None,
     };
     store.insert_tasks(&[fire], now).await.unwrap();
     let claimed = store

@@ -164,6 +164,7 @@ fn task(job_id: i64, due_at: Millis, key: Option<&str>) -> NewTask {
         backoff: None,
         priority: 0,
         traceparent: None,
+        limit_key: None,
     }
 }
 

@@ -25,6 +25,7 @@ fn task(job: i64, due_at: Millis, payload: &str, priority: i32) -> NewTask {
         backoff: None,
         priority,
         traceparent: None,
+        limit_key: None,
     }
 }
 
@@ -57,6 +58,25 @@ async fn two_nodes(store: &Store) -> (NodeLease, NodeLease) {
         .await
         .unwrap();
     (a, b)
+}
+
+/// Stores `tasks` (at `NOW`); their ids.
+async fn inserted(store: &Store, tasks: &[NewTask]) -> Vec<i64> {
+    store
+        .insert_tasks(tasks, NOW)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// A scan by `lease` at `NOW`, its window 5 s.
+async fn claim(store: &Store, lease: NodeLease) -> Claimed {
+    store
+        .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
+        .await
+        .unwrap()
 }
 
 /// Runs `t` to success (dispatched under `lease`, then reported), freeing its slot.
@@ -97,18 +117,9 @@ contract!(
         tasks.push(task(job, NOW + 20, r#"{"other": 1}"#, 0));
         tasks.push(task(job, NOW + 21, "not json", 0));
         tasks.push(task(job, NOW + 22, r#"{}"#, 0));
-        let ids: Vec<i64> = store
-            .insert_tasks(&tasks, NOW)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
+        let ids: Vec<i64> = inserted(&store, &tasks).await;
 
-        let first = store
-            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
+        let first = claim(&store, a).await;
         assert_eq!(
             by_customer(&first.tasks),
             HashMap::from([("\"acme\"".into(), 2), ("7".into(), 2), ("-".into(), 2)]),
@@ -131,10 +142,7 @@ contract!(
         }
         // Another node finds every bucket full, and reads the throttled ones again only
         // to leave them.
-        let other = store
-            .claim_due(b, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
+        let other = claim(&store, b).await;
         assert!(other.tasks.is_empty() && other.throttled.is_empty());
 
         // An acme run ends: the other node claims the next acme task, the earliest due.
@@ -144,10 +152,7 @@ contract!(
             .filter(|t| customer(t) == "\"acme\"")
             .collect();
         finish(&store, a, acme[0]).await;
-        let next = store
-            .claim_due(b, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
+        let next = claim(&store, b).await;
         assert_eq!(next.tasks.len(), 1);
         assert_eq!(customer(&next.tasks[0]), "\"acme\"");
         assert_eq!(next.tasks[0].due_at, NOW + 2);
@@ -160,23 +165,13 @@ contract!(
             .await
             .unwrap()[0]
             .0;
-        assert!(
-            store
-                .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-                .await
-                .unwrap()
-                .tasks
-                .is_empty()
-        );
+        assert!(claim(&store, a).await.tasks.is_empty());
         assert_eq!(
             store.get_task(urgent).await.unwrap().status,
             TaskStatus::Throttled
         );
         finish(&store, a, acme[1]).await;
-        let next = store
-            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
+        let next = claim(&store, a).await;
         assert_eq!(
             next.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(),
             vec![urgent]
@@ -190,6 +185,55 @@ contract!(
         assert_eq!(
             store.get_task(left).await.unwrap().status,
             TaskStatus::Cancelled
+        );
+    }
+);
+
+contract!(
+    a_bucket_stored_at_create_is_counted_and_a_stale_or_missing_one_is_read_from_the_payload,
+    |store: Store| async move {
+        let (a, b) = two_nodes(&store).await;
+        let mut bounded = spec("reports");
+        bounded.max_concurrency = Some(1);
+        bounded.concurrency_key = Some("/customer".into());
+        let job = store.insert_job(&bounded, None, NOW).await.unwrap().id;
+        let keyed = |due: Millis, customer: &str, stored: Option<&str>| NewTask {
+            limit_key: stored.map(str::to_owned),
+            ..task(job, due, &json!({ "customer": customer }).to_string(), 0)
+        };
+        // As a node stores them (`Ports::store_tasks`): with their bucket. Then one whose
+        // bucket was stored under the job's former key, and one stored without it.
+        let tasks = [
+            keyed(NOW, "acme", Some("acme")),
+            keyed(NOW + 1, "acme", Some("former")),
+            keyed(NOW + 2, "zeta", None),
+            keyed(NOW + 3, "zeta", Some("zeta")),
+        ];
+        let ids: Vec<i64> = inserted(&store, &tasks).await;
+        let first = claim(&store, a).await;
+        let claimed: Vec<i64> = first.tasks.iter().map(|t| t.task_id).collect();
+        assert_eq!(
+            claimed,
+            vec![ids[0], ids[2]],
+            "one per customer, whatever bucket was stored"
+        );
+        let buckets = store.busiest_buckets(job, 10).await.unwrap();
+        let mut seen: Vec<(Option<String>, i64, i64)> = buckets
+            .iter()
+            .map(|b| (b.key.clone(), b.holding, b.throttled))
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            vec![(Some("acme".into()), 1, 1), (Some("zeta".into()), 1, 1)],
+            "the stale bucket was written again as the payload's"
+        );
+        // The slots free in the buckets the claims counted them in.
+        finish(&store, a, &first.tasks[0]).await;
+        let next = claim(&store, b).await;
+        assert_eq!(
+            next.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(),
+            vec![ids[1]]
         );
     }
 );
@@ -275,14 +319,8 @@ contract!(
         tasks.extend((0..10).map(|i| task(free, NOW + i, "{}", 0)));
         store.insert_tasks(&tasks, NOW).await.unwrap();
         let of = |claimed: &[DueTask], j: i64| claimed.iter().filter(|t| t.job_id == j).count();
-        let on_a = store
-            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
-        let on_b = store
-            .claim_due(b, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
+        let on_a = claim(&store, a).await;
+        let on_b = claim(&store, b).await;
         assert_eq!(
             (of(&on_a.tasks, job), of(&on_b.tasks, job)),
             (3, 0),
@@ -302,10 +340,7 @@ contract!(
             .min_by_key(|t| t.due_at)
             .unwrap();
         finish(&store, a, first).await;
-        let next = store
-            .claim_due(b, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
+        let next = claim(&store, b).await;
         assert_eq!(of(&next.tasks, job), 1);
         assert_eq!(next.tasks[0].due_at, NOW + 3);
     }
@@ -317,6 +352,49 @@ fn within_rate(starts: &[Millis], limit: usize, per_ms: Millis) -> bool {
         .iter()
         .all(|&x| starts.iter().filter(|&&s| s >= x && s < x + per_ms).count() <= limit)
 }
+
+contract!(
+    a_task_due_now_is_not_held_behind_a_later_start_its_rate_limit_has_room_for,
+    |store: Store| async move {
+        let (a, b) = two_nodes(&store).await;
+        let mut limited = spec("partner-calls");
+        limited.rate_limit = Some(RateLimit {
+            key: Some("/partner".into()),
+            limit: 10,
+            per_ms: 1_000,
+        });
+        let job = store.insert_job(&limited, None, NOW).await.unwrap().id;
+        let acme = r#"{"partner": "acme"}"#;
+        store
+            .insert_tasks(&[task(job, NOW + 250, acme, 0)], NOW)
+            .await
+            .unwrap();
+        // A scan claims ahead the task due in 250 ms: acme's window holds a start then.
+        let ahead = store
+            .claim_due(a, NOW, NOW + 300, NOW + 300, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(
+            ahead.tasks.iter().map(|t| t.due_at).collect::<Vec<_>>(),
+            vec![NOW + 250]
+        );
+        // A task due 60 ms from now, created after that: ten a second leave room for it
+        // then, and it starts then, not after the start granted ahead.
+        store
+            .insert_tasks(&[task(job, NOW + 60, acme, 0)], NOW + 50)
+            .await
+            .unwrap();
+        let now = store
+            .claim_due(b, NOW + 50, NOW + 350, NOW + 350, 100, &mut no_jobs)
+            .await
+            .unwrap();
+        assert_eq!(
+            now.tasks.iter().map(|t| t.due_at).collect::<Vec<_>>(),
+            vec![NOW + 60]
+        );
+        assert!(now.throttled.is_empty());
+    }
+);
 
 contract!(
     a_rate_limit_grants_each_key_its_starts_per_window_on_every_node,
@@ -337,21 +415,12 @@ contract!(
             tasks.push(task(job, NOW + 10 + i, r#"{"partner": "globex"}"#, 0));
         }
         tasks.push(task(job, NOW + 20, r#"{"other": 1}"#, 0));
-        let ids: Vec<i64> = store
-            .insert_tasks(&tasks, NOW)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
+        let ids: Vec<i64> = inserted(&store, &tasks).await;
         let partner = |t: &DueTask| field_of(t, "partner");
 
         // Two starts per partner in the first window, each at once; the rest deferred to
         // where they fit, throttled, no attempt spent.
-        let first = store
-            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
+        let first = claim(&store, a).await;
         let mut got: Vec<(String, Millis)> =
             first.tasks.iter().map(|t| (partner(t), t.due_at)).collect();
         got.sort();
@@ -478,10 +547,7 @@ contract!(
         let job = store.insert_job(&both, None, NOW).await.unwrap().id;
         let tasks: Vec<NewTask> = (0..3).map(|i| task(job, NOW + i, "{}", 0)).collect();
         store.insert_tasks(&tasks, NOW).await.unwrap();
-        let first = store
-            .claim_due(a, NOW, NOW + 5_000, NOW + 5_000, 100, &mut no_jobs)
-            .await
-            .unwrap();
+        let first = claim(&store, a).await;
         assert_eq!(first.tasks.len(), 1, "one slot");
         assert_eq!(first.tasks[0].due_at, NOW);
         // Its run ends at once: the slot is free, but the rate allows the next start only

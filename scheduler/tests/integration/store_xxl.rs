@@ -35,6 +35,7 @@ contract!(
                     backoff: None,
                     priority: 0,
                     traceparent: None,
+                    limit_key: None,
                 }],
                 NOW,
             )

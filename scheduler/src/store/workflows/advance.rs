@@ -34,6 +34,7 @@ pub(super) fn step_task(step: &Step, payload: Value, now: Millis) -> NewTask {
         backoff: None,
         priority: 0,
         traceparent: None,
+        limit_key: None,
     }
 }
 
