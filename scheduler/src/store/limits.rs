@@ -506,14 +506,16 @@ impl Store {
         until: Millis,
     ) -> Result<Vec<Candidate>> {
         let skip_locked = self.skip_locked();
+        let index = self.by_job_status_due();
         Ok(on_tx!(tx, |tx, Db| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 concat!(
                     "SELECT ",
                     due_columns!(),
-                    ", limit_key, status FROM tasks WHERE job_id = ? AND status = ? \
+                    ", limit_key, status FROM tasks{index} WHERE job_id = ? AND status = ? \
                      AND due_at <= ? ORDER BY priority DESC, due_at, id LIMIT ?{skip_locked}"
                 ),
+                index = index,
                 skip_locked = skip_locked
             )))
             .bind(job_id)
@@ -523,6 +525,19 @@ impl Store {
             .fetch_all(&mut **tx)
             .await?
         }))
+    }
+
+    /// ` FORCE INDEX (ix_tasks_job_status)` (SQLite: `INDEXED BY`), after `FROM tasks`: a
+    /// job's tasks in one status due by a time, read in an order of their own. Left to
+    /// itself MariaDB walks `ix_tasks_ready` for that order, and when fewer than the `LIMIT`
+    /// are due it reads every task of the job in that status (7,500 rows for 817 due, at
+    /// 5,000 tasks/s delayed up to 3 s) instead of the range it returns.
+    fn by_job_status_due(&self) -> &'static str {
+        if self.is_mysql() {
+            " FORCE INDEX (ix_tasks_job_status)"
+        } else {
+            " INDEXED BY ix_tasks_job_status"
+        }
     }
 
     /// Writes each task's bucket, and with `status` that status too.
