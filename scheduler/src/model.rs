@@ -511,6 +511,9 @@ pub struct DueTask {
     /// The trace its creation began ([`NewTask::traceparent`]); `None` for a schedule's
     /// fires, whose dispatch starts a trace of its own.
     pub traceparent: Option<String>,
+    /// Its key ([`NewTask::key`]; a recurring fire's names its fire time), which a pull
+    /// consumer it is leased to is given.
+    pub key: Option<String>,
 }
 
 impl DueTask {

@@ -630,6 +630,7 @@ mod tests {
             generation: 0,
             waiting_since: None,
             traceparent: None,
+            key: None,
         };
         // A scan a second: the first whose window reaches the due time claims it.
         let claimed_at = loop {

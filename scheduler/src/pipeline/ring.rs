@@ -359,6 +359,7 @@ mod tests {
             generation: 0,
             waiting_since: None,
             traceparent: None,
+            key: None,
         }
     }
 

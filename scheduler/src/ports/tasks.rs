@@ -84,6 +84,7 @@ impl Ports {
                     generation: 0,
                     waiting_since: None,
                     traceparent: t.traceparent.clone(),
+                    key: t.key.clone(),
                 });
             } else if t.due_at <= until {
                 soon = true;

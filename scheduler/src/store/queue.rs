@@ -217,11 +217,15 @@ impl Store {
     }
 
     /// Claimed fires of pull jobs, out of `node`'s wheel, leased straight to pulls waiting
-    /// on that node (each [`Handover`] a pull's share): each fire becomes `running` with its
-    /// lease and a run of its attempt (`executor` = `pull:<consumer>`), in one transaction
-    /// — the `ready` step and the pull's own transaction in one. A fire no longer claimed by
-    /// `node` (cancelled, taken over) is left out of its handover; the others' `key` is
-    /// filled in. The handovers as leased.
+    /// on that node (each [`Handover`] a pull's share, its leases' `key` the fire's): each
+    /// fire becomes `running` with its lease and a run of its attempt (`executor` =
+    /// `pull:<consumer>`), in one transaction — the `ready` step and the pull's own
+    /// transaction in one. A fire no longer claimed by `node` (cancelled, taken over) is
+    /// left out of its handover. The handovers as leased.
+    ///
+    /// The update checks that `node` still holds each fire, so when all are (the usual
+    /// case) nothing is read first; when some were not, that transaction is undone and the
+    /// fires still held are read, locked, and leased alone.
     pub async fn lease_claimed(
         &self,
         node: NodeLease,
@@ -234,51 +238,26 @@ impl Store {
                 return Ok(Vec::new());
             }
             let mut tx = self.begin().await?;
-            let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
-            // The fires this node still holds, with their keys; then they are leased.
-            let mut leased: HashMap<i64, Option<String>> = HashMap::with_capacity(all.len());
+            let mut all_held = true;
             for chunk in all.chunks(CHUNK) {
-                let held: Vec<(i64, Option<String>)> = on_tx!(&mut tx, |t, Db| {
-                    let mut qb = QueryBuilder::<Db>::new(
-                        "SELECT id, idem_key FROM tasks WHERE status = 'claimed' AND owner_node = ",
-                    );
-                    qb.push_bind(node.node_id)
-                        .push(" AND owner_epoch = ")
-                        .push_bind(node.epoch)
-                        .push(" AND id IN ");
-                    push_ids(&mut qb, chunk.iter().map(|l| l.task_id));
-                    qb.push(lock);
-                    qb.build_query_as().fetch_all(&mut **t).await?
-                });
-                let held_ids: HashSet<i64> = held.iter().map(|(id, _)| *id).collect();
-                let chunk: Vec<&&Leased> = chunk
-                    .iter()
-                    .filter(|l| held_ids.contains(&l.task_id))
-                    .collect();
-                if chunk.is_empty() {
-                    continue;
+                if self.lease_held(&mut tx, node, chunk, now).await? != chunk.len() as u64 {
+                    all_held = false;
+                    break;
                 }
-                on_tx!(&mut tx, |t, Db| {
-                    let mut qb = QueryBuilder::<Db>::new(
-                        "UPDATE tasks SET status = 'running', owner_node = NULL, owner_epoch = NULL, updated_at = ",
-                    );
-                    qb.push_bind(now).push(", lease_expires_at = ");
-                    push_case(
-                        &mut qb,
-                        "id",
-                        chunk.iter().map(|l| (l.task_id, l.lease_expires_at)),
-                    );
-                    qb.push(", lease_token = ");
-                    push_case(
-                        &mut qb,
-                        "id",
-                        chunk.iter().map(|l| (l.task_id, l.lease.clone())),
-                    );
-                    qb.push(" WHERE id IN ");
-                    push_ids(&mut qb, chunk.iter().map(|l| l.task_id));
-                    qb.build().execute(&mut **t).await?;
-                });
-                leased.extend(held);
+            }
+            let mut lost: HashSet<i64> = HashSet::new();
+            if !all_held {
+                tx.rollback().await?;
+                tx = self.begin().await?;
+                for chunk in all.chunks(CHUNK) {
+                    let held = self.still_held(&mut tx, node, chunk).await?;
+                    let (kept, gone): (Vec<&Leased>, Vec<&Leased>) =
+                        chunk.iter().partition(|l| held.contains(&l.task_id));
+                    lost.extend(gone.iter().map(|l| l.task_id));
+                    if !kept.is_empty() {
+                        self.lease_held(&mut tx, node, &kept, now).await?;
+                    }
+                }
             }
             let kept: Vec<Handover> = handovers
                 .iter()
@@ -287,13 +266,8 @@ impl Store {
                     leases: h
                         .leases
                         .iter()
-                        .filter_map(|l| {
-                            let key = leased.get(&l.task_id)?;
-                            Some(Leased {
-                                key: key.clone(),
-                                ..l.clone()
-                            })
-                        })
+                        .filter(|l| !lost.contains(&l.task_id))
+                        .cloned()
                         .collect(),
                 })
                 .collect();
@@ -307,6 +281,63 @@ impl Store {
             tx.commit().await?;
             Ok(kept)
         })
+    }
+
+    /// Leases `fires` that `node` still holds (claimed under its epoch): how many it did.
+    async fn lease_held(
+        &self,
+        tx: &mut Tx,
+        node: NodeLease,
+        fires: &[&Leased],
+        now: Millis,
+    ) -> Result<u64> {
+        Ok(on_tx!(tx, |t, Db| {
+            let mut qb = QueryBuilder::<Db>::new(
+                "UPDATE tasks SET status = 'running', owner_node = NULL, owner_epoch = NULL, updated_at = ",
+            );
+            qb.push_bind(now).push(", lease_expires_at = ");
+            push_case(
+                &mut qb,
+                "id",
+                fires.iter().map(|l| (l.task_id, l.lease_expires_at)),
+            );
+            qb.push(", lease_token = ");
+            push_case(
+                &mut qb,
+                "id",
+                fires.iter().map(|l| (l.task_id, l.lease.clone())),
+            );
+            qb.push(" WHERE status = 'claimed' AND owner_node = ")
+                .push_bind(node.node_id)
+                .push(" AND owner_epoch = ")
+                .push_bind(node.epoch)
+                .push(" AND id IN ");
+            push_ids(&mut qb, fires.iter().map(|l| l.task_id));
+            qb.build().execute(&mut **t).await?.affected()
+        }))
+    }
+
+    /// Which of `fires` `node` still holds, locked.
+    async fn still_held(
+        &self,
+        tx: &mut Tx,
+        node: NodeLease,
+        fires: &[&Leased],
+    ) -> Result<HashSet<i64>> {
+        let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
+        let held: Vec<i64> = on_tx!(tx, |t, Db| {
+            let mut qb = QueryBuilder::<Db>::new(
+                "SELECT id FROM tasks WHERE status = 'claimed' AND owner_node = ",
+            );
+            qb.push_bind(node.node_id)
+                .push(" AND owner_epoch = ")
+                .push_bind(node.epoch)
+                .push(" AND id IN ");
+            push_ids(&mut qb, fires.iter().map(|l| l.task_id));
+            qb.push(lock);
+            qb.build_query_scalar().fetch_all(&mut **t).await?
+        });
+        Ok(held.into_iter().collect())
     }
 
     /// Leases that were never handed to their pull (it left while they were being leased)

@@ -183,6 +183,7 @@ impl TryFrom<DueRow> for DueTask {
             generation,
             waiting_since: None,
             traceparent: r.traceparent,
+            key: r.idem_key,
         })
     }
 }

@@ -2329,6 +2329,7 @@ contract!(
             ],
         )
         .await;
+        let ninth = task(job.id, NOW, Some("order-9"));
         // Cancelled while in the wheel: it is no longer the node's to hand out.
         store.cancel_task(ids[2], NOW).await.unwrap();
         let leases: Vec<Leased> = fires
@@ -2341,13 +2342,18 @@ contract!(
                 run_id,
                 lease: lease_token(run_id),
                 payload: t.payload.clone(),
-                key: None,
+                key: t.key.clone(),
                 priority: t.priority,
                 due_at: t.due_at,
                 lease_expires_at: NOW + 30_000,
                 traceparent: None,
             })
             .collect();
+        assert_eq!(
+            fires[0].key.as_deref(),
+            Some("order-1"),
+            "a claimed fire carries its key to the consumer"
+        );
         let handovers = vec![
             Handover {
                 consumer: "a".into(),
@@ -2413,6 +2419,37 @@ contract!(
             0
         );
         assert_eq!(store.get_run(300).await.unwrap().status, RunStatus::Running);
+
+        // Fires all still held are leased as they are, keys and all.
+        let (more, fires) = claimed_tasks(&store, lease, &[ninth]).await;
+        let handover = Handover {
+            consumer: "d".into(),
+            leases: vec![Leased {
+                task_id: fires[0].task_id,
+                run_id: 400,
+                lease: lease_token(400),
+                key: fires[0].key.clone(),
+                ..leases[0].clone()
+            }],
+        };
+        let got = store
+            .lease_claimed(lease, &[handover], NOW + 30)
+            .await
+            .unwrap();
+        let leased: Vec<(i64, Option<&str>)> = got[0]
+            .leases
+            .iter()
+            .map(|l| (l.task_id, l.key.as_deref()))
+            .collect();
+        assert_eq!(leased, vec![(more[0], Some("order-9"))]);
+        assert_eq!(
+            store.get_run(400).await.unwrap().executor.as_deref(),
+            Some("pull:d")
+        );
+        assert_eq!(
+            store.get_task(more[0]).await.unwrap().status,
+            TaskStatus::Running
+        );
     }
 );
 

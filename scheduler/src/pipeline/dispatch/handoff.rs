@@ -130,8 +130,7 @@ async fn release(dispatcher: &Dispatcher, leases: Vec<Leased>, now: Millis) {
     }
 }
 
-/// The lease of `fire` for a waiting pull, before the database has it (its `key` is read
-/// as it is leased).
+/// The lease of `fire` for a waiting pull, before the database has it.
 fn lease_of(fire: &DueTask, run_id: i64, expires: Millis) -> Leased {
     Leased {
         task_id: fire.task_id,
@@ -140,7 +139,7 @@ fn lease_of(fire: &DueTask, run_id: i64, expires: Millis) -> Leased {
         run_id,
         lease: lease_token(run_id),
         payload: fire.payload.clone(),
-        key: None,
+        key: fire.key.clone(),
         priority: fire.priority,
         due_at: fire.due_at,
         lease_expires_at: expires,

@@ -532,6 +532,7 @@ impl Store {
                 generation: 0,
                 waiting_since: None,
                 traceparent: t.traceparent,
+                key: t.key,
             })
             .collect())
     }
