@@ -214,8 +214,7 @@ impl Node {
         })
     }
 
-    /// The dispatcher's handle, with its own slow tracker, executor rooms and in-flight
-    /// count.
+    /// The dispatcher's handle, with its own slow tracker, executor rooms and in-flight count.
     fn dispatcher_handle(&self, recorder: mpsc::Sender<Dispatched>) -> Arc<Dispatcher> {
         let config = &self.ports.cluster.config;
         Arc::new(Dispatcher {
@@ -242,6 +241,7 @@ impl Node {
             ),
             rooms: Rooms::default(),
             in_flight: AtomicUsize::new(0),
+            xxl_sends: Default::default(),
         })
     }
 

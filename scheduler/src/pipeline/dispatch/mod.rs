@@ -80,6 +80,9 @@ pub(crate) struct Dispatcher {
     pub rooms: Rooms,
     /// Dispatches in progress (the recorder waits for them at shutdown).
     pub in_flight: std::sync::atomic::AtomicUsize,
+    /// One job's `/run`s to one XXL-JOB executor go one at a time, whichever batch they
+    /// are in ([`xxl::JobSends`]).
+    pub xxl_sends: xxl::JobSends,
 }
 
 /// Triggers per request to one executor at most.

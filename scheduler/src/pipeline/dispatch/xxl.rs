@@ -69,13 +69,17 @@ pub(super) async fn trigger(
     }
     // One job's runs one after another, different jobs' at once: xxl-job-core makes a
     // job's thread at its first `/run`, and two first `/run`s racing each make one — the
-    // loser's queued run is then never run nor called back.
+    // loser's queued run is then killed unrun ("null [job not executed, in the job queue,
+    // killed.]"). So within a batch, and across batches on their way to this executor at
+    // once (a trigger by hand and a task due now, in CI of 2026-12-07).
     let mut by_job: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
     for (i, t) in batch.triggers.iter().enumerate() {
         by_job.entry(t.job_id).or_default().push(i);
     }
     let token = &token;
-    let jobs = by_job.into_values().map(|indices| async move {
+    let jobs = by_job.into_iter().map(|(job_id, indices)| async move {
+        let turn = dispatcher.xxl_sends.of(address, job_id);
+        let _turn = turn.lock().await;
         let mut answered = Vec::with_capacity(indices.len());
         for i in indices {
             let t = &batch.triggers[i];
@@ -217,6 +221,31 @@ fn outcome(answer: Envelope<String>) -> TriggerOutcome {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn one_jobs_sends_to_one_executor_take_turns_and_idle_pairs_are_forgotten() {
+        let sends = JobSends::default();
+        let first = sends.of("http://e1", 7);
+        let held = first.lock().await;
+        assert!(
+            sends.of("http://e1", 7).try_lock().is_err(),
+            "a second send of job 7 to e1 went while the first was on its way"
+        );
+        assert!(
+            sends.of("http://e1", 8).try_lock().is_ok(),
+            "another job waited"
+        );
+        assert!(
+            sends.of("http://e2", 7).try_lock().is_ok(),
+            "another executor waited"
+        );
+        drop(held);
+        assert!(sends.of("http://e1", 7).try_lock().is_ok());
+        drop(first);
+        let _other = sends.of("http://e3", 1);
+        let pairs = sends.locks.lock().expect("poisoned").len();
+        assert_eq!(pairs, 1, "pairs no send holds were kept");
+    }
+
     fn refused(msg: &str) -> Envelope<String> {
         Envelope {
             code: 500,
@@ -245,5 +274,28 @@ mod tests {
                         .into()
             }
         );
+    }
+}
+
+/// A lock per XXL-JOB executor and job, held while that job's `/run`s go to that executor.
+#[derive(Default)]
+pub(crate) struct JobSends {
+    locks: std::sync::Mutex<std::collections::HashMap<(String, i64), Turn>>,
+}
+
+/// One executor's and job's turn to send.
+type Turn = Arc<tokio::sync::Mutex<()>>;
+
+impl JobSends {
+    /// The lock of `job_id`'s sends to `address` (the pairs no send holds are forgotten).
+    pub(crate) fn of(&self, address: &str, job_id: i64) -> Turn {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(lock) = locks.get(&(address.to_owned(), job_id)) {
+            return lock.clone();
+        }
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert((address.to_owned(), job_id), lock.clone());
+        lock
     }
 }
