@@ -273,6 +273,22 @@ mod tests {
         );
     }
 
+    #[test]
+    fn past_the_gaps_it_tries_a_start_comes_after_the_last_grant_and_keeps_the_limit() {
+        // One per 10 ms, granted back to back ahead: no gap anywhere among 101 starts, more
+        // than a start looks through before it takes the time after the last.
+        let r = rate(1, 10);
+        let mut w = Window::default();
+        let mut starts: Vec<Millis> = (0..=100).map(|k| k * 10).collect();
+        for &s in &starts {
+            w.grant(s);
+        }
+        let at = w.next_start(&r, 0);
+        assert_eq!(at, 1_010);
+        starts.push(at);
+        assert!(within(&starts, &r));
+    }
+
     /// Tasks due in any order, each granted as soon as its limit allows: never more than
     /// the limit in any window, never before a task is due, and no earlier time would have
     /// fitted.
