@@ -547,6 +547,27 @@ pub fn cron_key_gen(key: &str) -> i64 {
 }
 
 impl DueTask {
+    /// A first attempt of delayed task `task_id` of job `job_id`, due at `due_at`, held
+    /// under epoch 1, with nothing else set: what the wheel's and dispatch's unit tests fire.
+    #[cfg(test)]
+    pub(crate) fn for_test(task_id: i64, job_id: i64, due_at: Millis) -> DueTask {
+        DueTask {
+            task_id,
+            job_id,
+            kind: TaskKind::Delayed,
+            due_at,
+            attempt: 1,
+            priority: 0,
+            payload: None,
+            params: None,
+            epoch: 1,
+            generation: 0,
+            waiting_since: None,
+            traceparent: None,
+            key: None,
+        }
+    }
+
     /// Stamps claims with the lease they were claimed (or adopted) under.
     pub fn held_under(tasks: Vec<DueTask>, lease: NodeLease) -> Vec<DueTask> {
         tasks

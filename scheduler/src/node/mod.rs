@@ -217,6 +217,7 @@ impl Node {
     /// The dispatcher's handle, with its own slow tracker, executor rooms and in-flight count.
     fn dispatcher_handle(&self, recorder: mpsc::Sender<Dispatched>) -> Arc<Dispatcher> {
         let config = &self.ports.cluster.config;
+        let (slow_ms, slow_count) = (config.slow_dispatch_ms, config.slow_dispatch_count);
         Arc::new(Dispatcher {
             cluster: self.ports.cluster.clone(),
             ring: self.ports.ring.clone(),
@@ -234,14 +235,11 @@ impl Node {
                 Arc::new(config.egress.clone()),
                 self.ports.secrets.clone(),
             ),
-            slow: SlowTracker::new(
-                self.ports.cluster.clock.clone(),
-                config.slow_dispatch_ms,
-                config.slow_dispatch_count,
-            ),
+            slow: SlowTracker::new(self.ports.cluster.clock.clone(), slow_ms, slow_count),
             rooms: Rooms::default(),
             in_flight: AtomicUsize::new(0),
             xxl_sends: Default::default(),
+            pull_gather: Default::default(),
         })
     }
 

@@ -618,19 +618,8 @@ mod tests {
 
         let ring = Ring::new(clock.clone());
         let retry = DueTask {
-            task_id: 1,
-            job_id: 1,
-            kind: TaskKind::Delayed,
-            due_at,
             attempt: 2,
-            priority: 0,
-            payload: None,
-            params: None,
-            epoch: 1,
-            generation: 0,
-            waiting_since: None,
-            traceparent: None,
-            key: None,
+            ..DueTask::for_test(1, 1, due_at)
         };
         // A scan a second: the first whose window reaches the due time claims it.
         let claimed_at = loop {

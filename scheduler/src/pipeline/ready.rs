@@ -231,6 +231,14 @@ impl ReadyBoard {
         }
     }
 
+    /// Whether a pull of `job_id` waits on this node to be handed its fires.
+    pub(crate) fn is_waited_on(&self, job_id: i64) -> bool {
+        let takers = self.takers.lock().unwrap_or_else(|e| e.into_inner());
+        takers
+            .get(&job_id)
+            .is_some_and(|queue| queue.iter().any(|t| !t.give.is_closed()))
+    }
+
     /// Takes off the board the pulls of `job_id` that `fires` fires are handed to: the
     /// first come first, each taking up to its `max`, until the fires are all taken.
     pub(crate) fn takers(&self, job_id: i64, fires: usize) -> Vec<Taker> {

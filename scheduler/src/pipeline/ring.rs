@@ -53,7 +53,8 @@ fn rank(t: &DueTask) -> Rank {
 
 struct State {
     wheel: Wheel<DueTask>,
-    /// Rank and due time of every task in the wheel, by task id.
+    /// Rank and slot of every task in the wheel, by task id: its due time, or later while
+    /// it is held ([`Ring::hold`]).
     index: HashMap<i64, (Rank, Millis)>,
     /// Rank of every task handed to a pool and not yet recorded as dispatched. A task's
     /// next attempt may enter the wheel before its previous one is recorded (a fast failure
@@ -214,20 +215,34 @@ impl Ring {
 
     /// Puts tasks that could not go out yet (every executor full) back, due at `due_at`.
     pub fn defer(&self, tasks: Vec<DueTask>, due_at: Millis) {
+        self.put_back(tasks.into_iter().map(|mut t| {
+            t.due_at = t.due_at.max(due_at);
+            (t.due_at, t)
+        }));
+    }
+
+    /// Puts a fired task back to fire again at `at`, its due time unchanged (a pull job's
+    /// fire gathering with the next ones, [`super::dispatch`]).
+    pub fn hold(&self, task: DueTask, at: Millis) {
+        self.put_back(std::iter::once((at.max(task.due_at), task)));
+    }
+
+    /// Puts fired tasks back in the wheel, each to fire at its time, unless a newer copy
+    /// came meanwhile.
+    fn put_back(&self, tasks: impl Iterator<Item = (Millis, DueTask)>) {
         let mut st = self.lock();
-        for mut t in tasks {
+        for (at, t) in tasks {
             if st.firing.get(&t.task_id) == Some(&rank(&t)) {
                 st.firing.remove(&t.task_id);
             }
             if st.index.get(&t.task_id).is_some_and(|&(r, _)| r > rank(&t)) {
                 continue;
             }
-            if let Some((_, due)) = st.index.remove(&t.task_id) {
-                st.wheel.remove(due, |old| old.task_id == t.task_id);
+            if let Some((_, slot)) = st.index.remove(&t.task_id) {
+                st.wheel.remove(slot, |old| old.task_id == t.task_id);
             }
-            t.due_at = t.due_at.max(due_at);
-            st.index.insert(t.task_id, (rank(&t), t.due_at));
-            st.wheel.insert(t.due_at, t);
+            st.index.insert(t.task_id, (rank(&t), at));
+            st.wheel.insert(at, t);
         }
         drop(st);
         self.inner.wake.notify_one();
@@ -342,24 +357,12 @@ fn by_priority(batch: &mut [DueTask]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::TaskKind;
     use std::sync::mpsc;
 
     fn task(id: i64, due_at: Millis, priority: i32) -> DueTask {
         DueTask {
-            task_id: id,
-            job_id: 1,
-            kind: TaskKind::Delayed,
-            due_at,
-            attempt: 1,
             priority,
-            payload: None,
-            params: None,
-            epoch: 1,
-            generation: 0,
-            waiting_since: None,
-            traceparent: None,
-            key: None,
+            ..DueTask::for_test(id, 1, due_at)
         }
     }
 
@@ -493,6 +496,28 @@ mod tests {
         );
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(ring.due_now()[0].task_id, 2);
+    }
+
+    /// A held task fires again at the hold's end with its own due time (what a pull
+    /// consumer is told, and pickup latency is measured from), and a cancel still finds it.
+    #[tokio::test(start_paused = true)]
+    async fn a_held_task_fires_at_the_holds_end_keeping_its_due_time() {
+        let clock = Clock::tokio_from(1_000_000);
+        let ring = Ring::new(clock.clone());
+        let now = clock.now_ms();
+        ring.insert([task(1, now, 0), task(2, now, 0)]);
+        let mut fired = ring.due_now().into_iter();
+        ring.hold(fired.next().unwrap(), now + 5);
+        ring.hold(fired.next().unwrap(), now + 5);
+        assert!(ring.holds(1) && ring.holds(2));
+        assert_eq!(ring.begin_cancel(2), CancelState::Held);
+        ring.finish_cancel(2, true);
+        tokio::time::advance(Duration::from_millis(4)).await;
+        assert!(ring.due_now().is_empty(), "fired before the hold ended");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let again = ring.due_now();
+        assert_eq!(again.iter().map(|t| t.task_id).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(again[0].due_at, now, "a hold moves no due time");
     }
 
     /// A cancelled task's tombstone outlives any claim that raced the cancel (a scan

@@ -37,6 +37,7 @@ use crate::model::*;
 use crate::periodic::Retrying;
 use crate::route::{Route, Router};
 
+mod gather;
 mod handoff;
 mod record;
 mod round;
@@ -83,6 +84,8 @@ pub(crate) struct Dispatcher {
     /// One job's `/run`s to one XXL-JOB executor go one at a time, whichever batch they
     /// are in ([`xxl::JobSends`]).
     pub xxl_sends: xxl::JobSends,
+    /// Busy pull jobs' fires gather before they are handed over ([`gather::Gather`]).
+    pub pull_gather: gather::Gather,
 }
 
 /// Triggers per request to one executor at most.

@@ -155,8 +155,15 @@ impl Dispatch {
         let speaking = match spec.delivery {
             Delivery::Wasm => ExecutorProtocol::Rota,
             Delivery::Xxl { .. } => ExecutorProtocol::Xxl,
-            // Handed to a pull waiting on this node, else `ready` for any consumer.
-            Delivery::Pull if spec.enabled => return self.unsent.to_pull.push(task),
+            // Handed to a pull waiting on this node, else `ready` for any consumer; a busy
+            // job's fires gather first, to go together.
+            Delivery::Pull if spec.enabled => {
+                let waits = dispatcher.ready.is_waited_on(task.job_id);
+                return match dispatcher.pull_gather.hold(&task, self.now, waits) {
+                    Some(at) => dispatcher.ring.hold(task, at),
+                    None => self.unsent.to_pull.push(task),
+                };
+            }
             // A disabled pull job hands out nothing: its fires wait `ready`.
             Delivery::Pull => return self.unsent.ready.push(task),
             // A disabled http job's fires wait `ready` (out of every wheel) until it is

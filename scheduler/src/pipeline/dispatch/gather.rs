@@ -1,0 +1,191 @@
+//! A busy pull job's fires gather for a few milliseconds before they are handed over (issue
+//! 41): one hand-over transaction, one answer to a waiting pull and then one ack carry
+//! several tasks instead of one each.
+//!
+//! A pull task's cost is its round trips (the hand-over's transaction, the pull's answer,
+//! the ack's request and transaction), not its bytes. At 1,000 tasks/s fires queue on
+//! their own and a task costs a seventh of what it costs at 300/s, where each fire went
+//! alone. So a job whose fires come less than [`GATHER_MS`] apart (on average, lately;
+//! but not so close that they queue anyway, [`QUEUING_GAP_MS`])
+//! holds each fire in the wheel until the window its first one opened ends, and they go
+//! out together, while a poll of the job waits on this node to be handed them. A quiet job
+//! is never held (gathering there would add the wait and carry nothing more), nor one no
+//! poll waits for here (its fires become ready, and the next poll takes all that are). A held fire keeps its due time (the consumer sees the real one, and the
+//! wait counts as pickup latency); it stays in the wheel, so a cancel still finds it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::model::{DueTask, Millis};
+
+/// How long a busy pull job's fires gather: the pickup latency traded for fewer round
+/// trips. Within SPEC §8's pickup p99 of 10 ms with the hand-over's own few.
+pub(crate) const GATHER_MS: i64 = 5;
+
+/// A job whose fires come closer than this (on average, lately) is not held: above 500
+/// fires a second they queue on their own while its consumers work, and each round trip
+/// carries many already. Measured at 1,000 tasks/s with 4 consumers (docs/benchmarks.md):
+/// holding them added 4 ms to the median pickup and saved no CPU.
+const QUEUING_GAP_MS: f64 = 2.0;
+
+/// How much one gap moves a job's average gap between fires.
+const WEIGHT: f64 = 0.25;
+
+/// A job's first fire counts as this far from the one before: one fire never opens a
+/// window, and a burst opens one after its first few fires.
+const FIRST_GAP_MS: f64 = 1_000.0;
+
+/// Jobs remembered before the idle ones are forgotten.
+const JOBS_KEPT: usize = 4_096;
+
+/// The pace of each pull job's fires on this node, and the window each is gathering in.
+#[derive(Default)]
+pub(crate) struct Gather(Mutex<HashMap<i64, Pace>>);
+
+struct Pace {
+    /// When its last fresh fire (not one coming back from a hold) came.
+    last_at: Millis,
+    /// The average gap between its fresh fires, weighting recent ones most (ms).
+    gap_ms: f64,
+    /// The end of the window its fires are held until, while one is open.
+    until: Option<Millis>,
+    /// The fires held, by task id, with the end of their window.
+    held: HashMap<i64, Millis>,
+}
+
+impl Gather {
+    /// Where fire `task` of an enabled pull job goes at `now`: `Some(at)`, held in the
+    /// wheel until `at` (the end of its job's open window, or of one it opens); `None`,
+    /// out now (its job is quiet, or it is a held fire whose window ended). A window opens
+    /// only while a poll of the job `waits` on this node to be handed fires: when none
+    /// does, the fires become ready at once, and the next poll takes all that are in one
+    /// look (at 1,000 tasks/s they queue so on their own).
+    pub(crate) fn hold(&self, task: &DueTask, now: Millis, waits: bool) -> Option<Millis> {
+        let mut jobs = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if jobs.len() >= JOBS_KEPT {
+            jobs.retain(|_, p| p.last_at > now - 60_000);
+        }
+        let pace = jobs.entry(task.job_id).or_insert_with(|| Pace {
+            last_at: now,
+            gap_ms: FIRST_GAP_MS / (1.0 - WEIGHT),
+            until: None,
+            held: HashMap::new(),
+        });
+        if pace.held.remove(&task.task_id).is_some() {
+            return None;
+        }
+        let gap = (now - pace.last_at).max(0) as f64;
+        pace.gap_ms = (1.0 - WEIGHT) * pace.gap_ms + WEIGHT * gap.min(FIRST_GAP_MS);
+        pace.last_at = now;
+        let until = match pace.until {
+            Some(until) if now < until => until,
+            _ if waits && (QUEUING_GAP_MS..GATHER_MS as f64).contains(&pace.gap_ms) => {
+                now + GATHER_MS
+            }
+            _ => {
+                pace.until = None;
+                return None;
+            }
+        };
+        pace.until = Some(until);
+        // A held fire that never came back (cancelled in the wheel, or the wheel cleared
+        // by a take-over) is forgotten once its window is long past.
+        if pace.held.len() >= 1_024 {
+            pace.held.retain(|_, at| *at > now - 60_000);
+        }
+        pace.held.insert(task.task_id, until);
+        Some(until)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fire(task_id: i64, job_id: i64) -> DueTask {
+        DueTask::for_test(task_id, job_id, 0)
+    }
+
+    #[test]
+    fn a_quiet_job_is_never_held() {
+        let gather = Gather::default();
+        // 20 fires a second: 50 ms apart.
+        for i in 0..200 {
+            assert_eq!(gather.hold(&fire(i, 1), i * 50, true), None, "fire {i}");
+        }
+    }
+
+    #[test]
+    fn a_busy_jobs_fires_gather_in_windows_and_each_goes_once_its_window_ends() {
+        let gather = Gather::default();
+        let mut now = 0;
+        let mut id = 0;
+        // 300 fires a second (3 ms apart) until the job counts as busy.
+        let first_held = loop {
+            id += 1;
+            now += 3;
+            if let Some(until) = gather.hold(&fire(id, 1), now, true) {
+                break until;
+            }
+            assert!(id < 100, "a job with fires 3 ms apart is busy");
+        };
+        assert_eq!(
+            first_held,
+            now + GATHER_MS,
+            "the first held fire opens a window"
+        );
+        let opened = now;
+        // The fires inside the window join it (whether a poll still waits: the window's
+        // fires go together); the others of another job do not.
+        let joined: Vec<i64> = (1..=2).map(|k| id + k).collect();
+        for (k, &t) in joined.iter().enumerate() {
+            let at = opened + 2 * (k as i64 + 1) - 1;
+            assert_eq!(gather.hold(&fire(t, 1), at, false), Some(first_held));
+        }
+        assert_eq!(gather.hold(&fire(9_999, 2), opened + 1, true), None);
+        // At the window's end the held ones come back and go, each exactly once…
+        for t in std::iter::once(id).chain(joined.iter().copied()) {
+            assert_eq!(gather.hold(&fire(t, 1), first_held, true), None, "task {t}");
+        }
+        // …and the next fresh fire opens the next window.
+        let next = gather.hold(&fire(id + 10, 1), first_held + 1, true);
+        assert_eq!(next, Some(first_held + 1 + GATHER_MS));
+    }
+
+    #[test]
+    fn no_window_opens_while_no_poll_waits_on_the_node() {
+        let gather = Gather::default();
+        // 300 fires a second, one every 3 ms.
+        for i in 0..100 {
+            assert_eq!(gather.hold(&fire(i, 1), 3 * i, false), None, "fire {i}");
+        }
+        assert_eq!(gather.hold(&fire(100, 1), 300, true), Some(300 + GATHER_MS));
+    }
+
+    #[test]
+    fn a_job_whose_fires_queue_on_their_own_is_not_held() {
+        let gather = Gather::default();
+        // 1,000 fires a second, one a millisecond (polls waiting once the pace is known).
+        for i in 0..100 {
+            gather.hold(&fire(i, 1), i, false);
+        }
+        for i in 100..200 {
+            assert_eq!(gather.hold(&fire(i, 1), i, true), None, "fire {i}");
+        }
+    }
+
+    #[test]
+    fn a_job_that_quiets_down_stops_being_held() {
+        let gather = Gather::default();
+        for i in 0..100 {
+            gather.hold(&fire(i, 1), i, true);
+        }
+        let mut now = 1_000;
+        let mut last = Some(0);
+        for i in 100..120 {
+            now += 200;
+            last = gather.hold(&fire(i, 1), now, true);
+        }
+        assert_eq!(last, None, "fires 200 ms apart go at once");
+    }
+}
