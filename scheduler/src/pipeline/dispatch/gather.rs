@@ -3,15 +3,16 @@
 //! several tasks instead of one each.
 //!
 //! A pull task's cost is its round trips (the hand-over's transaction, the pull's answer,
-//! the ack's request and transaction), not its bytes. At 1,000 tasks/s fires queue on
-//! their own and a task costs a seventh of what it costs at 300/s, where each fire went
-//! alone. So a job whose fires come less than [`GATHER_MS`] apart (on average, lately;
-//! but not so close that they queue anyway, [`QUEUING_GAP_MS`])
-//! holds each fire in the wheel until the window its first one opened ends, and they go
-//! out together, while a poll of the job waits on this node to be handed them. A quiet job
-//! is never held (gathering there would add the wait and carry nothing more), nor one no
-//! poll waits for here (its fires become ready, and the next poll takes all that are). A held fire keeps its due time (the consumer sees the real one, and the
-//! wait counts as pickup latency); it stays in the wheel, so a cancel still finds it.
+//! the ack's request and transaction), not its bytes. At 1,000 tasks/s fires queue on their
+//! own and a task costs a seventh of what it costs at 300/s, where each fire went alone. So
+//! a job whose fires come 2 to 5 ms apart (on average, lately: [`QUEUING_GAP_MS`],
+//! [`GATHER_MS`]) holds each fire in the wheel until the window its first one opened ends,
+//! and they go out together, while a poll of the job waits on this node to be handed them.
+//! A quiet job is never held (gathering there would add the wait and carry nothing more),
+//! nor one whose fires queue anyway, nor one no poll waits for here (its fires become
+//! ready, and the next poll takes all that are). A held fire keeps its due time (the
+//! consumer sees the real one, and the wait counts as pickup latency); it stays in the
+//! wheel, so a cancel still finds it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -31,8 +32,8 @@ const QUEUING_GAP_MS: f64 = 2.0;
 /// How much one gap moves a job's average gap between fires.
 const WEIGHT: f64 = 0.25;
 
-/// A job's first fire counts as this far from the one before: one fire never opens a
-/// window, and a burst opens one after its first few fires.
+/// A job's first fire counts as this far from the one before: one fire, or the first few
+/// of a burst, never opens a window.
 const FIRST_GAP_MS: f64 = 1_000.0;
 
 /// Jobs remembered before the idle ones are forgotten.
