@@ -346,6 +346,17 @@ contract!(
     }
 );
 
+/// A job `partner-calls` rate-limited to `limit` starts per `per_ms` for each `/partner`.
+async fn partner_calls(store: &Store, limit: i64, per_ms: Millis) -> i64 {
+    let mut limited = spec("partner-calls");
+    limited.rate_limit = Some(RateLimit {
+        key: Some("/partner".into()),
+        limit,
+        per_ms,
+    });
+    store.insert_job(&limited, None, NOW).await.unwrap().id
+}
+
 /// At most `limit` of `starts` in any window `[x, x + per_ms)`.
 fn within_rate(starts: &[Millis], limit: usize, per_ms: Millis) -> bool {
     starts
@@ -357,13 +368,7 @@ contract!(
     a_task_due_now_is_not_held_behind_a_later_start_its_rate_limit_has_room_for,
     |store: Store| async move {
         let (a, b) = two_nodes(&store).await;
-        let mut limited = spec("partner-calls");
-        limited.rate_limit = Some(RateLimit {
-            key: Some("/partner".into()),
-            limit: 10,
-            per_ms: 1_000,
-        });
-        let job = store.insert_job(&limited, None, NOW).await.unwrap().id;
+        let job = partner_calls(&store, 10, 1_000).await;
         let acme = r#"{"partner": "acme"}"#;
         store
             .insert_tasks(&[task(job, NOW + 250, acme, 0)], NOW)
@@ -400,13 +405,7 @@ contract!(
     a_rate_limit_grants_each_key_its_starts_per_window_on_every_node,
     |store: Store| async move {
         let (a, b) = two_nodes(&store).await;
-        let mut limited = spec("partner-calls");
-        limited.rate_limit = Some(RateLimit {
-            key: Some("/partner".into()),
-            limit: 2,
-            per_ms: 10_000,
-        });
-        let job = store.insert_job(&limited, None, NOW).await.unwrap().id;
+        let job = partner_calls(&store, 2, 10_000).await;
         let mut tasks = Vec::new();
         for i in 0..5 {
             tasks.push(task(job, NOW + i, r#"{"partner": "acme"}"#, 0));

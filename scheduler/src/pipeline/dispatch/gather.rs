@@ -66,9 +66,10 @@ impl Gather {
         if jobs.len() >= JOBS_KEPT {
             jobs.retain(|_, p| p.last_at > now - 60_000);
         }
+        // A job seen for the first time had its last fire `FIRST_GAP_MS` ago.
         let pace = jobs.entry(task.job_id).or_insert_with(|| Pace {
-            last_at: now,
-            gap_ms: FIRST_GAP_MS / (1.0 - WEIGHT),
+            last_at: now - FIRST_GAP_MS as i64,
+            gap_ms: FIRST_GAP_MS,
             until: None,
             held: HashMap::new(),
         });
