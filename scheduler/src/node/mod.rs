@@ -36,7 +36,7 @@ use crate::pipeline::ready::ReadyBoard;
 use crate::pipeline::ring::Ring;
 use crate::pipeline::scan::{self, Scan};
 use crate::pipeline::{
-    Cluster, ExecutorCache, FireLease, JobCache, Lease, RunIds, spawn_heartbeat,
+    Cluster, ExecutorCache, FireLease, JobCache, Lease, RunIds, ScanWake, spawn_heartbeat,
 };
 use crate::route::Router;
 use crate::secrets::SecretBox;
@@ -160,7 +160,7 @@ impl Node {
             alarm_rules,
         });
         let executors = Arc::new(ExecutorCache::default());
-        let scan_wake = Arc::new(Notify::new());
+        let scan_wake = Arc::new(ScanWake::default());
         let jobs = Arc::new(JobCache::new(Duration::from_secs(5)));
         let ring = Ring::new(clock);
         let completion = Arc::new(Completion {

@@ -15,10 +15,9 @@ use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use tokio::sync::Notify;
 
 use super::ring::Ring;
-use super::{Cluster, ExecutorCache, JobCache, RunIds};
+use super::{Cluster, ExecutorCache, JobCache, RunIds, ScanWake};
 use crate::alarm::{self, On};
 use crate::model::*;
 use crate::store::{AlarmEvent, Applied, InstanceEnded, LeaseEnding, LeasesEnded};
@@ -35,7 +34,7 @@ pub(crate) struct Completion {
     /// Run ids for fires that waited too long for an executor.
     pub run_ids: Arc<RunIds>,
     /// Wakes the scan: a retry or child due inside the window, a freed concurrency slot.
-    pub scan_wake: Arc<Notify>,
+    pub scan_wake: Arc<ScanWake>,
     /// This node's wheel: the workflow steps a batch created claimed go straight in.
     pub ring: Ring,
 }
@@ -251,16 +250,19 @@ fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now:
         }
     }
     let soon = now + completion.cluster.config.window_ms;
+    if applied.freed_limited {
+        // A throttled task may now fit: a scan soon, shared with the other ends meanwhile.
+        completion.scan_wake.by(now);
+    }
     let wake = applied.children > 0
         || applied.step_tasks > applied.claimed.len()
-        || applied.freed_limited
         || applied.fires_resumed.is_some_and(|at| at <= soon)
         || applied
             .tasks
             .iter()
             .any(|(_, n)| matches!(n, TaskNext::Retry { due_at, .. } if *due_at <= soon));
     if wake {
-        completion.scan_wake.notify_one();
+        completion.scan_wake.now();
     }
 }
 
@@ -448,7 +450,7 @@ pub(crate) async fn settle_waiting(completion: &Completion, now: Millis) -> anyh
         .await?
         > 0
     {
-        completion.scan_wake.notify_one();
+        completion.scan_wake.now();
     }
     let expired = cluster
         .store

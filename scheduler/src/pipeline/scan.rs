@@ -19,6 +19,7 @@ use rota_proto::{RunsKnownRequest, TaskAttempt};
 use tokio::sync::{Notify, mpsc};
 
 use super::ring::Ring;
+use super::scan_wake::ScanWake;
 use super::{Cluster, ExecutorCache, FireLease, JobCache};
 use crate::client::ExecutorClient;
 use crate::model::*;
@@ -44,8 +45,9 @@ pub(crate) struct Scan {
     pub client: ExecutorClient,
     /// Recovered attempts an executor already has, recorded as dispatched.
     pub recorder: mpsc::Sender<Dispatched>,
-    /// Wakes the scan before its interval (a job changed, a retry or child due soon).
-    pub wake: Arc<Notify>,
+    /// Wakes the scan before its interval (a job changed, a retry or child due soon, a
+    /// limited job's task due or slot freed).
+    pub wake: Arc<ScanWake>,
     /// Held while a fenced node rejoins (the scan, the take-over check and the heartbeat
     /// may all notice).
     pub rejoining: tokio::sync::Mutex<()>,
@@ -53,6 +55,7 @@ pub(crate) struct Scan {
 
 pub(crate) async fn scan_loop(scan: Arc<Scan>) {
     let mut shutdown = scan.cluster.shutdown.clone();
+    let clock = &scan.cluster.clock;
     let interval = Duration::from_millis(scan.cluster.config.scan_interval_ms);
     let mut compiled: HashMap<i64, (String, Option<CompiledSchedule>)> = HashMap::new();
     loop {
@@ -60,6 +63,8 @@ pub(crate) async fn scan_loop(scan: Arc<Scan>) {
             return;
         }
         let started = Instant::now();
+        let began = clock.now_ms();
+        scan.wake.taken();
         let scanned = match scan_once(&scan, &mut compiled).await {
             Ok(scanned) => scanned,
             Err(crate::store::Error::Fenced) => {
@@ -80,11 +85,21 @@ pub(crate) async fn scan_loop(scan: Arc<Scan>) {
             tokio::task::yield_now().await;
             continue;
         }
-        let next = interval.saturating_sub(started.elapsed());
-        tokio::select! {
-            _ = tokio::time::sleep(scanned.bounded_in.map_or(next, |b| b.min(next))) => {}
-            _ = scan.wake.notified() => {}
-            _ = shutdown.wait_for(|s| *s) => return,
+        if let Some(at) = scanned.bounded_by {
+            scan.wake.by(at);
+        }
+        let next = started + interval;
+        loop {
+            let rest = next.saturating_duration_since(Instant::now());
+            let sleep = scan.wake.sleep_for(began, clock.now_ms(), rest);
+            if sleep.is_zero() {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => break,
+                _ = scan.wake.changed() => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
         }
     }
 }
@@ -122,9 +137,12 @@ pub(crate) fn window(
 struct Scanned {
     /// It claimed a full batch: more may be due.
     full: bool,
-    /// A task of a job with a concurrency bound, left unclaimed, comes within its bounded
-    /// window ([`crate::config::Config::bounded_window_ms`]) in this long.
-    bounded_in: Option<Duration>,
+    /// When to come back for the next task of a limited job left unclaimed: once it is due
+    /// within half the bounded window ([`crate::config::Config::bounded_window_ms`]), so
+    /// that each scan claims the tasks of half a window, each between a half and a whole
+    /// window ahead. (Coming back when it entered the window ran the scans back to back
+    /// under a steady stream, each claiming the few tasks that entered meanwhile.)
+    bounded_by: Option<Millis>,
 }
 
 /// One scan.
@@ -198,13 +216,11 @@ async fn scan_once(
     tracing::Span::current().record("claimed", n);
     metrics::counter!("rota_claimed_total").increment(n as u64);
     scan.ring.insert(DueTask::held_under(claimed.tasks, lease));
-    let bounded_in = claimed.bounded_next.map(|due| {
-        let reach = due - cluster.config.bounded_window_ms();
-        Duration::from_millis((reach - cluster.clock.now_ms()).max(0) as u64)
-    });
     Ok(Scanned {
         full: n as u32 >= limit,
-        bounded_in,
+        bounded_by: claimed
+            .bounded_next
+            .map(|due| due - cluster.config.bounded_window_ms() / 2),
     })
 }
 

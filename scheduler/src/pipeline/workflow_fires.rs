@@ -8,9 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
-use super::Cluster;
+use super::{Cluster, ScanWake};
 use crate::workflow::InstanceStatus;
 
 /// How often a node looks for due workflow fires: a scheduled instance starts at most this
@@ -19,7 +17,7 @@ pub const EVERY: Duration = Duration::from_millis(250);
 /// Workflows fired per round at most (the rest in the next).
 const BATCH: u32 = 100;
 
-pub(crate) async fn workflow_fires_loop(cluster: Arc<Cluster>, scan_wake: Arc<Notify>) {
+pub(crate) async fn workflow_fires_loop(cluster: Arc<Cluster>, scan_wake: Arc<ScanWake>) {
     let mut every = crate::periodic::Every::new(EVERY, cluster.shutdown.clone());
     while every.tick().await {
         let now = cluster.clock.now_ms();
@@ -27,7 +25,7 @@ pub(crate) async fn workflow_fires_loop(cluster: Arc<Cluster>, scan_wake: Arc<No
         match cluster.store.fire_workflows(now, threshold, BATCH).await {
             Ok(done) => {
                 if done.started > 0 {
-                    scan_wake.notify_one();
+                    scan_wake.now();
                     crate::metrics::workflow_instances(
                         InstanceStatus::Running,
                         done.started as u64,

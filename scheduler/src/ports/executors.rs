@@ -69,7 +69,7 @@ impl Ports {
             .await?;
         if woken > 0 {
             tracing::info!(app = %reg.app, tasks = woken, "an executor registered; fires that waited for one go out");
-            self.scan_wake.notify_one();
+            self.scan_wake.now();
         }
         Ok(())
     }

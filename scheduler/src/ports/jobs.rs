@@ -119,7 +119,7 @@ impl Ports {
     /// Drops this node's cached copy of a job and scans now.
     pub fn forget_job(&self, job_id: i64) {
         self.jobs.invalidate(job_id);
-        self.scan_wake.notify_one();
+        self.scan_wake.now();
         // A pull job enabled again: its waiting pulls look now.
         self.ready.wake_all([job_id]);
     }

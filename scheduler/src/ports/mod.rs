@@ -15,8 +15,6 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Notify;
-
 use crate::alarm::outbox::Alarms;
 use crate::client::{ClientError, ExecutorClient};
 use crate::clock::Clock;
@@ -26,7 +24,7 @@ use crate::model::*;
 use crate::pipeline::complete::Completion;
 use crate::pipeline::ready::ReadyBoard;
 use crate::pipeline::ring::Ring;
-use crate::pipeline::{Cluster, ExecutorCache, JobCache};
+use crate::pipeline::{Cluster, ExecutorCache, JobCache, ScanWake};
 use crate::route::Router;
 use crate::secrets::SecretBox;
 use crate::store::{self, Store};
@@ -79,7 +77,7 @@ pub struct Ports {
     /// Calls to executors (kill, logs) and to other nodes (cancels, job changes).
     pub(crate) client: ExecutorClient,
     /// Wakes the scan: a job changed, tasks due soon, an executor registered.
-    pub(crate) scan_wake: Arc<Notify>,
+    pub(crate) scan_wake: Arc<ScanWake>,
     /// Applies executor reports, reconciles the runs executors list.
     pub(crate) completion: Arc<Completion>,
     /// Seals and opens plugin secrets.

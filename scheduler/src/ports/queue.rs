@@ -60,7 +60,7 @@ impl Ports {
 
     /// Scan now: something became due inside the window (a re-driven or moved task).
     pub(crate) fn wake_scan(&self) {
-        self.scan_wake.notify_one();
+        self.scan_wake.now();
     }
 
     /// Resolves once the node is shutting down (a long poll ends early, empty).

@@ -15,9 +15,11 @@ impl Ports {
     /// due inside the window, of jobs without a concurrency bound or rate limit (whose
     /// tasks the scan claims under the job's lock), are created already
     /// claimed by this node and go straight into its wheel: no scan, no claim statement of
-    /// their own. The rest wait for a scan (woken at once when one is due soon); a limited
-    /// job's tasks are stored with the bucket they are counted in, so the scan that claims
-    /// them writes no more than their status.
+    /// their own. The rest wait for a scan: woken at once when one is due soon, or for a
+    /// limited job's task in time to claim it half a bounded window ahead (gathered with
+    /// other such requests, `pipeline::scan_wake`). A limited job's tasks are stored with
+    /// the bucket they are counted in, so the scan that claims them writes no more than
+    /// their status.
     pub async fn store_tasks(
         &self,
         tasks: &[NewTask],
@@ -66,11 +68,16 @@ impl Ports {
         };
         let mut due = Vec::new();
         let mut soon = false;
+        let mut limited_by: Option<Millis> = None;
         for (((id, created), t), claim) in ids.iter().zip(tasks).zip(&claimable) {
             if !created {
                 continue;
             }
-            if claimed && *claim {
+            if !matches!(limits[&t.job_id], Limits::None) {
+                // The scan claims it under its job's limits, half a bounded window ahead.
+                let at = t.due_at - self.cluster.config.bounded_window_ms() / 2;
+                limited_by = Some(limited_by.map_or(at, |b| b.min(at)));
+            } else if claimed && *claim {
                 due.push(DueTask {
                     task_id: *id,
                     job_id: t.job_id,
@@ -92,7 +99,10 @@ impl Ports {
         }
         self.ring.insert(due);
         if soon {
-            self.scan_wake.notify_one();
+            self.scan_wake.now();
+        }
+        if let Some(at) = limited_by.filter(|_| !soon) {
+            self.scan_wake.by(at);
         }
         Ok(ids)
     }
@@ -117,7 +127,7 @@ impl Ports {
             .await?;
         self.ring.insert(started.claimed.iter().cloned());
         if started.unclaimed > 0 {
-            self.scan_wake.notify_one();
+            self.scan_wake.now();
         }
         Ok(started)
     }
@@ -149,7 +159,7 @@ impl Ports {
                 .await?
             {
                 if task.due_at <= now + self.cluster.config.window_ms {
-                    self.scan_wake.notify_one();
+                    self.scan_wake.now();
                 }
                 return Ok(holder);
             }

@@ -20,7 +20,7 @@ impl Ports {
         let alive_after = self.cluster.clock.now_ms() - self.cluster.config.executor_dead_after_ms;
         self.executors.refresh(store, alive_after).await?;
         if store.wake_waiting(&[app.to_owned()]).await? > 0 {
-            self.scan_wake.notify_one();
+            self.scan_wake.now();
         }
         Ok(())
     }
