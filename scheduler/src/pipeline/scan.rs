@@ -58,14 +58,21 @@ pub(crate) async fn scan_loop(scan: Arc<Scan>) {
     let clock = &scan.cluster.clock;
     let interval = Duration::from_millis(scan.cluster.config.scan_interval_ms);
     let mut compiled: HashMap<i64, (String, Option<CompiledSchedule>)> = HashMap::new();
+    // Whether the last scan failed too: what a failed scan was asked is given back once,
+    // so that a database that stays away is not asked twenty times a second.
+    let mut failed_before = false;
     loop {
         if *shutdown.borrow() || scan.ring.is_stopped() {
             return;
         }
         let started = Instant::now();
-        let began = clock.now_ms();
-        scan.wake.taken();
-        let scanned = match scan_once(&scan, &mut compiled).await {
+        let asked = scan.wake.taken();
+        let outcome = scan_once(&scan, &mut compiled).await;
+        if outcome.is_err() && !failed_before {
+            scan.wake.again(asked, clock.now_ms());
+        }
+        failed_before = outcome.is_err();
+        let scanned = match outcome {
             Ok(scanned) => scanned,
             Err(crate::store::Error::Fenced) => {
                 if !scan.rejoin().await {
@@ -91,7 +98,7 @@ pub(crate) async fn scan_loop(scan: Arc<Scan>) {
         let next = started + interval;
         loop {
             let rest = next.saturating_duration_since(Instant::now());
-            let sleep = scan.wake.sleep_for(began, clock.now_ms(), rest);
+            let sleep = scan.wake.sleep_for(started.elapsed(), clock.now_ms(), rest);
             if sleep.is_zero() {
                 break;
             }

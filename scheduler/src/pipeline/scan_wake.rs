@@ -18,9 +18,10 @@ use crate::model::Millis;
 
 /// The least time between the start of one scan and a scan woken by a time. It bounds how
 /// late a freed slot is noticed (SPEC §11: a throttled task starts within 100 ms of a slot
-/// freeing; the scan itself takes a few more milliseconds) and how often a busy limited job
-/// is scanned for: at most 20 times a second.
-pub(crate) const GAP_MS: Millis = 50;
+/// freeing; the scan's own time comes on top, tens of milliseconds when a busy limited job
+/// has hundreds of tasks to claim) and how often a busy limited job is scanned for: at most
+/// 20 times a second.
+pub(crate) const GAP_MS: u64 = 50;
 
 /// The scan's wake-up: a flag for "at once", the earliest time asked for, and the notice
 /// that tells a sleeping scan either changed.
@@ -29,6 +30,13 @@ pub(crate) struct ScanWake {
     notice: Notify,
     urgent: AtomicBool,
     by: AtomicI64,
+}
+
+/// What a scan took over when it began ([`ScanWake::taken`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Asked {
+    urgent: bool,
+    by: Millis,
 }
 
 impl Default for ScanWake {
@@ -48,31 +56,45 @@ impl ScanWake {
         self.notice.notify_one();
     }
 
-    /// The scan runs by `at` (node clock, ms), or [`GAP_MS`] after the last one began if
-    /// that is later.
+    /// The scan runs by `at` (the node's clock, ms), or [`GAP_MS`] after the last one
+    /// began if that is later.
     pub(crate) fn by(&self, at: Millis) {
         if self.by.fetch_min(at, Ordering::AcqRel) > at {
             self.notice.notify_one();
         }
     }
 
-    /// A scan begins: what was asked before is answered by it.
-    pub(crate) fn taken(&self) {
-        self.urgent.store(false, Ordering::Release);
-        self.by.store(Millis::MAX, Ordering::Release);
+    /// A scan begins: what was asked before is answered by it. Returns what it took, for a
+    /// scan that failed to give back ([`ScanWake::again`]).
+    pub(crate) fn taken(&self) -> Asked {
+        Asked {
+            urgent: self.urgent.swap(false, Ordering::AcqRel),
+            by: self.by.swap(Millis::MAX, Ordering::AcqRel),
+        }
     }
 
-    /// How long a scan that began at `began` and ends at `now` may sleep before the next
-    /// one, at most `rest`: zero when it was asked to run at once.
-    pub(crate) fn sleep_for(&self, began: Millis, now: Millis, rest: Duration) -> Duration {
+    /// A scan that read nothing (the database failed) gives back what it took, due by
+    /// `now`: the next scan comes after the gap, not after the whole interval.
+    pub(crate) fn again(&self, asked: Asked, now: Millis) {
+        if asked.urgent || asked.by != Millis::MAX {
+            self.by(asked.by.min(now));
+        }
+    }
+
+    /// How long the scan may sleep, at most `rest`, when the last one began `since_began`
+    /// ago (measured on the monotonic clock, so that a wall clock stepped back does not
+    /// stretch the gap) and the node's clock reads `now`: zero when it was asked to run
+    /// at once.
+    pub(crate) fn sleep_for(&self, since_began: Duration, now: Millis, rest: Duration) -> Duration {
         if self.urgent.load(Ordering::Acquire) {
             return Duration::ZERO;
         }
         match self.by.load(Ordering::Acquire) {
             Millis::MAX => rest,
             by => {
-                let at = by.max(began + GAP_MS);
-                rest.min(Duration::from_millis((at - now).max(0) as u64))
+                let asked = Duration::from_millis((by - now).max(0) as u64);
+                let gap = Duration::from_millis(GAP_MS).saturating_sub(since_began);
+                rest.min(asked.max(gap))
             }
         }
     }
@@ -89,17 +111,21 @@ mod tests {
 
     const REST: Duration = Duration::from_millis(1_000);
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
     #[test]
     fn with_nothing_asked_the_scan_sleeps_its_interval() {
         let wake = ScanWake::default();
-        assert_eq!(wake.sleep_for(0, 10, REST), REST);
+        assert_eq!(wake.sleep_for(ms(10), 10, REST), REST);
     }
 
     #[test]
     fn at_once_means_at_once_however_recent_the_last_scan() {
         let wake = ScanWake::default();
         wake.now();
-        assert_eq!(wake.sleep_for(0, 1, REST), Duration::ZERO);
+        assert_eq!(wake.sleep_for(ms(1), 1, REST), Duration::ZERO);
     }
 
     #[test]
@@ -108,19 +134,22 @@ mod tests {
         wake.by(400);
         wake.by(120);
         wake.by(300);
-        // The earliest asked for, from a scan that began at 0 and ended at 20.
-        assert_eq!(wake.sleep_for(0, 20, REST), Duration::from_millis(100));
+        // The earliest asked for, 20 ms after the last scan began at 0.
+        assert_eq!(wake.sleep_for(ms(20), 20, REST), ms(100));
         // A time already past waits for the gap after the last scan's start.
         wake.by(5);
-        assert_eq!(
-            wake.sleep_for(0, 20, REST),
-            Duration::from_millis((GAP_MS - 20) as u64)
-        );
+        assert_eq!(wake.sleep_for(ms(20), 20, REST), ms(GAP_MS - 20));
         // And never longer than the interval's rest.
-        assert_eq!(
-            wake.sleep_for(0, 20, Duration::from_millis(10)),
-            Duration::from_millis(10)
-        );
+        assert_eq!(wake.sleep_for(ms(20), 20, ms(10)), ms(10));
+    }
+
+    #[test]
+    fn a_wall_clock_stepped_back_does_not_stretch_the_gap() {
+        let wake = ScanWake::default();
+        // The node's clock went back 10 s since the scan began, 60 ms ago: a request for
+        // "now" is due now, not 10 s after the scan's start by the clock.
+        wake.by(-10_000);
+        assert_eq!(wake.sleep_for(ms(60), -10_000, REST), Duration::ZERO);
     }
 
     #[test]
@@ -128,7 +157,31 @@ mod tests {
         let wake = ScanWake::default();
         wake.now();
         wake.by(100);
+        let asked = wake.taken();
+        assert_eq!(wake.sleep_for(ms(20), 20, REST), REST);
+        // Given back by a scan that failed, it is due after the gap.
+        wake.again(asked, 20);
+        assert_eq!(wake.sleep_for(ms(20), 20, REST), ms(GAP_MS - 20));
+        // Nothing asked, nothing given back.
         wake.taken();
-        assert_eq!(wake.sleep_for(0, 20, REST), REST);
+        wake.again(wake.taken(), 20);
+        assert_eq!(wake.sleep_for(ms(20), 20, REST), REST);
+    }
+
+    #[tokio::test]
+    async fn a_request_made_after_the_scan_began_wakes_its_sleep() {
+        let wake = std::sync::Arc::new(ScanWake::default());
+        wake.taken();
+        assert_eq!(wake.sleep_for(ms(60), 60, REST), REST);
+        let asker = wake.clone();
+        let waiting = tokio::spawn(async move { wake.changed().await });
+        asker.by(60);
+        waiting.await.unwrap();
+        // A later time than one already asked for changes nothing and tells no one.
+        asker.by(500);
+        assert!(
+            tokio::time::timeout(ms(20), asker.changed()).await.is_err(),
+            "no notice for a later time"
+        );
     }
 }

@@ -16,7 +16,7 @@ impl Ports {
     /// tasks the scan claims under the job's lock), are created already
     /// claimed by this node and go straight into its wheel: no scan, no claim statement of
     /// their own. The rest wait for a scan: woken at once when one is due soon, or for a
-    /// limited job's task in time to claim it half a bounded window ahead (gathered with
+    /// limited job's task half a bounded window before it is due (gathered with
     /// other such requests, `pipeline::scan_wake`). A limited job's tasks are stored with
     /// the bucket they are counted in, so the scan that claims them writes no more than
     /// their status.
@@ -74,7 +74,9 @@ impl Ports {
                 continue;
             }
             if !matches!(limits[&t.job_id], Limits::None) {
-                // The scan claims it under its job's limits, half a bounded window ahead.
+                // The scan claims it under its job's limits: a bounded job's half a bounded
+                // window ahead (a rate-limited one's in any scan of the window, this early
+                // too).
                 let at = t.due_at - self.cluster.config.bounded_window_ms() / 2;
                 limited_by = Some(limited_by.map_or(at, |b| b.min(at)));
             } else if claimed && *claim {

@@ -321,7 +321,7 @@ pub struct Claimed {
     pub throttled: Vec<(i64, u64)>,
     /// The earliest due time of a task of a job with a concurrency bound that the scan left
     /// unclaimed, being due after its bounded window: the next scan should come by then,
-    /// less that window.
+    /// less half that window (`pipeline::scan`).
     pub bounded_next: Option<Millis>,
 }
 

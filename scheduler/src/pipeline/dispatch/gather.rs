@@ -33,7 +33,9 @@ const QUEUING_GAP_MS: f64 = 2.0;
 /// a span does not mind how the ring bunches them; an average moving a quarter of the way
 /// to each new gap did, and a 1,000/s job whose fires came ten at a time crossed the 2 ms
 /// floor and was held (pickup p50 4 → 7 ms, docs/benchmarks.md). A job opens a window once
-/// more than 20 fires came in a span, so a lone fire or a short burst never does.
+/// more than 20 fires came in a span, so a lone fire or a burst of a few never does. (A
+/// job that starts at 1,000/s is held while its first span counts up through 21 to 50:
+/// for its first 50 ms or so.)
 const PACE_SPAN_MS: i64 = 100;
 
 /// Jobs remembered before the idle ones are forgotten.
@@ -60,7 +62,8 @@ impl Pace {
     /// Counts a fresh fire at `now`, and gives the average gap between its fires over the
     /// last [`PACE_SPAN_MS`] (the span before weighted by how much of it is still inside).
     fn fired(&mut self, now: Millis) -> f64 {
-        match (now - self.span_start) / PACE_SPAN_MS {
+        // Euclidean: a clock gone back puts `now` before the span, which starts afresh.
+        match (now - self.span_start).div_euclid(PACE_SPAN_MS) {
             0 => {}
             1 => {
                 self.last_span = self.this_span;
@@ -212,12 +215,26 @@ mod tests {
     }
 
     #[test]
-    fn a_short_burst_does_not_open_a_window() {
+    fn twenty_fires_in_a_span_do_not_open_a_window_and_the_twenty_first_does() {
         let gather = Gather::default();
-        // Twenty fires 3 ms apart, then quiet: fewer than a busy job's in a span.
+        // Fires 3 ms apart: the first twenty are a burst, not a pace.
         for i in 0..20 {
             assert_eq!(gather.hold(&fire(i, 1), 3 * i, true), None, "fire {i}");
         }
+        assert_eq!(gather.hold(&fire(20, 1), 60, true), Some(60 + GATHER_MS));
+    }
+
+    #[test]
+    fn a_clock_gone_back_starts_the_count_afresh() {
+        let gather = Gather::default();
+        // Fifteen fires in the first span and one in the second: a quiet job.
+        for i in 0..15 {
+            gather.hold(&fire(i, 1), 6 * i, false);
+        }
+        assert_eq!(gather.hold(&fire(15, 1), 100, false), None);
+        // The clock steps back 90 ms. Counting the span before as if 190 % of it were
+        // still inside would make the fifteen look like 28 and open a window.
+        assert_eq!(gather.hold(&fire(16, 1), 10, true), None);
     }
 
     #[test]
