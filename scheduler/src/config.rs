@@ -161,6 +161,14 @@ impl Config {
         BOUNDED_LEAD_MS.min(self.window_ms)
     }
 
+    /// When a scan should run for a limited job's task due at `due`: half the bounded
+    /// window before, so that each scan claims half a window's tasks, each between a half
+    /// and a whole window ahead (coming back the moment the next one entered the window
+    /// ran the scans back to back under a steady stream).
+    pub fn limited_scan_by(&self, due: crate::model::Millis) -> crate::model::Millis {
+        due - self.bounded_window_ms() / 2
+    }
+
     pub fn new(database_url: impl Into<String>, secret: Secret) -> Self {
         Config {
             database_url: database_url.into(),

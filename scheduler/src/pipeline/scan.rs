@@ -144,11 +144,8 @@ pub(crate) fn window(
 struct Scanned {
     /// It claimed a full batch: more may be due.
     full: bool,
-    /// When to come back for the next task of a limited job left unclaimed: once it is due
-    /// within half the bounded window ([`crate::config::Config::bounded_window_ms`]), so
-    /// that each scan claims the tasks of half a window, each between a half and a whole
-    /// window ahead. (Coming back when it entered the window ran the scans back to back
-    /// under a steady stream, each claiming the few tasks that entered meanwhile.)
+    /// When to come back for the next task of a limited job left unclaimed
+    /// ([`crate::config::Config::limited_scan_by`]).
     bounded_by: Option<Millis>,
 }
 
@@ -227,7 +224,7 @@ async fn scan_once(
         full: n as u32 >= limit,
         bounded_by: claimed
             .bounded_next
-            .map(|due| due - cluster.config.bounded_window_ms() / 2),
+            .map(|due| cluster.config.limited_scan_by(due)),
     })
 }
 

@@ -74,10 +74,9 @@ impl Ports {
                 continue;
             }
             if !matches!(limits[&t.job_id], Limits::None) {
-                // The scan claims it under its job's limits: a bounded job's half a bounded
-                // window ahead (a rate-limited one's in any scan of the window, this early
-                // too).
-                let at = t.due_at - self.cluster.config.bounded_window_ms() / 2;
+                // The scan claims it under its job's limits (a rate-limited job's in any
+                // scan of the window, this one too).
+                let at = self.cluster.config.limited_scan_by(t.due_at);
                 limited_by = Some(limited_by.map_or(at, |b| b.min(at)));
             } else if claimed && *claim {
                 due.push(DueTask {
