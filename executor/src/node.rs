@@ -29,7 +29,7 @@ use rota_proto::{
     Deregistration, KnownRun, Registration, RegistrationAck, ReportStatus, RunReport, TaskAttempt,
     Trigger, TriggerAck, TriggerOutcome,
 };
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +37,7 @@ use crate::client::SchedulerClient;
 use crate::config::ExecutorConfig;
 use crate::logs::LogStore;
 use crate::registry::Registry;
-use crate::report::{Queued, Unacked};
+use crate::report::{Queued, ReportSender, Unacked};
 use crate::runtime::host::{HostAccess, Services};
 use crate::runtime::{Invocation, Plugin, PluginEnv, RunOutcome, RunStatus, Runtime};
 use crate::workers::{Work, Workers};
@@ -58,7 +58,7 @@ pub struct Node {
     registry: Mutex<Registry>,
     /// The threads runs execute on, at most `capacity` of them.
     workers: Workers,
-    reports: mpsc::Sender<Queued>,
+    reports: ReportSender,
     /// Plugins being fetched and compiled, by SHA-256: a burst of triggers loads each once.
     fetches: Mutex<HashMap<String, PluginLoad>>,
     /// Plugins to compile ahead of their first run, one after another ([`Node::warm`]).
@@ -89,7 +89,7 @@ impl Node {
         runtime: Runtime,
         logs: LogStore,
         client: Arc<SchedulerClient>,
-        reports: mpsc::Sender<Queued>,
+        reports: ReportSender,
         unacked: Unacked,
     ) -> Arc<Node> {
         Arc::new(Node {

@@ -1,12 +1,15 @@
 //! Run reports on their way to a scheduler: batched, retried, spooled to disk.
 //!
 //! Runs hand their reports ([`RunReport`]: `running` when a plugin starts, then the final
-//! one) to one bounded channel. A `running` report is held back for [`RUNNING_HOLD`] and
+//! one) to one bounded channel ([`report_channel`]). A `running` report is held back for [`RUNNING_HOLD`] and
 //! dropped if its run's final report comes in that time, so a short run costs the
 //! scheduler one update, not two. The reporter task drains the channel into batches (up
 //! to [`BATCH_MAX`] reports or a window, [`ExecutorConfig::report_window`](crate::config::ExecutorConfig::report_window), after the first) and POSTs each to
 //! `/api/executor/v1/callback` on the first scheduler that answers 2xx, retrying a few
-//! times with backoff.
+//! times with backoff. While it collects a batch the reporter sleeps until the window ends
+//! and then takes what came: a report wakes it early only when the batch must close
+//! sooner (an awaited final report, or [`BATCH_MAX`] waiting), so a quiet executor does
+//! not wake its async side once per run.
 //!
 //! When no scheduler takes a batch it goes to the [`Spool`]: one JSON file per batch in
 //! `<data_dir>/spool/`, written atomically (temp file, fsync, rename), replayed in order
@@ -28,7 +31,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rota_proto::wire::PATH_CALLBACK;
 use rota_proto::{CallbackBatch, RunReport};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -331,10 +334,72 @@ pub struct Queued {
     pub send_by: Option<Instant>,
 }
 
+/// The runs' end of the reporter's channel.
+#[derive(Clone)]
+pub struct ReportSender {
+    tx: mpsc::Sender<Queued>,
+    close_early: Arc<Notify>,
+}
+
+/// The reporter's end of the channel.
+pub struct ReportReceiver {
+    rx: mpsc::Receiver<Queued>,
+    /// Poked when a batch being collected must close before its window ends.
+    close_early: Arc<Notify>,
+}
+
+/// The channel from the runs to the reporter, holding up to `capacity` reports.
+pub fn report_channel(capacity: usize) -> (ReportSender, ReportReceiver) {
+    let (tx, rx) = mpsc::channel(capacity);
+    let close_early = Arc::new(Notify::new());
+    let sender = ReportSender {
+        tx,
+        close_early: close_early.clone(),
+    };
+    (sender, ReportReceiver { rx, close_early })
+}
+
+/// The reporter has stopped: the report was not queued.
+#[derive(Debug)]
+pub struct ReporterGone;
+
+impl ReportSender {
+    /// Queues `queued`, waiting while the channel is full.
+    pub async fn send(&self, queued: Queued) -> Result<(), ReporterGone> {
+        let urgent = Self::urgent(&queued);
+        self.tx.send(queued).await.map_err(|_| ReporterGone)?;
+        self.poke(urgent);
+        Ok(())
+    }
+
+    /// [`ReportSender::send`] from a thread outside the async runtime.
+    pub fn blocking_send(&self, queued: Queued) -> Result<(), ReporterGone> {
+        let urgent = Self::urgent(&queued);
+        self.tx.blocking_send(queued).map_err(|_| ReporterGone)?;
+        self.poke(urgent);
+        Ok(())
+    }
+
+    /// An awaited final report closes its batch sooner than the window.
+    fn urgent(queued: &Queued) -> bool {
+        queued.send_by.is_some() && queued.report.status.is_final()
+    }
+
+    /// Wakes a collecting reporter if the batch must close now or sooner: an urgent
+    /// report, or a full batch waiting. (A poke while no batch is being collected leaves
+    /// a permit that makes the next collection look once more: harmless.)
+    fn poke(&self, urgent: bool) {
+        let waiting = self.tx.max_capacity() - self.tx.capacity();
+        if urgent || waiting >= BATCH_MAX {
+            self.close_early.notify_one();
+        }
+    }
+}
+
 /// The reporter task: runs until `stop`, then sends or spools whatever is left.
 pub async fn run_reporter(
     window: Duration,
-    mut reports: mpsc::Receiver<Queued>,
+    mut reports: ReportReceiver,
     client: Arc<SchedulerClient>,
     spool: Spool,
     logs: LogStore,
@@ -360,7 +425,7 @@ pub async fn run_reporter(
             Some(sent) = in_flight.join_next(), if !in_flight.is_empty() => {
                 reporter.settle(sent);
             }
-            first = reports.recv(), if room => {
+            first = reports.rx.recv(), if room => {
                 let Some(first) = first else { break };
                 let batch = collect(&mut reports, first, window, &mut postponed).await;
                 reporter.submit(batch, &mut in_flight, &stop);
@@ -380,9 +445,9 @@ pub async fn run_reporter(
         reporter.settle(sent);
     }
     reporter.logs.flush();
-    reports.close();
+    reports.rx.close();
     let mut batch = Batch::default();
-    while let Some(Queued { report, .. }) = reports.recv().await {
+    while let Some(Queued { report, .. }) = reports.rx.recv().await {
         postponed.route(report, &mut batch);
         if batch.len() >= BATCH_MAX {
             reporter.stash(std::mem::take(&mut batch).into_callback());
@@ -403,9 +468,10 @@ pub async fn run_reporter(
 
 /// Up to [`BATCH_MAX`] reports arriving within `window` of `first` (`running` ones held
 /// back), or until the earliest [`Queued::send_by`] of a final report in it, plus the held
-/// reports that are due.
+/// reports that are due. It sleeps until the batch must close, woken sooner only by a
+/// report that moves that time ([`ReportSender::poke`]), and then takes what came.
 async fn collect(
-    reports: &mut mpsc::Receiver<Queued>,
+    reports: &mut ReportReceiver,
     first: Queued,
     window: Duration,
     postponed: &mut Postponed,
@@ -419,10 +485,19 @@ async fn collect(
         postponed.route(queued.report, batch);
     };
     take(first, &mut deadline, &mut batch);
-    while batch.len() < BATCH_MAX {
-        match tokio::time::timeout_at(deadline, reports.recv()).await {
-            Ok(Some(queued)) => take(queued, &mut deadline, &mut batch),
-            Ok(None) | Err(_) => break,
+    loop {
+        while batch.len() < BATCH_MAX {
+            match reports.rx.try_recv() {
+                Ok(queued) => take(queued, &mut deadline, &mut batch),
+                Err(_) => break,
+            }
+        }
+        if batch.len() >= BATCH_MAX || Instant::now() >= deadline {
+            break;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {}
+            () = reports.close_early.notified() => {}
         }
     }
     postponed.release(Some(Instant::now()), &mut batch);
@@ -593,6 +668,7 @@ fn log_refused(e: &CallError) {
 mod tests {
     use super::*;
     use rota_proto::ReportStatus;
+    use std::future::Future;
 
     fn report(run_id: i64, status: ReportStatus) -> RunReport {
         RunReport {
@@ -656,7 +732,7 @@ mod tests {
         first_waited_ms: u64,
         later: Vec<(u64, Sent)>,
     ) -> (Vec<i64>, Duration) {
-        let (tx, mut rx) = mpsc::channel(8);
+        let (tx, mut rx) = report_channel(8);
         let first = queued(first);
         tokio::time::advance(Duration::from_millis(first_waited_ms)).await;
         let began = Instant::now();
@@ -675,7 +751,7 @@ mod tests {
         let mut runs: Vec<i64> = batch.reports.iter().map(|r| r.run_id).collect();
         // What the batch left behind, for the next one.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        while let Ok(next) = rx.try_recv() {
+        while let Ok(next) = rx.rx.try_recv() {
             runs.push(-next.report.run_id);
         }
         (runs, took)
@@ -706,6 +782,47 @@ mod tests {
         // A `running` report of an awaited run is not what waits: the window stands.
         let (runs, took) = collected((1, Running, Some(10)), 0, vec![]).await;
         assert_eq!((runs.len(), took), (0, ms(100)));
+    }
+
+    /// Whether the reporter was poked since it last looked (takes the poke).
+    fn poked(rx: &ReportReceiver) -> bool {
+        let notified = std::pin::pin!(rx.close_early.notified());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        notified.poll(&mut cx).is_ready()
+    }
+
+    #[tokio::test]
+    async fn only_a_report_that_closes_the_batch_sooner_wakes_the_collecting_reporter() {
+        use ReportStatus::{Running, Succeeded};
+        let (tx, rx) = report_channel(2 * BATCH_MAX);
+        // Plain reports, and the `running` report of an awaited run: no wake-up each.
+        for run_id in 1..=10 {
+            tx.send(queued((run_id, Succeeded, None))).await.unwrap();
+        }
+        tx.send(queued((11, Running, Some(10)))).await.unwrap();
+        assert!(
+            !poked(&rx),
+            "a report that changes nothing woke the reporter"
+        );
+        // An awaited final report does.
+        tx.send(queued((11, Succeeded, Some(10)))).await.unwrap();
+        assert!(poked(&rx));
+        assert!(!poked(&rx), "one poke, taken once");
+        // So does a full batch waiting, from a worker thread too.
+        let sender = tx.clone();
+        tokio::task::spawn_blocking(move || {
+            // 12 reports are in the channel: up to one short of a batch.
+            for run_id in 12..(BATCH_MAX as i64 - 1) {
+                sender
+                    .blocking_send(queued((run_id, Succeeded, None)))
+                    .unwrap();
+            }
+        })
+        .await
+        .unwrap();
+        assert!(!poked(&rx), "{} waiting is not yet a batch", BATCH_MAX - 1);
+        tx.send(queued((0, Succeeded, None))).await.unwrap();
+        assert!(poked(&rx));
     }
 
     #[test]

@@ -22,14 +22,13 @@ use anyhow::Context as _;
 use rota_proto::RegistrationAck;
 use rota_proto::wire::{PATH_HEARTBEAT, PATH_REGISTER};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::SchedulerClient;
 use crate::config::ExecutorConfig;
 use crate::logs::LogStore;
 use crate::node::Node;
-use crate::report::{Spool, Unacked, run_reporter};
+use crate::report::{Spool, Unacked, report_channel, run_reporter};
 use crate::runtime::Runtime;
 
 /// How often old logs are swept.
@@ -78,7 +77,7 @@ pub async fn run_with_runtime(
         config.secret.clone(),
         &config.tls,
     )?);
-    let (reports_tx, reports_rx) = mpsc::channel(report_queue(&config));
+    let (reports_tx, reports_rx) = report_channel(report_queue(&config));
     let report_window = config.report_window;
     let node = Node::new(config, runtime, logs, client.clone(), reports_tx, unacked);
 

@@ -14,7 +14,8 @@
 //! in long runs (a plugin may sleep or block for its whole timeout). A supervisor thread
 //! looks every [`STARVED`]: while runs wait, for each thread whose current run has gone on
 //! longer than that, another is woken or started, so `eager` threads always make progress
-//! on the queue. Parked threads stay for the next burst. Dropping the pool lets its
+//! on the queue; while nothing is queued it sleeps (a quiet executor would otherwise wake
+//! it 200 times a second for nothing). Parked threads stay for the next burst. Dropping the pool lets its
 //! threads finish the queue and exit.
 
 use std::collections::VecDeque;
@@ -41,6 +42,9 @@ struct Shared {
     eager: usize,
     /// [`STARVED`], but for tests.
     starved: Duration,
+    /// Times the supervisor looked at the queue.
+    #[cfg(test)]
+    rounds: std::sync::atomic::AtomicUsize,
     name: &'static str,
 }
 
@@ -86,6 +90,8 @@ impl Workers {
             eager: eager.clamp(1, max),
             starved,
             name,
+            #[cfg(test)]
+            rounds: Default::default(),
         });
         let supervised = shared.clone();
         let started = std::thread::Builder::new()
@@ -106,6 +112,11 @@ impl Workers {
         let wanted = added.min(self.shared.eager.saturating_sub(state.busy()));
         for _ in 0..wanted {
             add_worker(&self.shared, &mut state);
+        }
+        // Work left waiting for a busy thread: the supervisor watches for stuck ones
+        // until the queue is empty again (it sleeps while nothing waits).
+        if wanted < added {
+            self.shared.watch.notify_one();
         }
     }
 
@@ -161,6 +172,10 @@ fn supervise(shared: &Arc<Shared>) {
         if state.closed {
             return;
         }
+        #[cfg(test)]
+        shared
+            .rounds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if !state.queue.is_empty() {
             let now = Instant::now();
             let stuck = state
@@ -174,11 +189,17 @@ fn supervise(shared: &Arc<Shared>) {
                 add_worker(shared, &mut state);
             }
         }
-        state = shared
-            .watch
-            .wait_timeout(state, shared.starved)
-            .map(|(s, _)| s)
-            .unwrap_or_else(|e| e.into_inner().0);
+        // Nothing queued: nothing can starve until `submit_all` leaves work waiting and
+        // wakes this thread, so an idle pool costs no wake-ups.
+        state = if state.queue.is_empty() {
+            shared.watch.wait(state).unwrap_or_else(|e| e.into_inner())
+        } else {
+            shared
+                .watch
+                .wait_timeout(state, shared.starved)
+                .map(|(s, _)| s)
+                .unwrap_or_else(|e| e.into_inner().0)
+        };
     }
 }
 
@@ -253,6 +274,23 @@ mod tests {
         for _ in 0..3 {
             release_tx.send(()).unwrap();
         }
+    }
+
+    #[test]
+    fn an_idle_pool_does_not_wake_its_supervisor() {
+        let pool = Workers::with_policy(4, 1, Duration::from_millis(1), "test-worker");
+        let (tx, rx) = mpsc::channel();
+        pool.submit(Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let rounds = || pool.shared.rounds.load(Ordering::Relaxed);
+        // Fifty of its 1 ms periods without a round (it used to look at the empty queue
+        // every period); tried a few times, so a slow start of its thread does not count.
+        let quiet = (0..20).any(|_| {
+            let before = rounds();
+            std::thread::sleep(Duration::from_millis(50));
+            rounds() == before
+        });
+        assert!(quiet, "the supervisor keeps waking while nothing is queued");
     }
 
     #[test]

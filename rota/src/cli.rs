@@ -603,6 +603,15 @@ impl Cli {
         }
     }
 
+    /// The async runtime's worker threads, where the command sets them (else tokio's
+    /// default: one per core).
+    pub fn async_threads(&self) -> Option<usize> {
+        match &self.command {
+            Command::Executor(a) => Some(a.async_threads()),
+            _ => None,
+        }
+    }
+
     /// How the process logs: its `--log-format`, or text for the commands without one.
     pub fn log_format(&self) -> LogFormat {
         match &self.command {

@@ -446,6 +446,7 @@ fn sample(long: &str) -> String {
         "oidc-client-id" => "rota",
         "oidc-redirect-url" => "https://rota.corp.example/login/oidc/callback",
         "sso-map" => return "[\"ops=operator:orders,billing\", \"platform=admin\"]".into(),
+        "async-threads" => "2",
         _ if long.contains("secret") || long.contains("token") || long.contains("password") => {
             "from-the-environment-instead"
         }

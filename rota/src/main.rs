@@ -28,9 +28,11 @@ fn main() -> anyhow::Result<()> {
         }
     };
     let cli = cli::Cli::parse_from(argv);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = cli.async_threads() {
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime.enable_all().build()?;
     // Traces leave from the runtime (a batch exporter task), so they are set up in it.
     let traces = match cli.service_name() {
         Some(service) if telemetry::wanted() => {

@@ -86,6 +86,12 @@ pub struct ExecutorArgs {
     /// Concurrent runs.
     #[arg(long, env = "ROTA_CAPACITY", default_value_t = rota_executor::config::DEFAULT_CAPACITY)]
     capacity: usize,
+    /// Threads for the executor's network side: the schedulers' calls, the reports, the
+    /// plugins' host calls (runs have threads of their own, up to the capacity). Default: a
+    /// quarter of the cores, at least one: that side is light, and each thread more wakes
+    /// the others for work one could do.
+    #[arg(long, env = "ROTA_ASYNC_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    async_threads: Option<u16>,
     /// How long finished runs' reports collect before they go to a scheduler as one
     /// batch, ms: the most a result waits to be seen, against one scheduler transaction
     /// per batch (0–1,000). A run something waits on (a workflow step, a job with
@@ -104,6 +110,16 @@ pub struct ExecutorArgs {
     egress: crate::cli::EgressArgs,
     #[command(flatten)]
     pub process: crate::cli::ProcessArgs,
+}
+
+impl ExecutorArgs {
+    /// The async runtime's worker threads: `--async-threads`, else a quarter of the cores.
+    pub fn async_threads(&self) -> usize {
+        match self.async_threads {
+            Some(n) => usize::from(n),
+            None => std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).max(1)),
+        }
+    }
 }
 
 /// Where run logs stop growing: old segments are deleted whole, by age and by total size.
