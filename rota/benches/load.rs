@@ -17,6 +17,11 @@
 //! - `burst` — `ROTA_BENCH_TASKS` (100,000) tasks due at one instant, created beyond the
 //!   scan window; fires/s from the first to the last run's start, until all succeeded, and
 //!   CPU per run and statements per 1,000 fires over the burst alone.
+//! - `handoff` — SPEC §11's "starts within 100 ms of a slot freeing": `ROTA_BENCH_TASKS`
+//!   (200) tasks due at one instant on a job with `concurrency {limit: 1}` (set by this
+//!   case), so each run can start only once the one before it ended; the gaps from a run's
+//!   end to the next one's start (both as the executor saw them), p50/p90/p99/max. A gap
+//!   below zero would be two runs at once: the bench fails.
 //!
 //! Settings: `ROTA_BIN` (target/release/rota), `ROTA_BENCH_MYSQL_URL` (a private MariaDB:
 //! `scripts/bench/mariadb-instance.sh`; SQLite in a temporary directory without it),
@@ -57,8 +62,9 @@ fn main() {
         match case.as_str() {
             "sweep" => sweep(&bed).await,
             "burst" => burst(&bed).await,
+            "handoff" => handoff(&bed).await,
             other => {
-                eprintln!("unknown case `{other}`: sweep | burst");
+                eprintln!("unknown case `{other}`: sweep | burst | handoff");
                 std::process::exit(2);
             }
         }
@@ -144,6 +150,9 @@ impl Bed {
                               "schedule": {"kind": "none"}, "route": "round_robin"});
         if which == "1" || which == "concurrency" {
             spec["concurrency"] = json!({"key": "/customer", "limit": 8});
+        }
+        if common::case("sweep") == "handoff" {
+            spec["concurrency"] = json!({"limit": 1});
         }
         if which == "1" || which == "rate" {
             spec["rate_limit"] = json!({"key": "/customer", "limit": 50, "per_ms": 1_000});
@@ -564,5 +573,45 @@ async fn burst(bed: &Bed) {
         } else {
             format!("{all:.1} ({kinds})")
         },
+    );
+}
+
+async fn handoff(bed: &Bed) {
+    let n = env_or("ROTA_BENCH_TASKS", 200) as usize;
+    // Beyond the scan window, so all of them wait for their due time together.
+    let due = now_ms() + 8_000;
+    let at = rfc3339(due);
+    let tasks: Vec<Value> = (0..n)
+        .map(|_| json!({"job": "bench", "payload": "{\"order_id\":42}", "run_at": at}))
+        .collect();
+    for chunk in tasks.chunks(1_000) {
+        bed.create(chunk, 0).await;
+    }
+    tokio::time::sleep(Duration::from_millis((due - now_ms()).max(0) as u64)).await;
+    bed.drain(n, Duration::from_secs(600)).await;
+    let spans = bed.db.run_spans(bed.job_id, due).await;
+    assert_eq!(spans.len(), n, "every task ran once");
+    let mut gaps: Vec<i64> = spans.windows(2).map(|w| w[1].0 - w[0].1).collect();
+    gaps.sort_unstable();
+    assert!(
+        gaps[0] >= 0,
+        "two runs of a job bound to one at a time overlapped by {} ms",
+        -gaps[0]
+    );
+    let first = spans[0].0;
+    let last = spans[n - 1].1;
+    println!(
+        "\n### Handoff — {}, {n} tasks due at one instant, `concurrency {{limit: 1}}`\n",
+        bed.label()
+    );
+    println!("| runs | first start → last end | slot freed → next start p50 | p90 | p99 | max |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {n} | {} ms | {} ms | {} ms | {} ms | {} ms |",
+        last - first,
+        percentile(&gaps, 0.5),
+        percentile(&gaps, 0.9),
+        percentile(&gaps, 0.99),
+        gaps[gaps.len() - 1],
     );
 }

@@ -99,15 +99,15 @@ impl Db {
     }
 
     /// The runs of `job_id`: (first start ms, last start ms, runs, runs started before due).
-    /// Whether any task of the job is still to finish (pending, claimed or running). A
+    /// Whether any task of the job is still to finish (pending, throttled, claimed or running). A
     /// range read of the status index that stops at the first row: polling it costs the
     /// database next to nothing, unlike counting the finished ones (13 ms at 100,000 rows,
     /// ten times a second, taken from the system under test).
     pub async fn any_unfinished(&self, job_id: i64) -> bool {
         const MY: &str = "SELECT EXISTS(SELECT 1 FROM tasks FORCE INDEX (ix_tasks_due) \
-             WHERE status IN ('pending', 'claimed', 'waiting', 'ready', 'running') AND job_id = ?)";
+             WHERE status IN ('pending', 'throttled', 'claimed', 'waiting', 'ready', 'running') AND job_id = ?)";
         const LITE: &str = "SELECT EXISTS(SELECT 1 FROM tasks INDEXED BY ix_tasks_due \
-             WHERE status IN ('pending', 'claimed', 'waiting', 'ready', 'running') AND job_id = ?)";
+             WHERE status IN ('pending', 'throttled', 'claimed', 'waiting', 'ready', 'running') AND job_id = ?)";
         let found: i64 = match self {
             Db::My(p) => sqlx::query_scalar(MY).bind(job_id).fetch_one(p).await,
             Db::Lite(p) => sqlx::query_scalar(LITE).bind(job_id).fetch_one(p).await,
@@ -138,6 +138,31 @@ impl Db {
         }
         .expect("reading the runs");
         (row.0.unwrap_or(0), row.1.unwrap_or(0), row.2, row.3)
+    }
+
+    /// Each run of `job_id` due from `since` (ms) that ended: its start and its end, ms, by
+    /// start.
+    pub async fn run_spans(&self, job_id: i64, since: i64) -> Vec<(i64, i64)> {
+        const SQL: &str = "SELECT started_at, finished_at FROM runs WHERE job_id = ? \
+             AND scheduled_at >= ? AND started_at IS NOT NULL AND finished_at IS NOT NULL \
+             ORDER BY started_at, id";
+        match self {
+            Db::My(p) => {
+                sqlx::query_as(SQL)
+                    .bind(job_id)
+                    .bind(since)
+                    .fetch_all(p)
+                    .await
+            }
+            Db::Lite(p) => {
+                sqlx::query_as(SQL)
+                    .bind(job_id)
+                    .bind(since)
+                    .fetch_all(p)
+                    .await
+            }
+        }
+        .expect("reading the runs' spans")
     }
 
     /// Each run of `job_id` due from `since` (ms): its start − its due time, ms, sorted.

@@ -21,6 +21,9 @@ pub(crate) struct JobCache {
     refreshing: Arc<Mutex<std::collections::HashSet<i64>>>,
     /// Job ids by name, with when they were read (a name is re-read after `ttl`).
     names: Mutex<HashMap<String, (Instant, i64)>>,
+    /// Jobs with a concurrency bound whose tasks wait for a slot, as this node's last scan
+    /// of each found them ([`JobCache::set_slot_waits`]).
+    slot_waits: Mutex<std::collections::HashSet<i64>>,
     ttl: Duration,
 }
 
@@ -30,8 +33,33 @@ impl JobCache {
             map: Arc::new(Mutex::new(HashMap::new())),
             refreshing: Arc::new(Mutex::new(std::collections::HashSet::new())),
             names: Mutex::new(HashMap::new()),
+            slot_waits: Mutex::new(std::collections::HashSet::new()),
             ttl,
         }
+    }
+
+    /// What a scan found of each job with a concurrency bound it decided for: whether its
+    /// tasks wait `throttled` for a slot. The ends of such a job's runs are awaited (their
+    /// executor reports them within `SLOT_REPORT_MS`, not its report window), so a slot
+    /// that frees is seen, and taken by the next task, in tens of ms (SPEC §11: 100 ms);
+    /// the runs of a job whose limits do not bind keep the cheaper, larger report batches.
+    pub(crate) fn set_slot_waits(&self, found: &[(i64, bool)]) {
+        let mut waits = self.slot_waits.lock().unwrap_or_else(|e| e.into_inner());
+        for &(job_id, waiting) in found {
+            if waiting {
+                waits.insert(job_id);
+            } else {
+                waits.remove(&job_id);
+            }
+        }
+    }
+
+    /// Whether tasks of `job_id` waited for a slot at this node's last scan of it.
+    pub(crate) fn slot_waited(&self, job_id: i64) -> bool {
+        self.slot_waits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&job_id)
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, CachedJob>> {

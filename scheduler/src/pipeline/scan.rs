@@ -216,6 +216,8 @@ async fn scan_once(
         };
         metrics::counter!("rota_throttled_total", "job" => job).increment(*n);
     }
+    // Before the claimed tasks can fire: their dispatch asks whether their slot is awaited.
+    scan.jobs.set_slot_waits(&claimed.slot_waits);
     let n = claimed.tasks.len();
     tracing::Span::current().record("claimed", n);
     metrics::counter!("rota_claimed_total").increment(n as u64);

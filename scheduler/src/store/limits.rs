@@ -150,6 +150,10 @@ pub(super) struct Bounded {
     pub(super) claim: Vec<DueRow>,
     /// How many pending tasks it throttled.
     pub(super) throttled: u64,
+    /// For a job with a concurrency bound whose turn it had (its row was not locked by
+    /// another node): whether tasks of it wait `throttled` for a slot, so the ends of its
+    /// runs are awaited.
+    pub(super) slot_waits: Option<bool>,
 }
 
 /// What a scan decided for the tasks of a limited job it does not claim, and the due
@@ -211,14 +215,16 @@ impl Store {
             None => HashMap::new(),
         };
         let rated = job.rate.as_ref().map(|_| until);
-        let mut candidates = match job.max_concurrency {
+        let (mut candidates, slots_waited) = match job.max_concurrency {
             Some(limit) => {
                 self.throttled_heads(tx, job.id, limit, &busy, rated)
                     .await?
             }
             None => {
-                self.due_in(tx, job.id, TaskStatus::Throttled, until)
-                    .await?
+                let throttled = self
+                    .due_in(tx, job.id, TaskStatus::Throttled, until)
+                    .await?;
+                (throttled, false)
             }
         };
         candidates.extend(self.due_in(tx, job.id, TaskStatus::Pending, until).await?);
@@ -277,6 +283,11 @@ impl Store {
             out.claim.push(c.row);
         }
         out.throttled = (decided.throttle.len() + decided.deferred_pending.len()) as u64;
+        // Waiting before this scan (some may have been claimed now: a run's report is then
+        // hurried for nothing until the next scan) or throttled by it.
+        out.slot_waits = job
+            .max_concurrency
+            .map(|_| slots_waited || !decided.throttle.is_empty());
         self.write_rate_windows(tx, job.id, &windows).await?;
         self.write_decided(tx, decided, now).await?;
         Ok(out)
@@ -444,7 +455,7 @@ impl Store {
     /// window is computed, however many wait.
     ///
     /// With `due_by` (a job with a rate limit too), only tasks due by then: those deferred
-    /// further wait for a later scan.
+    /// further wait for a later scan. Also whether any bucket has throttled tasks waiting.
     async fn throttled_heads(
         &self,
         tx: &mut Tx,
@@ -452,7 +463,7 @@ impl Store {
         limit: i32,
         busy: &HashMap<Option<String>, i64>,
         due_by: Option<Millis>,
-    ) -> Result<Vec<Candidate>> {
+    ) -> Result<(Vec<Candidate>, bool)> {
         let waiting: Vec<Option<String>> = on_tx!(tx, |tx, Db| {
             let mut qb = QueryBuilder::<Db>::new("SELECT limit_key FROM tasks WHERE job_id = ");
             qb.push_bind(job_id).push(" AND status = 'throttled'");
@@ -461,12 +472,13 @@ impl Store {
             qb.build_query_scalar().fetch_all(&mut **tx).await?
         });
         let limit = i64::from(limit);
+        let any_waiting = !waiting.is_empty();
         let open: Vec<Option<String>> = waiting
             .into_iter()
             .filter(|k| busy.get(k).copied().unwrap_or(0) < limit)
             .collect();
         if open.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), any_waiting));
         }
         let lock = if self.is_mysql() { " FOR UPDATE" } else { "" };
         let keys: Vec<String> = open.iter().flatten().cloned().collect();
@@ -506,7 +518,7 @@ impl Store {
                 rows
             }));
         }
-        Ok(out)
+        Ok((out, any_waiting))
     }
 
     /// `job_id`'s tasks in `status` (pending, or throttled for a job with a rate limit

@@ -323,6 +323,9 @@ pub struct Claimed {
     /// unclaimed, being due after its bounded window: the next scan should come by then,
     /// less half that window (`pipeline::scan`).
     pub bounded_next: Option<Millis>,
+    /// The jobs with a concurrency bound it decided for, each with whether tasks of it
+    /// wait `throttled` for a slot (whose runs' ends are then awaited).
+    pub slot_waits: Vec<(i64, bool)>,
 }
 
 /// The outcome of applying a batch of run updates.

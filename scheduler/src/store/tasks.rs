@@ -349,6 +349,7 @@ impl Store {
             let limited = self.limited_jobs(&mut tx).await?;
             let mut rows = self.due_unlimited(&mut tx, until, limit, &limited).await?;
             let mut throttled = Vec::new();
+            let mut slot_waits = Vec::new();
             let mut bounded_next: Option<Millis> = None;
             for job in &limited {
                 let room = i64::from(limit) - rows.len() as i64;
@@ -370,6 +371,7 @@ impl Store {
                 if bounded.throttled > 0 {
                     throttled.push((job.id, bounded.throttled));
                 }
+                slot_waits.extend(bounded.slot_waits.map(|waits| (job.id, waits)));
                 rows.extend(bounded.claim);
             }
             self.mark_claimed(&mut tx, lease, &rows).await?;
@@ -382,6 +384,7 @@ impl Store {
                 cron_fires,
                 throttled,
                 bounded_next,
+                slot_waits,
             })
         })
     }

@@ -127,6 +127,7 @@ contract!(
             first.tasks
         );
         assert_eq!(first.throttled, vec![(job, 4)]);
+        assert_eq!(first.slot_waits, vec![(job, true)], "tasks wait for slots");
         for id in &ids {
             let t = store.get_task(*id).await.unwrap();
             if first.tasks.iter().any(|c| c.task_id == *id) {
@@ -144,6 +145,11 @@ contract!(
         // to leave them.
         let other = claim(&store, b).await;
         assert!(other.tasks.is_empty() && other.throttled.is_empty());
+        assert_eq!(
+            other.slot_waits,
+            vec![(job, true)],
+            "full buckets, tasks waiting"
+        );
 
         // An acme run ends: the other node claims the next acme task, the earliest due.
         let acme: Vec<&DueTask> = first
@@ -185,6 +191,50 @@ contract!(
         assert_eq!(
             store.get_task(left).await.unwrap().status,
             TaskStatus::Cancelled
+        );
+    }
+);
+
+contract!(
+    a_scan_tells_whether_tasks_of_a_bounded_job_wait_for_a_slot,
+    |store: Store| async move {
+        // What makes the dispatch ask executors to report such a job's runs at once: a
+        // freed slot is then seen in ms, not after the executor's report window.
+        let a = lease(&store).await;
+        let mut bounded = spec("reports");
+        bounded.max_concurrency = Some(1);
+        let job = store.insert_job(&bounded, None, NOW).await.unwrap().id;
+        let free = store.insert_job(&spec("free"), None, NOW).await.unwrap().id;
+        inserted(&store, &[task(job, NOW, "{}", 0), task(free, NOW, "{}", 0)]).await;
+        let first = claim(&store, a).await;
+        assert_eq!(first.tasks.len(), 2);
+        assert_eq!(
+            first.slot_waits,
+            vec![(job, false)],
+            "room for the one task; a job without a bound is not told of"
+        );
+        inserted(&store, &[task(job, NOW + 1, "{}", 0)]).await;
+        let second = claim(&store, a).await;
+        assert!(second.tasks.is_empty());
+        assert_eq!(
+            second.slot_waits,
+            vec![(job, true)],
+            "throttled behind the first"
+        );
+        let running = first.tasks.iter().find(|t| t.job_id == job).unwrap();
+        finish(&store, a, running).await;
+        let third = claim(&store, a).await;
+        assert_eq!(third.tasks.len(), 1);
+        assert_eq!(
+            third.slot_waits,
+            vec![(job, true)],
+            "it waited when the scan began (a report hurried once for nothing)"
+        );
+        let fourth = claim(&store, a).await;
+        assert_eq!(
+            fourth.slot_waits,
+            vec![(job, false)],
+            "nothing waits any more"
         );
     }
 );
