@@ -25,6 +25,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -339,6 +340,7 @@ pub struct Queued {
 pub struct ReportSender {
     tx: mpsc::Sender<Queued>,
     close_early: Arc<Notify>,
+    room: Arc<AtomicUsize>,
 }
 
 /// The reporter's end of the channel.
@@ -346,17 +348,27 @@ pub struct ReportReceiver {
     rx: mpsc::Receiver<Queued>,
     /// Poked when a batch being collected must close before its window ends.
     close_early: Arc<Notify>,
+    /// Reports the batch being collected still has room for: so many waiting in the
+    /// channel fill it ([`BATCH_MAX`] while none is being collected).
+    room: Arc<AtomicUsize>,
 }
 
 /// The channel from the runs to the reporter, holding up to `capacity` reports.
 pub fn report_channel(capacity: usize) -> (ReportSender, ReportReceiver) {
     let (tx, rx) = mpsc::channel(capacity);
     let close_early = Arc::new(Notify::new());
+    let room = Arc::new(AtomicUsize::new(BATCH_MAX));
     let sender = ReportSender {
         tx,
         close_early: close_early.clone(),
+        room: room.clone(),
     };
-    (sender, ReportReceiver { rx, close_early })
+    let receiver = ReportReceiver {
+        rx,
+        close_early,
+        room,
+    };
+    (sender, receiver)
 }
 
 /// The reporter has stopped: the report was not queued.
@@ -386,11 +398,11 @@ impl ReportSender {
     }
 
     /// Wakes a collecting reporter if the batch must close now or sooner: an urgent
-    /// report, or a full batch waiting. (A poke while no batch is being collected leaves
-    /// a permit that makes the next collection look once more: harmless.)
+    /// report, or enough waiting to fill the batch. (A poke while no batch is being
+    /// collected leaves a permit that makes the next collection look once more: harmless.)
     fn poke(&self, urgent: bool) {
         let waiting = self.tx.max_capacity() - self.tx.capacity();
-        if urgent || waiting >= BATCH_MAX {
+        if urgent || waiting >= self.room.load(Ordering::Relaxed) {
             self.close_early.notify_one();
         }
     }
@@ -495,11 +507,15 @@ async fn collect(
         if batch.len() >= BATCH_MAX || Instant::now() >= deadline {
             break;
         }
+        reports
+            .room
+            .store(BATCH_MAX - batch.len(), Ordering::Relaxed);
         tokio::select! {
             () = tokio::time::sleep_until(deadline) => {}
             () = reports.close_early.notified() => {}
         }
     }
+    reports.room.store(BATCH_MAX, Ordering::Relaxed);
     postponed.release(Some(Instant::now()), &mut batch);
     batch
 }
@@ -561,7 +577,7 @@ impl Reporter {
     /// Keeps a batch for later: in the spool, or in memory if the disk fails.
     fn stash(&mut self, batch: CallbackBatch) {
         let batch = if self.held.is_empty() {
-            match self.spool.push(batch) {
+            match off_the_runtime(|| self.spool.push(batch)) {
                 Ok(()) => return,
                 Err((e, batch)) => {
                     tracing::error!(error = %e, "cannot write run reports to the spool; keeping them in memory");
@@ -611,6 +627,17 @@ impl Reporter {
     fn back_off(&mut self) {
         self.retry_at = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(REPLAY_BACKOFF_MAX);
+    }
+}
+
+/// Runs `f`, which blocks (a write and an fsync), without holding up the async runtime's
+/// other tasks: on a multi-thread runtime the thread hands them to another first (the
+/// executor may have one async thread, `--async-threads`).
+fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
@@ -782,6 +809,30 @@ mod tests {
         // A `running` report of an awaited run is not what waits: the window stands.
         let (runs, took) = collected((1, Running, Some(10)), 0, vec![]).await;
         assert_eq!((runs.len(), took), (0, ms(100)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_closes_when_it_is_full_not_at_the_end_of_its_window() {
+        use ReportStatus::Succeeded;
+        let (tx, mut rx) = report_channel(2 * BATCH_MAX);
+        let began = Instant::now();
+        tokio::spawn(async move {
+            // The reporter holds the first report and sleeps by then: these fill its batch.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            for run_id in 1..(BATCH_MAX as i64) {
+                tx.send(queued((run_id, Succeeded, None))).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        });
+        let first = queued((0, Succeeded, None));
+        let window = Duration::from_millis(100);
+        let batch = collect(&mut rx, first, window, &mut Postponed::default()).await;
+        assert_eq!(batch.len(), BATCH_MAX);
+        assert_eq!(
+            began.elapsed(),
+            Duration::from_millis(10),
+            "closed when full"
+        );
     }
 
     /// Whether the reporter was poked since it last looked (takes the poke).

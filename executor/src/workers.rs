@@ -35,7 +35,7 @@ pub(crate) struct Workers {
 struct Shared {
     state: Mutex<State>,
     ready: Condvar,
-    /// Wakes the supervisor early (at close).
+    /// Wakes the supervisor: work left waiting, or the pool closed.
     watch: Condvar,
     max: usize,
     /// Threads working at once without waiting for [`STARVED`]: the cores.
@@ -110,12 +110,14 @@ impl Workers {
         state.queue.extend(work);
         let added = state.queue.len() - before;
         let wanted = added.min(self.shared.eager.saturating_sub(state.busy()));
+        let mut taken = 0;
         for _ in 0..wanted {
-            add_worker(&self.shared, &mut state);
+            taken += usize::from(add_worker(&self.shared, &mut state));
         }
-        // Work left waiting for a busy thread: the supervisor watches for stuck ones
-        // until the queue is empty again (it sleeps while nothing waits).
-        if wanted < added {
+        // Work left waiting for a busy thread (or for one that could not be started): the
+        // supervisor watches for stuck ones, and starts threads again, until the queue is
+        // empty again (it sleeps while nothing waits).
+        if taken < added {
             self.shared.watch.notify_one();
         }
     }
@@ -139,15 +141,16 @@ impl Drop for Workers {
     }
 }
 
-/// One more thread at work: a parked one woken, else a new one (up to the max).
-fn add_worker(shared: &Arc<Shared>, state: &mut MutexGuard<'_, State>) {
+/// One more thread at work: a parked one woken, else a new one (up to the max). Whether
+/// one was.
+fn add_worker(shared: &Arc<Shared>, state: &mut MutexGuard<'_, State>) -> bool {
     if state.idle > state.waking {
         state.waking += 1;
         shared.ready.notify_one();
-        return;
+        return true;
     }
     if state.threads >= shared.max {
-        return;
+        return false;
     }
     state.threads += 1;
     let id = state.started.len();
@@ -161,7 +164,9 @@ fn add_worker(shared: &Arc<Shared>, state: &mut MutexGuard<'_, State>) {
         tracing::error!(error = %e, "cannot start a run worker thread");
         state.threads -= 1;
         state.started.pop();
+        return false;
     }
+    true
 }
 
 /// Every [`STARVED`]: while runs wait, threads stuck in long runs are made up for, so
@@ -276,21 +281,46 @@ mod tests {
         }
     }
 
+    /// Whether `pool`'s supervisor (its period 1 ms) settles: fifty periods without a round
+    /// (it used to look at the empty queue every period); tried a few times, so a slow
+    /// start of its thread does not count.
+    fn supervisor_settles(pool: &Workers) -> bool {
+        let rounds = || pool.shared.rounds.load(Ordering::Relaxed);
+        (0..20).any(|_| {
+            let before = rounds();
+            std::thread::sleep(Duration::from_millis(50));
+            rounds() == before
+        })
+    }
+
     #[test]
     fn an_idle_pool_does_not_wake_its_supervisor() {
         let pool = Workers::with_policy(4, 1, Duration::from_millis(1), "test-worker");
         let (tx, rx) = mpsc::channel();
         pool.submit(Box::new(move || tx.send(()).unwrap()));
         rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        let rounds = || pool.shared.rounds.load(Ordering::Relaxed);
-        // Fifty of its 1 ms periods without a round (it used to look at the empty queue
-        // every period); tried a few times, so a slow start of its thread does not count.
-        let quiet = (0..20).any(|_| {
-            let before = rounds();
-            std::thread::sleep(Duration::from_millis(50));
-            rounds() == before
-        });
-        assert!(quiet, "the supervisor keeps waking while nothing is queued");
+        assert!(
+            supervisor_settles(&pool),
+            "the supervisor keeps waking while nothing is queued"
+        );
+    }
+
+    #[test]
+    fn a_sleeping_supervisor_wakes_for_work_stuck_behind_a_long_run() {
+        // One eager thread, the supervisor asleep: a run that blocks, then another, which
+        // only a second thread (started by the supervisor) can run.
+        let pool = Workers::with_policy(2, 1, Duration::from_millis(1), "test-worker");
+        assert!(supervisor_settles(&pool));
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        pool.submit(Box::new(move || {
+            let _ = release_rx.recv();
+        }));
+        let (done_tx, done_rx) = mpsc::channel();
+        pool.submit(Box::new(move || done_tx.send(()).unwrap()));
+        done_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the second run ran beside the blocked one");
+        release_tx.send(()).unwrap();
     }
 
     #[test]

@@ -17,9 +17,9 @@
 //! - `burst` — `ROTA_BENCH_TASKS` (100,000) tasks due at one instant, created beyond the
 //!   scan window; fires/s from the first to the last run's start, until all succeeded, and
 //!   CPU per run and statements per 1,000 fires over the burst alone.
-//! - `handoff` — SPEC §11's "starts within 100 ms of a slot freeing": `ROTA_BENCH_TASKS`
-//!   (200) tasks due at one instant on a job with `concurrency {limit: 1}` (set by this
-//!   case), so each run can start only once the one before it ended; the gaps from a run's
+//! - `handoff` — SPEC §11's "starts within 100 ms of a slot freeing": `ROTA_BENCH_HANDOFFS`
+//!   (200, at least 2) tasks due at one instant on a job with `concurrency {limit: 1}` and
+//!   no other limit (set by this case), so each run can start only once the one before it ended; the gaps from a run's
 //!   end to the next one's start (both as the executor saw them), p50/p90/p99/max. A gap
 //!   below zero would be two runs at once: the bench fails.
 //!
@@ -153,6 +153,7 @@ impl Bed {
         }
         if common::case("sweep") == "handoff" {
             spec["concurrency"] = json!({"limit": 1});
+            spec.as_object_mut().unwrap().remove("rate_limit");
         }
         if which == "1" || which == "rate" {
             spec["rate_limit"] = json!({"key": "/customer", "limit": 50, "per_ms": 1_000});
@@ -577,7 +578,11 @@ async fn burst(bed: &Bed) {
 }
 
 async fn handoff(bed: &Bed) {
-    let n = env_or("ROTA_BENCH_TASKS", 200) as usize;
+    let n = env_or("ROTA_BENCH_HANDOFFS", 200) as usize;
+    assert!(
+        n >= 2,
+        "ROTA_BENCH_HANDOFFS: at least 2 tasks make a hand-over"
+    );
     // Beyond the scan window, so all of them wait for their due time together.
     let due = now_ms() + 8_000;
     let at = rfc3339(due);

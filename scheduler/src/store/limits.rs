@@ -284,10 +284,13 @@ impl Store {
         }
         out.throttled = (decided.throttle.len() + decided.deferred_pending.len()) as u64;
         // Waiting before this scan (some may have been claimed now: a run's report is then
-        // hurried for nothing until the next scan) or throttled by it.
-        out.slot_waits = job
-            .max_concurrency
-            .map(|_| slots_waited || !decided.throttle.is_empty());
+        // hurried for nothing until the next scan), throttled by it, or a bucket left at its
+        // bound (the next task of it, created later, waits for one of these runs to end).
+        out.slot_waits = job.max_concurrency.map(|limit| {
+            slots_waited
+                || !decided.throttle.is_empty()
+                || busy.values().any(|&held| held >= i64::from(limit))
+        });
         self.write_rate_windows(tx, job.id, &windows).await?;
         self.write_decided(tx, decided, now).await?;
         Ok(out)

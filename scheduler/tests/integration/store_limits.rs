@@ -202,34 +202,51 @@ contract!(
         // freed slot is then seen in ms, not after the executor's report window.
         let a = lease(&store).await;
         let mut bounded = spec("reports");
-        bounded.max_concurrency = Some(1);
+        bounded.max_concurrency = Some(2);
         let job = store.insert_job(&bounded, None, NOW).await.unwrap().id;
-        let free = store.insert_job(&spec("free"), None, NOW).await.unwrap().id;
-        inserted(&store, &[task(job, NOW, "{}", 0), task(free, NOW, "{}", 0)]).await;
+        // A job with a rate limit alone has no slots to wait for.
+        let mut rated = spec("partner");
+        rated.rate_limit = Some(RateLimit {
+            key: None,
+            limit: 100,
+            per_ms: 1_000,
+        });
+        let rated = store.insert_job(&rated, None, NOW).await.unwrap().id;
+        inserted(
+            &store,
+            &[task(job, NOW, "{}", 0), task(rated, NOW, "{}", 0)],
+        )
+        .await;
         let first = claim(&store, a).await;
         assert_eq!(first.tasks.len(), 2);
         assert_eq!(
             first.slot_waits,
             vec![(job, false)],
-            "room for the one task; a job without a bound is not told of"
+            "one of two slots held, nothing waits; the rated job is not told of"
         );
-        inserted(&store, &[task(job, NOW + 1, "{}", 0)]).await;
+        inserted(
+            &store,
+            &[task(job, NOW + 1, "{}", 0), task(job, NOW + 2, "{}", 0)],
+        )
+        .await;
         let second = claim(&store, a).await;
-        assert!(second.tasks.is_empty());
+        assert_eq!(second.tasks.len(), 1);
         assert_eq!(
             second.slot_waits,
             vec![(job, true)],
-            "throttled behind the first"
+            "the third is throttled"
         );
-        let running = first.tasks.iter().find(|t| t.job_id == job).unwrap();
-        finish(&store, a, running).await;
+        let mine = |c: &Claimed| c.tasks.iter().find(|t| t.job_id == job).cloned().unwrap();
+        finish(&store, a, &mine(&first)).await;
         let third = claim(&store, a).await;
         assert_eq!(third.tasks.len(), 1);
         assert_eq!(
             third.slot_waits,
             vec![(job, true)],
-            "it waited when the scan began (a report hurried once for nothing)"
+            "it waited when the scan began, and both slots are held again"
         );
+        finish(&store, a, &mine(&second)).await;
+        finish(&store, a, &mine(&third)).await;
         let fourth = claim(&store, a).await;
         assert_eq!(
             fourth.slot_waits,

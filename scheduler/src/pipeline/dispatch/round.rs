@@ -674,8 +674,9 @@ pub(super) fn to_trigger(p: &Pending, sent_at: Millis) -> Option<Trigger> {
 /// How soon after a run that something waits on ends its executor's report batch closes, ms: the
 /// part of a workflow's step-to-step time (SPEC §7: the next step starts p99 ≤ 20 ms after
 /// the report) spent on the executor. A batch collects the reports ending in this time, so
-/// at 1,000 step ends/s one report batch (one transaction) still carries about ten; other
-/// runs' reports wait the executor's own window (100 ms by default) and share larger ones.
+/// at 1,000 step ends/s one report batch (one transaction) still carries about ten; the runs
+/// of a bounded job whose tasks wait for a slot ask for [`SLOT_REPORT_MS`]; other runs'
+/// reports wait the executor's own window (100 ms by default) and share larger ones.
 pub(super) const AWAITED_REPORT_MS: u32 = 10;
 
 /// How soon after a run of a bounded job ends, while tasks of the job wait for a slot, its
@@ -694,7 +695,7 @@ pub(super) const SLOT_REPORT_MS: u32 = 30;
 fn report_within(task: &DueTask, spec: &JobSpec, jobs: &JobCache) -> Option<u32> {
     if task.kind == TaskKind::Step || !spec.child_jobs.is_empty() {
         Some(AWAITED_REPORT_MS)
-    } else if jobs.slot_waited(task.job_id) {
+    } else if spec.max_concurrency.is_some() && jobs.slot_waited(task.job_id) {
         Some(SLOT_REPORT_MS)
     } else {
         None
