@@ -15,8 +15,8 @@
 //! looks every [`STARVED`]: while runs wait, for each thread whose current run has gone on
 //! longer than that, another is woken or started, so `eager` threads always make progress
 //! on the queue; while nothing is queued it sleeps (a quiet executor would otherwise wake
-//! it 200 times a second for nothing). Parked threads stay for the next burst. Dropping the pool lets its
-//! threads finish the queue and exit.
+//! it 200 times a second for nothing). Parked threads stay for the next burst. Dropping
+//! the pool lets its threads finish the queue and exit.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

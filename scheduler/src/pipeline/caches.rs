@@ -39,7 +39,7 @@ impl JobCache {
     }
 
     /// What a scan found of each job with a concurrency bound it decided for: whether its
-    /// tasks wait `throttled` for a slot. The ends of such a job's runs are awaited (their
+    /// tasks wait `throttled` for a slot (or a bucket of it is at its bound). The ends of such a job's runs are awaited (their
     /// executor reports them within `SLOT_REPORT_MS`, not its report window), so a slot
     /// that frees is seen, and taken by the next task, in tens of ms (SPEC §11: 100 ms);
     /// the runs of a job whose limits do not bind keep the cheaper, larger report batches.
@@ -54,7 +54,8 @@ impl JobCache {
         }
     }
 
-    /// Whether tasks of `job_id` waited for a slot at this node's last scan of it.
+    /// Whether tasks of `job_id` waited for a slot (or a bucket was full) at this node's
+    /// last scan of it.
     pub(crate) fn slot_waited(&self, job_id: i64) -> bool {
         self.slot_waits
             .lock()

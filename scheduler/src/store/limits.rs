@@ -151,8 +151,8 @@ pub(super) struct Bounded {
     /// How many pending tasks it throttled.
     pub(super) throttled: u64,
     /// For a job with a concurrency bound whose turn it had (its row was not locked by
-    /// another node): whether tasks of it wait `throttled` for a slot, so the ends of its
-    /// runs are awaited.
+    /// another node): whether tasks of it wait `throttled` for a slot, or would if created
+    /// now (a bucket is at its bound), so the ends of its runs are awaited.
     pub(super) slot_waits: Option<bool>,
 }
 

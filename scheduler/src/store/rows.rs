@@ -324,7 +324,8 @@ pub struct Claimed {
     /// less half that window (`pipeline::scan`).
     pub bounded_next: Option<Millis>,
     /// The jobs with a concurrency bound it decided for, each with whether tasks of it
-    /// wait `throttled` for a slot (whose runs' ends are then awaited).
+    /// wait `throttled` for a slot or a bucket of it is at its bound (whose runs' ends are
+    /// then awaited).
     pub slot_waits: Vec<(i64, bool)>,
 }
 
