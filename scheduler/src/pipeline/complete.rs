@@ -17,10 +17,12 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::ring::Ring;
-use super::{Cluster, ExecutorCache, JobCache, RunIds, ScanWake};
+use super::{Cluster, ExecutorCache, JobCache, JobEntry, RunIds, ScanWake};
 use crate::alarm::{self, On};
 use crate::model::*;
-use crate::store::{AlarmEvent, Applied, InstanceEnded, LeaseEnding, LeasesEnded};
+use crate::store::{
+    AlarmEvent, Applied, Completing, InstanceEnded, JobRules, LeaseEnding, LeasesEnded,
+};
 
 /// What completion reads and may call: it writes through the cluster's store, numbers the
 /// runs that fail at the scheduler, refreshes the executor registry, and wakes the scan when
@@ -93,16 +95,20 @@ pub(crate) async fn apply_with(
     let now = completion.cluster.clock.now_ms();
     let started = std::time::Instant::now();
     let mut rng = StdRng::from_os_rng();
-    let alarms = Alarms::read(completion, updates.iter().map(|u| u.job_id)).await;
+    let jobs = known_jobs(completion, updates.iter().map(|u| u.job_id)).await;
+    let alarms = Alarms::of(completion, &jobs);
     let applied = completion
         .cluster
         .store
         .apply_run_updates_raising(
             updates,
             now,
-            &mut policy(now, &mut rng, retry_after),
-            &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
-            Some(completion.cluster.lease.get()),
+            Completing {
+                decide: &mut policy(now, &mut rng, retry_after),
+                raise: &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
+                claim: Some(completion.cluster.lease.get()),
+                rules: &rules_of(&jobs),
+            },
         )
         .await?;
     metrics::histogram!("rota_report_apply_seconds").record(started.elapsed().as_secs_f64());
@@ -148,7 +154,8 @@ pub(crate) async fn end_leases(
 ) -> anyhow::Result<LeasesEnded> {
     let now = completion.cluster.clock.now_ms();
     let mut rng = StdRng::from_os_rng();
-    let alarms = Alarms::read(completion, job_ids.iter().copied()).await;
+    let jobs = known_jobs(completion, job_ids.iter().copied()).await;
+    let alarms = Alarms::of(completion, &jobs);
     let ended = completion
         .cluster
         .store
@@ -156,9 +163,12 @@ pub(crate) async fn end_leases(
             job_id,
             endings,
             now,
-            &mut policy(now, &mut rng, retry_after),
-            &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
-            Some(completion.cluster.lease.get()),
+            Completing {
+                decide: &mut policy(now, &mut rng, retry_after),
+                raise: &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
+                claim: Some(completion.cluster.lease.get()),
+                rules: &rules_of(&jobs),
+            },
         )
         .await?;
     react(completion, &ended.updates, &ended.applied, now);
@@ -182,7 +192,30 @@ fn policy<'a>(
     }
 }
 
-/// The alarm rules an ending batch may meet, with the apps of its jobs (read only when a
+/// The jobs of `ids` as this node's cache has them (read once for a job it never saw); a
+/// job that does not exist is left out.
+async fn known_jobs(
+    completion: &Completion,
+    ids: impl Iterator<Item = i64>,
+) -> HashMap<i64, Arc<JobEntry>> {
+    let ids: HashSet<i64> = ids.collect();
+    let mut jobs = HashMap::with_capacity(ids.len());
+    for id in ids {
+        if let Ok(Some(entry)) = completion.jobs.get(&completion.cluster.store, id).await {
+            jobs.insert(id, entry);
+        }
+    }
+    jobs
+}
+
+/// What `jobs` say of their ended attempts: a batch's transaction need not read them.
+fn rules_of(jobs: &HashMap<i64, Arc<JobEntry>>) -> HashMap<i64, JobRules> {
+    jobs.iter()
+        .map(|(id, entry)| (*id, JobRules::of(&entry.job.spec)))
+        .collect()
+}
+
+/// The alarm rules an ending batch may meet, with the apps of its jobs (kept only when a
 /// rule looks at runs' and tasks' endings).
 struct Alarms {
     rules: Arc<Vec<alarm::Rule>>,
@@ -190,10 +223,12 @@ struct Alarms {
 }
 
 impl Alarms {
-    async fn read(completion: &Completion, job_ids: impl Iterator<Item = i64>) -> Self {
+    fn of(completion: &Completion, jobs: &HashMap<i64, Arc<JobEntry>>) -> Self {
         let rules = completion.cluster.alarm_rules.snapshot();
         let apps = if rules.iter().any(|r| r.enabled && r.on.at_completion()) {
-            job_apps(completion, job_ids.collect()).await
+            jobs.iter()
+                .map(|(id, entry)| (*id, entry.job.spec.app.clone()))
+                .collect()
         } else {
             HashMap::new()
         };
@@ -264,16 +299,6 @@ fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now:
     if wake {
         completion.scan_wake.now();
     }
-}
-
-async fn job_apps(completion: &Completion, ids: HashSet<i64>) -> HashMap<i64, String> {
-    let mut apps = HashMap::with_capacity(ids.len());
-    for id in ids {
-        if let Ok(Some(entry)) = completion.jobs.get(&completion.cluster.store, id).await {
-            apps.insert(id, entry.job.spec.app.clone());
-        }
-    }
-    apps
 }
 
 /// Runs an executor was given and no longer has (it restarted, or lost them) are lost at

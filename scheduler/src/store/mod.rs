@@ -367,6 +367,7 @@ mod alarms;
 mod cluster;
 mod executors;
 mod ids;
+mod job_rules;
 mod jobs;
 mod limits;
 mod members;
@@ -385,6 +386,7 @@ pub use alarms::{
     AlarmChannelRow, AlarmDelivery, AlarmEvent, AlarmRow, AlarmRuleRow, Folded, Pending, Problems,
     WaitingEvents,
 };
+pub use job_rules::JobRules;
 use members::Members;
 pub use members::database_endpoints;
 pub use plugins::{NewPlugin, PART_BYTES};
@@ -395,6 +397,7 @@ pub use rows::{
     ApiToken, Applied, AuditEntry, Bucket, Claimed, Counts, DueJob, JobFires, KvUsage, NodeRef,
     NodeRow, PluginUser, ReportOwners, RunStat, ScheduleDrift, SecretMeta, TokenUser, User,
 };
+pub use runs::Completing;
 use workflows::StepTaskEnded;
 pub use workflows::{
     Cancelled, FiresDone, Instance, InstanceEnded, InstanceStart, InstanceStep, ItemCounts,

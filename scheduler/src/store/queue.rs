@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::{FromRow, QueryBuilder};
 
-use super::runs::{ENDED_SELECT, EndedRow, Raise, Verdicts};
+use super::runs::{ENDED_SELECT, EndedRow, Verdicts};
 use super::*;
 
 /// A task a pull handed to a consumer.
@@ -110,14 +110,60 @@ pub struct LeasesEnded {
     pub found: HashSet<i64>,
 }
 
-/// The run a live lease names, read (without a lock) once its task is locked.
-#[derive(FromRow)]
+/// The run a task's current lease names.
 struct LeaseRun {
     id: i64,
     task_id: i64,
     executor: Option<String>,
     scheduled_at: i64,
     dispatched_at: Option<i64>,
+}
+
+/// A task an ack or a nack ends, read under its lock, with the run its current lease
+/// names ([`lease_run_join`]).
+#[derive(FromRow)]
+struct LeasedRow {
+    #[sqlx(flatten)]
+    task: EndedRow,
+    run_id: Option<i64>,
+    run_task_id: Option<i64>,
+    run_executor: Option<String>,
+    run_scheduled_at: Option<i64>,
+    run_dispatched_at: Option<i64>,
+}
+
+impl LeasedRow {
+    fn split(self) -> (EndedRow, Option<LeaseRun>) {
+        let run = match (self.run_id, self.run_task_id, self.run_scheduled_at) {
+            (Some(id), Some(task_id), Some(scheduled_at)) => Some(LeaseRun {
+                id,
+                task_id,
+                executor: self.run_executor,
+                scheduled_at,
+                dispatched_at: self.run_dispatched_at,
+            }),
+            _ => None,
+        };
+        (self.task, run)
+    }
+}
+
+/// The columns and join that read, with a task, the run its lease token names (the
+/// token's part before the dot, [`lease_run_id`]): one primary-key lookup per task, in the
+/// task's read. On MySQL the run is locked with its task, task first, as the ack's update
+/// of the run would lock it a moment later anyway; a task with no live lease joins no run.
+fn lease_run_join(mysql: bool) -> &'static str {
+    if mysql {
+        ", t.lease_token, r.id AS run_id, r.task_id AS run_task_id, r.executor AS run_executor, \
+         r.scheduled_at AS run_scheduled_at, r.dispatched_at AS run_dispatched_at \
+         FROM tasks t LEFT JOIN runs r \
+         ON r.id = CAST(SUBSTRING_INDEX(t.lease_token, '.', 1) AS SIGNED)"
+    } else {
+        ", t.lease_token, r.id AS run_id, r.task_id AS run_task_id, r.executor AS run_executor, \
+         r.scheduled_at AS run_scheduled_at, r.dispatched_at AS run_dispatched_at \
+         FROM tasks t LEFT JOIN runs r \
+         ON r.id = CAST(substr(t.lease_token, 1, instr(t.lease_token, '.') - 1) AS INTEGER)"
+    }
 }
 
 /// How many batches' worth of ready tasks a pull on MySQL reads as candidates to lock
@@ -451,20 +497,19 @@ impl Store {
 
     /// Ends the attempts that acks and nacks hold, in one transaction, each only if its
     /// lease is still the task's live one (of `job_id`, when given): the tasks are read with
-    /// their lease under their lock, so a lease that expired or ended meanwhile ends
-    /// nothing; the live leases' runs are read and moved to their final status; then
-    /// completion goes on as for reports ([`Store::apply_run_updates_raising`]: `decide`,
-    /// `raise`, the tasks' next states, children, counts). One read of the tasks instead of
-    /// a check before the transaction and a locked read inside it, and the runs updated
-    /// rather than upserted.
+    /// their lease under their lock, and with the run that lease names, so a lease that
+    /// expired or ended meanwhile ends nothing; the live leases' runs are moved to their
+    /// final status; then completion goes on as for reports
+    /// ([`Store::apply_run_updates_raising`]: `decide`, `raise`, the tasks' next states,
+    /// children, counts). One read of the tasks and their runs instead of a check before
+    /// the transaction, a locked read inside it and a read of the runs; the runs updated
+    /// rather than upserted; the jobs' rules read only for jobs the node did not bring.
     pub async fn end_leases(
         &self,
         job_id: Option<i64>,
         endings: &[LeaseEnding],
         now: Millis,
-        decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
-        raise: &Raise<'_>,
-        claim: Option<NodeLease>,
+        mut with: Completing<'_>,
     ) -> Result<LeasesEnded> {
         retrying!("end_leases", {
             if endings.is_empty() {
@@ -479,49 +524,44 @@ impl Store {
                 ""
             };
             let mut tx = self.begin().await?;
-            // The tasks alone are locked: their runs are read and written only for the
-            // leases found live under that lock, so this never holds a run while it waits
-            // for a task (the lease's expiry, which ends the run first, takes the token
-            // away before it does).
+            let join = lease_run_join(self.is_mysql());
             let mut rows: Vec<EndedRow> = Vec::with_capacity(task_ids.len());
+            let mut runs: HashMap<i64, LeaseRun> = HashMap::with_capacity(task_ids.len());
             for chunk in task_ids.chunks(CHUNK) {
-                rows.extend(on_tx!(&mut tx, |t, Db| {
+                let read: Vec<LeasedRow> = on_tx!(&mut tx, |t, Db| {
                     let mut qb = QueryBuilder::<Db>::new(ENDED_SELECT);
-                    qb.push(", t.lease_token FROM tasks t WHERE ");
+                    qb.push(join).push(" WHERE ");
                     if let Some(job_id) = job_id {
                         qb.push("t.job_id = ").push_bind(job_id).push(" AND ");
                     }
                     qb.push("t.id IN ");
                     push_ids(&mut qb, chunk.iter().copied());
                     qb.push(lock);
-                    qb.build_query_as::<EndedRow>().fetch_all(&mut **t).await?
-                }));
+                    qb.build_query_as::<LeasedRow>().fetch_all(&mut **t).await?
+                });
+                for row in read {
+                    let (task, run) = row.split();
+                    if let Some(run) = run {
+                        runs.insert(task.id, run);
+                    }
+                    rows.push(task);
+                }
             }
             let found: HashSet<i64> = rows.iter().map(|r| r.id).collect();
             let mut asked: HashMap<i64, Vec<&LeaseEnding>> = HashMap::new();
             for e in endings {
                 asked.entry(e.task_id).or_default().push(e);
             }
-            let live: HashMap<i64, &LeaseEnding> = rows
-                .iter()
-                .filter_map(|row| live_ending(row, &asked).map(|e| (row.id, e)))
-                .collect();
-            let runs = self
-                .lease_runs(
-                    &mut tx,
-                    live.values().filter_map(|e| lease_run_id(&e.lease)),
-                )
-                .await?;
-            let mut updates = Vec::with_capacity(live.len());
-            let mut held = HashMap::with_capacity(live.len());
+            let mut updates = Vec::with_capacity(rows.len());
+            let mut held = HashMap::with_capacity(rows.len());
             rows.retain(|row| {
-                let Some(e) = live.get(&row.id) else {
+                let Some(e) = live_ending(row, &asked) else {
                     return false;
                 };
-                // The run the lease names, of this task (a lease always names its own).
-                let Some(run) = lease_run_id(&e.lease)
-                    .and_then(|id| runs.get(&id))
-                    .filter(|r| r.task_id == row.id)
+                // The run the live lease names, of this task (a lease always names its own).
+                let Some(run) = runs
+                    .get(&row.id)
+                    .filter(|r| r.task_id == row.id && Some(r.id) == lease_run_id(&e.lease))
                 else {
                     return false;
                 };
@@ -534,10 +574,10 @@ impl Store {
             let by_task: HashMap<i64, Vec<&RunUpdate>> =
                 changes.iter().map(|u| (u.task_id, vec![*u])).collect();
             let mut verdicts = Verdicts::default();
-            self.rule_on(&mut tx, rows, &by_task, now, decide, &mut verdicts)
+            self.rule_on(&mut tx, rows, &by_task, now, &mut with, &mut verdicts)
                 .await?;
             let applied = self
-                .conclude(tx, &changes, verdicts, now, raise, claim)
+                .conclude(tx, &changes, verdicts, now, &mut with)
                 .await?;
             let ended = applied
                 .tasks
@@ -551,28 +591,6 @@ impl Store {
                 found,
             })
         })
-    }
-
-    /// The runs of these ids, by id.
-    async fn lease_runs(
-        &self,
-        tx: &mut Tx,
-        ids: impl Iterator<Item = i64>,
-    ) -> Result<HashMap<i64, LeaseRun>> {
-        let ids: Vec<i64> = ids.collect();
-        let mut out = HashMap::with_capacity(ids.len());
-        on_tx!(tx, |t, Db| {
-            for chunk in ids.chunks(CHUNK) {
-                let mut qb = QueryBuilder::<Db>::new(
-                    "SELECT id, task_id, executor, scheduled_at, dispatched_at FROM runs WHERE id IN ",
-                );
-                push_ids(&mut qb, chunk.iter().copied());
-                for run in qb.build_query_as::<LeaseRun>().fetch_all(&mut **t).await? {
-                    out.insert(run.id, run);
-                }
-            }
-        });
-        Ok(out)
     }
 
     /// Leased attempts' runs, ended: their final status, end and message (one statement per

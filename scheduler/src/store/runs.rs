@@ -11,11 +11,6 @@ use super::*;
 pub(super) const ENDED_SELECT: &str = "SELECT t.id, t.job_id, t.kind, t.attempt, t.lost_count, t.status, \
      t.max_attempts, t.backoff";
 
-/// What the jobs of ended attempts say of retries and children, read apart and without
-/// locks (a join would lock the job's row too, and a concurrent change of the job would
-/// then deadlock with the report): once per job, not once per task.
-const JOB_RULES_SELECT: &str = "SELECT id, max_attempts, backoff, child_jobs, max_concurrency, schedule FROM jobs WHERE id IN ";
-
 /// A broadcast attempt ends when its last shard does: how many have.
 const SHARDS_FINAL: &str = ", (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.id \
      AND r.attempt = t.attempt AND r.status NOT IN ('dispatched', 'running')) AS shards_final";
@@ -24,6 +19,22 @@ const SHARDS_FINAL: &str = ", (SELECT COUNT(*) FROM runs r WHERE r.task_id = t.i
 /// record with them.
 pub type Raise<'a> =
     dyn Fn(&[&RunUpdate], &[EndedAttempt], &[InstanceEnded]) -> Vec<AlarmEvent> + Sync + 'a;
+
+/// What the node brings to a batch that ends attempts ([`Store::apply_run_updates_raising`],
+/// [`Store::end_leases`]).
+pub struct Completing<'a> {
+    /// What comes next for each attempt that ended (retry, dead, …).
+    pub decide: &'a mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
+    /// The alarm events the batch raises, recorded in its transaction.
+    pub raise: &'a Raise<'a>,
+    /// The lease the workflow steps the batch makes ready are created claimed under (while
+    /// it is still this node's); they come back in [`Applied::claimed`] for its wheel.
+    pub claim: Option<NodeLease>,
+    /// The rules of jobs the node knows (its job cache: a change made on another node
+    /// reaches them within the cache's few seconds, as it reaches the node's dispatch);
+    /// the transaction reads only the other jobs'.
+    pub rules: &'a HashMap<i64, JobRules>,
+}
 
 #[derive(FromRow)]
 pub(super) struct EndedRow {
@@ -41,27 +52,6 @@ pub(super) struct EndedRow {
     /// Read by an ack or a nack ([`Store::end_leases`]): the task's lease.
     #[sqlx(default)]
     pub lease_token: Option<String>,
-}
-
-/// A job's columns that decide what follows an ended attempt ([`JOB_RULES_SELECT`]).
-#[derive(FromRow, Default)]
-struct JobRules {
-    id: i64,
-    max_attempts: Option<i32>,
-    backoff: Option<String>,
-    child_jobs: Option<String>,
-    max_concurrency: Option<i32>,
-    schedule: Option<String>,
-}
-
-impl JobRules {
-    /// A fixed-delay job's next fire time once one of its fires ended at `now`.
-    fn after_fire(&self, now: Millis) -> Option<Millis> {
-        match serde_json::from_str(self.schedule.as_deref()?) {
-            Ok(Schedule::FixedDelay { every_ms }) => now.checked_add(every_ms),
-            _ => None,
-        }
-    }
 }
 
 /// What the ended attempts of a batch come to.
@@ -100,22 +90,25 @@ impl Store {
         now: Millis,
         decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
     ) -> Result<Applied> {
-        self.apply_run_updates_raising(updates, now, decide, &|_, _, _| Vec::new(), None)
-            .await
+        let with = Completing {
+            decide,
+            raise: &|_, _, _| Vec::new(),
+            claim: None,
+            rules: &HashMap::new(),
+        };
+        self.apply_run_updates_raising(updates, now, with).await
     }
 
-    /// [`Store::apply_run_updates`], also recording the alarm events `raise` sees in the
-    /// batch's updates and ended attempts, in the same transaction: an event is kept
-    /// exactly when what it tells of is. With `claim`, the workflow steps the batch makes
-    /// ready are created claimed by that lease (while it is still this node's) and come
-    /// back in [`Applied::claimed`] for its wheel.
+    /// [`Store::apply_run_updates`], also recording the alarm events `with.raise` sees in
+    /// the batch's updates and ended attempts, in the same transaction: an event is kept
+    /// exactly when what it tells of is. With `with.claim`, the workflow steps the batch
+    /// makes ready are created claimed by that lease (while it is still this node's) and
+    /// come back in [`Applied::claimed`] for its wheel.
     pub async fn apply_run_updates_raising(
         &self,
         updates: &[RunUpdate],
         now: Millis,
-        decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
-        raise: &Raise<'_>,
-        claim: Option<NodeLease>,
+        mut with: Completing<'_>,
     ) -> Result<Applied> {
         retrying!("apply_run_updates_raising", {
             if updates.is_empty() {
@@ -129,35 +122,37 @@ impl Store {
                 .collect();
             let mut tx = self.begin().await?;
             self.upsert_runs(&mut tx, &changes).await?;
-            let verdicts = self.decide_attempts(&mut tx, &ended, now, decide).await?;
-            self.conclude(tx, &changes, verdicts, now, raise, claim)
-                .await
+            let verdicts = self
+                .decide_attempts(&mut tx, &ended, now, &mut with)
+                .await?;
+            self.conclude(tx, &changes, verdicts, now, &mut with).await
         })
     }
 
     /// The rest of a batch that ended attempts, in its transaction, then the commit: the
     /// tasks' next states, the workflow steps those tasks ended (and the tasks they make
     /// ready, and the instances they end), the children of succeeded tasks, the alarm
-    /// events `raise` sees in all that, and the dashboard's counts.
+    /// events `with.raise` sees in all that, and the dashboard's counts.
     pub(super) async fn conclude(
         &self,
         mut tx: Tx,
         changes: &[&RunUpdate],
         verdicts: Verdicts,
         now: Millis,
-        raise: &Raise<'_>,
-        claim: Option<NodeLease>,
+        with: &mut Completing<'_>,
     ) -> Result<Applied> {
         self.finish_tasks(&mut tx, &verdicts.outcomes, now).await?;
         self.schedule_retries(&mut tx, &verdicts.outcomes, now)
             .await?;
-        let moved = self.end_steps(&mut tx, &verdicts.steps, now, claim).await?;
+        let moved = self
+            .end_steps(&mut tx, &verdicts.steps, now, with.claim)
+            .await?;
         let children = self
             .insert_children(&mut tx, &verdicts.children, now)
             .await?
             + moved.created;
         self.resume_fixed_delays(&mut tx, &verdicts.resumed).await?;
-        let events = raise(changes, &verdicts.ended, &moved.instances);
+        let events = (with.raise)(changes, &verdicts.ended, &moved.instances);
         self.insert_alarm_events(&mut tx, &events).await?;
         // Last: every batch that ends a run this minute updates the same `run_stats` row,
         // so it is held from here to the commit only.
@@ -282,7 +277,7 @@ impl Store {
         tx: &mut Tx,
         ended: &[&RunUpdate],
         now: Millis,
-        decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
+        with: &mut Completing<'_>,
     ) -> Result<Verdicts> {
         let mut verdicts = Verdicts::default();
         if ended.is_empty() {
@@ -311,31 +306,34 @@ impl Store {
                 qb.push(lock);
                 qb.build_query_as().fetch_all(&mut **tx).await?
             });
-            self.rule_on(tx, rows, &by_task, now, decide, &mut verdicts)
+            self.rule_on(tx, rows, &by_task, now, with, &mut verdicts)
                 .await?;
         }
         Ok(verdicts)
     }
 
-    /// Asks `decide` what comes next for each attempt of `rows` (tasks read under their
-    /// lock) that `by_task` ends and that is still the task's, unfinished.
+    /// Asks `with.decide` what comes next for each attempt of `rows` (tasks read under
+    /// their lock) that `by_task` ends and that is still the task's, unfinished.
     pub(super) async fn rule_on(
         &self,
         tx: &mut Tx,
         rows: Vec<EndedRow>,
         by_task: &HashMap<i64, Vec<&RunUpdate>>,
         now: Millis,
-        decide: &mut (dyn FnMut(&AttemptEnded) -> TaskNext + Send),
+        with: &mut Completing<'_>,
         verdicts: &mut Verdicts,
     ) -> Result<()> {
-        let jobs = self.job_rules(tx, &rows).await?;
+        let read = self.job_rules(tx, &rows, with.rules).await?;
         let deleted = JobRules::default();
         for row in rows {
             let Some(updates) = by_task.get(&row.id) else {
                 continue;
             };
-            // A job deleted meanwhile says nothing: the task's own settings, or none.
-            let job = jobs.get(&row.job_id).unwrap_or(&deleted);
+            let job = with
+                .rules
+                .get(&row.job_id)
+                .or_else(|| read.get(&row.job_id))
+                .unwrap_or(&deleted);
             let status: TaskStatus = parse(&row.status)?;
             // A report for an older attempt, or for a task cancelled meanwhile, ends nothing.
             let current: Vec<&RunUpdate> = updates
@@ -369,17 +367,14 @@ impl Store {
                 lost_count: row.lost_count,
                 status: verdict_status,
                 max_attempts: row.max_attempts.or(job.max_attempts).unwrap_or(1),
-                backoff: match row.backoff.as_deref().or(job.backoff.as_deref()) {
+                backoff: match row.backoff.as_deref() {
                     Some(s) => parse_json(s)?,
-                    None => Backoff::default(),
+                    None => job.backoff.clone().unwrap_or_default(),
                 },
-                child_jobs: match job.child_jobs.as_deref() {
-                    Some(s) => parse_json(s)?,
-                    None => Vec::new(),
-                },
+                child_jobs: job.child_jobs.clone(),
             };
-            let verdict = decide(&view);
-            verdicts.freed_limited |= job.max_concurrency.is_some();
+            let verdict = (with.decide)(&view);
+            verdicts.freed_limited |= job.bounded;
             if verdict == TaskNext::Succeeded {
                 verdicts
                     .children
@@ -434,26 +429,6 @@ impl Store {
             verdicts.outcomes.push((row.id, verdict));
         }
         Ok(())
-    }
-
-    /// What the jobs of `rows` say of retries and children, by job id.
-    async fn job_rules(&self, tx: &mut Tx, rows: &[EndedRow]) -> Result<HashMap<i64, JobRules>> {
-        let mut job_ids: Vec<i64> = rows.iter().map(|r| r.job_id).collect();
-        job_ids.sort_unstable();
-        job_ids.dedup();
-        if job_ids.is_empty() {
-            return Ok(HashMap::new());
-        }
-        Ok(on_tx!(tx, |tx, Db| {
-            let mut qb = QueryBuilder::<Db>::new(JOB_RULES_SELECT);
-            push_ids(&mut qb, job_ids.iter().copied());
-            qb.build_query_as::<JobRules>()
-                .fetch_all(&mut **tx)
-                .await?
-                .into_iter()
-                .map(|j| (j.id, j))
-                .collect()
-        }))
     }
 
     /// The verdict of a broadcast attempt whose shards have all ended.

@@ -9,7 +9,8 @@ use rota_scheduler::model::*;
 use rota_scheduler::route::Route;
 use rota_scheduler::schedule::{Misfire, Schedule};
 use rota_scheduler::store::{
-    DueJob, Error, JobFires, NewPlugin, PluginUser, RunStat, SecretMeta, Store,
+    Completing, DueJob, Error, JobFires, JobRules, NewPlugin, PluginUser, RunStat, SecretMeta,
+    Store,
 };
 
 /// A store on a fresh database, dropped with the value.
@@ -1170,6 +1171,77 @@ contract!(killed_runs_cancel_their_task, |store: Store| async move {
         TaskStatus::Cancelled
     );
 });
+
+contract!(
+    the_rules_a_node_brings_decide_and_the_other_jobs_rules_are_read,
+    |store: Store| async move {
+        let lease = lease(&store).await;
+        // Both jobs allow 3 attempts and have no concurrency bound in the database; the
+        // node brings other rules for `known` (as its job cache would after an edit).
+        let known = store.insert_job(&spec("known"), None, NOW).await.unwrap();
+        let read = store.insert_job(&spec("read"), None, NOW).await.unwrap();
+        store
+            .insert_tasks(&[task(known.id, NOW, None), task(read.id, NOW, None)], NOW)
+            .await
+            .unwrap();
+        let claimed = store
+            .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 10, &mut no_jobs)
+            .await
+            .unwrap()
+            .tasks;
+        assert_eq!(claimed.len(), 2);
+        let first_run = store.allocate_ids("run", 2).await.unwrap();
+        let runs: Vec<(&DueTask, i64)> = claimed.iter().zip(first_run..).collect();
+        let sent: Vec<Dispatched> = runs.iter().map(|(t, r)| dispatched(t, *r)).collect();
+        store.record_dispatches(lease, &sent, NOW).await.unwrap();
+        let failed: Vec<RunUpdate> = runs
+            .iter()
+            .map(|(t, r)| report(t, *r, RunStatus::Failed))
+            .collect();
+        let brought = HashMap::from([(
+            known.id,
+            JobRules {
+                max_attempts: Some(1),
+                bounded: true,
+                ..JobRules::of(&known.spec)
+            },
+        )]);
+        let mut budgets: HashMap<i64, i32> = HashMap::new();
+        let applied = store
+            .apply_run_updates_raising(
+                &failed,
+                NOW,
+                Completing {
+                    decide: &mut |a| {
+                        budgets.insert(a.job_id, a.max_attempts);
+                        policy(a)
+                    },
+                    raise: &|_, _, _| Vec::new(),
+                    claim: None,
+                    rules: &brought,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            budgets,
+            HashMap::from([(known.id, 1), (read.id, 3)]),
+            "the brought rules for `known`, the database's for `read`"
+        );
+        assert!(
+            applied.freed_limited,
+            "a job the node knows as bounded frees a slot"
+        );
+        let status = |i: usize| {
+            let store = store.clone();
+            let id = claimed[i].task_id;
+            async move { store.get_task(id).await.unwrap().status }
+        };
+        let by_job = |job: i64| claimed.iter().position(|t| t.job_id == job).unwrap();
+        assert_eq!(status(by_job(known.id)).await, TaskStatus::Dead);
+        assert_eq!(status(by_job(read.id)).await, TaskStatus::Pending);
+    }
+);
 
 contract!(cancel_only_before_dispatch, |store: Store| async move {
     let lease = lease(&store).await;
@@ -2560,9 +2632,12 @@ contract!(
                         Some(job_id),
                         &endings,
                         NOW + 5,
-                        &mut decide,
-                        &|_, _, _| Vec::new(),
-                        None,
+                        Completing {
+                            decide: &mut decide,
+                            raise: &|_, _, _| Vec::new(),
+                            claim: None,
+                            rules: &HashMap::new(),
+                        },
                     )
                     .await
                     .unwrap()

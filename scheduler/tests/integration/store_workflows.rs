@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::store_contract::{NOW, TestDb, dispatched, lease, lease_of, no_jobs, report, spec};
 use rota_scheduler::model::*;
 use rota_scheduler::schedule::Schedule;
-use rota_scheduler::store::{Applied, Instance, Scheduled, Store, Timing, Workflow};
+use rota_scheduler::store::{Applied, Completing, Instance, Scheduled, Store, Timing, Workflow};
 use rota_scheduler::workflow::{InstanceStatus, Overlap, StepSpec, StepStatus};
 
 /// A step of job `job` after `after`.
@@ -904,9 +904,12 @@ async fn succeed_claiming(store: &Store, fired: &[Fired], claim: NodeLease) -> A
         .apply_run_updates_raising(
             &updates,
             NOW,
-            &mut |_| TaskNext::Succeeded,
-            &|_, _, _| Vec::new(),
-            Some(claim),
+            Completing {
+                decide: &mut |_| TaskNext::Succeeded,
+                raise: &|_, _, _| Vec::new(),
+                claim: Some(claim),
+                rules: &HashMap::new(),
+            },
         )
         .await
         .unwrap()
