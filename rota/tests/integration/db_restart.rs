@@ -20,12 +20,9 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_reconnect_after_a_mariadb_restart_and_lose_nothing_acknowledged() {
-    let Some(mut mariadb) = PrivateMariaDb::install() else {
-        rota_testkit::missing("mariadb-install-db or mariadbd is not installed");
+    let Some((mut mariadb, url)) = PrivateMariaDb::serving("rota").await else {
         return;
     };
-    mariadb.start().await;
-    let url = mariadb.create_database("rota").await;
 
     let logs = tempfile::tempdir().unwrap();
     let mut nodes = Vec::new();

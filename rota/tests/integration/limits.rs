@@ -3,6 +3,7 @@
 //! SIGKILLed mid-run. At no instant may more of a customer's runs overlap than the bound,
 //! computed from the runs' own start and end; no window may hold more of a partner's
 //! starts than the rate; the tasks over either wait as `throttled` and spend no attempt.
+//! And the same through a database restart while tasks wait for a slot.
 
 use crate::support;
 
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use sqlx::MySqlPool;
 
 use serde_json::{Value, json};
+use support::mariadb::PrivateMariaDb;
 use support::*;
 
 /// Customers, tasks per customer, and the bound per customer. A customer's tasks run one
@@ -316,4 +318,132 @@ async fn a_partners_rate_holds_across_three_nodes_through_a_kill() {
     );
     bed.assert_one_run_per_task().await;
     bed.stop().await;
+}
+
+/// SPEC §11 on a bad day: the database goes away for 5 s while customers' tasks wait
+/// `throttled` for their one slot, and comes back (a MariaDB of the test's own, stopped
+/// with SIGTERM). Nothing runs beyond a bound while the node cannot see the slots, the
+/// waiting tasks start again by themselves once it can, and each succeeds with one run:
+/// waiting, even through an outage, spends no attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_tasks_wait_out_a_database_restart_and_the_bound_holds() {
+    let Some((mut mariadb, url)) = PrivateMariaDb::serving("rota").await else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let api = Api::new(format!("http://127.0.0.1:{port}"));
+    let _node = spawn_server_env(
+        &url,
+        port,
+        &logs.path().join("r1.log"),
+        "r1",
+        // The executor double registers once and never heartbeats.
+        &[("ROTA_EXECUTOR_DEAD_AFTER_MS", "3600000")],
+    );
+    wait_healthy(&api).await;
+    let _executor = ExecutorDouble::start(&api.base, "default", Behaviour::Takes(300)).await;
+    api.upload_plugin("noop").await;
+    api.ok(
+        "POST",
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "reports", "app": "default", "plugin": "noop",
+                    "schedule": {"kind": "none"},
+                    "concurrency": {"key": "/customer", "limit": 1}}),
+        ),
+    )
+    .await;
+    let customers = ["acme", "globex"];
+    let tasks: Vec<Value> = (0..8)
+        .flat_map(|i| {
+            customers.map(|c| {
+                json!({"job": "reports",
+                       "payload": json!({"customer": c, "report": i}).to_string()})
+            })
+        })
+        .collect();
+    let total = tasks.len();
+    api.add_tasks(tasks).await;
+
+    // The database stops once tasks wait for a slot, with runs under way.
+    let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
+    let count = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let waiting = eventually(
+        Duration::from_secs(30),
+        "tasks waiting for a slot",
+        || async {
+            let n = count("SELECT COUNT(*) FROM tasks WHERE status = 'throttled'").await;
+            (n > 0).then_some(n)
+        },
+    )
+    .await;
+    pool.close().await;
+    let mut mariadb = tokio::task::spawn_blocking(move || {
+        mariadb.stop();
+        mariadb
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    mariadb.start().await;
+
+    let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let done =
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tasks WHERE status = 'succeeded'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        if done == total as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {total} tasks succeeded 90 s after the restart; the node's log:\n{}",
+            std::fs::read_to_string(logs.path().join("r1.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let spent = sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tasks WHERE attempt <> 1")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(spent, 0, "waiting spent no attempt");
+    let rows: Vec<(Option<String>, Option<i64>, Option<i64>)> = sqlx::query_as(
+        "SELECT t.payload, r.started_at, r.finished_at FROM runs r JOIN tasks t ON t.id = r.task_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), total, "one run per task: {rows:?}");
+    let runs: Vec<(String, i64, Option<i64>)> = rows
+        .into_iter()
+        .map(|(payload, start, end)| {
+            let p: Value = serde_json::from_str(payload.as_deref().unwrap()).unwrap();
+            let start = start.expect("every run started");
+            (p["customer"].as_str().unwrap().to_owned(), start, end)
+        })
+        .collect();
+    let most = most_at_once(&runs);
+    for c in customers {
+        assert_eq!(
+            most[c], 1,
+            "{c}'s runs overlapped through the outage (bound 1): {most:?}"
+        );
+    }
+    eprintln!(
+        "database restart with {waiting} tasks throttled: all {total} succeeded, one run each, \
+         at most one of a customer's at a time"
+    );
+    pool.close().await;
 }

@@ -563,29 +563,9 @@ async fn runs_something_waits_on_ask_for_a_prompt_report() {
         Some(json!({"input": {}})),
     )
     .await;
-    // The parent, its child, the bounded job's task and the workflow's two steps, each
-    // once (a trigger sent again is not another run).
-    let firsts = || {
-        let mut seen = std::collections::HashSet::new();
-        executor
-            .received()
-            .into_iter()
-            .filter(|r| !r.duplicate && seen.insert(r.trigger.task_id))
-            .map(|r| (r.trigger.job_id, r.trigger.report_within_ms))
-            .collect::<Vec<_>>()
-    };
-    eventually(Duration::from_secs(15), "five runs", || async {
-        (firsts().len() >= 5).then_some(())
-    })
-    .await;
-    let within = firsts();
-    let of = |job: i64| -> Vec<Option<u32>> {
-        within
-            .iter()
-            .filter(|(j, _)| *j == job)
-            .map(|(_, w)| *w)
-            .collect()
-    };
+    // The parent, its child, the bounded job's task and the workflow's two steps.
+    let within = report_asks(&executor, 5).await;
+    let of = |job: i64| asks_of(&within, job);
     assert_eq!(
         of(parent),
         vec![Some(10)],
@@ -602,6 +582,75 @@ async fn runs_something_waits_on_ask_for_a_prompt_report() {
         of(plain),
         vec![None],
         "a child with no children of its own: {within:?}"
+    );
+    server.stop().await;
+}
+
+/// Each run's `report_within_ms` as its first trigger asked (a trigger sent again is not
+/// another run), as `(job, ask)`, once `runs` runs have arrived.
+async fn report_asks(executor: &ExecutorDouble, runs: usize) -> Vec<(i64, Option<u32>)> {
+    let firsts = || {
+        let mut seen = std::collections::HashSet::new();
+        executor
+            .received()
+            .into_iter()
+            .filter(|r| !r.duplicate && seen.insert(r.trigger.task_id))
+            .map(|r| (r.trigger.job_id, r.trigger.report_within_ms))
+            .collect::<Vec<_>>()
+    };
+    eventually(Duration::from_secs(15), &format!("{runs} runs"), || async {
+        (firsts().len() >= runs).then_some(())
+    })
+    .await;
+    firsts()
+}
+
+/// The asks of `job`'s runs, in the order they arrived.
+fn asks_of(asks: &[(i64, Option<u32>)], job: i64) -> Vec<Option<u32>> {
+    asks.iter()
+        .filter(|(j, _)| *j == job)
+        .map(|(_, w)| *w)
+        .collect()
+}
+
+/// SPEC §11: a freed slot is taken within 100 ms. So a run that holds a slot others wait
+/// for (its job's bucket is at its bound) asks for its report within 30 ms, not the
+/// executor's 100 ms window; a run of a job whose bound does not bind, or of a job with a
+/// rate limit alone, does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_slot_is_waited_for_asks_for_its_report_within_30_ms() {
+    let (db, _dir) = sqlite_url();
+    let server = TestServer::start(&db, |_| {}).await;
+    let api = &server.api;
+    api.upload_plugin("noop").await;
+    let executor = ExecutorDouble::start(&server.url, "default", Behaviour::Takes(200)).await;
+    let one_at_a_time = job(api, "report", json!({"concurrency": {"limit": 1}})).await;
+    let roomy = job(api, "export", json!({"concurrency": {"limit": 5}})).await;
+    let paced = job(
+        api,
+        "call-partner",
+        json!({"rate_limit": {"limit": 100, "per_ms": 1000}}),
+    )
+    .await;
+    for job in ["report", "report", "report", "export", "call-partner"] {
+        api.ok("POST", "/api/v1/tasks", Some(json!({"job": job})))
+            .await;
+    }
+    let within = report_asks(&executor, 5).await;
+    assert_eq!(
+        asks_of(&within, one_at_a_time),
+        vec![Some(30); 3],
+        "each run of a job whose one slot is held while others wait: {within:?}"
+    );
+    assert_eq!(
+        asks_of(&within, roomy),
+        vec![None],
+        "one run of five slots: {within:?}"
+    );
+    assert_eq!(
+        asks_of(&within, paced),
+        vec![None],
+        "a rate limit frees no slot: {within:?}"
     );
     server.stop().await;
 }

@@ -21,6 +21,18 @@ pub struct PrivateMariaDb {
 }
 
 impl PrivateMariaDb {
+    /// Installed, started, with database `name` created: the server and the database's
+    /// URL; `None` where MariaDB's programs are not here (told as a missing prerequisite).
+    pub async fn serving(name: &str) -> Option<(PrivateMariaDb, String)> {
+        let Some(mut mariadb) = PrivateMariaDb::install() else {
+            rota_testkit::missing("mariadb-install-db or mariadbd is not installed");
+            return None;
+        };
+        mariadb.start().await;
+        let url = mariadb.create_database(name).await;
+        Some((mariadb, url))
+    }
+
     /// Installs a fresh data directory; `None` if MariaDB's programs are not here.
     pub fn install() -> Option<PrivateMariaDb> {
         let installer = Command::new("mariadb-install-db")
