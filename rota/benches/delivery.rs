@@ -20,8 +20,8 @@
 //!   deliveries/s from the first to the last, the lateness of each delivery (received −
 //!   due) p50/p99, and CPU µs per delivery of the node and the database.
 //!
-//! - `floor` — what the database alone costs a durable queue at `ROTA_BENCH_RATE` for
-//!   `ROTA_BENCH_SECONDS`, to set against `pickup`'s database figure: per 10 ms tick (as
+//! - `floor` — what the database alone costs a reference durable queue at `ROTA_BENCH_RATE`
+//!   for `ROTA_BENCH_SECONDS`, to set against `pickup`'s database figure: per 10 ms tick (as
 //!   `pickup` creates), the tick's tasks created in one transaction, leased in a second (the
 //!   tasks' update, their runs' insert) and acked in a third (the tasks' locked read, the
 //!   runs' and the tasks' update), from one connection, on Rota's own tables and indexes,
@@ -308,9 +308,17 @@ async fn floor(bed: &Bed) {
     let seconds = env_or("ROTA_BENCH_SECONDS", 30) as usize;
     let per_tick = (rate / 100).max(1);
     let total = rate * seconds;
-    // Ids far above any the node hands out; due in a thousand years, so no scan claims them
-    // between their create and their lease.
-    let first: i64 = 1 << 50;
+    // Ids far above any the node hands out (and above a former run's, should one have left
+    // rows behind); due in a thousand years, so no scan claims them between their create
+    // and their lease. They are deleted at the end.
+    let above: i64 = sqlx::query_scalar(
+        "SELECT GREATEST(COALESCE((SELECT MAX(id) FROM tasks), 0), \
+         COALESCE((SELECT MAX(id) FROM runs), 0)) + 1",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let first = above.max(1 << 50);
     let never = now_ms() + 1_000 * 365 * 86_400_000;
     let ids = |k: usize| (first + k as i64)..(first + (k + per_tick) as i64);
     let statements_before = bed.db.status().await;
@@ -395,6 +403,15 @@ async fn floor(bed: &Bed) {
         k += per_tick;
     }
     let cpu_after = bed.cpu();
+    for table in ["tasks", "runs"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE id >= ?"
+        )))
+        .bind(first)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    }
     drop(conn);
     println!(
         "## the database's floor — {}, {rate} tasks/s for {seconds} s in ticks of {per_tick}: \

@@ -618,7 +618,7 @@ fn asks_of(asks: &[(i64, Option<u32>)], job: i64) -> Vec<Option<u32>> {
 /// executor's 100 ms window; a run of a job whose bound does not bind, or of a job with a
 /// rate limit alone, does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_whose_slot_is_waited_for_asks_for_its_report_within_30_ms() {
+async fn a_run_of_a_job_at_its_bound_asks_for_its_report_within_30_ms() {
     let (db, _dir) = sqlite_url();
     let server = TestServer::start(&db, |_| {}).await;
     let api = &server.api;

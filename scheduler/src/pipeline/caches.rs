@@ -83,6 +83,18 @@ impl JobCache {
         }
     }
 
+    /// Job `id` if this node read it from the database less than the cache's time to live
+    /// ago; `None` for an older entry, a job it never read (or changed since: a change
+    /// drops the entry), or one it found missing. Never reads: for a caller that reads the
+    /// job itself when it must not act on rules older than that ([`super::complete`]'s
+    /// rules of ended attempts).
+    pub(crate) fn fresh(&self, id: i64) -> Option<Arc<JobEntry>> {
+        match self.lock().get(&id) {
+            Some((at, entry)) if at.elapsed() < self.ttl => entry.clone(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn refresh_in_background(&self, store: &Store, id: i64) {
         if !self
             .refreshing

@@ -17,7 +17,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::ring::Ring;
-use super::{Cluster, ExecutorCache, JobCache, JobEntry, RunIds, ScanWake};
+use super::{Cluster, ExecutorCache, JobCache, RunIds, ScanWake};
 use crate::alarm::{self, On};
 use crate::model::*;
 use crate::store::{
@@ -95,8 +95,7 @@ pub(crate) async fn apply_with(
     let now = completion.cluster.clock.now_ms();
     let started = std::time::Instant::now();
     let mut rng = StdRng::from_os_rng();
-    let jobs = known_jobs(completion, updates.iter().map(|u| u.job_id)).await;
-    let alarms = Alarms::of(completion, &jobs);
+    let alarms = Alarms::read(completion, updates.iter().map(|u| u.job_id)).await;
     let applied = completion
         .cluster
         .store
@@ -107,7 +106,7 @@ pub(crate) async fn apply_with(
                 decide: &mut policy(now, &mut rng, retry_after),
                 raise: &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
                 claim: Some(completion.cluster.lease.get()),
-                rules: &rules_of(&jobs),
+                rules: &known_rules(completion, updates.iter().map(|u| u.job_id)),
             },
         )
         .await?;
@@ -154,8 +153,7 @@ pub(crate) async fn end_leases(
 ) -> anyhow::Result<LeasesEnded> {
     let now = completion.cluster.clock.now_ms();
     let mut rng = StdRng::from_os_rng();
-    let jobs = known_jobs(completion, job_ids.iter().copied()).await;
-    let alarms = Alarms::of(completion, &jobs);
+    let alarms = Alarms::read(completion, job_ids.iter().copied()).await;
     let ended = completion
         .cluster
         .store
@@ -167,7 +165,7 @@ pub(crate) async fn end_leases(
                 decide: &mut policy(now, &mut rng, retry_after),
                 raise: &|changes, ended, instances| alarms.raised(changes, ended, instances, now),
                 claim: Some(completion.cluster.lease.get()),
-                rules: &rules_of(&jobs),
+                rules: &known_rules(completion, job_ids.iter().copied()),
             },
         )
         .await?;
@@ -192,30 +190,18 @@ fn policy<'a>(
     }
 }
 
-/// The jobs of `ids` as this node's cache has them (read once for a job it never saw); a
-/// job that does not exist is left out.
-async fn known_jobs(
-    completion: &Completion,
-    ids: impl Iterator<Item = i64>,
-) -> HashMap<i64, Arc<JobEntry>> {
-    let ids: HashSet<i64> = ids.collect();
-    let mut jobs = HashMap::with_capacity(ids.len());
-    for id in ids {
-        if let Ok(Some(entry)) = completion.jobs.get(&completion.cluster.store, id).await {
-            jobs.insert(id, entry);
-        }
-    }
-    jobs
-}
-
-/// What `jobs` say of their ended attempts: a batch's transaction need not read them.
-fn rules_of(jobs: &HashMap<i64, Arc<JobEntry>>) -> HashMap<i64, JobRules> {
-    jobs.iter()
-        .map(|(id, entry)| (*id, JobRules::of(&entry.job.spec)))
+/// What the jobs of `ids` say of their ended attempts, for those this node read less than
+/// its job cache's time to live ago ([`JobCache::fresh`]): the batch's transaction reads
+/// only the others' (a job idle for longer, or one the cache could not re-read, is read
+/// there as before).
+fn known_rules(completion: &Completion, ids: impl Iterator<Item = i64>) -> HashMap<i64, JobRules> {
+    ids.collect::<HashSet<i64>>()
+        .into_iter()
+        .filter_map(|id| Some((id, JobRules::of(&completion.jobs.fresh(id)?.job.spec))))
         .collect()
 }
 
-/// The alarm rules an ending batch may meet, with the apps of its jobs (kept only when a
+/// The alarm rules an ending batch may meet, with the apps of its jobs (read only when a
 /// rule looks at runs' and tasks' endings).
 struct Alarms {
     rules: Arc<Vec<alarm::Rule>>,
@@ -223,12 +209,10 @@ struct Alarms {
 }
 
 impl Alarms {
-    fn of(completion: &Completion, jobs: &HashMap<i64, Arc<JobEntry>>) -> Self {
+    async fn read(completion: &Completion, job_ids: impl Iterator<Item = i64>) -> Self {
         let rules = completion.cluster.alarm_rules.snapshot();
         let apps = if rules.iter().any(|r| r.enabled && r.on.at_completion()) {
-            jobs.iter()
-                .map(|(id, entry)| (*id, entry.job.spec.app.clone()))
-                .collect()
+            job_apps(completion, job_ids.collect()).await
         } else {
             HashMap::new()
         };
@@ -299,6 +283,16 @@ fn react(completion: &Completion, updates: &[RunUpdate], applied: &Applied, now:
     if wake {
         completion.scan_wake.now();
     }
+}
+
+async fn job_apps(completion: &Completion, ids: HashSet<i64>) -> HashMap<i64, String> {
+    let mut apps = HashMap::with_capacity(ids.len());
+    for id in ids {
+        if let Ok(Some(entry)) = completion.jobs.get(&completion.cluster.store, id).await {
+            apps.insert(id, entry.job.spec.app.clone());
+        }
+    }
+    apps
 }
 
 /// Runs an executor was given and no longer has (it restarted, or lost them) are lost at

@@ -150,8 +150,10 @@ impl LeasedRow {
 
 /// The columns and join that read, with a task, the run its lease token names (the
 /// token's part before the dot, [`lease_run_id`]): one primary-key lookup per task, in the
-/// task's read. On MySQL the run is locked with its task, task first, as the ack's update
-/// of the run would lock it a moment later anyway; a task with no live lease joins no run.
+/// task's read. On MySQL the run is locked with its task, task first (the order of every
+/// path that locks both for a lease: a live ending updates the run a moment later anyway;
+/// a stale one holds the current lease's run until its commit, harmlessly); a task with no
+/// lease token joins no run.
 fn lease_run_join(mysql: bool) -> &'static str {
     if mysql {
         ", t.lease_token, r.id AS run_id, r.task_id AS run_task_id, r.executor AS run_executor, \
@@ -500,8 +502,8 @@ impl Store {
     /// their lease under their lock, and with the run that lease names, so a lease that
     /// expired or ended meanwhile ends nothing; the live leases' runs are moved to their
     /// final status; then completion goes on as for reports
-    /// ([`Store::apply_run_updates_raising`]: `decide`, `raise`, the tasks' next states,
-    /// children, counts). One read of the tasks and their runs instead of a check before
+    /// ([`Store::apply_run_updates_raising`]: `with.decide`, `with.raise`, the tasks' next
+    /// states, children, counts). One read of the tasks and their runs instead of a check before
     /// the transaction, a locked read inside it and a read of the runs; the runs updated
     /// rather than upserted; the jobs' rules read only for jobs the node did not bring.
     pub async fn end_leases(

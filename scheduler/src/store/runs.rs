@@ -30,9 +30,9 @@ pub struct Completing<'a> {
     /// The lease the workflow steps the batch makes ready are created claimed under (while
     /// it is still this node's); they come back in [`Applied::claimed`] for its wheel.
     pub claim: Option<NodeLease>,
-    /// The rules of jobs the node knows (its job cache: a change made on another node
-    /// reaches them within the cache's few seconds, as it reaches the node's dispatch);
-    /// the transaction reads only the other jobs'.
+    /// The rules of jobs the node read from the database less than its job cache's time
+    /// to live ago (5 s; a change made on another node reaches them within that, as it
+    /// reaches the node's dispatch); the transaction reads only the other jobs'.
     pub rules: &'a HashMap<i64, JobRules>,
 }
 
@@ -103,7 +103,8 @@ impl Store {
     /// the batch's updates and ended attempts, in the same transaction: an event is kept
     /// exactly when what it tells of is. With `with.claim`, the workflow steps the batch
     /// makes ready are created claimed by that lease (while it is still this node's) and
-    /// come back in [`Applied::claimed`] for its wheel.
+    /// come back in [`Applied::claimed`] for its wheel. The jobs' read is only of jobs
+    /// whose rules `with.rules` does not bring.
     pub async fn apply_run_updates_raising(
         &self,
         updates: &[RunUpdate],
@@ -270,8 +271,8 @@ impl Store {
     }
 
     /// Locks the tasks of the attempts that ended (in id order, so two transactions never
-    /// decide one attempt from the same state) and asks `decide` what comes next for each
-    /// attempt that is still the task's, unfinished.
+    /// decide one attempt from the same state) and asks `with.decide` what comes next for
+    /// each attempt that is still the task's, unfinished.
     async fn decide_attempts(
         &self,
         tx: &mut Tx,

@@ -1173,43 +1173,67 @@ contract!(killed_runs_cancel_their_task, |store: Store| async move {
 });
 
 contract!(
-    the_rules_a_node_brings_decide_and_the_other_jobs_rules_are_read,
+    the_rules_a_node_brings_decide_as_the_database_would_and_the_others_are_read,
     |store: Store| async move {
         let lease = lease(&store).await;
-        // Both jobs allow 3 attempts and have no concurrency bound in the database; the
-        // node brings other rules for `known` (as its job cache would after an edit).
-        let known = store.insert_job(&spec("known"), None, NOW).await.unwrap();
-        let read = store.insert_job(&spec("read"), None, NOW).await.unwrap();
-        store
-            .insert_tasks(&[task(known.id, NOW, None), task(read.id, NOW, None)], NOW)
+        // Three jobs alike: 3 attempts 7 s apart, a child job. The node brings the rules
+        // of `brought` as its job cache has them, and other ones for `edited` (as if its
+        // cache held a newer version: one attempt, a concurrency bound); `read`'s come
+        // from the database.
+        let child = store.insert_job(&spec("child"), None, NOW).await.unwrap();
+        let alike = |name: &str| JobSpec {
+            child_jobs: vec![child.id],
+            backoff: Backoff::Fixed { delay_ms: 7_000 },
+            ..spec(name)
+        };
+        let brought = store
+            .insert_job(&alike("brought"), None, NOW)
             .await
             .unwrap();
-        let claimed = store
+        let read = store.insert_job(&alike("read"), None, NOW).await.unwrap();
+        let edited = store.insert_job(&alike("edited"), None, NOW).await.unwrap();
+        // A success and a failure of `brought` and `read`, a failure of `edited`.
+        let jobs = [brought.id, brought.id, read.id, read.id, edited.id];
+        let new: Vec<NewTask> = jobs.iter().map(|&j| task(j, NOW, None)).collect();
+        store.insert_tasks(&new, NOW).await.unwrap();
+        let mut claimed = store
             .claim_due(lease, NOW, NOW + 5_000, NOW + 5_000, 10, &mut no_jobs)
             .await
             .unwrap()
             .tasks;
-        assert_eq!(claimed.len(), 2);
-        let first_run = store.allocate_ids("run", 2).await.unwrap();
+        claimed.sort_by_key(|t| t.task_id);
+        assert_eq!(claimed.len(), jobs.len());
+        let first_run = store.allocate_ids("run", jobs.len() as i64).await.unwrap();
         let runs: Vec<(&DueTask, i64)> = claimed.iter().zip(first_run..).collect();
         let sent: Vec<Dispatched> = runs.iter().map(|(t, r)| dispatched(t, *r)).collect();
         store.record_dispatches(lease, &sent, NOW).await.unwrap();
-        let failed: Vec<RunUpdate> = runs
+        let ended = [
+            RunStatus::Succeeded,
+            RunStatus::Failed,
+            RunStatus::Succeeded,
+            RunStatus::Failed,
+            RunStatus::Failed,
+        ];
+        let reports: Vec<RunUpdate> = runs
             .iter()
-            .map(|(t, r)| report(t, *r, RunStatus::Failed))
+            .zip(ended)
+            .map(|((t, r), status)| report(t, *r, status))
             .collect();
-        let brought = HashMap::from([(
-            known.id,
-            JobRules {
-                max_attempts: Some(1),
-                bounded: true,
-                ..JobRules::of(&known.spec)
-            },
-        )]);
+        let rules = HashMap::from([
+            (brought.id, JobRules::of(&brought.spec)),
+            (
+                edited.id,
+                JobRules {
+                    max_attempts: Some(1),
+                    bounded: true,
+                    ..JobRules::of(&edited.spec)
+                },
+            ),
+        ]);
         let mut budgets: HashMap<i64, i32> = HashMap::new();
         let applied = store
             .apply_run_updates_raising(
-                &failed,
+                &reports,
                 NOW,
                 Completing {
                     decide: &mut |a| {
@@ -1218,28 +1242,45 @@ contract!(
                     },
                     raise: &|_, _, _| Vec::new(),
                     claim: None,
-                    rules: &brought,
+                    rules: &rules,
                 },
             )
             .await
             .unwrap();
         assert_eq!(
             budgets,
-            HashMap::from([(known.id, 1), (read.id, 3)]),
-            "the brought rules for `known`, the database's for `read`"
+            HashMap::from([(brought.id, 3), (read.id, 3), (edited.id, 1)]),
+            "the brought rules for `brought` and `edited`, the database's for `read`"
         );
         assert!(
             applied.freed_limited,
-            "a job the node knows as bounded frees a slot"
+            "a job brought as bounded frees a slot"
         );
-        let status = |i: usize| {
+        let state = |i: usize| {
             let store = store.clone();
             let id = claimed[i].task_id;
-            async move { store.get_task(id).await.unwrap().status }
+            async move {
+                let t = store.get_task(id).await.unwrap();
+                (t.status, t.due_at)
+            }
         };
-        let by_job = |job: i64| claimed.iter().position(|t| t.job_id == job).unwrap();
-        assert_eq!(status(by_job(known.id)).await, TaskStatus::Dead);
-        assert_eq!(status(by_job(read.id)).await, TaskStatus::Pending);
+        let retried = (TaskStatus::Pending, NOW + 7_000);
+        assert_eq!(state(1).await, retried, "`brought`: the job's backoff");
+        assert_eq!(state(3).await, retried, "`read`: the job's backoff");
+        assert_eq!(state(4).await.0, TaskStatus::Dead, "`edited`: one attempt");
+        let children = store
+            .list_tasks(&TaskFilter {
+                job_id: Some(child.id),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            children.items.len(),
+            2,
+            "each success made its child, brought or read"
+        );
     }
 );
 
