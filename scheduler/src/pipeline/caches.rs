@@ -336,3 +336,66 @@ impl RunIds {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::Backoff;
+    use crate::route::Route;
+    use crate::schedule::{Misfire, Schedule};
+
+    fn entry(id: i64) -> Option<Arc<JobEntry>> {
+        let spec = JobSpec {
+            name: format!("job-{id}"),
+            app: "default".into(),
+            plugin: "hello".into(),
+            schedule: Schedule::None,
+            params: None,
+            route: Route::RoundRobin,
+            block: rota_proto::BlockStrategy::Serial,
+            misfire: Misfire::DoNothing,
+            timeout_ms: 60_000,
+            max_attempts: 3,
+            backoff: Backoff::Fixed { delay_ms: 1_000 },
+            memory_mb: 64,
+            max_concurrency: None,
+            concurrency_key: None,
+            rate_limit: None,
+            debounce_ms: None,
+            child_jobs: vec![],
+            http_allow: vec![],
+            enabled: true,
+            no_executor_timeout_ms: None,
+            delivery: Delivery::Wasm,
+        };
+        let job = Job {
+            id,
+            spec,
+            next_fire_at: None,
+            generation: 0,
+            created_at: 0,
+            updated_at: 0,
+        };
+        Some(Arc::new(JobEntry { job, plugin: None }))
+    }
+
+    /// Completion decides an ended attempt's sequel from cached rules only while the cache
+    /// read them within its time to live ([`JobCache::fresh`]): an entry served stale while
+    /// it is re-read, one a change dropped, or one never read is read by the transaction.
+    #[test]
+    fn only_an_entry_read_within_the_time_to_live_is_fresh() {
+        let ttl = Duration::from_secs(5);
+        let cache = JobCache::new(ttl);
+        let long_ago = Instant::now()
+            .checked_sub(ttl + Duration::from_millis(1))
+            .expect("the machine is up for longer than that");
+        cache.lock().insert(1, (Instant::now(), entry(1)));
+        cache.lock().insert(2, (long_ago, entry(2)));
+        assert_eq!(cache.fresh(1).map(|e| e.job.id), Some(1), "read just now");
+        assert!(cache.fresh(2).is_none(), "read longer ago than the ttl");
+        assert!(cache.fresh(3).is_none(), "never read (and never loaded)");
+        assert!(cache.lock().get(&3).is_none(), "fresh does not load");
+        cache.invalidate(1);
+        assert!(cache.fresh(1).is_none(), "dropped by a change");
+    }
+}
