@@ -1,10 +1,12 @@
 //! Run reports on their way to a scheduler: batched, retried, spooled to disk.
 //!
 //! Runs hand their reports ([`RunReport`]: `running` when a plugin starts, then the final
-//! one) to one bounded channel ([`report_channel`]). A `running` report is held back for [`RUNNING_HOLD`] and
-//! dropped if its run's final report comes in that time, so a short run costs the
-//! scheduler one update, not two. The reporter task drains the channel into batches (up
-//! to [`BATCH_MAX`] reports or a window, [`ExecutorConfig::report_window`](crate::config::ExecutorConfig::report_window), after the first) and POSTs each to
+//! one) to one bounded channel ([`report_channel`]). A `running` report is held back for
+//! [`RUNNING_HOLD`] and dropped if its run's final report comes in that time, so a short
+//! run costs the scheduler one update, not two. The reporter task drains the channel into
+//! batches (up to [`BATCH_MAX`] reports or a window,
+//! [`ExecutorConfig::report_window`](crate::config::ExecutorConfig::report_window), after
+//! the first) and POSTs each to
 //! `/api/executor/v1/callback` on the first scheduler that answers 2xx, retrying a few
 //! times with backoff. While it collects a batch the reporter sleeps until the window ends
 //! and then takes what came: a report wakes it early only when the batch must close

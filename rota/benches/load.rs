@@ -19,9 +19,9 @@
 //!   CPU per run and statements per 1,000 fires over the burst alone.
 //! - `handoff` — SPEC §11's "starts within 100 ms of a slot freeing": `ROTA_BENCH_HANDOFFS`
 //!   (200, at least 2) tasks due at one instant on a job with `concurrency {limit: 1}` and
-//!   no other limit (set by this case), so each run can start only once the one before it ended; the gaps from a run's
-//!   end to the next one's start (both as the executor saw them), p50/p90/p99/max. A gap
-//!   below zero would be two runs at once: the bench fails.
+//!   no other limit (set by this case), so each run can start only once the one before it
+//!   ended; the gaps from a run's end to the next one's start (both as the executor saw
+//!   them), p50/p90/p99/max. A gap below zero would be two runs at once: the bench fails.
 //!
 //! Settings: `ROTA_BIN` (target/release/rota), `ROTA_BENCH_MYSQL_URL` (a private MariaDB:
 //! `scripts/bench/mariadb-instance.sh`; SQLite in a temporary directory without it),

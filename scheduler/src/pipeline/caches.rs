@@ -39,10 +39,11 @@ impl JobCache {
     }
 
     /// What a scan found of each job with a concurrency bound it decided for: whether its
-    /// tasks wait `throttled` for a slot (or a bucket of it is at its bound). The ends of such a job's runs are awaited (their
-    /// executor reports them within `SLOT_REPORT_MS`, not its report window), so a slot
-    /// that frees is seen, and taken by the next task, in tens of ms (SPEC §11: 100 ms);
-    /// the runs of a job whose limits do not bind keep the cheaper, larger report batches.
+    /// tasks wait `throttled` for a slot (or a bucket of it is at its bound). The ends of
+    /// such a job's runs are awaited (their executor reports them within `SLOT_REPORT_MS`,
+    /// not its report window), so a slot that frees is seen, and taken by the next task, in
+    /// tens of ms (SPEC §11: 100 ms); the runs of a job whose limits do not bind keep the
+    /// cheaper, larger report batches.
     pub(crate) fn set_slot_waits(&self, found: &[(i64, bool)]) {
         let mut waits = self.slot_waits.lock().unwrap_or_else(|e| e.into_inner());
         for &(job_id, waiting) in found {

@@ -679,8 +679,8 @@ pub(super) fn to_trigger(p: &Pending, sent_at: Millis) -> Option<Trigger> {
 /// reports wait the executor's own window (100 ms by default) and share larger ones.
 pub(super) const AWAITED_REPORT_MS: u32 = 10;
 
-/// How soon after a run of a bounded job ends, while tasks of the job wait for a slot, its
-/// executor's report batch closes, ms. The next task's scan waits for the gap after the
+/// How soon after a run of a bounded job ends, while tasks of the job wait for a slot (or a
+/// bucket of it is at its bound), its executor's report batch closes, ms. The next task's scan waits for the gap after the
 /// scan before it anyway ([`crate::pipeline::ScanWake`], 50 ms), so a report within 30 ms
 /// hands the slot on as soon as 10 ms would, and a busy executor's batches stay three
 /// times larger (SPEC §11: the next task starts within 100 ms of a slot freeing).
@@ -688,8 +688,8 @@ pub(super) const SLOT_REPORT_MS: u32 = 30;
 
 /// How soon `task`'s end should be reported, when something waits on it: a workflow
 /// step's next steps and a job's children ([`AWAITED_REPORT_MS`]); tasks of its job
-/// waiting `throttled` for the slot its run holds, as this node's last scan of the job
-/// found ([`JobCache::set_slot_waits`], [`SLOT_REPORT_MS`]). The runs of a bounded job
+/// waiting `throttled` for the slot its run holds, or a bucket at its bound, as this
+/// node's last scan of the job found ([`JobCache::set_slot_waits`], [`SLOT_REPORT_MS`]). The runs of a bounded job
 /// whose limits do not bind keep the executor's window: smaller batches would cost the
 /// database more report transactions for nobody.
 fn report_within(task: &DueTask, spec: &JobSpec, jobs: &JobCache) -> Option<u32> {
